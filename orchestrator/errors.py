@@ -1,0 +1,81 @@
+"""The one exception tree of orch.
+
+Every error a user can meet is an ``OrchError`` carrying a message (what went wrong) and a hint
+(what to do next). Third-party exceptions are translated into these at the module that owns the
+library (``transport/ssh.py`` for paramiko, ``proxmox.py`` for proxmoxer, ...), so nothing above
+those modules ever catches a foreign exception. The CLI maps each family to an exit code in one
+place (``cli/main.py``).
+
+    OrchError                      exit 1
+    ├── InputError                 exit 2   bad flag, bad file, bad value given by the user
+    │   └── ConfigError            exit 2   orch.toml / ORCH_* / --set failed validation
+    ├── TargetError                exit 3   the target cannot be resolved or reached
+    │   ├── ProxmoxError           exit 3   the Proxmox API refused or failed
+    │   └── TransportError         exit 3   SSH / pct / subprocess transport failed
+    │       ├── HostKeyError       exit 3   unknown or changed SSH host key
+    │       └── TransportTimeout   exit 3   no answer within the configured time
+    ├── AgentError                 exit 4   the agent on the target reported a failure
+    ├── ConflictError              exit 5   the target is busy (lock held, run in progress)
+    ├── SafetyError                exit 6   refused to touch something unsafe (checkpoint paths)
+    └── NotFoundError              exit 7   no such experiment / trash entry / playbook
+"""
+
+from __future__ import annotations
+
+
+class OrchError(Exception):
+    """Base of every error orch reports to a user."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InputError(OrchError):
+    exit_code = 2
+
+
+class ConfigError(InputError):
+    exit_code = 2
+
+
+class TargetError(OrchError):
+    exit_code = 3
+
+
+class ProxmoxError(TargetError):
+    exit_code = 3
+
+
+class TransportError(TargetError):
+    exit_code = 3
+
+
+class HostKeyError(TransportError):
+    exit_code = 3
+
+
+class TransportTimeout(TransportError):
+    exit_code = 3
+
+
+class AgentError(OrchError):
+    exit_code = 4
+
+
+class ConflictError(OrchError):
+    exit_code = 5
+
+
+class SafetyError(OrchError):
+    exit_code = 6
+
+
+class NotFoundError(OrchError):
+    exit_code = 7
