@@ -1,0 +1,312 @@
+"""Typed project configuration with one documented precedence.
+
+    built-in defaults  <  orch.toml  <  ORCH_<SECTION>__<KEY> environment  <  --set section.key=value
+
+``orch.toml`` is found by walking up from the working directory (like git); ``--config PATH`` or
+``ORCH_CONFIG`` names it explicitly. Every layer is merged into one dict first and validated once by
+pydantic, so an error can name the file (or variable, or flag), the key, the bad value and what is
+allowed. Secrets (the Proxmox API token) are never configuration values: see ``proxmox.load_token``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+CONFIG_NAME = "orch.toml"
+ENV_PREFIX = "ORCH_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ProjectSection(_Section):
+    name: str = "project"
+    sources: list[str] = Field(default_factory=lambda: ["."])
+    command: str | list[str] = "python3 train.py"
+    env: dict[str, str] = Field(default_factory=dict)
+    total_steps: int | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or not all(c.isalnum() or c in "-_" for c in v):
+            raise ValueError("must be letters, digits, '-' or '_' (it names the tmux session)")
+        return v
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("must list at least one file or folder")
+        for s in v:
+            if os.path.isabs(s) or ".." in Path(s).parts:
+                raise ValueError(f"{s!r} must be a path inside the project folder")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: str | list[str]) -> str | list[str]:
+        if not (v.strip() if isinstance(v, str) else v):
+            raise ValueError("must not be empty")
+        return v
+
+
+class PathsSection(_Section):
+    root: str = "/workspace/orch"
+    checkpoints: str = "/workspace/checkpoints"
+
+
+class BatchingSection(_Section):
+    strategy: Literal["sorted", "shuffle", "bucketed", "megabatch"] = "megabatch"
+    token_budget: int = Field(49152, gt=0)
+    max_seq_len: int = Field(8192, gt=0)
+    seed: int = 0
+    buckets: list[int] | None = None
+    num_buckets: int = Field(6, ge=1, le=256)
+    megabatch: int | None = Field(None, ge=1)
+    target_efficiency: float = Field(0.99, gt=0, le=1)
+    window: int = Field(8, ge=1)
+    overlong: Literal["error", "truncate", "drop"] = "error"
+    lengths: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "BatchingSection":
+        if self.token_budget < self.max_seq_len:
+            raise ValueError(f"token_budget ({self.token_budget}) must be at least max_seq_len ({self.max_seq_len})")
+        if self.buckets is not None:
+            b = self.buckets
+            if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
+                raise ValueError("buckets must be ascending boundaries starting at 0, e.g. [0, 770, 1216, 8192]")
+        return self
+
+
+class TargetSection(_Section):
+    kind: Literal["local", "ssh", "proxmox"] = "local"
+    root: str | None = None
+    checkpoints: str | None = None
+    python: str = "python3"
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    ct: int | None = Field(None, ge=100, le=999999999)
+    access: Literal["ssh", "pct"] = "ssh"
+    address: str | None = None
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "TargetSection":
+        if self.kind == "ssh" and not self.host:
+            raise ValueError("an ssh target needs host = \"...\"")
+        if self.kind == "proxmox" and self.ct is None:
+            raise ValueError("a proxmox target needs ct = <CT id>")
+        return self
+
+
+class NodeSsh(_Section):
+    user: str = "root"
+    host: str | None = None
+    port: int | None = None
+
+
+class ProxmoxSection(_Section):
+    host: str
+    port: int = 8006
+    token_id: str
+    token_file: str | None = None
+    verify_ssl: bool | str = True
+    timeout: float = Field(10.0, gt=0)
+    start_timeout: float = Field(120.0, gt=0)
+    node_ssh: NodeSsh = Field(default_factory=NodeSsh)
+
+    @field_validator("token_id")
+    @classmethod
+    def _token_id(cls, v: str) -> str:
+        if "!" not in v or "@" not in v.split("!")[0]:
+            raise ValueError("must look like USER@REALM!TOKENID, e.g. root@pam!orch")
+        return v
+
+
+class SshSection(_Section):
+    config_file: str | None = None
+    known_hosts: list[str] | None = None
+    trust_file: str | None = None
+    identity_file: str | None = None
+    connect_timeout: float = Field(10.0, gt=0)
+    command_timeout: float = Field(300.0, gt=0)
+    keepalive: int = Field(5, ge=0)
+    connect_retries: int = Field(2, ge=0, le=10)
+
+
+class RunSection(_Section):
+    stop_timeout: float = Field(30.0, ge=0, description="seconds to wait after SIGINT")
+    term_timeout: float = Field(10.0, ge=0, description="seconds to wait after SIGTERM before SIGKILL")
+    lock_timeout: float = Field(10.0, ge=0, description="seconds to wait for another operation on the target")
+
+
+class TrashSection(_Section):
+    keep: int | None = Field(None, ge=1, description="keep at most this many trash entries (oldest purged)")
+    max_gb: float | None = Field(None, gt=0, description="keep the trash under this size (oldest purged)")
+
+
+class MetricsSection(_Section):
+    patterns: dict[str, str] = Field(default_factory=dict)
+    stall_after: float = Field(300.0, gt=0)
+
+
+class Settings(_Section):
+    project: ProjectSection = Field(default_factory=ProjectSection)
+    paths: PathsSection = Field(default_factory=PathsSection)
+    batching: BatchingSection = Field(default_factory=BatchingSection)
+    targets: dict[str, TargetSection] = Field(default_factory=dict)
+    default_target: str = "local"
+    proxmox: ProxmoxSection | None = None
+    ssh: SshSection = Field(default_factory=SshSection)
+    run: RunSection = Field(default_factory=RunSection)
+    trash: TrashSection = Field(default_factory=TrashSection)
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
+
+    _config_path: Path | None = PrivateAttr(default=None)
+    _project_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @model_validator(mode="after")
+    def _builtin_local(self) -> "Settings":
+        if "local" not in self.targets:
+            self.targets["local"] = TargetSection(kind="local", root="/tmp/orch-local",
+                                                  checkpoints="/tmp/orch-local/checkpoints")
+        if self.default_target not in self.targets:
+            raise ValueError(f"default_target {self.default_target!r} is not one of the [targets]: "
+                             f"{', '.join(sorted(self.targets))}")
+        return self
+
+    @property
+    def config_path(self) -> Path | None:
+        return self._config_path
+
+    @property
+    def project_dir(self) -> Path:
+        return self._project_dir
+
+    @property
+    def state_dir(self) -> Path:
+        """Where the controller keeps its records: ``.orch/`` beside orch.toml."""
+        return self._project_dir / ".orch"
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """The nearest orch.toml at or above ``start`` (default: the working directory)."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _parse_value(text: str) -> Any:
+    """A --set / environment value: a TOML value when it parses as one, else the plain string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _assign(data: dict, dotted: str, value: Any, source: str, sources: dict[str, str]) -> None:
+    parts = [p for p in dotted.split(".")]
+    if not dotted or any(not p for p in parts):
+        raise ConfigError(f"{source}: {dotted!r} is not a dotted key", hint="use e.g. --set batching.strategy=shuffle")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"{source}: {'.'.join(parts[:-1])} is not a section")
+        node = child
+    node[parts[-1]] = value
+    sources[dotted] = source
+
+
+def _env_overrides(env: dict[str, str]) -> list[tuple[str, str, str]]:
+    out = []
+    for name, value in sorted(env.items()):
+        if name.startswith(ENV_PREFIX) and "__" in name:
+            dotted = name[len(ENV_PREFIX):].lower().replace("__", ".")
+            out.append((dotted, value, f"environment variable {name}"))
+    return out
+
+
+def _describe(err: dict, data: dict, sources: dict[str, str], file_label: str) -> str:
+    loc = [str(p) for p in err["loc"]]
+    dotted = ".".join(loc)
+    candidates = [dotted, *[".".join(loc[:i]) for i in range(len(loc) - 1, 0, -1)]]
+    candidates += sorted(k for k in sources if k.startswith(dotted + "."))
+    source = next((sources[k] for k in candidates if k in sources), file_label)
+    if err["type"] == "extra_forbidden":
+        section = _model_at(loc[:-1])
+        allowed = ", ".join(sorted(section.model_fields)) if section else "?"
+        return f"{source}: unknown key {dotted!r} (allowed here: {allowed})"
+    value = err.get("input")
+    shown = "" if isinstance(value, dict) or value is None else f" = {value!r}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{source}: {dotted or 'settings'}{shown}: {msg}"
+
+
+def _model_at(loc: list[str]) -> type[BaseModel] | None:
+    """The section model at a location, for listing the keys allowed there."""
+    model: type[BaseModel] | None = Settings
+    i = 0
+    while i < len(loc) and model is not None:
+        if model is Settings and loc[i] == "targets":
+            model, i = (TargetSection if i + 1 < len(loc) else None), i + 2
+            continue
+        field = model.model_fields.get(loc[i])
+        if field is None:
+            return None
+        args = getattr(field.annotation, "__args__", (field.annotation,))
+        model = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        i += 1
+    return model
+
+
+def load_settings(config_path: Path | str | None = None, *, overrides: list[str] | tuple[str, ...] = (),
+                  env: dict[str, str] | None = None, start: Path | None = None) -> Settings:
+    """Merge every layer and validate once; raise ``ConfigError`` naming source, key and value."""
+    env = dict(os.environ) if env is None else env
+    if config_path is None and env.get("ORCH_CONFIG"):
+        config_path = env["ORCH_CONFIG"]
+    path = Path(config_path).expanduser() if config_path else find_config(start)
+    data: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    label = "built-in defaults"
+    if path is not None:
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist", hint="run `orch init` or pass --config PATH")
+        label = str(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax; `orch init` shows a sample") from exc
+    for dotted, value, source in _env_overrides(env):
+        _assign(data, dotted, _parse_value(value), source, sources)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r} needs the form section.key=value", hint="e.g. --set batching.seed=3")
+        dotted, value = item.split("=", 1)
+        _assign(data, dotted.strip(), _parse_value(value.strip()), f"--set {dotted.strip()}", sources)
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(e, data, sources, label) for e in exc.errors()]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines),
+                          hint="fix the value(s) above; `orch init` writes a commented example") from None
+    settings._config_path = path.resolve() if path else None
+    settings._project_dir = path.resolve().parent if path else (start or Path.cwd()).resolve()
+    return settings
