@@ -1,0 +1,89 @@
+"""How fast orch turns training-log lines into metric events.
+
+Generates a 1M-line log (metric lines in three formats mixed with plain noise lines) and times
+each parser configuration against a bare ``line.split()`` loop measured in the same run. Prints a
+table; asserts nothing about wall time.
+
+    python benchmarks/bench_metrics.py [--lines 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from collections.abc import Callable
+
+from orchestrator.metrics import Parser, Series, find_spikes
+
+
+def make_log(n: int, seed: int = 0) -> list[str]:
+    """A log whose lines look like real trainers': 80% key=value, 5% JSON, 15% noise."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        r = rng.random()
+        loss = 4.0 * 0.9995 ** (i / 10) + rng.gauss(0, 0.02) + 0.8
+        if r < 0.6:
+            lines.append(f"step={i} loss={loss:.4f} tok/s={rng.randint(10000, 16000)} lr=3.0e-04 epoch={i // 50000}")
+        elif r < 0.8:
+            lines.append(f"[2026-11-29 09:32:22] step: {i}/1000000 | loss: {loss:.4f} | grad_norm: 0.93 | Ktok/s: 12.1")
+        elif r < 0.85:
+            lines.append(json.dumps({"step": i, "loss": round(loss, 4), "lr": 3e-4, "time": 1.7e9 + i}))
+        else:
+            lines.append(rng.choice([
+                "WARNING: dataloader worker 3 is slow, consider raising num_workers",
+                "Saving checkpoint to checkpoints/ckpt-000120.npz",
+                "  File \"train.py\", line 120, in <module>",
+                "validation started",
+            ]))
+    return lines
+
+
+def timed(fn: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    args = ap.parse_args()
+    lines = make_log(args.lines)
+
+    def baseline() -> None:
+        for line in lines:
+            line.split()
+
+    default = Parser()
+    user = Parser({"loss": r"loss[=:] ?([0-9.]+)", "gpu_mem": r"mem=([0-9.]+)G"})
+    events = default.parse_lines(lines)
+    losses = [e["loss"] for e in events if "loss" in e]
+
+    def series() -> None:
+        s = Series(512)
+        for i, v in enumerate(losses):
+            s.add(i, v)
+
+    rows = [
+        ("baseline: line.split()", timed(baseline), len(lines)),
+        ("Parser() defaults", timed(lambda: default.parse_lines(lines)), len(lines)),
+        ("Parser() + 2 user regexes", timed(lambda: user.parse_lines(lines)), len(lines)),
+        ("Series(512).add per loss", timed(series), len(losses)),
+        ("find_spikes over all losses", timed(lambda: find_spikes(losses)), len(losses)),
+    ]
+    base_rate = rows[0][2] / rows[0][1]
+    print(f"{len(lines):,} log lines, {len(events):,} events, {len(losses):,} loss values\n")
+    print(f"{'what':<30} {'items/s':>12} {'seconds':>9} {'vs baseline':>12}")
+    for name, seconds, items in rows:
+        rate = items / seconds
+        print(f"{name:<30} {rate:>12,.0f} {seconds:>9.3f} {rate / base_rate:>11.2f}x")
+
+
+if __name__ == "__main__":
+    main()
