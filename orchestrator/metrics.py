@@ -5,7 +5,8 @@ Pure and stdlib-only (it sits on the CLI's start-up path): a line goes in, a met
     >>> Parser().parse_line("step=12 loss=3.2141 Ktok/s=15.2 epoch=0")
     {'step': 12.0, 'loss': 3.2141, 'tok_s': 15200.0, 'epoch': 0.0}
 
-Understood by default: ``key=value`` and ``key: value`` pairs, JSON lines, and ``step=12/1000``.
+Understood by default: ``key=value`` and ``key: value`` pairs (keys may be quoted, as in a printed
+Python dict), JSON lines, and ``step=12/1000``.
 Known keys are mapped to canonical names (``_ALIASES``); unknown keys are ignored so that
 timestamps and free text never become metrics. Extra regexes from ``[metrics] patterns`` in
 orch.toml add or override metrics. On top of the events: a bounded ``Series`` that keeps spikes,
@@ -49,7 +50,7 @@ _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf)"
 _PAIR = re.compile(
-    r"(?<![\w./-])([A-Za-z][\w./-]*)\s*[=:]\s*(" + _NUMBER + r")(?:/(\d+))?([kKmMbBG]?)(?![\w.])"
+    r"(?<![\w./-])([A-Za-z][\w./-]*)['\"]?\s*[=:]\s*(" + _NUMBER + r")(?:/(\d+))?([kKmMbBG]?)(?![\w.])"
 )
 
 
