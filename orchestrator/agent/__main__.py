@@ -1,0 +1,121 @@
+"""One agent call: read a request on stdin, run its ops in order, print one envelope."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+from . import checkpoints, logs, revisions, runs, system
+from .layout import Layout
+from .lock import TargetLock
+from .protocol import PROTOCOL, AgentFailure, frame
+
+
+def _shell(layout: Layout, argv: list, cwd: str | None = None, timeout: float = 600, check: bool = True) -> dict:
+    import subprocess
+
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise AgentFailure("input", "a shell step needs argv: a list of strings")
+    try:
+        proc = subprocess.run(argv, cwd=cwd or layout.root, capture_output=True, timeout=timeout)
+    except FileNotFoundError:
+        raise AgentFailure("input", f"{argv[0]!r} is not installed on the target") from None
+    except subprocess.TimeoutExpired:
+        raise AgentFailure("agent", f"{argv[0]} did not finish within {timeout:g} s") from None
+    out = {"exit_code": proc.returncode, "stdout": proc.stdout.decode("utf-8", "replace")[-4000:],
+           "stderr": proc.stderr.decode("utf-8", "replace")[-4000:]}
+    if check and proc.returncode != 0:
+        raise AgentFailure("agent", f"{argv[0]} exited with {proc.returncode}: {out['stderr'].strip()[-300:]}",
+                           "fix the step or mark it check: false in the playbook")
+    return out
+
+
+def _dispatch(layout: Layout, op: str, args: dict, payload: bytes) -> object:
+    agent_path = os.path.abspath(sys.argv[0])
+    if op == "hello":
+        return {"protocol": PROTOCOL, "python": ".".join(map(str, sys.version_info[:3])), "agent": agent_path}
+    if op == "preflight":
+        return system.preflight(layout, **args)
+    if op == "blobs_missing":
+        return revisions.blobs_missing(layout, **args)
+    if op == "blobs_store":
+        return revisions.blobs_store(layout, payload, **args)
+    if op == "revision_assemble":
+        return revisions.revision_assemble(layout, **args)
+    if op == "run_start":
+        return runs.start(layout, agent_path=agent_path, **args)
+    if op == "run_stop":
+        return runs.stop(layout, **args)
+    if op == "run_verify":
+        return runs.verify_started(layout, **args)
+    if op == "status":
+        return runs.status(layout, **args)
+    if op == "log_read":
+        return logs.read(layout, **args)
+    if op == "ckpt_inventory":
+        return checkpoints.inventory(layout, **args)
+    if op == "ckpt_trash":
+        return checkpoints.move_to_trash(layout, **args)
+    if op == "ckpt_restore":
+        return checkpoints.restore(layout, **args)
+    if op == "ckpt_purge":
+        return checkpoints.purge(layout, **args)
+    if op == "shell":
+        return _shell(layout, **args)
+    raise AgentFailure("input", f"unknown agent operation {op!r}", "the controller and agent versions differ")
+
+
+def handle(request: dict, payload: bytes) -> dict:
+    if request.get("v") != PROTOCOL:
+        raise AgentFailure("agent", f"protocol {request.get('v')} is not this agent's ({PROTOCOL})")
+    layout = Layout(request.get("root", ""))
+    results: list = []
+    ops = request.get("ops", [])
+
+    def run_all() -> None:
+        for item in ops:
+            try:
+                value = _dispatch(layout, item["op"], item.get("args", {}), payload)
+            except AgentFailure as exc:
+                results.append({"ok": False, "error": exc.to_dict()})
+                return
+            except TypeError as exc:
+                results.append({"ok": False, "error": {"kind": "input", "hint": "",
+                                                       "message": f"bad arguments for {item['op']}: {exc}"}})
+                return
+            except OSError as exc:
+                results.append({"ok": False, "error": {"kind": "agent", "hint": "check permissions and disk space",
+                                                       "message": f"{item['op']}: {exc}"}})
+                return
+            results.append({"ok": True, "value": value})
+
+    if request.get("lock") is not None:
+        layout.ensure()
+        with TargetLock(layout.lock, float(request["lock"]), request.get("what", "operation")):
+            run_all()
+    else:
+        run_all()
+    return {"v": PROTOCOL, "results": results}
+
+
+def main() -> int:
+    os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
+    os.environ.pop("LANGUAGE", None)
+    if len(sys.argv) >= 3 and sys.argv[1] == "supervise":
+        return runs.supervise(sys.argv[2])
+    stdin = sys.stdin.buffer
+    try:
+        request = json.loads(stdin.readline() or b"{}")
+        payload = stdin.read(int(request.get("payload", 0))) if request.get("payload") else b""
+        response = handle(request, payload)
+    except AgentFailure as exc:
+        response = {"v": PROTOCOL, "fatal": exc.to_dict()}
+    except Exception as exc:  # the envelope must always come back, with what went wrong
+        response = {"v": PROTOCOL, "fatal": {"kind": "agent", "message": f"agent failure: {exc!r}",
+                                             "hint": "report this with the traceback below",
+                                             "traceback": traceback.format_exc()[-3000:]}}
+    sys.stdout.buffer.write(frame(response))
+    sys.stdout.buffer.flush()
+    return 0

@@ -1,0 +1,65 @@
+"""The folders orch owns under a target's root, and atomic writes into them."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+
+class Layout:
+    """``root/{agent,blobs,revisions,runs}`` plus the lock file."""
+
+    def __init__(self, root: str) -> None:
+        if not root or not os.path.isabs(root):
+            from .protocol import AgentFailure
+            raise AgentFailure("input", f"the target root must be an absolute path, not {root!r}",
+                               "set [paths] root (or the target's root) to an absolute folder")
+        self.root = os.path.normpath(root)
+        self.blobs = os.path.join(self.root, "blobs")
+        self.revisions = os.path.join(self.root, "revisions")
+        self.runs = os.path.join(self.root, "runs")
+        self.lock = os.path.join(self.root, ".lock")
+
+    def ensure(self) -> None:
+        for d in (self.root, self.blobs, self.revisions, self.runs):
+            os.makedirs(d, exist_ok=True)
+
+    def blob(self, sha: str) -> str:
+        return os.path.join(self.blobs, sha)
+
+    def revision(self, rev: str) -> str:
+        return os.path.join(self.revisions, rev)
+
+    def run_dir(self, exp_id: int) -> str:
+        return os.path.join(self.runs, str(int(exp_id)))
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Write beside the target, fsync, rename: readers see the old or the new file, never half."""
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str, obj: object) -> None:
+    write_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def read_json(path: str, default: object = None) -> object:
+    try:
+        with open(path, "rb") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return default

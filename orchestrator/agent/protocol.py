@@ -1,0 +1,56 @@
+"""The wire format between controller and agent, shared by both sides.
+
+Request (stdin): one JSON line ``{"v": PROTOCOL, "root": ..., "ops": [{"op": name, "args": {...}}],
+"lock": seconds-or-null, "payload": [sizes...]}`` followed by the raw payload bytes.
+Response (stdout): ``MARK_BEGIN + json + MARK_END`` so that shell noise (motd, rc files) around it is
+harmless. The ops run in order and stop at the first failure; ``results`` holds one entry per op run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+PROTOCOL = 1
+MARK_BEGIN = b"\n@@ORCH-ENVELOPE@@"
+MARK_END = b"@@END@@\n"
+
+# error kinds the agent reports; the controller maps them onto orch's exception tree
+KINDS = ("input", "safety", "conflict", "notfound", "agent")
+
+
+class AgentFailure(Exception):
+    """A failure the agent reports back inside the envelope (never a traceback)."""
+
+    def __init__(self, kind: str, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind if kind in KINDS else "agent"
+        self.message = message
+        self.hint = hint
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "message": self.message, "hint": self.hint}
+
+
+def frame(obj: dict) -> bytes:
+    return MARK_BEGIN + json.dumps(obj, separators=(",", ":")).encode() + MARK_END
+
+
+def unframe(data: bytes) -> dict | None:
+    """The last envelope in ``data``, or None when there is none."""
+    start = data.rfind(MARK_BEGIN)
+    if start < 0:
+        return None
+    end = data.find(MARK_END, start)
+    if end < 0:
+        return None
+    return json.loads(data[start + len(MARK_BEGIN):end])
+
+
+def manifest_id(entries: list) -> str:
+    """The revision id: a hash over the sorted (path, sha256, mode) triples.
+
+    Only content and mode count, never times, so the same tree always gets the same id.
+    """
+    canon = sorted((e["path"], e["sha256"], int(e["mode"]) & 0o777) for e in entries)
+    return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()[:16]

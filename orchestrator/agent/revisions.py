@@ -1,0 +1,96 @@
+"""Content-addressed blobs and immutable revision folders on the target."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+
+from .layout import Layout, write_json
+from .protocol import AgentFailure, manifest_id
+
+
+def _valid_sha(sha: str) -> bool:
+    return len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
+
+
+def blobs_missing(layout: Layout, hashes: list) -> dict:
+    """Which of ``hashes`` the target lacks: the controller sends only those."""
+    layout.ensure()
+    missing = [h for h in hashes if not (_valid_sha(h) and os.path.isfile(layout.blob(h)))]
+    return {"missing": missing}
+
+
+def blobs_store(layout: Layout, payload: bytes, blobs: list) -> dict:
+    """Store the payload's blobs, each verified against its hash before it becomes visible."""
+    layout.ensure()
+    offset = stored = 0
+    for entry in blobs:
+        sha, size = entry["sha256"], int(entry["size"])
+        if not _valid_sha(sha):
+            raise AgentFailure("input", f"bad blob hash {sha!r}")
+        data = payload[offset:offset + size]
+        offset += size
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise AgentFailure("agent", f"blob {sha[:12]} arrived damaged ({len(data)} of {size} bytes)",
+                               "deploy again; only the missing blobs are re-sent")
+        if os.path.isfile(layout.blob(sha)):
+            continue
+        fd, tmp = tempfile.mkstemp(dir=layout.blobs, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, layout.blob(sha))
+        stored += 1
+    return {"stored": stored}
+
+
+def _safe_rel(path: str) -> str:
+    norm = os.path.normpath(path)
+    if os.path.isabs(norm) or norm == "." or norm.startswith(".."):
+        raise AgentFailure("input", f"manifest path {path!r} escapes the revision folder")
+    return norm
+
+
+def revision_assemble(layout: Layout, revision: str, files: list | None = None) -> dict:
+    """Build ``revisions/<id>`` from blobs in a temp folder, then rename it into place.
+
+    A revision that exists is never touched again (a running experiment keeps its code). Without
+    ``files`` the revision must already exist (a restart of an earlier revision).
+    """
+    final = layout.revision(revision)
+    if os.path.isdir(final):
+        return {"revision": revision, "path": final, "created": False}
+    if files is None:
+        raise AgentFailure("notfound", f"revision {revision} is not on the target",
+                           "deploy again to push it")
+    if manifest_id(files) != revision:
+        raise AgentFailure("input", f"the manifest does not hash to revision {revision}")
+    missing = [f["sha256"] for f in files if not os.path.isfile(layout.blob(f["sha256"]))]
+    if missing:
+        raise AgentFailure("agent", f"{len(missing)} blob(s) of revision {revision} are missing on the target",
+                           "deploy again; the missing files are re-sent")
+    layout.ensure()
+    tmp = tempfile.mkdtemp(dir=layout.revisions, prefix=f".tmp-{revision}-")
+    try:
+        for f in files:
+            rel = _safe_rel(f["path"])
+            dest = os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copyfile(layout.blob(f["sha256"]), dest)
+            os.chmod(dest, int(f["mode"]) & 0o777)
+        write_json(os.path.join(tmp, ".orch-manifest.json"), {"revision": revision, "files": files})
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not os.path.isdir(final):  # lost a race to an identical revision: fine
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            return {"revision": revision, "path": final, "created": False}
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"revision": revision, "path": final, "created": True}

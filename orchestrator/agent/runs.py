@@ -1,0 +1,267 @@
+"""Runs in tmux: start, supervise, stop gracefully, and discover how they ended.
+
+Every run lives in ``runs/<id>/``: ``experiment.json`` (the record), ``launch.json`` (argv, cwd,
+env), ``train.log`` (all output), ``pid.json`` and ``exit.json`` (written by the supervisor, because
+tmux 3.3a loses dead panes' exit statuses). The tmux pane runs the supervisor, never a shell string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+from .layout import Layout, read_json, write_json
+from .protocol import AgentFailure
+
+LOG = "train.log"
+
+
+def socket_name(layout: Layout) -> str:
+    """A private tmux server per orch root, so targets (and tests) never share sessions."""
+    return "orch-" + hashlib.sha256(layout.root.encode()).hexdigest()[:8]
+
+
+def session_name(project: str) -> str:
+    return f"orch-{project}"
+
+
+def _proc_start(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int | None, start: str | None) -> bool:
+    if not pid:
+        return False
+    now = _proc_start(int(pid))
+    if now is None:
+        return False
+    try:
+        with open(f"/proc/{int(pid)}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+    except OSError:
+        return False
+    return start is None or now == start
+
+
+def run_state(run_dir: str) -> dict:
+    """What a run is doing now, read from its files and /proc (never from tmux)."""
+    exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
+    pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}
+    ended = read_json(os.path.join(run_dir, "exit.json"))
+    stop_req = os.path.exists(os.path.join(run_dir, "stop_requested"))
+    log = os.path.join(run_dir, LOG)
+    try:
+        st = os.stat(log)
+        log_size, log_mtime = st.st_size, st.st_mtime
+    except OSError:
+        log_size, log_mtime = 0, None
+    out = {"id": exp.get("id"), "project": exp.get("project"), "exit_code": None, "started": pid.get("started"),
+           "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints")}
+    if isinstance(ended, dict):
+        code = ended.get("exit_code")
+        out.update(exit_code=code, ended=ended.get("ended"))
+        out["state"] = "stopped" if stop_req else ("finished" if code == 0 else "crashed")
+    elif _alive(pid.get("child"), pid.get("child_start")):
+        out["state"] = "running"
+    elif pid:
+        out["state"] = "stopped" if stop_req else "crashed"  # supervisor killed: the exit code is lost
+        out["lost"] = True
+    else:
+        launched = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
+        young = time.time() - float(launched.get("created", 0)) < 10
+        out["state"] = "launching" if young else "crashed"
+    return out
+
+
+def _runs(layout: Layout, project: str | None = None, ids: list | None = None) -> list[tuple[int, str]]:
+    try:
+        names = os.listdir(layout.runs)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        if not name.isdigit() or (ids is not None and int(name) not in ids):
+            continue
+        run_dir = os.path.join(layout.runs, name)
+        if project is not None:
+            exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
+            if exp.get("project") != project:
+                continue
+        found.append((int(name), run_dir))
+    return sorted(found)
+
+
+def alive_runs(layout: Layout, project: str | None = None) -> list[dict]:
+    return [s for _, d in _runs(layout, project) if (s := run_state(d))["state"] in ("running", "launching")]
+
+
+def status(layout: Layout, project: str | None = None, ids: list | None = None, last: int = 20,
+           tail: bool = True) -> dict:
+    runs = _runs(layout, project, ids)
+    if ids is None:
+        runs = runs[-last:]
+    out = []
+    for _, run_dir in runs:
+        state = run_state(run_dir)
+        if tail:
+            state["last_line"] = _last_line(os.path.join(run_dir, LOG))
+        out.append(state)
+    return {"runs": out, "now": time.time()}
+
+
+def _last_line(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 4096))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    return lines[-1] if lines else None
+
+
+def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
+          experiment: dict, batching: dict, agent_path: str) -> dict:
+    """Write the run's files, then start the supervisor in this project's tmux session."""
+    import libtmux
+
+    rev_dir = layout.revision(revision)
+    if not os.path.isdir(rev_dir):
+        raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
+    busy = alive_runs(layout, project)
+    if busy:
+        raise AgentFailure("conflict", f"experiment {busy[0]['id']} of project {project} is still running",
+                           "stop it first (orch stop) or use orch restart")
+    run_dir = layout.run_dir(exp_id)
+    if os.path.exists(run_dir):
+        other = (read_json(os.path.join(run_dir, "experiment.json"), {}) or {}).get("project")
+        raise AgentFailure("conflict", f"run folder {run_dir} already exists (project {other})",
+                           "give each project its own [paths] root, or remove the stale run folder")
+    os.makedirs(run_dir)
+    batching_file = os.path.join(run_dir, "batching.json")
+    write_json(batching_file, batching)
+    run_env = {k: str(v) for k, v in env.items()}
+    run_env.update(ORCH_EXPERIMENT_ID=str(exp_id), ORCH_RUN_DIR=run_dir,
+                   ORCH_CHECKPOINT_DIR=str(experiment.get("checkpoints", "")),
+                   ORCH_BATCHING_FILE=batching_file, ORCH_REVISION=revision, PYTHONUNBUFFERED="1")
+    run_env["PYTHONPATH"] = os.pathsep.join(p for p in (agent_path, os.environ.get("PYTHONPATH", "")) if p)
+    if experiment.get("checkpoints"):
+        os.makedirs(experiment["checkpoints"], exist_ok=True)
+    write_json(os.path.join(run_dir, "experiment.json"), experiment)
+    write_json(os.path.join(run_dir, "launch.json"),
+               {"argv": list(argv), "cwd": rev_dir, "env": run_env, "created": time.time()})
+    server = libtmux.Server(socket_name=socket_name(layout))
+    name = session_name(project)
+    if server.has_session(name):
+        server.kill_session(name)  # only dead runs can be left in it: alive_runs() was empty
+    command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
+    server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
+                       start_directory=rev_dir, window_command=command)
+    return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}
+
+
+def supervise(run_dir: str) -> int:
+    """The pane's process: run the command, log its output, record its exit code."""
+    launch = read_json(os.path.join(run_dir, "launch.json"))
+    log_path = os.path.join(run_dir, LOG)
+    env = dict(os.environ)
+    env.update(launch["env"])
+    print(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}", flush=True)
+    with open(log_path, "ab", buffering=0) as log:
+        try:
+            child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            log.write(f"orch: cannot start {launch['argv'][0]!r}: {exc.strerror}\n".encode())
+            write_json(os.path.join(run_dir, "exit.json"), {"exit_code": 127, "ended": time.time(),
+                                                           "error": exc.strerror})
+            return 127
+        write_json(os.path.join(run_dir, "pid.json"), {"supervisor": os.getpid(), "child": child.pid,
+                                                      "child_start": _proc_start(child.pid),
+                                                      "started": time.time()})
+
+        def forward(signum: int, _frame: object) -> None:
+            try:
+                os.killpg(child.pid, signum)
+            except ProcessLookupError:
+                pass
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, forward)
+        rc = child.wait()
+    code = rc if rc >= 0 else 128 - rc
+    write_json(os.path.join(run_dir, "exit.json"), {"exit_code": code, "signal": -rc if rc < 0 else None,
+                                                   "ended": time.time()})
+    print(f"orch: exited with code {code}", flush=True)
+    return code
+
+
+def _wait(run_dir: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        if run_state(run_dir)["state"] not in ("running", "launching"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: float, term_timeout: float) -> dict:
+    """SIGINT, wait; SIGTERM, wait; SIGKILL. Each stopped run is marked so it reads as ``stopped``."""
+    import libtmux
+
+    targets = [run_state(d) | {"dir": d} for _, d in _runs(layout, project, ids)]
+    stopped = []
+    for state in targets:
+        if state["state"] not in ("running", "launching"):
+            continue
+        run_dir = state["dir"]
+        write_json(os.path.join(run_dir, "stop_requested"), {"time": time.time()})
+        pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}
+        sent = []
+        for sig, wait in ((signal.SIGINT, stop_timeout), (signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0)):
+            if not pid.get("child"):
+                _wait(run_dir, 2.0)
+                pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}
+                if not pid.get("child"):
+                    break
+            try:
+                os.killpg(int(pid["child"]), sig)
+                sent.append(signal.Signals(sig).name)
+            except ProcessLookupError:
+                pass
+            if _wait(run_dir, wait):
+                break
+        final = run_state(run_dir)
+        stopped.append({"id": final["id"], "state": final["state"], "exit_code": final["exit_code"],
+                        "signals": sent})
+    if project is not None and not alive_runs(layout, project):
+        server = libtmux.Server(socket_name=socket_name(layout))
+        if server.has_session(session_name(project)):
+            server.kill_session(session_name(project))
+    return {"stopped": stopped}
+
+
+def verify_started(layout: Layout, exp_id: int, wait: float = 1.0) -> dict:
+    """Wait until the supervisor has started the command, then a moment more to catch instant crashes."""
+    run_dir = layout.run_dir(exp_id)
+    deadline = time.monotonic() + 10.0
+    while not os.path.exists(os.path.join(run_dir, "pid.json")) and \
+            not os.path.exists(os.path.join(run_dir, "exit.json")):
+        if time.monotonic() >= deadline:
+            raise AgentFailure("agent", f"experiment {exp_id} did not start within 10 s",
+                               "check that tmux works on the target: orch status shows the run's state")
+        time.sleep(0.02)
+    _wait(run_dir, wait)
+    return run_state(run_dir)

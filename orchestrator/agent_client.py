@@ -1,0 +1,145 @@
+"""The controller's side of the agent: ship it, call it, translate its answers.
+
+The agent travels as one zipapp (the agent package, ``orchestrator.batching`` for training scripts,
+and libtmux), named by its content hash: ``<root>/agent/agent-<hash>.pyz``. A call simply runs that
+file; if the target lacks it (first use, or a new version) the call fails fast with "can't open
+file", the zip is pushed and the call repeated, so an up-to-date target costs no extra round trip.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .agent.protocol import PROTOCOL, unframe
+from .errors import AgentError, ConflictError, InputError, NotFoundError, SafetyError
+from .transport.base import Transport
+
+_KIND_TO_ERROR = {"input": InputError, "safety": SafetyError, "conflict": ConflictError,
+                  "notfound": NotFoundError, "agent": AgentError}
+_ZIP_CACHE: dict[str, tuple[str, bytes]] = {}
+
+
+def _package_files() -> list[tuple[str, Path]]:
+    """(name in zip, file) for everything the agent zip carries, in a fixed order."""
+    import libtmux
+
+    pkg = Path(__file__).resolve().parent
+    out = [("orchestrator/__init__.py", pkg / "__init__.py")]
+    for sub in ("agent", "batching"):
+        folder = pkg / sub
+        if folder.is_dir():
+            for path in sorted(folder.rglob("*.py")):
+                out.append((f"orchestrator/{path.relative_to(folder.parent).as_posix()}", path))
+    tmux_dir = Path(libtmux.__file__).resolve().parent
+    for path in sorted(tmux_dir.rglob("*.py")):
+        rel = path.relative_to(tmux_dir.parent).as_posix()
+        if "/test" not in rel and "pytest_plugin" not in rel:
+            out.append((rel, path))
+    return out
+
+
+def agent_zip() -> tuple[str, bytes]:
+    """(content hash, zip bytes) of the agent; deterministic, built once per process."""
+    if "zip" not in _ZIP_CACHE:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+            boot = Path(__file__).resolve().parent / "agent" / "bootstrap.py"
+            for name, path in [("__main__.py", boot), *_package_files()]:
+                info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+                info.external_attr = 0o644 << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, path.read_bytes())
+        data = buf.getvalue()
+        _ZIP_CACHE["zip"] = (hashlib.sha256(data).hexdigest()[:16], data)
+    return _ZIP_CACHE["zip"]
+
+
+@dataclass
+class Op:
+    """One agent operation: a name and its JSON arguments."""
+
+    name: str
+    args: dict = field(default_factory=dict)
+
+
+class AgentClient:
+    """Runs batches of agent operations on one target over one transport."""
+
+    def __init__(self, transport: Transport, root: str, python: str = "python3",
+                 timeout: float | None = 300.0) -> None:
+        self.transport = transport
+        self.root = root
+        self.python = python
+        self.timeout = timeout
+        digest, _ = agent_zip()
+        self.agent_path = f"{root.rstrip('/')}/agent/agent-{digest}.pyz"
+        self.calls = 0
+        self.pushes = 0
+
+    def push_agent(self) -> None:
+        _, data = agent_zip()
+        self.transport.put(data, self.agent_path, 0o644)
+        self.pushes += 1
+
+    def call(self, ops: list[Op], *, payload: bytes = b"", lock: float | None = None,
+             what: str = "operation", timeout: float | None = None) -> list[Any]:
+        """Run ``ops`` in order in one agent process; return their values or raise the first failure."""
+        request = {"v": PROTOCOL, "root": self.root, "ops": [{"op": o.name, "args": o.args} for o in ops],
+                   "lock": lock, "what": what, "payload": len(payload)}
+        stdin = json.dumps(request, separators=(",", ":")).encode() + b"\n" + payload
+        argv = [self.python, self.agent_path]
+        result = self.transport.run(argv, input=stdin, timeout=timeout or self.timeout)
+        self.calls += 1
+        envelope = unframe(result.stdout)
+        if envelope is None and self._agent_missing(result):
+            self.push_agent()
+            result = self.transport.run(argv, input=stdin, timeout=timeout or self.timeout)
+            self.calls += 1
+            envelope = unframe(result.stdout)
+        if envelope is None:
+            raise self._no_envelope(result)
+        if "fatal" in envelope:
+            raise _error(envelope["fatal"])
+        values = []
+        for item in envelope.get("results", []):
+            if not item.get("ok"):
+                raise _error(item["error"])
+            values.append(item["value"])
+        return values
+
+    def one(self, name: str, **args: Any) -> Any:
+        return self.call([Op(name, args)])[0]
+
+    @staticmethod
+    def _agent_missing(result: Any) -> bool:
+        err = result.stderr.decode("utf-8", "replace")
+        return result.exit_code != 0 and ("can't open file" in err or "No such file" in err)
+
+    def _no_envelope(self, result: Any) -> AgentError:
+        err = result.tail(8)
+        if result.exit_code == 127 or "not found" in err and self.python in err:
+            return AgentError(f"{self.python} was not found on the target",
+                              hint="install python3 (3.10 or newer) there, or set the target's python = '/path'")
+        return AgentError(f"the agent on the target gave no answer (exit {result.exit_code}): {err or 'no output'}",
+                          hint="check the target's python3 and free space under its root")
+
+
+def _error(info: dict) -> Exception:
+    cls = _KIND_TO_ERROR.get(info.get("kind", "agent"), AgentError)
+    return cls(info.get("message", "the agent failed"), hint=info.get("hint") or None)
+
+
+def decode_log(value: dict) -> bytes:
+    return base64.b64decode(value.get("data", ""))
+
+
+def local_root(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path))

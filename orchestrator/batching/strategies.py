@@ -1,0 +1,204 @@
+"""One epoch of batches for each strategy, and the batch order.
+
+Every builder works on *effective* lengths (after the overlong policy, zero counted as one token
+because a sample still occupies a row) and returns ``(order, cuts)``: sample positions in batch
+order and the offsets where batches start. ``build_epoch`` then orders the batches (stratified or
+random) and maps positions back to dataset indices.
+
+Randomness comes from one ``numpy.random.Generator`` seeded with ``(seed, epoch)``; every sort uses
+unique keys (or a stable sort), so every machine computes the same batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import pack
+
+
+@dataclass
+class Prepared:
+    """The samples that take part in batching, after the overlong policy."""
+
+    index: np.ndarray  # dataset index of each kept sample
+    length: np.ndarray  # its effective length (1..max_seq_len), int64
+    overlong: dict = field(default_factory=dict)
+
+
+def as_lengths(lengths) -> np.ndarray:
+    """Validate a 1-D array of non-negative integer lengths; returns int64."""
+    arr = np.asarray(lengths)
+    if arr.ndim != 1:
+        raise ValueError(f"lengths must be a 1-D sequence, got shape {arr.shape}")
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        if arr.size:
+            raise ValueError(f"lengths must be integers, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating):
+        bad = ~np.isfinite(arr) | (arr != np.floor(arr))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"lengths must be integers; sample {i} has length {arr[i]!r}")
+    if arr.size and arr.min() < 0:
+        i = int(np.argmin(arr))
+        raise ValueError(f"lengths must be >= 0; sample {i} has length {arr[i]}")
+    return arr.astype(np.int64, copy=False)
+
+
+def prepare(lengths, cfg: dict) -> Prepared:
+    arr = as_lengths(lengths)
+    cap = cfg["max_seq_len"]
+    over = arr > cap
+    n_over = int(over.sum())
+    policy = cfg["overlong"]
+    counts = {"policy": policy, "overlong": n_over, "truncated": 0, "dropped": 0, "total": int(arr.size),
+              "longest": int(arr.max()) if arr.size else 0}
+    if n_over and policy == "error":
+        raise ValueError(
+            f"{n_over} of {arr.size} samples are longer than max_seq_len={cap} (longest {counts['longest']});"
+            " set batching.overlong to 'truncate' or 'drop', or raise max_seq_len"
+        )
+    if n_over and policy == "drop":
+        index = np.flatnonzero(~over)
+        length = arr[index]
+        counts["dropped"] = n_over
+    else:
+        index = np.arange(arr.size, dtype=np.int64)
+        length = np.minimum(arr, cap) if n_over else arr
+        counts["truncated"] = n_over
+    return Prepared(index=index, length=np.maximum(length, 1), overlong=counts)
+
+
+def _descending_key_order(length: np.ndarray, group: np.ndarray | None, cap: int) -> np.ndarray:
+    """Positions sorted by (group, longest first, position): one quicksort on unique int64 keys."""
+    n = len(length)
+    key = (cap - length).astype(np.int64)
+    if group is not None:
+        key = key + group.astype(np.int64) * (cap + 1)
+    if (int(key.max(initial=0)) + 1) * max(n, 1) < 2**62:
+        return np.argsort(key * n + np.arange(n), kind="quicksort")
+    return np.lexsort((np.arange(n), key))
+
+
+def build_sorted(length: np.ndarray, cfg: dict, rng) -> tuple[np.ndarray, np.ndarray]:
+    order = _descending_key_order(length, None, cfg["max_seq_len"])
+    return order, pack.cuts_descending(length[order], cfg["token_budget"])
+
+
+def build_shuffle(length: np.ndarray, cfg: dict, rng) -> tuple[np.ndarray, np.ndarray]:
+    order = rng.permutation(len(length))
+    return order, pack.cuts_greedy(length[order], cfg["token_budget"])
+
+
+def bucket_of(length: np.ndarray, boundaries: list[int]) -> np.ndarray:
+    """Bucket k holds ``boundaries[k] < length <= boundaries[k+1]``."""
+    return np.searchsorted(np.asarray(boundaries[1:-1]), length, side="left")
+
+
+def build_bucketed(length: np.ndarray, cfg: dict, rng) -> tuple[np.ndarray, np.ndarray]:
+    boundaries = cfg["buckets"]
+    if boundaries is None:
+        raise ValueError("bucketed strategy needs batching.buckets (resolve() fills in optimized ones)")
+    perm = rng.permutation(len(length))
+    bucket = bucket_of(length[perm], boundaries).astype(np.int16 if len(boundaries) < 2**15 else np.int64)
+    order = perm[np.argsort(bucket, kind="stable")]
+    ends = np.cumsum(np.bincount(bucket, minlength=len(boundaries) - 1))
+    return order, pack.cuts_greedy(length[order], cfg["token_budget"], ends)
+
+
+def megabatch_rows(cfg: dict) -> list[list[int]]:
+    """``[[upper_length, M], ...]``: the chunk size in batches for each length range."""
+    if cfg.get("megabatch_plan"):
+        return cfg["megabatch_plan"]
+    if cfg["megabatch"] is None:
+        raise ValueError("megabatch strategy needs batching.megabatch or a resolved plan (see resolve())")
+    return [[cfg["max_seq_len"], cfg["megabatch"]]]
+
+
+def build_megabatch(length: np.ndarray, cfg: dict, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Random permutation cut into chunks of M batches' worth of tokens; each chunk sorted and packed.
+
+    With several plan rows, samples are first split by length range and each range is chunked with
+    its own M (bigger chunks where lengths are sparse, smaller where they are dense).
+    """
+    rows = megabatch_rows(cfg)
+    budget = cfg["token_budget"]
+    perm = rng.permutation(len(length))
+    lp = length[perm]
+    if len(rows) == 1:
+        region = np.zeros(len(lp), dtype=np.int16)
+        grouped = np.arange(len(lp))
+    else:
+        uppers = np.asarray([r[0] for r in rows])
+        region = np.searchsorted(uppers, lp, side="left").astype(np.int16)
+        grouped = np.argsort(region, kind="stable")
+        region = region[grouped]
+    perm, lp = perm[grouped], lp[grouped]
+    chunk_tokens = np.asarray([r[1] for r in rows], dtype=np.int64) * budget
+    cum = np.cumsum(lp) - lp  # tokens before each sample
+    counts = np.bincount(region, minlength=len(rows))
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    region_base = np.repeat(cum[np.minimum(starts, max(len(lp) - 1, 0))] if len(lp) else starts, counts)
+    chunk_in_region = (cum - region_base) // chunk_tokens[region]
+    n_chunks = np.zeros(len(rows), dtype=np.int64)
+    np.maximum.at(n_chunks, region, chunk_in_region + 1)
+    chunk = chunk_in_region + np.concatenate(([0], np.cumsum(n_chunks)[:-1]))[region]
+    order_in_grouped = _descending_key_order(lp, chunk, cfg["max_seq_len"])
+    order = perm[order_in_grouped]
+    ends = np.cumsum(np.bincount(chunk, minlength=int(n_chunks.sum())))
+    return order, pack.cuts_descending(length[order], budget, ends)
+
+
+BUILDERS = {
+    "sorted": build_sorted,
+    "shuffle": build_shuffle,
+    "bucketed": build_bucketed,
+    "megabatch": build_megabatch,
+}
+
+
+def batch_order(longest: np.ndarray, window: int, rng) -> np.ndarray:
+    """The order of batches: random for ``window == 1``, else stratified by longest sample.
+
+    Batches are ranked by their longest sample and split into ``window`` strata of equal size;
+    every window of ``window`` consecutive steps takes one batch from each stratum, in random
+    order. The ``len % window`` batches left over (chosen at random) form a last, partial window.
+    """
+    nb = len(longest)
+    perm = rng.permutation(nb)
+    if window <= 1 or nb < window:
+        return perm
+    per = nb // window
+    extra, main = perm[: nb - per * window], perm[nb - per * window :]
+    strata = main[np.argsort(longest[main], kind="stable")].reshape(window, per)
+    strata = rng.permuted(strata, axis=1)  # which batch of each stratum lands in which window
+    windows = rng.permuted(strata.T, axis=1)  # which stratum comes first inside each window
+    return np.concatenate((windows.ravel(), extra))
+
+
+def build_epoch(prepared: Prepared, cfg: dict, epoch: int) -> list[np.ndarray]:
+    """All batches of one epoch, in training order, as arrays of dataset indices."""
+    rng = np.random.default_rng([cfg["seed"], epoch])
+    length = prepared.length
+    if len(length) == 0:
+        return []
+    order, cuts = BUILDERS[cfg["strategy"]](length, cfg, rng)
+    ordered_len = length[order]
+    longest = pack.batch_max(ordered_len, cuts)
+    batches = pack.split(prepared.index[order], cuts)
+    return [batches[i] for i in batch_order(longest, cfg["window"], rng).tolist()]
+
+
+def shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndarray]:
+    """Rank ``rank``'s equal share: global positions ``rank, rank + W, ...`` of the first ``W * floor(nb / W)``.
+
+    With G micro-batches per rank per optimizer step, an optimizer step covers ``G * W`` consecutive
+    global batches, which are whole stratified windows, so every step stays mixed.
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, got rank={rank}, world_size={world_size}")
+    if world_size == 1:
+        return batches
+    usable = len(batches) - len(batches) % world_size
+    return batches[rank:usable:world_size]

@@ -1,0 +1,204 @@
+"""The experiment registry: one SQLite file per project, ``.orch/experiments.db``.
+
+The only module that imports sqlite3. The schema is versioned with ``PRAGMA user_version`` and
+upgraded by the ordered ``MIGRATIONS``; WAL mode and a busy timeout let two orch processes (two
+deploys racing) write without corrupting anything.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from .errors import NotFoundError, OrchError
+
+STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed")
+FINAL = ("finished", "crashed", "stopped", "failed")
+
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE experiments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        project TEXT NOT NULL,
+        message TEXT,
+        created REAL NOT NULL,
+        started REAL,
+        ended REAL,
+        target TEXT NOT NULL,
+        target_info TEXT NOT NULL DEFAULT '{}',
+        revision TEXT NOT NULL,
+        revision_files TEXT NOT NULL DEFAULT '[]',
+        git_commit TEXT,
+        git_dirty INTEGER,
+        git_diff TEXT,
+        command TEXT NOT NULL,
+        config TEXT NOT NULL DEFAULT '{}',
+        batching TEXT NOT NULL DEFAULT '{}',
+        batching_plan TEXT,
+        parent INTEGER REFERENCES experiments(id),
+        checkpoints TEXT,
+        checkpoints_action TEXT,
+        checkpoints_entry TEXT,
+        status TEXT NOT NULL DEFAULT 'launching',
+        exit_code INTEGER,
+        error TEXT
+    );
+    CREATE INDEX experiments_target ON experiments(target, id);
+    """,
+    """
+    CREATE TABLE metrics (
+        experiment INTEGER PRIMARY KEY REFERENCES experiments(id),
+        updated REAL NOT NULL,
+        log_offset INTEGER NOT NULL DEFAULT 0,
+        series TEXT NOT NULL DEFAULT '{}',
+        summary TEXT NOT NULL DEFAULT '{}'
+    );
+    """,
+]
+
+_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan")
+
+
+class Experiment(BaseModel):
+    id: int
+    project: str
+    message: str | None = None
+    created: float
+    started: float | None = None
+    ended: float | None = None
+    target: str
+    target_info: dict = {}
+    revision: str
+    revision_files: list = []
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    git_diff: str | None = None
+    command: list[str]
+    config: dict = {}
+    batching: dict = {}
+    batching_plan: dict | None = None
+    parent: int | None = None
+    checkpoints: str | None = None
+    checkpoints_action: str | None = None
+    checkpoints_entry: str | None = None
+    status: str = "launching"
+    exit_code: int | None = None
+    error: str | None = None
+
+    def public(self) -> dict:
+        """The record as ``orch experiments show --json`` prints it."""
+        out = self.model_dump(exclude={"revision_files", "git_diff"})
+        out["files"] = len(self.revision_files)
+        return out
+
+
+class Registry:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise OrchError(f"cannot open the experiment registry {self.path}: {exc}",
+                            hint="check that the project folder is writable") from exc
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            raise OrchError(f"{self.path} was written by a newer orch (schema {version})",
+                            hint="upgrade orch to read it")
+        for i, sql in enumerate(MIGRATIONS[version:], start=version + 1):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                if self.db.execute("PRAGMA user_version").fetchone()[0] < i:
+                    for stmt in filter(str.strip, sql.split(";")):
+                        self.db.execute(stmt)
+                    self.db.execute(f"PRAGMA user_version = {i}")
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Registry":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create(self, **fields: Any) -> Experiment:
+        fields.setdefault("created", time.time())
+        fields.setdefault("status", "launching")
+        row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        cur = self.db.execute(f"INSERT INTO experiments ({cols}) VALUES ({marks})", list(row.values()))
+        return self.get(int(cur.lastrowid))
+
+    def update(self, exp_id: int, **fields: Any) -> Experiment:
+        if "status" in fields and fields["status"] not in STATUSES:
+            raise ValueError(f"bad status {fields['status']!r}")
+        row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
+        sets = ", ".join(f"{k} = ?" for k in row)
+        self.db.execute(f"UPDATE experiments SET {sets} WHERE id = ?", [*row.values(), exp_id])
+        return self.get(exp_id)
+
+    def _from_row(self, row: sqlite3.Row) -> Experiment:
+        data = dict(row)
+        for k in (*_JSON_FIELDS, "command"):
+            if data.get(k) is not None:
+                data[k] = json.loads(data[k])
+        if data.get("git_dirty") is not None:
+            data["git_dirty"] = bool(data["git_dirty"])
+        return Experiment.model_validate(data)
+
+    def get(self, exp_id: int) -> Experiment:
+        row = self.db.execute("SELECT * FROM experiments WHERE id = ?", (exp_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no experiment {exp_id} in {self.path}", hint="see orch experiments list")
+        return self._from_row(row)
+
+    def list(self, target: str | None = None, status: str | None = None, limit: int | None = None) -> list[Experiment]:
+        sql, args = "SELECT * FROM experiments WHERE 1=1", []
+        if target:
+            sql += " AND target = ?"
+            args.append(target)
+        if status:
+            sql += " AND status = ?"
+            args.append(status)
+        sql += " ORDER BY id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [self._from_row(r) for r in self.db.execute(sql, args)]
+
+    def latest(self, target: str, exclude_failed: bool = True) -> Experiment | None:
+        sql = "SELECT * FROM experiments WHERE target = ?"
+        if exclude_failed:
+            sql += " AND status != 'failed'"
+        row = self.db.execute(sql + " ORDER BY id DESC LIMIT 1", (target,)).fetchone()
+        return self._from_row(row) if row else None
+
+    def save_metrics(self, exp_id: int, log_offset: int, series: dict, summary: dict) -> None:
+        self.db.execute(
+            "INSERT INTO metrics (experiment, updated, log_offset, series, summary) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(experiment) DO UPDATE SET updated=excluded.updated, log_offset=excluded.log_offset, "
+            "series=excluded.series, summary=excluded.summary",
+            (exp_id, time.time(), log_offset, json.dumps(series), json.dumps(summary)))
+
+    def metrics(self, exp_id: int) -> dict | None:
+        row = self.db.execute("SELECT * FROM metrics WHERE experiment = ?", (exp_id,)).fetchone()
+        if row is None:
+            return None
+        return {"updated": row["updated"], "log_offset": row["log_offset"], "series": json.loads(row["series"]),
+                "summary": json.loads(row["summary"])}

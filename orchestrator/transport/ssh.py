@@ -1,0 +1,431 @@
+"""The SSH target: one strictly host-key-checked connection per transport, reused for every call.
+
+This is the only module that imports fabric or paramiko, and it does so inside functions so that
+``orch --help`` never pays for them. Every paramiko/socket exception is translated here:
+
+    unknown host key            -> HostKeyError (with the SHA256 fingerprint; --trust-new-host records it)
+    changed host key            -> HostKeyError (always; names the known_hosts file and line)
+    refused / unreachable       -> TransportError (retried with backoff, connecting only)
+    no banner / no answer       -> TransportTimeout (within the connect timeout, not retried)
+    bad key or user             -> TransportError
+    connection lost mid-command -> TransportError (the command may or may not have run; never re-run)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import posixpath
+import shlex
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import HostKeyError, InputError, TransportError, TransportTimeout
+from .base import Result, Transport
+
+DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.config/orch/known_hosts")
+DEFAULT_TRUST_FILE = "~/.config/orch/known_hosts"
+DEFAULT_CONNECT_TIMEOUT = 10.0
+_CHUNK = 1 << 16
+
+
+def fingerprint(key_blob: bytes) -> str:
+    """The SHA256 fingerprint as OpenSSH prints it: ``SHA256:<unpadded base64>``."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key_blob).digest()).decode().rstrip("=")
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    """How OpenSSH (and paramiko) name a host in known_hosts: ``host`` or ``[host]:port``."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+@dataclass
+class KnownEntry:
+    """One known_hosts line that names a host."""
+
+    file: str
+    line: int
+    key_type: str
+
+
+def find_known_entries(files: list[str], name: str) -> list[KnownEntry]:
+    """Every line of ``files`` naming ``name`` (plain or hashed), for messages that say what to fix."""
+    from paramiko.hostkeys import HostKeyEntry, HostKeys
+
+    found = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines = fh.readlines()
+        except OSError:
+            continue
+        for lineno, line in enumerate(lines, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                entry = HostKeyEntry.from_line(text, lineno)
+            except Exception:
+                continue
+            if entry is None:
+                continue
+            for pattern in entry.hostnames:
+                hit = HostKeys.hash_host(name, pattern) == pattern if pattern.startswith("|1|") else pattern == name
+                if hit:
+                    found.append(KnownEntry(path, lineno, entry.key.get_name()))
+                    break
+    return found
+
+
+class SshTransport(Transport):
+    """Runs commands on ``host`` over one SSH connection, opened on first use.
+
+    ``connect_timeout=None`` takes ``ConnectTimeout`` from the SSH config, else 10 s. The same
+    limit bounds the TCP connect, the server banner, the key exchange and authentication, so a
+    host that accepts TCP but never answers fails in time.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        port: int | None = None,
+        user: str | None = None,
+        identity_file: str | None = None,
+        ssh_config_file: str | None = None,
+        known_hosts_files: list[str] | None = None,
+        trust_file: str = DEFAULT_TRUST_FILE,
+        trust_new_host: bool = False,
+        connect_timeout: float | None = None,
+        command_timeout: float | None = None,
+        keepalive: int = 5,
+        connect_retries: int = 2,
+        backoff: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.host = host
+        self.port = port
+        self.user = user
+        self.identity_file = identity_file
+        self.ssh_config_file = ssh_config_file
+        self.trust_file = os.path.expanduser(trust_file)
+        files = [os.path.expanduser(f) for f in (known_hosts_files or DEFAULT_KNOWN_HOSTS)]
+        self.known_hosts_files = list(dict.fromkeys([*files, self.trust_file]))
+        self.trust_new_host = trust_new_host
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self.keepalive = keepalive
+        self.connect_retries = connect_retries
+        self.backoff = backoff
+        self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
+        self._conn: Any = None
+        self._sftp: Any = None
+        self._lock = threading.Lock()
+
+    # -- connecting -------------------------------------------------------------------------------
+
+    def _connection(self) -> Any:
+        """The open fabric Connection, connecting (with retries) on first use."""
+        with self._lock:
+            if self._conn is not None and self._conn.transport is not None and self._conn.transport.is_active():
+                return self._conn
+            if self._conn is not None:
+                self._drop()
+            attempt = 0
+            while True:
+                conn = self._new_connection()
+                try:
+                    self._open(conn)
+                    break
+                except TransportTimeout:
+                    conn.close()
+                    raise
+                except HostKeyError:
+                    conn.close()
+                    raise
+                except _Retryable as exc:
+                    conn.close()
+                    if attempt >= self.connect_retries:
+                        raise exc.error from exc.__cause__
+                    time.sleep(self.backoff * (2 ** attempt))
+                    attempt += 1
+                except BaseException:
+                    conn.close()
+                    raise
+            self._conn = conn
+            self.stats.connections += 1
+            if self.keepalive:
+                conn.transport.set_keepalive(self.keepalive)
+            return conn
+
+    def _new_connection(self) -> Any:
+        from fabric import Config, Connection
+
+        try:
+            config = Config(runtime_ssh_path=os.path.expanduser(self.ssh_config_file)) if self.ssh_config_file else Config()
+        except FileNotFoundError as exc:
+            raise InputError(f"SSH config file {self.ssh_config_file} does not exist",
+                             hint="fix the path or leave it unset to use ~/.ssh/config") from exc
+        conn = Connection(self.host, user=self.user, port=self.port, config=config)
+        timeout = self.connect_timeout if self.connect_timeout is not None else float(conn.connect_timeout or DEFAULT_CONNECT_TIMEOUT)
+        self._timeout = timeout
+        conn.connect_timeout = None
+        kwargs = dict(conn.connect_kwargs)
+        if self.identity_file:
+            kwargs["key_filename"] = [os.path.expanduser(self.identity_file), *(kwargs.get("key_filename") or [])]
+        kwargs.update(timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout)
+        conn.connect_kwargs = kwargs
+        self.description = f"{conn.user}@{conn.host}:{conn.port}"
+        self._install_host_keys(conn)
+        return conn
+
+    def _install_host_keys(self, conn: Any) -> None:
+        """Strict checking: load every known_hosts file; unknown keys go to our policy, never auto-added."""
+        import paramiko
+
+        client = conn.client
+        keys = client.get_host_keys()
+        for path in self.known_hosts_files:
+            if os.path.isfile(path):
+                try:
+                    keys.load(path)
+                except (OSError, paramiko.SSHException) as exc:
+                    raise HostKeyError(f"cannot read known_hosts file {path}: {exc}",
+                                       hint="fix or remove the broken line") from exc
+
+        transport = self
+
+        class Policy(paramiko.MissingHostKeyPolicy):
+            def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+                transport._unknown_host(client, hostname, key)
+
+        client.set_missing_host_key_policy(Policy())
+
+    def _open(self, conn: Any) -> None:
+        """One connect attempt, with every failure translated; retryable ones wrapped in _Retryable."""
+        import paramiko
+        from paramiko.ssh_exception import NoValidConnectionsError
+
+        where = f"{conn.host}:{conn.port}"
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as exc:
+            self._changed_host(conn, exc)
+        except paramiko.AuthenticationException as exc:
+            raise TransportError(
+                f"{conn.user}@{where} refused every key offered ({exc})",
+                hint="check the user (User in ~/.ssh/config or --user) and that your public key is in "
+                     "the target's ~/.ssh/authorized_keys; pass the key with IdentityFile",
+            ) from exc
+        except NoValidConnectionsError as exc:
+            raise _Retryable(TransportError(
+                f"cannot connect to {where}: connection refused or host unreachable",
+                hint="check that the target is running and that sshd listens on that port")) from exc
+        except socket.timeout as exc:
+            raise self._timed_out(where, "no TCP connection") from exc
+        except socket.gaierror as exc:
+            raise TransportError(f"cannot resolve host name {conn.host!r}: {exc.strerror}",
+                                 hint="check the name or use an IP address") from exc
+        except OSError as exc:
+            raise _Retryable(TransportError(f"cannot connect to {where}: {exc.strerror or exc}",
+                                            hint="check that the target is up and reachable")) from exc
+        except paramiko.SSHException as exc:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, (socket.timeout, TimeoutError)) or "timed out" in str(exc).lower() \
+                    or "Error reading SSH protocol banner" in str(exc) and cause is None:
+                raise self._timed_out(where, "no SSH answer") from exc
+            raise _Retryable(TransportError(f"SSH handshake with {where} failed: {exc}",
+                                            hint="check that an SSH server listens on that port")) from exc
+        except EOFError as exc:
+            raise _Retryable(TransportError(f"{where} closed the connection during the SSH handshake",
+                                            hint="check the target's sshd (MaxStartups, logs)")) from exc
+
+    def _timed_out(self, where: str, what: str) -> TransportTimeout:
+        return TransportTimeout(
+            f"{what} from {where} within {self._timeout:g} s",
+            hint="the host may be down, frozen or filtered; check it, or raise ConnectTimeout / "
+                 "[transport] connect_timeout if it is just slow")
+
+    def _unknown_host(self, client: Any, name: str, key: Any) -> None:
+        """Called by paramiko for a key not in known_hosts: refuse, or record it with --trust-new-host."""
+        fp = fingerprint(key.asbytes())
+        known = find_known_entries(self.known_hosts_files, name)
+        if known:
+            first = known[0]
+            raise HostKeyError(
+                f"host key for {name} CHANGED: it now offers a {key.get_name()} key {fp}, but "
+                f"{first.file} line {first.line} lists a {first.key_type} key for it",
+                hint=f"if the host was really reinstalled, remove that line (ssh-keygen -R '{name}' -f "
+                     f"{first.file}) and verify the new key; otherwise someone may be intercepting the "
+                     "connection (--trust-new-host never overrides a changed key)")
+        if not self.trust_new_host:
+            raise HostKeyError(
+                f"unknown host key for {name}: {key.get_name()} {fp}",
+                hint="verify this fingerprint with the host's owner (ssh-keygen -lf on the host), then rerun "
+                     "with --trust-new-host to record it, or add it with ssh-keyscan / one ssh login")
+        self._record(name, key)
+        client.get_host_keys().add(name, key.get_name(), key)
+
+    def _record(self, name: str, key: Any) -> None:
+        folder = os.path.dirname(self.trust_file) or "."
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd = os.open(self.trust_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            fh.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+        os.chmod(self.trust_file, 0o600)
+
+    def _changed_host(self, conn: Any, exc: Any) -> None:
+        name = known_hosts_name(conn.host, conn.port)
+        known = find_known_entries(self.known_hosts_files, name)
+        where = f"{known[0].file} line {known[0].line}" if known else "a known_hosts file"
+        fix = f"remove that line (ssh-keygen -R '{name}' -f {known[0].file})" if known else "remove the old entry"
+        raise HostKeyError(
+            f"host key for {name} CHANGED: it now offers {exc.key.get_name()} {fingerprint(exc.key.asbytes())}, "
+            f"but {where} expects {fingerprint(exc.expected_key.asbytes())}",
+            hint=f"if the host was really reinstalled, {fix} and verify the new key; otherwise someone "
+                 "may be intercepting the connection (--trust-new-host never overrides a changed key)")
+
+    def _drop(self) -> None:
+        conn, self._conn, self._sftp = self._conn, None, None
+        if conn is not None:
+            conn.close()
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def run(self, argv: list[str], *, input: bytes | None = None, timeout: float | None = None) -> Result:
+        if not argv:
+            raise InputError("empty command", hint="pass the program and its arguments as a list")
+        conn = self._connection()
+        command = shlex.join(argv)
+        limit = timeout if timeout is not None else self.command_timeout
+        self.stats.commands += 1
+        try:
+            chan = conn.transport.open_session(timeout=self._timeout)
+            chan.exec_command(command)
+        except Exception as exc:
+            self._drop()
+            raise TransportError(f"connection to {self.description} lost before {argv[0]} started: {exc}",
+                                 hint="check the target and rerun") from exc
+        out, err, code = self._exchange(chan, input or b"", limit, argv)
+        self.stats.bytes_sent += len(input or b"")
+        self.stats.bytes_received += len(out) + len(err)
+        return Result(list(argv), code, bytes(out), bytes(err))
+
+    def _exchange(self, chan: Any, data: bytes, limit: float | None, argv: list[str]) -> tuple[bytearray, bytearray, int]:
+        """Feed stdin and drain stdout/stderr concurrently so neither side can block the other."""
+        out, err = bytearray(), bytearray()
+
+        def drain(recv: Any, buf: bytearray) -> None:
+            try:
+                while chunk := recv(_CHUNK):
+                    buf.extend(chunk)
+            except Exception:
+                return
+
+        def feed() -> None:
+            try:
+                view = memoryview(data)
+                for start in range(0, len(view), _CHUNK):
+                    chan.sendall(view[start:start + _CHUNK])
+                chan.shutdown_write()
+            except Exception:
+                return
+
+        threads = [threading.Thread(target=drain, args=(chan.recv, out), daemon=True),
+                   threading.Thread(target=drain, args=(chan.recv_stderr, err), daemon=True),
+                   threading.Thread(target=feed, daemon=True)]
+        for thread in threads:
+            thread.start()
+        deadline = None if limit is None else time.monotonic() + limit
+        for thread in threads[:2]:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        finished = not any(t.is_alive() for t in threads[:2]) and chan.status_event.wait(
+            None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if not finished:
+            chan.close()
+            raise TransportTimeout(
+                f"{argv[0]} did not finish within {limit:g} s on {self.description}",
+                hint="it may still be running there; raise the timeout if the target is just slow")
+        code = chan.recv_exit_status()
+        alive = chan.get_transport() is not None and chan.get_transport().is_active()
+        chan.close()
+        if code == -1 and not alive:
+            self._drop()
+            raise TransportError(
+                f"connection to {self.description} lost while {argv[0]} ran; the command may or may not have run",
+                hint="check the target's state before running it again")
+        return out, err, code
+
+    # -- files ------------------------------------------------------------------------------------
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        """Write through SFTP on the same connection: mkdir -p, temp file beside, chmod, posix-rename."""
+        import paramiko
+
+        conn = self._connection()
+        parent = posixpath.dirname(path) or "."
+        tmp = posixpath.join(parent, f".orch-put-{uuid.uuid4().hex[:12]}")
+        try:
+            sftp = self._sftp_client(conn)
+            self._makedirs(sftp, parent)
+            with sftp.open(tmp, "wb") as fh:
+                fh.set_pipelined(True)
+                fh.write(data)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if conn.transport is None or not conn.transport.is_active():
+                self._drop()
+                raise TransportError(f"connection to {self.description} lost while writing {path}",
+                                     hint="check the target and rerun; the file was not replaced") from exc
+            self._discard(tmp)
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise TransportError(f"cannot write {path} on {self.description}: {reason}",
+                                 hint="check the permissions and free space on the target") from exc
+        self.stats.bytes_sent += len(data)
+
+    def _sftp_client(self, conn: Any) -> Any:
+        if self._sftp is None:
+            self._sftp = conn.client.open_sftp()
+            self._sftp.get_channel().settimeout(self._timeout * 3)
+        return self._sftp
+
+    @staticmethod
+    def _makedirs(sftp: Any, folder: str) -> None:
+        missing = []
+        while folder not in ("", "/", "."):
+            try:
+                sftp.stat(folder)
+                break
+            except FileNotFoundError:
+                missing.append(folder)
+                folder = posixpath.dirname(folder)
+        for item in reversed(missing):
+            try:
+                sftp.mkdir(item)
+            except OSError:
+                sftp.stat(item)
+
+    def _discard(self, tmp: str) -> None:
+        try:
+            if self._sftp is not None:
+                self._sftp.remove(tmp)
+        except Exception:
+            return
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
+class _Retryable(Exception):
+    """A connect failure worth another attempt (refused, reset): wraps the error to raise at the end."""
+
+    def __init__(self, error: TransportError) -> None:
+        super().__init__(error.message)
+        self.error = error
