@@ -55,11 +55,14 @@ class Faults:
     node_offline: bool = False              #: every /nodes/{node}/... answers 595
     delay: float = 0.0                      #: seconds to sleep before answering any request
     task_fails: bool = False                #: start tasks end with "startup for container 'N' failed"
+    task_exitstatus: str = "OK"             #: exitstatus of tasks that succeed (e.g. "WARNINGS: 2")
     task_never_finishes: bool = False       #: tasks stay "running" forever
     task_running_polls: int = 1             #: status polls a task answers "running" before it ends
     task_status_400_polls: int = 0          #: first polls of a new task's status answer 400
     link_local_polls: int = 0               #: interface polls after a start that show only lo + fe80::
     status_lag_polls: int = 0               #: status polls after a start task that still say "stopped"
+    interfaces_null: bool = False           #: /interfaces answers null even for a running CT
+    interfaces_unsupported: bool = False    #: /interfaces answers 501, as PVE before 8.1 does
 
 
 class ApiError(Exception):
@@ -223,6 +226,8 @@ class Api:
             raise ApiError(500, f"Configuration file 'nodes/{node}/lxc/{vmid}.conf' does not exist")
         if method == "GET" and action in ("status/current", "interfaces", "config"):
             self.require(privileges, vmid, "VM.Audit")
+            if action == "interfaces" and self.faults.interfaces_unsupported:
+                raise ApiError(501, f"Method 'GET /nodes/{node}/lxc/{vmid}/interfaces' not implemented")
             return getattr(self, action.replace("status/", "status_"))(vmid)
         if method == "POST" and action in ("status/start", "status/stop", "status/shutdown"):
             self.require(privileges, vmid, "VM.PowerMgmt")
@@ -252,7 +257,7 @@ class Api:
         return out
 
     def interfaces(self, vmid: int) -> list[dict[str, Any]] | None:
-        if self.backend.status(vmid) != "running":
+        if self.faults.interfaces_null or self.backend.status(vmid) != "running":
             return None
         ifaces = self.backend.interfaces(vmid)
         with self._lock:
@@ -297,6 +302,7 @@ class Api:
                     self._status_lag_left[vmid] = self.faults.status_lag_polls
             else:
                 self.backend.stop(vmid)
+            task.exitstatus = self.faults.task_exitstatus
         except BackendError as exc:
             task.exitstatus = str(exc)
         finally:
