@@ -1,0 +1,194 @@
+"""The LXC testbed as pytest fixtures: real containers 200 and 201, a node with ``pct``, the API stand-in.
+
+``testbed`` (session) builds everything once; ``ct200``/``ct201`` (function) hand a test a pristine,
+running container. After every test that used the testbed, faults are undone, proxies closed and
+any container that no longer answers SSH is reset, so one test's damage never leaks into the next.
+Set ``ORCH_TESTBED_REQUIRED=1`` (CI does) to turn "LXC cannot run here" from a skip into an error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.testbed import faults, lxc
+from tests.testbed.lxc import Container, TestbedError
+from tests.testbed.node import Node
+from tests.testbed.proxy import TcpProxy
+
+VMIDS = (200, 201)
+
+
+class Testbed:
+    """Handles on the running testbed; see the module docstring of ``tests/testbed/lxc.py``."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.key_path = str(workdir / "id_ed25519")
+        self.known_hosts_path = str(workdir / "known_hosts")
+        self.timings: dict[str, float] = {}
+        self.cts: dict[int, Container] = {}
+        self.proxies: list[TcpProxy] = []
+        self.api: Any = None
+        begin = time.monotonic()
+        self.base = lxc.ensure_base()
+        self.timings["base"] = time.monotonic() - begin
+        lxc.sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "orch-testbed", "-f", self.key_path)
+        self.public_key = Path(self.key_path + ".pub").read_text()
+        self.node = Node(self.public_key)
+
+    def setup(self) -> None:
+        faults.clear(list(VMIDS))
+        lxc.ensure_bridge()
+        for vmid in VMIDS:
+            self.ct(vmid)
+        self.timings["node"] = self.node.start()
+        self._write_known_hosts()
+        self._start_api()
+
+    def _start_api(self) -> None:
+        from tests.testbed.pve_backends import LxcBackend
+        from tests.testbed.pve_standin import start_standin
+
+        self.api = start_standin(LxcBackend(), node=self.node.name)
+
+    def _write_known_hosts(self) -> None:
+        lines = [ct.host_key_line for ct in self.cts.values()] + [self.node.host_key_line]
+        Path(self.known_hosts_path).write_text("\n".join(lines) + "\n")
+
+    def ct(self, vmid: int) -> Container:
+        """The container ``vmid`` (``address``, ``port``, ``host_key_line``), created and started on first use."""
+        if vmid not in self.cts:
+            if not 100 <= vmid <= 254:
+                raise ValueError(f"testbed vmids are 100..254 (the last octet of 10.77.0.x), not {vmid}")
+            ct = Container(vmid, self.base, self.public_key)
+            begin = time.monotonic()
+            ct.create()
+            ct.start()
+            self.timings.setdefault("ct_create", time.monotonic() - begin)
+            self.cts[vmid] = ct
+            if Path(self.known_hosts_path).exists():
+                self._write_known_hosts()
+        return self.cts[vmid]
+
+    def reset(self, vmid: int) -> float:
+        """Pristine, running, SSH answering; returns the seconds it took."""
+        return self.ct(vmid).reset()
+
+    def stop(self, vmid: int) -> None:
+        self.ct(vmid).stop()
+
+    def start(self, vmid: int) -> float:
+        return self.ct(vmid).start()
+
+    def freeze(self, vmid: int) -> None:
+        self.ct(vmid).freeze()
+
+    def thaw(self, vmid: int) -> None:
+        self.ct(vmid).thaw()
+
+    def kill_sshd(self, vmid: int) -> None:
+        self.ct(vmid).kill_sshd()
+
+    def proxy(self, host: str, port: int) -> TcpProxy:
+        """A TCP proxy on 127.0.0.1 in front of ``host:port``; closed after the test."""
+        proxy = TcpProxy(host, port)
+        self.proxies.append(proxy)
+        return proxy
+
+    def ssh_options(self) -> list[str]:
+        """Options for the OpenSSH client to reach testbed hosts with the session key, strictly checked."""
+        return ["-i", self.key_path, "-o", f"UserKnownHostsFile={self.known_hosts_path}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
+
+    def write_ssh_config(self, path: str | Path, entries: dict[str, dict[str, Any]]) -> Path:
+        """Write an ssh_config with one ``Host`` block per alias, e.g. ``{"ct200": {"HostName": ...}}``."""
+        blocks = []
+        for alias, options in entries.items():
+            blocks.append(f"Host {alias}\n" + "".join(f"    {key} {value}\n" for key, value in options.items()))
+        Path(path).write_text("\n".join(blocks))
+        return Path(path)
+
+    def heal(self) -> None:
+        """Undo whatever a test did to the shared testbed (faults, proxies, frozen/stopped/broken CTs)."""
+        for proxy in self.proxies:
+            proxy.close()
+        self.proxies.clear()
+        faults.clear(list(self.cts))
+        for ct in self.cts.values():
+            if ct.state() == "FROZEN":
+                ct.thaw()
+            if ct.state() != "RUNNING" or not lxc.answers(ct.address, ct.port):
+                ct.reset()
+
+    def teardown(self) -> None:
+        """Stop everything; every step runs, and the first failure is raised afterwards."""
+        errors: list[BaseException] = []
+        steps = [lambda: self.api and self.api.stop(), self.heal_quietly, self.node.stop]
+        steps += [ct.destroy for ct in self.cts.values()]
+        steps += [lxc.remove_bridge]
+        for step in steps:
+            try:
+                step()
+            except BaseException as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def heal_quietly(self) -> None:
+        for proxy in self.proxies:
+            proxy.close()
+        faults.clear(list(self.cts))
+
+
+def _unavailable(reason: str) -> None:
+    message = f"LXC testbed unavailable: {reason}"
+    if os.environ.get("ORCH_TESTBED_REQUIRED") == "1":
+        pytest.fail(message + " (ORCH_TESTBED_REQUIRED=1)", pytrace=False)
+    print(f"\n*** {message} ***", file=sys.stderr)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[Testbed]:
+    problem = lxc.lxc_problem()
+    if problem:
+        _unavailable(problem)
+    with tempfile.TemporaryDirectory(prefix="orch-testbed-") as tmp:
+        bed = Testbed(Path(tmp))
+        try:
+            bed.setup()
+        except TestbedError as exc:
+            try:
+                bed.teardown()
+            finally:
+                _unavailable(str(exc))
+        yield bed
+        bed.teardown()
+
+
+@pytest.fixture(autouse=True)
+def _heal_testbed(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "testbed" in request.fixturenames:
+        request.getfixturevalue("testbed").heal()
+
+
+@pytest.fixture
+def ct200(testbed: Testbed) -> Container:
+    """CT 200, reset to pristine and running."""
+    testbed.reset(200)
+    return testbed.ct(200)
+
+
+@pytest.fixture
+def ct201(testbed: Testbed) -> Container:
+    """CT 201, reset to pristine and running."""
+    testbed.reset(201)
+    return testbed.ct(201)
