@@ -341,6 +341,7 @@ def _link_local_only(iface: dict[str, Any]) -> dict[str, Any]:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
