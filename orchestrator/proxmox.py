@@ -45,8 +45,8 @@ def load_token(token_id: str, *, env: Mapping[str, str] = os.environ, token_file
     if secret:
         return secret
     if not token_file:
-        raise ConfigError(f"no Proxmox API token secret for {token_id}: {TOKEN_ENV} is not set and no token_file is configured",
-                          _token_hint(token_id))
+        raise ConfigError(f"no Proxmox API token secret for {token_id}: {TOKEN_ENV} is not set "
+                          "and no token_file is configured", _token_hint(token_id))
     path = os.path.expanduser(token_file)
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
@@ -57,7 +57,8 @@ def load_token(token_id: str, *, env: Mapping[str, str] = os.environ, token_file
     except FileNotFoundError:
         raise ConfigError(f"token file {path} does not exist", _token_hint(token_id)) from None
     except OSError as exc:
-        raise ConfigError(f"cannot read token file {path}: {exc.strerror}", f"check the permissions of {path}") from None
+        raise ConfigError(f"cannot read token file {path}: {exc.strerror}",
+                          f"check the permissions of {path}") from None
     if not secret:
         raise ConfigError(f"token file {path} is empty", _token_hint(token_id))
     return secret
@@ -128,11 +129,13 @@ class ProxmoxClient:
             error = ProxmoxError(
                 f"TLS verification of the Proxmox API at {self.url} failed"
                 + (f": {reason.group(1).strip()}" if reason else ""),
-                "copy the node's /etc/pve/pve-root-ca.pem here and set [proxmox] verify_ssl = \"/path/to/pve-root-ca.pem\" "
-                "(better than verify_ssl = false, which lets anyone in the middle read the token)",
+                "copy the node's /etc/pve/pve-root-ca.pem here and set "
+                "[proxmox] verify_ssl = \"/path/to/pve-root-ca.pem\" (better than verify_ssl = false, "
+                "which lets anyone in the middle read the token)",
             )
         except requests.exceptions.Timeout:
-            error = ProxmoxError(f"the Proxmox API at {self.url} did not answer {method} {where} within {self.timeout:g} s",
+            error = ProxmoxError(f"the Proxmox API at {self.url} did not answer {method} {where} "
+                                 f"within {self.timeout:g} s",
                                  "check that the node is up and reachable, or raise [proxmox] timeout")
         except requests.exceptions.ConnectionError as exc:
             refused = "refused" in str(exc).lower()
@@ -155,9 +158,9 @@ class ProxmoxClient:
                 f"`pveum user token list {self.token_id.partition('!')[0]}`", 401)
         if status == 403:
             match = _PERMISSION.search(reason)
-            hint = (f"the token lacks {match['priv']} on {match['path']}: "
-                    f"`pveum acl modify {match['path']} --tokens '{self.token_id}' --roles <a role with {match['priv']}>`"
-                    if match else f"grant the token the privilege it needs: `pveum acl list`")
+            hint = (f"the token lacks {match['priv']} on {match['path']}: `pveum acl modify {match['path']} "
+                    f"--tokens '{self.token_id}' --roles <a role with {match['priv']}>`"
+                    if match else "grant the token the privilege it needs: `pveum acl list`")
             return ProxmoxApiError(f"Proxmox refused {where}: {reason}", hint, 403)
         if status == 595:
             return ProxmoxApiError(f"Proxmox node unreachable for {where} (595 {reason})",
@@ -165,7 +168,9 @@ class ProxmoxClient:
         if status == 596:
             return ProxmoxApiError(f"Proxmox could not reach a node for {where} (596 {reason})",
                                    "node names are cluster node names (see `pvecm nodes`), not host names", 596)
-        detail = f" ({', '.join(f'{k}: {v}' for k, v in errors.items())})" if isinstance(errors, dict) and errors else ""
+        detail = ""
+        if isinstance(errors, dict) and errors:
+            detail = " (" + ", ".join(f"{k}: {v}" for k, v in errors.items()) + ")"
         hint = ("the CT may have moved to another node or been removed; check `pct list` on the nodes"
                 if "does not exist" in reason else "see the node's pveproxy log (journalctl -u pveproxy) for details")
         return ProxmoxApiError(f"Proxmox API error on {where}: {status} {reason}{detail}", hint, status)
@@ -259,7 +264,8 @@ def _start(client: ProxmoxClient, node: str, vmid: int, timeout: float, poll: fl
             return status
         if time.monotonic() >= deadline:
             raise ProxmoxError(f"CT {vmid} is still {status.get('status')} {timeout:g} s after its start task ended",
-                               f"check the container on node {node}: `pct status {vmid}`; `lxc-start -n {vmid} -F` shows why")
+                               f"check the container on node {node}: `pct status {vmid}`; "
+                               f"`pct start {vmid} --debug` shows why")
         time.sleep(poll)
 
 

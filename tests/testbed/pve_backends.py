@@ -160,7 +160,8 @@ class LxcBackend(Backend):
     keys the raw ``lxc`` pairs. ``vmids`` limits the backend to some containers.
     """
 
-    def __init__(self, vmids: list[int] | None = None, *, lxc_path: str = "/var/lib/lxc", timeout: float = 30.0) -> None:
+    def __init__(self, vmids: list[int] | None = None, *, lxc_path: str = "/var/lib/lxc",
+                 timeout: float = 30.0) -> None:
         self.lxc_path = Path(lxc_path)
         self.only = set(vmids) if vmids is not None else None
         self.timeout = timeout

@@ -181,10 +181,12 @@ class Api:
 
     def resources(self, kind: str | None, privileges: frozenset[str]) -> list[dict[str, Any]]:
         if kind not in (None, "vm", "node", "storage", "sdn"):
-            raise ApiError(400, "Parameter verification failed.", {"type": f"value '{kind}' does not have a value in the enumeration 'vm, storage, node, sdn'"})
+            enum = "value '{}' does not have a value in the enumeration 'vm, storage, node, sdn'"
+            raise ApiError(400, "Parameter verification failed.", {"type": enum.format(kind)})
         out: list[dict[str, Any]] = []
         if kind in (None, "node"):
-            out += [{"id": f"node/{n}", "type": "node", "node": n, "status": s, "level": ""} for n, s in self.node_states()]
+            out += [{"id": f"node/{n}", "type": "node", "node": n, "status": s, "level": ""}
+                    for n, s in self.node_states()]
         if kind in (None, "vm") and "VM.Audit" in privileges:
             for vmid in self.backend.vmids():
                 status = self.backend.status(vmid)
