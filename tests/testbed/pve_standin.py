@@ -1,7 +1,7 @@
 """A Proxmox VE API stand-in: HTTPS on 127.0.0.1, the real response shapes, the real errors.
 
-Proxmox VE cannot run here, so this serves the part of ``/api2/json`` orch uses, following the
-schema in PROXMOX.md's ``pve_api_subset.json``: errors travel as HTTP reason phrases with a body of
+Proxmox VE cannot run here, so this serves the part of ``/api2/json`` orch uses in the shapes of
+the PVE API schema (pve-docs' API viewer data, checked by tests/unit/test_pve_standin.py): errors travel as HTTP reason phrases with a body of
 ``{"data": null}``, token auth is checked on every call, and list endpoints are silently filtered
 for tokens without VM.Audit. The containers come from a backend (``pve_backends``).
 
@@ -424,6 +424,11 @@ class StandIn:
     @property
     def tokens(self) -> dict[str, Token]:
         return self.api.tokens
+
+    @property
+    def requests(self) -> list[tuple[str, str]]:
+        """Every (method, path) served so far, for tests that count polls."""
+        return self.api.requests
 
     def stop(self) -> None:
         self._server.stopping.set()

@@ -76,7 +76,7 @@ def test_stopped_ct_is_refused_without_start(api: StandIn) -> None:
     assert "CT 201 is stopped; pass --start" in str(error)
     assert questions and "CT 201" in questions[0] and "Start it?" in questions[0]
     assert api.backend.status(201) == "stopped"
-    assert ("POST", "/api2/json/nodes/pve1/lxc/201/status/start") not in api.api.requests
+    assert ("POST", "/api2/json/nodes/pve1/lxc/201/status/start") not in api.requests
 
 
 def test_stopped_ct_started_when_confirmed(api: StandIn) -> None:
@@ -90,7 +90,7 @@ def test_start_polls_task_status_and_address(api: StandIn) -> None:
     faults.task_exitstatus = "WARNINGS: 1"
     ct = resolve_ct(client_for(api), 201, start=True, **FAST)
     assert (ct.started, ct.status, ct.address) == (True, "running", "10.77.0.201")
-    count = lambda suffix: sum(1 for _, path in api.api.requests if path.endswith(suffix))
+    count = lambda suffix: sum(1 for _, path in api.requests if path.endswith(suffix))
     assert count("/status") == 1 + 3 + 1
     assert count("/status/current") == 1 + 2 + 1
     assert count("/interfaces") == 4 + 1
