@@ -207,6 +207,7 @@ def resolve_ct(
     start_timeout: float = 60.0,
     address_timeout: float = 20.0,
     poll_interval: float = 0.5,
+    need_address: bool = True,
 ) -> CtInfo:
     """Find CT ``vmid``'s node, start it if allowed, and find an address to reach it at.
 
@@ -228,8 +229,10 @@ def resolve_ct(
     config = client.get("nodes", node, "lxc", vmid, "config") or {}
     static = static_address(config)
     wait = address_timeout if (started or static is None) else 0.0
+    if not need_address:  # reached through its node with pct: no address needed
+        wait = 0.0
     address = _live_address(client, node, vmid, wait, poll_interval) or static
-    if address is None:
+    if address is None and need_address:
         raise TargetError(f"CT {vmid} on node {node} has no usable address (only loopback or link-local)",
                           "give net0 a static ip= (`pct set ... --net0 ...,ip=10.0.0.5/24`), check that DHCP answers, "
                           "or set address = \"...\" in the target's section of orch.toml")
