@@ -27,9 +27,8 @@ from orchestrator.errors import ConfigError, InputError
 
 Event = dict[str, float]
 
-# lower-cased key in the log -> (canonical metric, multiplier)
-_ALIASES: dict[str, tuple[str, float]] = {}
-for _names, _canon, _scale in (
+# (keys as written in logs, lower-cased), canonical metric, multiplier
+_ALIAS_GROUPS: tuple[tuple[tuple[str, ...], str, float], ...] = (
     (("step", "steps", "iter", "iteration", "global_step"), "step", 1.0),
     (("loss", "train_loss", "training_loss", "train/loss"), "loss", 1.0),
     (("val_loss", "eval_loss", "valid_loss", "val/loss"), "val_loss", 1.0),
@@ -42,9 +41,8 @@ for _names, _canon, _scale in (
     (("epoch", "ep"), "epoch", 1.0),
     (("total_steps", "max_steps", "num_steps"), "total_steps", 1.0),
     (("tokens", "total_tokens", "tokens_seen", "ntokens"), "tokens", 1.0),
-):
-    for _name in _names:
-        _ALIASES[_name] = (_canon, _scale)
+)
+_ALIASES = {name: (canon, scale) for names, canon, scale in _ALIAS_GROUPS for name in names}
 _JSON_TIME_KEYS = ("time", "timestamp", "ts")
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
 
@@ -63,23 +61,7 @@ class Parser:
     def __init__(self, patterns: Mapping[str, str] | None = None) -> None:
         self._user: list[tuple[str, float, re.Pattern[str]]] = []
         for name, source in (patterns or {}).items():
-            if not isinstance(source, str):
-                raise ConfigError(
-                    f"metrics pattern {name!r} is not a string: {source!r}",
-                    "write it as a quoted regex, e.g. loss = 'L=([0-9.]+)'",
-                )
-            try:
-                rx = re.compile(source)
-            except re.error as exc:
-                raise ConfigError(
-                    f"metrics pattern {name!r} is not a valid regex: {exc}",
-                    "fix [metrics] patterns in orch.toml (single quotes keep backslashes literal)",
-                ) from exc
-            if rx.groups != 1:
-                raise ConfigError(
-                    f"metrics pattern {name!r} has {rx.groups} groups, needs exactly 1",
-                    "capture only the number, e.g. 'L=([0-9.]+)'; use (?:...) for other groups",
-                )
+            rx = _compile_pattern(name, source)
             canon, scale = _ALIASES.get(name.lower(), (name, 1.0))
             self._user.append((canon, scale, rx))
 
@@ -108,6 +90,22 @@ class Parser:
         """All events of ``lines``, in order, skipping lines without metrics."""
         parse = self.parse_line
         return [e for e in map(parse, lines) if e is not None]
+
+
+def _compile_pattern(name: str, source: object) -> re.Pattern[str]:
+    where = f"[metrics] patterns.{name} in orch.toml"
+    if not isinstance(source, str):
+        raise ConfigError(f"metrics pattern {name!r} is not a string: {source!r}",
+                          f"write {where} as a quoted regex, e.g. 'L=([0-9.]+)'")
+    try:
+        rx = re.compile(source)
+    except re.error as exc:
+        raise ConfigError(f"metrics pattern {name!r} is not a valid regex: {exc}",
+                          f"fix {where} (single quotes keep backslashes literal)") from exc
+    if rx.groups != 1:
+        raise ConfigError(f"metrics pattern {name!r} has {rx.groups} groups, needs exactly 1",
+                          f"in {where} capture only the number, e.g. 'L=([0-9.]+)'; use (?:...) elsewhere")
+    return rx
 
 
 def _parse_pairs(line: str) -> Event | None:
@@ -202,7 +200,7 @@ class Series:
         self.stride *= 2
 
     def points(self) -> list[tuple[float, float]]:
-        """The kept points in x order (at most ``max_points``)."""
+        """The kept points in the order they were added (at most ``max_points``)."""
         out: list[tuple[float, float]] = []
         tail = [self._open] if self._open is not None else []
         for x_lo, y_lo, x_hi, y_hi in self._buckets + tail:
@@ -280,15 +278,14 @@ def find_spikes(
     for i, v in enumerate(values):
         step = steps[i] if steps is not None else None
         n = len(ordered)
-        med = (ordered[n // 2] + ordered[(n - 1) // 2]) / 2 if n else math.nan
+        med = _middle(ordered) if n else math.nan
         if not math.isfinite(v):
             spikes.append(Spike(i, step, v, med))
             continue
         if n >= min_history:
             jump = v - med
             if jump > min_abs and jump > min_rel * abs(med):
-                devs = sorted(abs(o - med) for o in ordered)
-                mad = (devs[n // 2] + devs[(n - 1) // 2]) / 2
+                mad = _middle(sorted(abs(o - med) for o in ordered))
                 if jump > z * 1.4826 * mad:
                     spikes.append(Spike(i, step, v, med))
         recent.append(v)
@@ -320,27 +317,21 @@ def summarize(events: Iterable[Mapping[str, float]]) -> dict[str, Any]:
     losses: list[float] = []
     loss_steps: list[float] = []
     rates: list[float] = []
-    first_t = first_t_step = None
-    last_t_step: tuple[float, float] | None = None
+    times: list[float] = []
+    timed_steps: list[tuple[float, float]] = []
     n = 0
-    for e in events:
-        n += 1
+    for n, e in enumerate(events, 1):
         last.update(e)
-        step = e.get("step", last.get("step"))
         if "loss" in e:
             losses.append(e["loss"])
-            loss_steps.append(step if step is not None else math.nan)
+            loss_steps.append(last.get("step", math.nan))
         if "tok_s" in e:
             rates.append(e["tok_s"])
         if "t" in e:
-            if first_t is None:
-                first_t = e["t"]
+            times.append(e["t"])
             if "step" in e:
-                if first_t_step is None:
-                    first_t_step = (e["t"], e["step"])
-                last_t_step = (e["t"], e["step"])
-    finite = [(v, s) for v, s in zip(losses, loss_steps) if math.isfinite(v)]
-    best = min(finite, default=None)
+                timed_steps.append((e["t"], e["step"]))
+    best = min(((v, s) for v, s in zip(losses, loss_steps) if math.isfinite(v)), default=None)
     episodes = spike_episodes(find_spikes(losses, loss_steps))
     out: dict[str, Any] = {
         "events": n,
@@ -351,18 +342,18 @@ def summarize(events: Iterable[Mapping[str, float]]) -> dict[str, Any]:
         "min_loss": best[0] if best else None,
         "min_loss_step": _num(best[1]) if best else None,
         "lr": last.get("lr"),
-        "median_tok_s": _median(rates) if rates else None,
+        "median_tok_s": _middle(sorted(rates)) if rates else None,
         "spikes": len(episodes),
         "spike_steps": [_num(ep[0].step) for ep in episodes],
-        "duration_s": None, "steps_per_s": None, "eta_s": None,
+        "duration_s": times[-1] - times[0] if times else None,
+        "steps_per_s": None,
+        "eta_s": None,
     }
-    if first_t is not None:
-        out["duration_s"] = last["t"] - first_t
-    if first_t_step and last_t_step and last_t_step[0] > first_t_step[0]:
-        rate = (last_t_step[1] - first_t_step[1]) / (last_t_step[0] - first_t_step[0])
-        out["steps_per_s"] = rate
+    if len(timed_steps) > 1 and timed_steps[-1][0] > timed_steps[0][0]:
+        (t0, s0), (t1, s1) = timed_steps[0], timed_steps[-1]
+        out["steps_per_s"] = (s1 - s0) / (t1 - t0)
         if out["total_steps"] is not None:
-            out["eta_s"] = eta(last_t_step[1], out["total_steps"], rate)
+            out["eta_s"] = eta(s1, out["total_steps"], out["steps_per_s"])
     return out
 
 
@@ -372,10 +363,10 @@ def _num(v: float | None) -> float | int | None:
     return int(v) if v == int(v) else v
 
 
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return (s[n // 2] + s[(n - 1) // 2]) / 2
+def _middle(ordered: Sequence[float]) -> float:
+    """Median of an already sorted sequence."""
+    n = len(ordered)
+    return (ordered[n // 2] + ordered[(n - 1) // 2]) / 2
 
 
 def eta(step: float, total_steps: float, rate_steps_per_s: float | None) -> float | None:
