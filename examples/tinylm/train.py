@@ -105,7 +105,9 @@ def init_params(seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def padded_batch(idx: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, tokens: np.ndarray):
+def padded_batch(
+    idx: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Inputs, targets and mask as dense ``(n, max_len - 1)`` arrays: padding is computed on, not skipped."""
     lens = lengths[idx]
     width = int(lens.max()) - 1
@@ -116,7 +118,9 @@ def padded_batch(idx: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, toke
     return seq[:, :-1], seq[:, 1:], mask
 
 
-def loss_and_grads(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, mask: np.ndarray):
+def loss_and_grads(
+    p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, mask: np.ndarray
+) -> tuple[float, dict[str, np.ndarray]]:
     """Embedding -> tanh layer -> softmax over the vocabulary, on every position including pads."""
     x, y, m = x.ravel(), y.ravel(), mask.ravel()
     e = p["E"][x]
@@ -155,7 +159,9 @@ class Adam:
             params[k] -= self.lr * m_hat / (np.sqrt(v_hat) + 1e-8)
 
 
-def save_checkpoint(directory: Path, step: int, params, opt: Adam, tokens: int, experiment: str) -> Path:
+def save_checkpoint(
+    directory: Path, step: int, params: dict[str, np.ndarray], opt: Adam, tokens: int, experiment: str
+) -> Path:
     """Write ``ckpt-<step>.npz`` atomically: a temp file beside it, fsync, rename."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"ckpt-{step:06d}.npz"
@@ -175,7 +181,8 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
-def load_checkpoint(path: Path, params, opt: Adam) -> tuple[int, int]:
+def load_checkpoint(path: Path, params: dict[str, np.ndarray], opt: Adam) -> tuple[int, int]:
+    """Restore ``params`` and ``opt`` in place; returns (step, tokens seen)."""
     with np.load(path) as data:
         for k in params:
             params[k][...] = data[f"p_{k}"]
@@ -193,19 +200,16 @@ def read_batching(path: str | None) -> dict[str, Any]:
     return config
 
 
-def _env_number(name: str, default: float | None, kind=int):
-    raw = os.environ.get(name)
-    return kind(raw) if raw not in (None, "") else default
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Flags win over ``TINYLM_*`` variables (argparse converts string defaults with ``type``)."""
+    env = os.environ.get
     ap = argparse.ArgumentParser(description="Train tinylm (knobs also read from TINYLM_* variables).")
-    ap.add_argument("--steps", type=int, default=_env_number("TINYLM_STEPS", 3000))
-    ap.add_argument("--ckpt-every", type=int, default=_env_number("TINYLM_CKPT_EVERY", 250))
-    ap.add_argument("--log-every", type=int, default=_env_number("TINYLM_LOG_EVERY", 10))
-    ap.add_argument("--samples", type=int, default=_env_number("TINYLM_SAMPLES", 4000))
-    ap.add_argument("--sleep", type=float, default=_env_number("TINYLM_SLEEP", 0.0, float))
-    ap.add_argument("--crash-at-step", type=int, default=_env_number("TINYLM_CRASH_AT_STEP", None))
+    ap.add_argument("--steps", type=int, default=env("TINYLM_STEPS") or "3000")
+    ap.add_argument("--ckpt-every", type=int, default=env("TINYLM_CKPT_EVERY") or "250")
+    ap.add_argument("--log-every", type=int, default=env("TINYLM_LOG_EVERY") or "10")
+    ap.add_argument("--samples", type=int, default=env("TINYLM_SAMPLES") or "4000")
+    ap.add_argument("--sleep", type=float, default=env("TINYLM_SLEEP") or "0")
+    ap.add_argument("--crash-at-step", type=int, default=env("TINYLM_CRASH_AT_STEP") or None)
     return ap.parse_args(argv)
 
 
