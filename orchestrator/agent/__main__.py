@@ -56,6 +56,8 @@ def _dispatch(layout: Layout, op: str, args: dict, payload: bytes) -> object:
         return logs.read(layout, **args)
     if op == "ckpt_inventory":
         return checkpoints.inventory(layout, **args)
+    if op == "ckpt_check":
+        return {"path": checkpoints.check_path(layout, **args)}
     if op == "ckpt_trash":
         return checkpoints.move_to_trash(layout, **args)
     if op == "ckpt_restore":

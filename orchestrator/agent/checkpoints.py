@@ -94,8 +94,11 @@ def inventory(layout: Layout, path: str, configured: str) -> dict:
 
 
 def move_to_trash(layout: Layout, path: str, configured: str, label: str, stopping: list | None = None,
-                  keep: int | None = None, max_bytes: int | None = None) -> dict:
-    """Rename every child of the folder into a new trash entry (nothing copied, nothing deleted)."""
+                  keep: int | None = None, max_bytes: int | None = None, purge: bool = False) -> dict:
+    """Rename every child of the folder into a new trash entry (nothing copied, nothing deleted).
+
+    With ``purge`` (the user's explicit, confirmed ``--purge``) the new entry is then deleted.
+    """
     norm = check_path(layout, path, configured, stopping)
     if not os.path.isdir(norm) or not os.listdir(norm):
         return {"action": "kept", "moved": 0, "entry": None}
@@ -114,6 +117,9 @@ def move_to_trash(layout: Layout, path: str, configured: str, label: str, stoppi
                                           "experiment": label, "files": len(files), "bytes": total})
     for child in children:
         os.rename(os.path.join(norm, child), os.path.join(entry, child))
+    if purge:
+        shutil.rmtree(entry)
+        return {"action": "purged", "moved": len(files), "bytes": total, "entry": None, "purged": []}
     purged = apply_retention(norm, keep, max_bytes, protect=os.path.basename(entry))
     return {"action": "moved", "moved": len(files), "bytes": total, "entry": os.path.basename(entry),
             "entry_path": entry, "purged": purged}

@@ -29,12 +29,6 @@ DEFAULTS: dict[str, Any] = {
     "lengths": None,
 }
 
-#: Keys that ``resolve`` adds so that a recorded config rebuilds the same batches without a search.
-#: ``megabatch_plan`` is a list of ``[upper_length, batches_per_megabatch]`` rows, ascending by
-#: length: samples up to ``upper_length`` (and above the previous row's) are chunked with that size.
-RESOLVED_KEYS: dict[str, Any] = {"megabatch_plan": None}
-
-
 def _as_dict(config: Any) -> dict[str, Any]:
     if config is None:
         return {}
@@ -65,11 +59,11 @@ def _int(cfg: dict, key: str, minimum: int) -> int:
 def normalize(config: Any = None) -> dict[str, Any]:
     """Return a complete, validated copy of ``config`` (missing keys take ``DEFAULTS``)."""
     given = _as_dict(config)
-    unknown = sorted(set(given) - set(DEFAULTS) - set(RESOLVED_KEYS))
+    unknown = sorted(set(given) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"unknown batching key(s): {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
-    cfg = {**DEFAULTS, **RESOLVED_KEYS}
-    cfg.update({k: v for k, v in given.items() if v is not None or k in ("buckets", "megabatch", "lengths", "megabatch_plan")})
+    cfg = dict(DEFAULTS)
+    cfg.update({k: v for k, v in given.items() if v is not None or k in ("buckets", "megabatch", "lengths")})
 
     if cfg["strategy"] not in STRATEGIES:
         raise ValueError(f"batching.strategy must be one of {', '.join(STRATEGIES)}, got {cfg['strategy']!r}")
@@ -93,8 +87,6 @@ def normalize(config: Any = None) -> dict[str, Any]:
     cfg["target_efficiency"] = float(target)
     if cfg["buckets"] is not None:
         cfg["buckets"] = check_boundaries(cfg["buckets"], cfg["max_seq_len"])
-    if cfg["megabatch_plan"] is not None:
-        cfg["megabatch_plan"] = _check_plan(cfg["megabatch_plan"], cfg["max_seq_len"])
     return cfg
 
 
@@ -114,16 +106,3 @@ def check_boundaries(buckets: Any, max_seq_len: int) -> list[int]:
         raise ValueError(f"batching.buckets must be strictly ascending, got {values}")
     return values
 
-
-def _check_plan(plan: Any, max_seq_len: int) -> list[list[int]]:
-    try:
-        rows = [[int(upper), int(m)] for upper, m in plan]
-    except (TypeError, ValueError):
-        raise ValueError(f"batching.megabatch_plan must be [[upper_length, batches], ...], got {plan!r}") from None
-    uppers = [r[0] for r in rows]
-    if not rows or uppers != sorted(set(uppers)) or uppers[-1] < max_seq_len or any(r[1] < 1 for r in rows):
-        raise ValueError(
-            "batching.megabatch_plan needs strictly ascending upper lengths ending at or above max_seq_len"
-            f" and sizes >= 1, got {plan!r}"
-        )
-    return rows

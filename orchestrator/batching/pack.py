@@ -67,15 +67,9 @@ def cuts_greedy(lengths_in_order: np.ndarray, budget: int, ends: np.ndarray | No
     return np.asarray(cuts, dtype=np.int64)
 
 
-def split(order: np.ndarray, cuts: np.ndarray) -> list[np.ndarray]:
-    """The batches: ``order`` cut at ``cuts`` (the first cut is 0)."""
-    if len(cuts) == 0:
-        return []
-    return np.split(order, cuts[1:])
-
-
 def batch_max(lengths_in_order: np.ndarray, cuts: np.ndarray) -> np.ndarray:
     """The longest sample of each batch."""
     if len(cuts) == 0:
         return np.zeros(0, dtype=np.int64)
     return np.maximum.reduceat(lengths_in_order, cuts)
+

@@ -123,6 +123,7 @@ class SshTransport(Transport):
         self.connect_retries = connect_retries
         self.backoff = backoff
         self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
+        self._timeout = connect_timeout if connect_timeout is not None else DEFAULT_CONNECT_TIMEOUT
         self._conn: Any = None
         self._sftp: Any = None
         self._lock = threading.Lock()
@@ -212,6 +213,7 @@ class SshTransport(Transport):
         from paramiko.ssh_exception import NoValidConnectionsError
 
         where = f"{conn.host}:{conn.port}"
+        begin = time.monotonic()
         try:
             conn.open()
         except paramiko.BadHostKeyException as exc:
@@ -235,9 +237,10 @@ class SshTransport(Transport):
             raise _Retryable(TransportError(f"cannot connect to {where}: {exc.strerror or exc}",
                                             hint="check that the target is up and reachable")) from exc
         except paramiko.SSHException as exc:
+            # paramiko reports a banner/kex timeout in several ways (sometimes only as "No existing
+            # session" when its thread loses the race), so the time spent is the reliable signal.
             cause = exc.__cause__ or exc.__context__
-            if isinstance(cause, (socket.timeout, TimeoutError)) or "timed out" in str(exc).lower() \
-                    or "Error reading SSH protocol banner" in str(exc) and cause is None:
+            if isinstance(cause, TimeoutError) or time.monotonic() - begin >= 0.9 * self._timeout:
                 raise self._timed_out(where, "no SSH answer") from exc
             raise _Retryable(TransportError(f"SSH handshake with {where} failed: {exc}",
                                             hint="check that an SSH server listens on that port")) from exc

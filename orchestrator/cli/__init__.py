@@ -1,0 +1,1 @@
+"""The command line: parse, call one function, render. Errors become error:/hint: lines in main.py."""

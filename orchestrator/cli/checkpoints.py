@@ -1,0 +1,102 @@
+"""orch checkpoints list|clean|restore|purge: the checkpoint folder and its trash."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import common, render
+from .common import CtOpt, JsonOpt, TargetOpt, TrustOpt
+
+app = typer.Typer(help="Checkpoints on a target, and the trash that makes cleaning undoable.",
+                  no_args_is_help=True)
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
+
+
+def _call(ctx, target, ct, trust, op: str, **args):
+    """Run one checkpoint operation on the target; ``inventory`` reads, the others hold the lock."""
+    from ..agent_client import Op
+    from ..status import client_for
+
+    settings = common.settings(ctx)
+    tgt = common.target(settings, target, ct, trust=trust)
+    client = client_for(settings, tgt)
+    try:
+        base = {"path": tgt.checkpoints, "configured": tgt.checkpoints}
+        if op == "inventory":
+            return settings, tgt, client, client.one("ckpt_inventory", **base)
+        value = client.call([Op(op, {**base, **args})], lock=settings.run.lock_timeout, what=f"checkpoints {op}")
+        return settings, tgt, client, value[0]
+    finally:
+        client.transport.close()
+
+
+@app.command("list")
+def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_json: JsonOpt = False,
+          trust_new_host: TrustOpt = False) -> None:
+    """What the checkpoint folder and its trash hold."""
+    _, tgt, _, inv = _call(ctx, target, ct, trust_new_host, "inventory")
+    if as_json:
+        render.print_json(inv)
+        return
+    render.out(f"{inv['path']}: {inv['files']} file(s), {render.size(inv['bytes'])}, newest {inv['newest'] or '-'}")
+    if not inv["entries"]:
+        render.out(f"trash ({inv['trash']}): empty")
+        return
+    render.table(f"trash ({inv['trash']})", ["entry", "files", "size", "experiment", "moved"],
+                 [[e["name"], e["files"], render.size(e["bytes"]), e["experiment"], render.when(e["created"])]
+                  for e in inv["entries"]])
+
+
+@app.command()
+def clean(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, yes: YesOpt = False,
+          trust_new_host: TrustOpt = False) -> None:
+    """Move the checkpoints to the trash now (refused while a run writes to them)."""
+    settings, tgt, _, inv = _call(ctx, target, ct, trust_new_host, "inventory")
+    if not inv["files"]:
+        render.out(f"{inv['path']} is empty: nothing to move")
+        return
+    _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash?")
+    keep, max_gb = settings.trash.keep, settings.trash.max_gb
+    _, _, _, res = _call(ctx, target, ct, trust_new_host, "ckpt_trash", label="manual", keep=keep,
+                         max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
+    render.out(f"moved {res['moved']} file(s) to {res['entry_path']} (orch checkpoints restore {res['entry']})")
+
+
+@app.command()
+def restore(ctx: typer.Context, entry: Annotated[str, typer.Argument(help="Trash entry name (see list)")],
+            target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
+    """Move a trash entry's files back into the checkpoint folder (never overwrites)."""
+    _, _, _, res = _call(ctx, target, ct, trust_new_host, "ckpt_restore", name=entry)
+    render.out(f"restored {res['restored']} item(s) from {entry} into {res['path']}")
+
+
+@app.command()
+def purge(ctx: typer.Context, entries: Annotated[Optional[list[str]], typer.Argument(help="Trash entries")] = None,
+          all_: Annotated[bool, typer.Option("--all", help="Every trash entry")] = False,
+          target: TargetOpt = None, ct: CtOpt = None, yes: YesOpt = False, trust_new_host: TrustOpt = False) -> None:
+    """Delete trash entries for good (asks first)."""
+    from ..errors import InputError
+
+    _, _, _, inv = _call(ctx, target, ct, trust_new_host, "inventory")
+    names = [e["name"] for e in inv["entries"]] if all_ else list(entries or [])
+    if not names:
+        raise InputError("name the trash entries to delete, or pass --all", hint="see orch checkpoints list")
+    total = sum(e["bytes"] for e in inv["entries"] if e["name"] in names)
+    _confirm(yes, f"PERMANENTLY delete {len(names)} trash entr{'y' if len(names) == 1 else 'ies'} "
+                  f"({render.size(total)})?")
+    _, _, _, res = _call(ctx, target, ct, trust_new_host, "ckpt_purge", names=names)
+    for p in res["purged"]:
+        render.out(f"deleted {p['entry']} ({render.size(p['bytes'])})")
+
+
+def _confirm(yes: bool, question: str) -> None:
+    from ..errors import InputError
+
+    if yes:
+        return
+    if not render.interactive():
+        raise InputError("refusing without confirmation", hint="rerun with --yes, or in a terminal to be asked")
+    if not render.confirm(question):
+        raise InputError("cancelled: nothing was changed")

@@ -1,0 +1,90 @@
+"""orch experiments list|show|compare: the registry, read."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import common, render
+from .common import JsonOpt
+
+app = typer.Typer(help="The recorded experiments of this project.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_(ctx: typer.Context, as_json: JsonOpt = False,
+          target: Annotated[Optional[str], typer.Option("--target", "-t", help="Only this target")] = None,
+          limit: Annotated[int, typer.Option("--limit", help="At most this many, newest first")] = 50) -> None:
+    """Experiments, newest first."""
+    settings = common.settings(ctx)
+    with common.registry(settings) as reg:
+        rows = reg.list(target=target, limit=limit)
+    if as_json:
+        render.print_json([e.public() for e in rows])
+        return
+    if not rows:
+        render.out("no experiments yet (orch deploy starts one)")
+        return
+    render.table(None, ["id", "status", "exit", "target", "revision", "batching", "parent", "created", "message"],
+                 [[e.id, e.status, e.exit_code, e.target, e.revision[:10], e.batching.get("strategy"), e.parent,
+                   render.when(e.created), e.message] for e in rows])
+
+
+@app.command()
+def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")], as_json: JsonOpt = False) -> None:
+    """One experiment's full record: revision, command, target, batching, checkpoints, outcome."""
+    settings = common.settings(ctx)
+    with common.registry(settings) as reg:
+        exp = reg.get(exp_id)
+        metrics = reg.metrics(exp_id)
+    data = exp.public()
+    data["metrics"] = {k: v for k, v in (metrics or {}).get("summary", {}).items() if k != "_state"}
+    if as_json:
+        render.print_json(data)
+        return
+    import shlex
+
+    render.out(f"experiment {exp.id}: {exp.status}" + (f" (exit code {exp.exit_code})" if exp.exit_code is not None
+                                                        else ""))
+    for label, value in (("message", exp.message), ("target", exp.target), ("revision", exp.revision),
+                         ("git", f"{exp.git_commit or '-'}{' (dirty)' if exp.git_dirty else ''}"),
+                         ("command", shlex.join(exp.command)), ("parent", exp.parent),
+                         ("created", render.when(exp.created)), ("started", render.when(exp.started)),
+                         ("ended", render.when(exp.ended)),
+                         ("checkpoints", f"{exp.checkpoints_action or '-'}"
+                                         + (f" -> {exp.checkpoints_entry}" if exp.checkpoints_entry else "")),
+                         ("error", exp.error)):
+        if value not in (None, ""):
+            render.out(f"  {label:12} {value}")
+    render.out("  batching:")
+    for k, v in exp.batching.items():
+        if v is not None:
+            render.out(f"    {k:18} {v}")
+    if exp.batching_plan:
+        render.out("  planned (from the sample lengths):")
+        for k, v in exp.batching_plan.items():
+            render.out(f"    {k:18} {v}")
+    for k in ("node", "ct", "address", "access"):
+        if exp.target_info.get(k) is not None:
+            render.out(f"  {k:12} {exp.target_info[k]}")
+    for k, v in data["metrics"].items():
+        if v not in (None, [], {}):
+            render.out(f"  metric {k:10} {v}")
+
+
+@app.command()
+def compare(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="ID...", help="Two or more ids")],
+            as_json: JsonOpt = False) -> None:
+    """Config differences (batching first) and metrics side by side."""
+    from ..compare import compare as build
+
+    settings = common.settings(ctx)
+    with common.registry(settings) as reg:
+        result = build(reg, ids)
+    if as_json:
+        render.print_json(result)
+        return
+    head = ["", *[f"exp {i}" for i in ids]]
+    render.table("differences", head, [[r["key"], *r["values"]] for r in result["diff"]] or [["(none)"]])
+    render.table("metrics", head, [[r["metric"], *r["values"]] for r in result["metrics"]])

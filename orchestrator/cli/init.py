@@ -1,0 +1,73 @@
+"""orch init: write a commented starter orch.toml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import render
+
+TEMPLATE = '''# orch.toml: how orch deploys this project. Precedence: defaults < this file < ORCH_SECTION__KEY
+# environment variables < --set section.key=value flags.
+default_target = "local"               # used when neither --target nor --ct is given
+
+[project]
+name = "{name}"
+sources = ["train.py"]                 # files/folders (relative to this file) that make up a revision
+command = "python3 train.py"           # run from the revision's folder on the target
+env = {{ OMP_NUM_THREADS = "4" }}
+# total_steps = 10000                  # for the ETA, if the log does not print total_steps=
+
+[paths]                                # on the target
+root = "/workspace/orch"               # orch's own area: agent, revisions, runs
+checkpoints = "/workspace/checkpoints" # cleaning moves its contents to /workspace/checkpoints.trash/
+
+[batching]                             # recorded with every launch, handed to the run as ORCH_BATCHING_FILE
+strategy = "megabatch"                 # sorted | shuffle | bucketed | megabatch
+token_budget = 49152
+max_seq_len = 8192
+seed = 0
+target_efficiency = 0.99               # megabatch size chosen from the data to keep 99% of sorted's efficiency
+window = 8                             # stratified order: every 8 steps mix short and long batches
+# lengths = "data/lengths.npy"         # lets orch plan and record the padding cost of each launch
+# buckets = [0, 770, 1216, 1728, 2432, 3296, 8192]   (bucketed)
+
+[run]
+stop_timeout = 30                      # seconds after SIGINT before SIGTERM
+term_timeout = 10                      # seconds after SIGTERM before SIGKILL
+
+[trash]
+# keep = 5                             # keep at most 5 trash entries (older ones are purged)
+
+[targets.local]
+kind = "local"                         # this machine
+root = "/tmp/orch-local"
+checkpoints = "/tmp/orch-local/checkpoints"
+
+# [proxmox]
+# host = "pve1.lan"
+# token_id = "root@pam!orch"           # secret from ORCH_PROXMOX_TOKEN or token_file (mode 0600)
+# verify_ssl = "/etc/orch/pve-root-ca.pem"
+#
+# [targets.ct200]
+# kind = "proxmox"
+# ct = 200
+# access = "ssh"                       # or "pct": through the node, no sshd needed in the CT
+'''
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def init(force: Annotated[bool, typer.Option("--force", help="Overwrite an existing orch.toml")] = False,
+             name: Annotated[str, typer.Option("--name", help="Project name")] = "") -> None:
+        """Write a commented starter orch.toml in the working directory."""
+        from ..errors import InputError
+
+        path = Path.cwd() / "orch.toml"
+        if path.exists() and not force:
+            raise InputError(f"{path} already exists", hint="pass --force to overwrite it")
+        project = name or "".join(c if c.isalnum() or c in "-_" else "-" for c in Path.cwd().name) or "project"
+        path.write_text(TEMPLATE.format(name=project), encoding="utf-8")
+        render.out(f"wrote {path}")

@@ -1,0 +1,74 @@
+"""``orch``: the entry point. Sub-commands live one module per group; errors are rendered here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+
+import typer
+from typer.core import TyperGroup
+
+from ..errors import OrchError
+
+
+class OrchGroup(TyperGroup):
+    """Turns every ``OrchError`` into ``error:``/``hint:`` lines and its family's exit code."""
+
+    def invoke(self, ctx: typer.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except OrchError as exc:
+            typer.echo(f"error: {exc.message}", err=True)
+            if exc.hint:
+                typer.echo(f"hint: {exc.hint}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(cls=OrchGroup, help="Deploy, watch and compare training runs on Proxmox LXC containers.",
+                  no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@app.callback()
+def _root(ctx: typer.Context,
+          config: Annotated[Optional[Path], typer.Option("--config", help="orch.toml to use (default: the "
+                                                         "nearest one above the working directory)")] = None) -> None:
+    ctx.obj = {"config": config}
+
+
+def _register() -> None:
+    from . import checkpoints, experiments, init, run, watch
+
+    run.register(app)
+    watch.register(app)
+    init.register(app)
+    app.add_typer(experiments.app, name="experiments")
+    app.add_typer(checkpoints.app, name="checkpoints")
+    try:
+        from . import batching
+        app.add_typer(batching.app, name="batching")
+    except ImportError:
+        pass
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv if argv is not None else sys.argv[1:], prog_name="orch")
+    except OrchError as exc:  # raised outside a group's invoke (e.g. in a callback)
+        typer.echo(f"error: {exc.message}", err=True)
+        if exc.hint:
+            typer.echo(f"hint: {exc.hint}", err=True)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

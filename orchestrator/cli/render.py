@@ -1,0 +1,72 @@
+"""Output helpers: messages to stderr, results to stdout, ``--json`` prints only JSON."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from typing import Any
+
+import typer
+
+
+def say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def out(message: str = "") -> None:
+    typer.echo(message)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return _dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def size(n: float | None) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, show_lines=False)
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*["-" if v is None else str(v) for v in r])
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(t)
+
+
+def confirm(question: str) -> bool:
+    return typer.confirm(question, default=False, err=True)
+
+
+def interactive() -> bool:
+    return sys.stdin.isatty()

@@ -1,0 +1,130 @@
+"""status and logs: what a run is doing, read from the target."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from . import common, render
+from .common import CtOpt, JsonOpt, TargetOpt, TrustOpt
+
+
+def _status_dict(st: dict) -> dict:
+    exp, run = st["experiment"], st["run"] or {}
+    age = (st["now"] - run["log_mtime"]) if run.get("log_mtime") else None
+    return {"target": st["target"], "target_info": st["info"],
+            "experiment": exp.id if exp else None,
+            "state": (exp.status if exp else None), "exit_code": exp.exit_code if exp else None,
+            "revision": exp.revision if exp else None, "message": exp.message if exp else None,
+            "started": exp.started if exp else None, "last_line": run.get("last_line"),
+            "log_age_s": age, "log_bytes": run.get("log_size"), "summary": st.get("summary") or {}}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def status(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_json: JsonOpt = False,
+               watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every 2 s")] = False,
+               trust_new_host: TrustOpt = False) -> None:
+        """The target's latest experiment: state, exit code, progress and the last log line."""
+        from ..status import client_for, target_status
+        from .. import metrics_view
+
+        settings = common.settings(ctx)
+        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        client = client_for(settings, tgt)
+        try:
+            while True:
+                with common.registry(settings) as reg:
+                    st = target_status(settings, tgt, reg, client)
+                    st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"])
+                data = _status_dict(st)
+                if as_json:
+                    render.print_json(data)
+                else:
+                    if watch:
+                        sys.stdout.write("\x1b[2J\x1b[H")
+                    _print_status(data)
+                if not watch:
+                    break
+                time.sleep(2.0)
+        finally:
+            client.transport.close()
+
+    @app.command()
+    def logs(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None,
+             experiment: Annotated[Optional[int], typer.Option("--experiment", "-e", help="Experiment id "
+                                                               "(default: the target's latest)")] = None,
+             lines: Annotated[int, typer.Option("-n", "--lines", help="Start with the last N lines")] = 20,
+             follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following until the run ends, "
+                                                  "across dropped connections")] = False,
+             metrics: Annotated[bool, typer.Option("--metrics", help="Print parsed metrics instead of raw lines")]
+             = False,
+             trust_new_host: TrustOpt = False) -> None:
+        """Print a run's log; --follow keeps going until it ends (Ctrl-C stops following, not the run)."""
+        from ..errors import NotFoundError
+        from ..logs import follow as follow_log
+
+        settings = common.settings(ctx)
+        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        with common.registry(settings) as reg:
+            if experiment is None:
+                latest = reg.latest(tgt.name)
+                if latest is None:
+                    raise NotFoundError(f"no experiment on target {tgt.name}", hint="orch deploy starts one")
+                experiment = latest.id
+        write = _metrics_writer(settings) if metrics else _raw_writer()
+        try:
+            result = follow_log(settings, tgt, experiment, write=write, notice=lambda m: render.say(f"orch: {m}"),
+                                follow=follow, tail_lines=lines)
+        except KeyboardInterrupt:
+            render.say("orch: stopped following (the run goes on)")
+            raise typer.Exit(0) from None
+        if follow:
+            st = result.state
+            render.say(f"orch: experiment {experiment} {st.get('state')} (exit code {st.get('exit_code')})")
+
+
+def _raw_writer():
+    out = sys.stdout.buffer
+
+    def write(data: bytes) -> None:
+        out.write(data)
+        out.flush()
+    return write
+
+
+def _metrics_writer(settings):
+    from ..metrics import Parser
+
+    parser = Parser(settings.metrics.patterns or None)
+    buf = bytearray()
+
+    def write(data: bytes) -> None:
+        buf.extend(data)
+        *done, rest = bytes(buf).split(b"\n")
+        buf[:] = rest
+        for line in done:
+            ev = parser.parse_line(line.decode("utf-8", "replace"))
+            if ev:
+                render.out("  ".join(f"{k}={v:g}" for k, v in ev.items()))
+    return write
+
+
+def _print_status(d: dict) -> None:
+    if d["experiment"] is None:
+        render.out(f"{d['target']}: no experiment yet (orch deploy starts one)")
+        return
+    code = f" (exit code {d['exit_code']})" if d["state"] in ("crashed", "finished", "stopped", "failed") else ""
+    render.out(f"{d['target']}: experiment {d['experiment']} {d['state']}{code}, revision {d['revision']}")
+    if d.get("message"):
+        render.out(f"  message: {d['message']}")
+    s = d.get("summary") or {}
+    parts = [f"{k}={s[k]}" for k in ("step", "loss", "throughput", "eta", "spikes") if s.get(k) is not None]
+    if parts:
+        render.out("  " + "  ".join(parts))
+    for note in s.get("notes", []):
+        render.out(f"  ! {note}")
+    render.out(f"  last log line ({render.ago(d['log_age_s'])}): {d['last_line'] or '-'}")

@@ -1,0 +1,74 @@
+"""Comparing experiments: what differs in their settings (batching first), and how they ran."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from .errors import InputError
+from .experiments import Experiment, Registry
+
+
+def _flat(prefix: str, value: Any, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+
+
+def _fields(exp: Experiment) -> dict:
+    fields: dict = {}
+    _flat("batching", exp.batching, fields)
+    fields.update({"revision": exp.revision, "command": shlex.join(exp.command), "target": exp.target,
+                   "git_commit": exp.git_commit, "parent": exp.parent})
+    env = (exp.config.get("project") or {}).get("env") or {}
+    _flat("env", env, fields)
+    rest: dict = {}
+    _flat("", {k: v for k, v in exp.config.items() if k not in ("batching", "targets", "project")}, rest)
+    fields.update({f"config.{k}": v for k, v in rest.items()})
+    return fields
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def compare(registry: Registry, ids: list[int]) -> dict:
+    if len(ids) < 2:
+        raise InputError("compare needs at least two experiment ids", hint="e.g. orch experiments compare 3 4")
+    exps = [registry.get(i) for i in ids]
+    flats = [_fields(e) for e in exps]
+    keys = sorted(set().union(*flats), key=lambda k: (not k.startswith("batching."), k))
+    diff = []
+    for k in keys:
+        values = [f.get(k) for f in flats]
+        if any(v != values[0] for v in values[1:]):
+            diff.append({"key": k, "values": [_fmt(v) for v in values]})
+    from .metrics import Series, format_duration, format_rate, sparkline
+
+    rows: dict[str, list] = {m: [] for m in ("status", "median throughput", "final loss", "min loss", "spikes",
+                                             "duration", "loss trend", "planned efficiency")}
+    raw = []
+    for e in exps:
+        m = registry.metrics(e.id) or {"summary": {}, "series": {}}
+        s = m["summary"]
+        raw.append({"id": e.id, "status": e.status, "exit_code": e.exit_code, **{k: v for k, v in s.items()
+                                                                                  if k != "_state"}})
+        rows["status"].append(f"{e.status}" + (f" ({e.exit_code})" if e.exit_code not in (None, 0) else ""))
+        rows["median throughput"].append(format_rate(s["median_tok_s"]) if s.get("median_tok_s") else "-")
+        rows["final loss"].append(_fmt(s.get("loss")))
+        rows["min loss"].append(_fmt(s.get("min_loss")))
+        rows["spikes"].append(_fmt(s.get("spikes")))
+        dur = (e.ended or 0) - (e.started or 0) if e.ended and e.started else None
+        rows["duration"].append(format_duration(dur))
+        loss = Series.from_dict(m["series"]["loss"]).values() if "loss" in m["series"] else []
+        rows["loss trend"].append(sparkline(loss, 24) or "-")
+        plan = e.batching_plan or {}
+        rows["planned efficiency"].append(_fmt(plan.get("efficiency")))
+    return {"ids": ids, "diff": diff, "metrics": [{"metric": k, "values": v} for k, v in rows.items()],
+            "experiments": raw}

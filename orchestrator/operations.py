@@ -1,0 +1,257 @@
+"""Running a playbook against a target: two agent calls, recorded in the registry.
+
+Execution has two phases so that nothing changes before everything has been checked:
+
+1. **probe** (one unlocked agent call): preflight, which blobs the target lacks, what runs, what the
+   checkpoint folder holds. Then, locally: confirmation, and the experiment row (``launching``).
+2. **apply** (one agent call holding the target's lock): store blobs, assemble the revision, check the
+   checkpoint folder is safe, stop the old run, move checkpoints, shell steps, start, verify.
+
+If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .agent_client import AgentClient, Op
+from .config import Settings
+from .errors import InputError, OrchError
+from .experiments import Experiment, Registry
+from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Record, Shell, StartRun, StopRun,
+                        VerifyStarted, checkpoint_action)
+from .revisions import Revision, payload_for
+from .targets import Target
+
+
+@dataclass
+class Launch:
+    """One operation, fully resolved before any I/O: what ``--dry-run`` shows."""
+
+    settings: Settings
+    target: Target
+    book: Playbook
+    inputs: Inputs
+    revision: Revision | None = None
+    env: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    batching_plan: dict | None = None
+    inherited: dict = field(default_factory=dict)  # a restart's revision files and git facts, from its parent
+    yes: bool = False
+    confirm: Callable[[str], bool] | None = None
+    echo: Callable[[str], None] = lambda _msg: None
+
+
+@dataclass
+class Outcome:
+    experiment: Experiment | None = None
+    stopped: list = field(default_factory=list)
+    checkpoints: dict | None = None
+    pushed: dict = field(default_factory=dict)
+    shell: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+
+def command_argv(command: str | list[str]) -> list[str]:
+    if isinstance(command, list):
+        return list(command)
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise InputError(f"[project] command {command!r} cannot be split into arguments: {exc}",
+                         hint="fix the quoting, or give command as a list of strings") from None
+    if not argv:
+        raise InputError("[project] command is empty", hint="set [project] command in orch.toml")
+    return argv
+
+
+def _experiment_json(exp: Experiment) -> dict:
+    return {k: v for k, v in exp.public().items() if k not in ("config",)} | {"project": exp.project}
+
+
+def execute(launch: Launch, registry: Registry) -> Outcome:
+    book, target, inputs = launch.book, launch.target, launch.inputs
+    settings = launch.settings
+    project = settings.project.name
+    out = Outcome()
+    assert target.connect is not None
+    transport = target.connect()
+    try:
+        client = AgentClient(transport, target.root, target.python, timeout=settings.ssh.command_timeout)
+        probe = _probe(launch, client, project)
+        action = _checkpoint_action(book, inputs)
+        if action != "keep":
+            _confirm_checkpoints(launch, probe["inventory"], action)
+        exp = None
+        if book.has("record"):
+            exp = registry.create(**_record_fields(launch, probe))
+            out.experiment = exp
+        try:
+            results = _apply(launch, client, project, probe, action, exp, out)
+        except BaseException as exc:
+            if exp is not None:
+                registry.update(exp.id, status="failed", ended=time.time(), error=str(exc)[:2000])
+                out.experiment = registry.get(exp.id)
+            raise
+        _record_results(registry, results, out)
+        out.stats = {"agent_calls": client.calls, "agent_pushes": client.pushes,
+                     "connections": transport.stats.connections, "commands": transport.stats.commands,
+                     "bytes_sent": transport.stats.bytes_sent}
+        return out
+    finally:
+        transport.close()
+
+
+def _checkpoint_action(book: Playbook, inputs: Inputs) -> str:
+    steps = [s for s in book.steps if isinstance(s, Checkpoints)]
+    return checkpoint_action(steps[0], inputs) if steps else "keep"
+
+
+def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
+    book, target = launch.book, launch.target
+    ops: list[Op] = []
+    keys: list[str] = []
+    for step in book.steps:
+        if isinstance(step, Preflight) and "preflight" not in keys:
+            ops.append(Op("preflight", {"min_free_mb": step.min_free_mb}))
+            keys.append("preflight")
+    if book.has("push_revision") and launch.revision is not None and launch.revision.files:
+        hashes = sorted({f["sha256"] for f in launch.revision.files})
+        ops.append(Op("blobs_missing", {"hashes": hashes}))
+        keys.append("missing")
+    ops.append(Op("status", {"project": project, "tail": False}))
+    keys.append("status")
+    if _checkpoint_action(book, launch.inputs) != "keep":
+        ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints}))
+        keys.append("inventory")
+    values = client.call(ops, what=f"{book.name} (probe)")
+    probe = dict(zip(keys, values))
+    probe["alive"] = [r["id"] for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
+    return probe
+
+
+def _confirm_checkpoints(launch: Launch, inv: dict, action: str) -> None:
+    if not inv["files"]:
+        return
+    size_mb = inv["bytes"] / (1 << 20)
+    verb = "PERMANENTLY DELETE" if action == "purge" else "move to the trash"
+    question = (f"{verb} {inv['files']} file(s), {size_mb:.1f} MB, newest {inv['newest']}, "
+                f"from {inv['path']}?")
+    launch.echo(f"checkpoints: {inv['files']} file(s), {size_mb:.1f} MB in {inv['path']} (newest: {inv['newest']})")
+    if launch.yes:
+        return
+    if launch.confirm is None:
+        raise InputError(f"refusing to {verb.lower()} checkpoints without confirmation",
+                         hint="rerun with --yes to confirm, or in a terminal to be asked")
+    if not launch.confirm(question):
+        raise InputError("cancelled: the checkpoints were left as they are")
+
+
+def _record_fields(launch: Launch, probe: dict) -> dict:
+    inputs, target, rev = launch.inputs, launch.target, launch.revision
+    info = dict(target.info)
+    if "preflight" in probe:
+        pf = probe["preflight"]
+        info["agent"] = {k: pf.get(k) for k in ("python", "tmux", "gpus", "hostname", "free_mb")}
+    fields = {
+        "project": launch.settings.project.name, "message": inputs.message, "target": target.name,
+        "target_info": info, "revision": inputs.revision or "",
+        "revision_files": [{k: f[k] for k in ("path", "sha256", "mode", "size")} for f in rev.files] if rev else [],
+        "git_commit": rev.git_commit if rev else None, "git_dirty": rev.git_dirty if rev else None,
+        "git_diff": rev.git_diff if rev else None, "command": inputs.argv or [], "config": launch.config,
+        "batching": inputs.batching or {}, "batching_plan": launch.batching_plan, "parent": inputs.parent,
+        "checkpoints": target.checkpoints,
+    }
+    if rev is None:
+        fields.update(launch.inherited)
+    return fields
+
+
+def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, action: str,
+           exp: Experiment | None, out: Outcome) -> list[tuple[str, Any]]:
+    book, target, settings, rev = launch.book, launch.target, launch.settings, launch.revision
+    ckpt = {"path": target.checkpoints, "configured": target.checkpoints}
+    ops: list[Op] = []
+    keys: list[str] = []
+    payload = b""
+    stopping = probe["alive"] if book.has("stop_run") else []
+    if action != "keep":
+        ops.append(Op("ckpt_check", {**ckpt, "stopping": stopping}))
+        keys.append("ckpt_check")
+    for step in book.steps:
+        if isinstance(step, PushRevision) and rev is not None:
+            missing = probe.get("missing", {}).get("missing", [])
+            blobs, payload = payload_for(rev, missing)
+            out.pushed = {"files": len(rev.files), "missing": len(blobs), "bytes": len(payload)}
+            if blobs:
+                ops.append(Op("blobs_store", {"blobs": blobs}))
+                keys.append("blobs_store")
+            ops.append(Op("revision_assemble", {"revision": rev.id, "files": rev.files}))
+            keys.append("revision")
+        elif isinstance(step, PushRevision):
+            ops.append(Op("revision_assemble", {"revision": launch.inputs.revision}))
+            keys.append("revision")
+        elif isinstance(step, StopRun):
+            ops.append(Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
+                                       "term_timeout": settings.run.term_timeout}))
+            keys.append("stop")
+        elif isinstance(step, Checkpoints) and action != "keep":
+            label = f"exp{exp.id}" if exp else "manual"
+            keep, max_gb = settings.trash.keep, settings.trash.max_gb
+            ops.append(Op("ckpt_trash", {**ckpt, "label": label, "stopping": stopping, "keep": keep,
+                                         "purge": action == "purge",
+                                         "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}))
+            keys.append("trash")
+        elif isinstance(step, Shell):
+            cwd = target.root if step.cwd == "root" else f"{target.root.rstrip('/')}/revisions/{launch.inputs.revision}"
+            ops.append(Op("shell", {"argv": step.argv, "cwd": cwd, "check": step.check, "timeout": step.timeout}))
+            keys.append("shell")
+        elif isinstance(step, StartRun):
+            assert exp is not None
+            ops.append(Op("run_start", {"exp_id": exp.id, "project": project, "revision": exp.revision,
+                                        "argv": exp.command, "env": launch.env, "experiment": _experiment_json(exp),
+                                        "batching": exp.batching}))
+            keys.append("start")
+        elif isinstance(step, VerifyStarted) and exp is not None:
+            ops.append(Op("run_verify", {"exp_id": exp.id, "wait": step.wait}))
+            keys.append("verify")
+        elif isinstance(step, (Preflight, Record, Checkpoints)):
+            continue
+    if not ops:
+        return []
+    timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
+    values = client.call(ops, payload=payload, lock=settings.run.lock_timeout, what=book.name, timeout=timeout)
+    return list(zip(keys, values))
+
+
+def _record_results(registry: Registry, results: list[tuple[str, Any]], out: Outcome) -> None:
+    now = time.time()
+    for key, value in results:
+        if key == "stop":
+            for run in value["stopped"]:
+                try:
+                    registry.update(int(run["id"]), status=run["state"], exit_code=run["exit_code"], ended=now)
+                except OrchError:
+                    pass  # a run this registry never recorded
+            out.stopped = value["stopped"]
+        elif key == "trash":
+            out.checkpoints = value
+        elif key == "shell":
+            out.shell.append(value)
+        elif key == "verify" and out.experiment is not None:
+            exp = out.experiment
+            fields: dict = {"status": value["state"], "started": value.get("started") or now}
+            if value["state"] in ("finished", "crashed", "stopped"):
+                fields.update(exit_code=value["exit_code"], ended=value.get("ended") or now)
+            if out.checkpoints:
+                fields.update(checkpoints_action=out.checkpoints["action"],
+                              checkpoints_entry=out.checkpoints.get("entry_path"))
+            else:
+                fields.update(checkpoints_action="kept")
+            out.experiment = registry.update(exp.id, **fields)
+    if out.experiment is not None and out.experiment.status == "launching":
+        out.experiment = registry.update(out.experiment.id, status="running", started=now,
+                                         checkpoints_action=(out.checkpoints or {}).get("action", "kept"))

@@ -1,0 +1,106 @@
+"""Build the ``Launch`` of each operation from settings and flags, without touching the target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from . import playbooks, revisions
+from .config import Settings
+from .errors import InputError, NotFoundError
+from .experiments import Registry
+from .operations import Launch, command_argv
+from .playbooks import Inputs, Playbook
+from .targets import Target
+
+
+def registry_for(settings: Settings) -> Registry:
+    return Registry(settings.state_dir / "experiments.db")
+
+
+def resolve_batching(settings: Settings) -> tuple[dict, dict | None]:
+    """The batching table handed to the run; with declared lengths, optimized and planned first."""
+    config = settings.batching.model_dump()
+    if not settings.batching.lengths:
+        return config, None
+    from . import batching
+
+    path = Path(settings.batching.lengths)
+    if not path.is_absolute():
+        path = settings.project_dir / path
+    try:
+        lengths = batching.load_lengths(str(path))
+        resolved = batching.resolve(lengths, config)
+    except FileNotFoundError:
+        raise InputError(f"[batching] lengths file {path} does not exist",
+                         hint="fix [batching] lengths or remove it") from None
+    except ValueError as exc:
+        raise InputError(f"[batching]: {exc}", hint="check [batching] in orch.toml and the lengths file") from None
+    out = dict(config)
+    out.update(resolved["config"])
+    out["lengths"] = settings.batching.lengths
+    return out, resolved["planned"]
+
+
+def _env(settings: Settings) -> dict:
+    return dict(settings.project.env)
+
+
+def deploy(settings: Settings, target: Target, *, message: str | None, clean: bool, purge: bool, yes: bool,
+           confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
+           book: Playbook | None = None) -> Launch:
+    book = book or playbooks.load("deploy", settings.project_dir)
+    rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir)
+    batching, planned = resolve_batching(settings)
+    inputs = Inputs(operation=book.name, target=target.name, target_kind=target.spec.kind, root=target.root,
+                    checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
+                    files=len(rev.files), size=rev.size, argv=command_argv(settings.project.command),
+                    batching=batching, message=message)
+    return Launch(settings, target, book, inputs, revision=rev, env=_env(settings),
+                  config=_public_config(settings), batching_plan=planned, yes=yes, confirm=confirm, echo=echo)
+
+
+def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
+            purge: bool, yes: bool, confirm: Callable[[str], bool] | None, echo: Callable[[str], None]) -> Launch:
+    parent = registry.latest(target.name)
+    if parent is None:
+        raise NotFoundError(f"nothing to restart: no experiment on target {target.name}",
+                            hint="use orch deploy first")
+    book = playbooks.load("restart", settings.project_dir)
+    inputs = Inputs(operation=book.name, target=target.name, target_kind=target.spec.kind, root=target.root,
+                    checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge),
+                    revision=parent.revision, files=len(parent.revision_files),
+                    size=sum(f.get("size", 0) for f in parent.revision_files), argv=parent.command,
+                    batching=parent.batching, parent=parent.id, message=message or parent.message)
+    env = (parent.config.get("project") or {}).get("env") or {}
+    return Launch(settings, target, book, inputs, revision=None, env=dict(env), config=parent.config,
+                  batching_plan=parent.batching_plan, yes=yes, confirm=confirm, echo=echo,
+                  inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
+                             "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})
+
+
+def stop(settings: Settings, target: Target, *, echo: Callable[[str], None]) -> Launch:
+    book = playbooks.load("stop", settings.project_dir)
+    inputs = Inputs(operation=book.name, target=target.name, target_kind=target.spec.kind, root=target.root,
+                    checkpoints=target.checkpoints)
+    return Launch(settings, target, book, inputs, echo=echo)
+
+
+def play(settings: Settings, target: Target, path: Path, **kw) -> Launch:
+    book = playbooks.load_file(path)
+    if book.has("push_revision") or book.has("start_run"):
+        return deploy(settings, target, book=book, **kw)
+    inputs = Inputs(operation=book.name, target=target.name, target_kind=target.spec.kind, root=target.root,
+                    checkpoints=target.checkpoints,
+                    checkpoint_action=_action(kw.get("clean", False), kw.get("purge", False)))
+    return Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),
+                  echo=kw.get("echo", lambda _m: None))
+
+
+def _action(clean: bool, purge: bool) -> str:
+    return "purge" if purge else ("move" if clean else "keep")
+
+
+def _public_config(settings: Settings) -> dict:
+    """The fully resolved settings as recorded; secrets are never settings, so this is safe to store."""
+    return settings.model_dump(mode="json")

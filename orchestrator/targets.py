@@ -1,0 +1,124 @@
+"""Target name or CT id -> how to reach it (local, ssh, proxmox+ssh, proxmox+pct).
+
+``resolve_target`` is pure apart from the Proxmox lookup a ``--ct`` needs; it returns a ``Target``
+whose ``connect()`` makes a fresh transport, so a log follower can reconnect after a dropped link.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .config import Settings, TargetSection
+from .errors import InputError, TargetError
+from .transport.base import Transport
+
+
+@dataclass
+class Target:
+    name: str
+    spec: TargetSection
+    root: str
+    checkpoints: str
+    python: str
+    info: dict = field(default_factory=dict)
+    connect: Callable[[], Transport] | None = None
+
+
+def _home(path: str | None) -> str | None:
+    return os.path.expanduser(path) if path else None
+
+
+def target_spec(settings: Settings, name: str | None = None, ct: int | None = None) -> tuple[str, TargetSection]:
+    """Which configured target the flags name (no network)."""
+    if name and ct is not None:
+        raise InputError("give either --target or --ct, not both")
+    if ct is not None:
+        matches = [(n, t) for n, t in settings.targets.items() if t.kind == "proxmox" and t.ct == ct]
+        if matches:
+            return matches[0]
+        if settings.proxmox is None:
+            raise InputError(f"no target has ct = {ct} and orch.toml has no [proxmox] section",
+                             hint="add a [proxmox] section (host, token_id) or a [targets.NAME] with kind = "
+                                  "\"proxmox\" and ct = " + str(ct))
+        defaults = settings.targets.get("default")
+        base = defaults.model_dump() if defaults and defaults.kind == "proxmox" else {}
+        base.update(kind="proxmox", ct=ct)
+        return f"ct{ct}", TargetSection.model_validate(base)
+    name = name or settings.default_target
+    if name not in settings.targets:
+        raise InputError(f"unknown target {name!r}", hint="configured targets: " + ", ".join(sorted(settings.targets)))
+    return name, settings.targets[name]
+
+
+def _ssh_kwargs(settings: Settings) -> dict:
+    s = settings.ssh
+    kw: dict = {"connect_timeout": s.connect_timeout, "command_timeout": s.command_timeout,
+                "keepalive": s.keepalive, "connect_retries": s.connect_retries}
+    if s.config_file:
+        kw["ssh_config_file"] = _home(s.config_file)
+    if s.known_hosts is not None:
+        kw["known_hosts_files"] = [_home(p) for p in s.known_hosts]
+    if s.trust_file:
+        kw["trust_file"] = _home(s.trust_file)
+    return kw
+
+
+def resolve_target(settings: Settings, name: str | None = None, ct: int | None = None, *,
+                   trust_new_host: bool = False, start: bool = False,
+                   confirm: Callable[[str], bool] | None = None) -> Target:
+    tname, spec = target_spec(settings, name, ct)
+    root = spec.root or settings.paths.root
+    ckpt = spec.checkpoints or settings.paths.checkpoints
+    target = Target(tname, spec, root, ckpt, spec.python, {"kind": spec.kind})
+    if spec.kind == "local":
+        from .transport.local import LocalTransport
+
+        target.connect = LocalTransport
+        return target
+    ssh_kw = _ssh_kwargs(settings)
+    identity = _home(spec.identity_file or settings.ssh.identity_file)
+    if spec.kind == "ssh":
+        host = spec.host or ""
+        target.info.update(host=host, port=spec.port, user=spec.user)
+        target.connect = lambda: _ssh(host, spec.port, spec.user, identity, trust_new_host, ssh_kw)
+        return target
+    # proxmox: find the CT through the API, then reach it straight or through its node
+    from . import proxmox
+
+    px = settings.proxmox
+    if px is None:
+        raise InputError(f"target {tname!r} is a Proxmox CT but orch.toml has no [proxmox] section",
+                         hint="add [proxmox] host = \"...\" and token_id = \"user@realm!name\"")
+    token = proxmox.load_token(px.token_id, token_file=_home(px.token_file))
+    client = proxmox.ProxmoxClient(px.host, port=px.port, token_id=px.token_id, token_secret=token,
+                                   verify_ssl=_home(px.verify_ssl) if isinstance(px.verify_ssl, str)
+                                   else px.verify_ssl, timeout=px.timeout)
+    info = proxmox.resolve_ct(client, int(spec.ct or 0), start=start, interactive_confirm=confirm,
+                              start_timeout=px.start_timeout,
+                              need_address=spec.access == "ssh" and not spec.address)
+    target.info.update(ct=info.vmid, node=info.node, name=info.name, access=spec.access,
+                       started=info.started, ct_config=info.config_summary)
+    if spec.access == "pct":
+        from .transport.pct import PctTransport
+
+        node_host = px.node_ssh.host or info.node
+        target.info.update(node_ssh=f"{px.node_ssh.user}@{node_host}")
+        vmid = info.vmid
+        target.connect = lambda: PctTransport(
+            _ssh(node_host, px.node_ssh.port, px.node_ssh.user, identity, trust_new_host, ssh_kw), vmid)
+        return target
+    address = spec.address or info.address
+    if not address:
+        raise TargetError(f"CT {spec.ct} has no address orch can use",
+                          hint="set address = \"...\" on the target, or use access = \"pct\"")
+    target.info.update(address=address)
+    target.connect = lambda: _ssh(address, spec.port, spec.user or "root", identity, trust_new_host, ssh_kw)
+    return target
+
+
+def _ssh(host: str, port: int | None, user: str | None, identity: str | None, trust: bool, kw: dict) -> Transport:
+    from .transport.ssh import SshTransport
+
+    return SshTransport(host, port=port, user=user, identity_file=identity, trust_new_host=trust, **kw)

@@ -1,0 +1,79 @@
+"""A CT reached through its Proxmox node: ``pct exec <vmid> -- argv`` over SSH to the node.
+
+Works when the container has no sshd at all. stdin, stdout, stderr and the exit code pass
+straight through; pct's own failures (exit 255 with one of its known messages) become
+``TransportError`` so that they are never mistaken for the command's result.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import TransportError
+from .base import Result, Transport
+
+# Reads stdin into a temp file beside the target, then renames it over; $1 = path, $2 = octal mode.
+# A constant: user values only ever arrive as positional arguments.
+PUT_SCRIPT = r"""set -eu
+dir=$(dirname -- "$1")
+mkdir -p -- "$dir"
+tmp=$(mktemp -- "$dir/.orch-put-XXXXXX")
+trap 'rm -f -- "$tmp"' EXIT
+cat > "$tmp"
+sync -- "$tmp" 2>/dev/null || true
+chmod -- "$2" "$tmp"
+mv -f -- "$tmp" "$1"
+trap - EXIT
+"""
+
+_PCT_FAILURES = [
+    (re.compile(r"container '(\d+)' not running!"),
+     "CT {vmid} on {node} is not running",
+     "start it (pct start {vmid} on the node, or through the Proxmox API) and retry"),
+    (re.compile(r"Configuration file '([^']*)' does not exist"),
+     "CT {vmid} does not exist on {node} ({detail})",
+     "check the vmid; after a migration the CT lives on another node (see /cluster/resources)"),
+    (re.compile(r"Unknown option: .*|400 .*|unable to parse option"),
+     "pct on {node} refused the command line: {detail}",
+     "this is a bug in orch's pct invocation; please report it with the command"),
+    (re.compile(r"(?:bash: |sh: )?(?:line \d+: )?pct: (?:command )?not found"),
+     "pct is not installed on {node}",
+     "point the target at a Proxmox VE node, or reach the CT over SSH directly"),
+]
+
+
+class PctTransport(Transport):
+    """Runs commands in CT ``vmid`` through ``node`` (any ``Transport`` to the node, usually SSH)."""
+
+    def __init__(self, node: Transport, vmid: int) -> None:
+        super().__init__()
+        self.node = node
+        self.vmid = int(vmid)
+        self.description = f"CT {self.vmid} via {node.description}"
+        self.stats = node.stats
+
+    def run(self, argv: list[str], *, input: bytes | None = None, timeout: float | None = None) -> Result:
+        result = self.node.run(["pct", "exec", str(self.vmid), "--", *argv], input=input, timeout=timeout)
+        self._check_pct(result)
+        return Result(list(argv), result.exit_code, result.stdout, result.stderr)
+
+    def _check_pct(self, result: Result) -> None:
+        """A 255/127 whose stderr is one of pct's own messages is pct failing, not the command."""
+        if result.exit_code not in (255, 127):
+            return
+        text = result.stderr.decode("utf-8", "replace").strip()
+        last = text.splitlines()[0] if text else ""
+        for pattern, message, hint in _PCT_FAILURES:
+            match = pattern.search(last)
+            if match and (result.exit_code == 255 or "pct" in last):
+                fields = {"vmid": self.vmid, "node": self.node.description, "detail": last}
+                raise TransportError(message.format(**fields), hint=hint.format(**fields))
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        result = self.run(["sh", "-c", PUT_SCRIPT, "sh", path, format(mode, "o")], input=data)
+        if not result.ok:
+            raise TransportError(f"cannot write {path} in {self.description}: {result.tail(3) or 'exit ' + str(result.exit_code)}",
+                                 hint="check the permissions and free space inside the CT")
+
+    def close(self) -> None:
+        self.node.close()
