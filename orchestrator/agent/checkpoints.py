@@ -45,10 +45,11 @@ def check_path(layout: Layout, path: str, configured: str, stopping: list | None
     if real != norm:
         raise AgentFailure("safety", f"{norm} resolves through a symlink to {real}",
                            f"set [paths] checkpoints to the real folder {real} if that is what you mean")
-    for owned in (layout.root,):
-        if norm == owned or owned.startswith(norm + "/") or norm.startswith(owned + "/"):
-            raise AgentFailure("safety", f"the checkpoint folder {norm} overlaps orch's own folder {owned}",
-                               "keep checkpoints outside [paths] root")
+    owned = (layout.blobs, layout.revisions, layout.runs, os.path.join(layout.root, "agent"))
+    if norm == layout.root or layout.root.startswith(norm + "/") or \
+            any(norm == o or norm.startswith(o + "/") for o in owned):
+        raise AgentFailure("safety", f"the checkpoint folder {norm} overlaps orch's own folders under {layout.root}",
+                           "use a folder of its own, e.g. <root>/checkpoints or /workspace/checkpoints")
     if busy_check:
         stopping = set(stopping or [])
         for run in alive_runs(layout):
