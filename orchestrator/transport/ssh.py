@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import posixpath
 import shlex
@@ -32,6 +33,7 @@ DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.config/orch/known_hosts")
 DEFAULT_TRUST_FILE = "~/.config/orch/known_hosts"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 _CHUNK = 1 << 16
+_NULL_HANDLER = logging.NullHandler()
 
 
 def fingerprint(key_blob: bytes) -> str:
@@ -166,6 +168,9 @@ class SshTransport(Transport):
 
     def _new_connection(self) -> Any:
         from fabric import Config, Connection
+
+        # paramiko logs every failed handshake with a traceback; our errors already say it all.
+        logging.getLogger("paramiko").addHandler(_NULL_HANDLER)
 
         try:
             config = Config(runtime_ssh_path=os.path.expanduser(self.ssh_config_file)) if self.ssh_config_file else Config()
@@ -320,13 +325,21 @@ class SshTransport(Transport):
         return Result(list(argv), code, bytes(out), bytes(err))
 
     def _exchange(self, chan: Any, data: bytes, limit: float | None, argv: list[str]) -> tuple[bytearray, bytearray, int]:
-        """Feed stdin and drain stdout/stderr concurrently so neither side can block the other."""
+        """Feed stdin and drain stdout/stderr concurrently so neither side can block the other.
+
+        While the command is silent, keepalive requests probe the server (like OpenSSH's
+        ServerAliveInterval with ServerAliveCountMax=3), so a peer that vanished without closing
+        the TCP connection is noticed instead of waited on forever.
+        """
         out, err = bytearray(), bytearray()
+        heard = [time.monotonic()]
+        transport = chan.get_transport()
 
         def drain(recv: Any, buf: bytearray) -> None:
             try:
                 while chunk := recv(_CHUNK):
                     buf.extend(chunk)
+                    heard[0] = time.monotonic()
             except Exception:
                 return
 
@@ -335,27 +348,47 @@ class SshTransport(Transport):
                 view = memoryview(data)
                 for start in range(0, len(view), _CHUNK):
                     chan.sendall(view[start:start + _CHUNK])
+                    heard[0] = time.monotonic()
                 chan.shutdown_write()
             except Exception:
                 return
 
-        threads = [threading.Thread(target=drain, args=(chan.recv, out), daemon=True),
-                   threading.Thread(target=drain, args=(chan.recv_stderr, err), daemon=True),
-                   threading.Thread(target=feed, daemon=True)]
-        for thread in threads:
+        def probe() -> None:
+            transport.global_request("keepalive@openssh.com", wait=True)
+            if transport.is_active():
+                heard[0] = time.monotonic()
+
+        readers = [threading.Thread(target=drain, args=(chan.recv, out), daemon=True),
+                   threading.Thread(target=drain, args=(chan.recv_stderr, err), daemon=True)]
+        for thread in [*readers, threading.Thread(target=feed, daemon=True)]:
             thread.start()
         deadline = None if limit is None else time.monotonic() + limit
-        for thread in threads[:2]:
-            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        finished = not any(t.is_alive() for t in threads[:2]) and chan.status_event.wait(
-            None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if not finished:
-            chan.close()
-            raise TransportTimeout(
-                f"{argv[0]} did not finish within {limit:g} s on {self.description}",
-                hint="it may still be running there; raise the timeout if the target is just slow")
+        prober: threading.Thread | None = None
+        while not (chan.status_event.is_set() and not any(t.is_alive() for t in readers)):
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                chan.close()
+                raise TransportTimeout(
+                    f"{argv[0]} did not finish within {limit:g} s on {self.description}",
+                    hint="it may still be running there; raise the timeout if the target is just slow")
+            silent = now - heard[0]
+            if self.keepalive and silent > 4 * self.keepalive:
+                self._drop()
+                raise TransportError(
+                    f"connection to {self.description} lost while {argv[0]} ran (no answer to keepalives "
+                    f"for {silent:.0f} s); the command may or may not have run",
+                    hint="check the target's state before running it again")
+            if self.keepalive and silent > self.keepalive and (prober is None or not prober.is_alive()):
+                prober = threading.Thread(target=probe, daemon=True)
+                prober.start()
+            wait = 0.25 if deadline is None else max(0.0, min(0.25, deadline - now))
+            if chan.status_event.is_set():
+                for thread in readers:
+                    thread.join(wait)
+            else:
+                chan.status_event.wait(wait)
         code = chan.recv_exit_status()
-        alive = chan.get_transport() is not None and chan.get_transport().is_active()
+        alive = transport is not None and transport.is_active()
         chan.close()
         if code == -1 and not alive:
             self._drop()
@@ -382,7 +415,7 @@ class SshTransport(Transport):
             sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, path)
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            if conn.transport is None or not conn.transport.is_active():
+            if isinstance(exc, TimeoutError) or conn.transport is None or not conn.transport.is_active():
                 self._drop()
                 raise TransportError(f"connection to {self.description} lost while writing {path}",
                                      hint="check the target and rerun; the file was not replaced") from exc

@@ -198,6 +198,18 @@ def test_command_timeout_raises_and_the_connection_stays_usable(testbed, ct200):
         assert t.stats.connections == 1
 
 
+def test_container_frozen_mid_command_is_detected_by_keepalives(testbed, ct200):
+    with ssh_to(testbed, ct200.address, keepalive=1) as t:
+        assert t.run(["true"]).ok
+        threading.Timer(0.5, testbed.freeze, args=(200,)).start()
+        begin = time.monotonic()
+        with pytest.raises(TransportError, match="may or may not have run") as info:
+            t.run(["sleep", "60"])
+        elapsed = time.monotonic() - begin
+    print(f"frozen mid-command: lost after {elapsed:.2f} s")
+    assert not isinstance(info.value, TransportTimeout) and 4 <= elapsed < 8
+
+
 def test_proxy_killed_mid_transfer_is_a_transport_error(testbed, ct200):
     proxy = testbed.proxy(ct200.address, 22)
     known = Path(testbed.known_hosts_path).parent / "known_hosts_proxy"
