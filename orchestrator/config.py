@@ -51,6 +51,14 @@ class ProjectSection(_Section):
                 raise ValueError(f"{s!r} must be a path inside the project folder")
         return v
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: object) -> object:
+        if isinstance(v, dict):  # numbers and booleans from TOML or --set become the strings a process sees
+            return {k: (str(x).lower() if isinstance(x, bool) else str(x))
+                    if isinstance(x, (int, float, bool)) else x for k, x in v.items()}
+        return v
+
     @field_validator("command")
     @classmethod
     def _command(cls, v: str | list[str]) -> str | list[str]:

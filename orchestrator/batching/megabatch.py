@@ -16,8 +16,8 @@ import numpy as np
 from . import pack
 from .strategies import BUILDERS
 
-#: (seed, epoch) of the builds a candidate M is judged on; it must reach the target on each.
-EVAL_SEEDS = ((1_000_003, 0), (1_000_003, 1))
+#: (seed, epoch) of the builds a candidate M is judged on.
+EVAL_SEEDS = ((1_000_003, 0), (1_000_003, 1), (1_000_003, 2))
 
 
 def padded_tokens(length: np.ndarray, order: np.ndarray, cuts: np.ndarray) -> int:
@@ -33,14 +33,16 @@ def sorted_efficiency(length: np.ndarray, cfg: dict) -> float:
 
 
 def megabatch_efficiency(length: np.ndarray, cfg: dict, m: int) -> float:
-    """The worst padding efficiency of megabatch size ``m`` over the evaluation builds."""
+    """A cautious padding efficiency of megabatch size ``m``: the worst evaluation build less the
+    spread between builds, so that other seeds stay above it too (the spread is ~1e-5 at 900K
+    samples, ~1e-3 at 5K)."""
     real = float(length.sum())
     trial = {**cfg, "megabatch": m}
-    worst = 1.0
+    seen = []
     for seed in EVAL_SEEDS:
         order, cuts = BUILDERS["megabatch"](length, trial, np.random.default_rng(seed))
-        worst = min(worst, real / padded_tokens(length, order, cuts))
-    return worst
+        seen.append(real / padded_tokens(length, order, cuts))
+    return 2 * min(seen) - max(seen)
 
 
 def smallest(ok, hi: int) -> int:

@@ -1,0 +1,265 @@
+"""``orch batching``: compare batching strategies on a dataset's lengths and optimize buckets.
+
+Defaults come from the ``[batching]`` table of orch.toml; flags override them. Library errors
+(``ValueError`` from ``orchestrator.batching``) become ``InputError`` here, the one place that
+knows about both. numpy, rich tables and matplotlib are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated, Optional
+
+import typer
+
+from orchestrator.errors import InputError
+
+app = typer.Typer(help="Plan batching under a token budget: predict throughput and freshness before launch.",
+                  no_args_is_help=True)
+
+LENGTHS_HINT = ("give a .npy of integers, a text file with one integer per line, or JSONL with a length field"
+                " (--field)")
+
+
+def _load_settings(config_path: Path | None):
+    """orch's settings; the fallback below stands in until ``orchestrator.config`` exists."""
+    try:
+        from orchestrator.config import load_settings
+    except ImportError:
+        return _fallback_settings(config_path)
+    return load_settings(config_path)
+
+
+def _fallback_settings(config_path: Path | None):
+    """Read ``[batching]`` from ``config_path`` or the first orch.toml up from the cwd (tomllib)."""
+    import tomllib
+
+    path = config_path
+    if path is None:
+        for folder in (Path.cwd(), *Path.cwd().parents):
+            if (folder / "orch.toml").is_file():
+                path = folder / "orch.toml"
+                break
+    table: dict = {}
+    if path is not None:
+        try:
+            table = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("batching", {})
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise InputError(f"cannot read {path}: {exc}", "fix the file or pass --config PATH") from None
+    return SimpleNamespace(batching=SimpleNamespace(model_dump=lambda: dict(table)),
+                           config_path=Path(path) if path else None,
+                           project_dir=Path(path).parent if path else Path.cwd())
+
+
+def _config(settings, **flags) -> dict:
+    from orchestrator.batching import normalize
+
+    raw = dict(settings.batching.model_dump())
+    raw.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return normalize(raw)
+    except ValueError as exc:
+        raise InputError(str(exc), "fix [batching] in orch.toml or the flag (see `orch batching plan --help`)") from None
+
+
+def _lengths_path(given: Path | None, cfg: dict, settings) -> Path:
+    if given is not None:
+        return given
+    if cfg.get("lengths"):
+        path = Path(cfg["lengths"]).expanduser()
+        return path if path.is_absolute() else Path(settings.project_dir) / path
+    raise InputError("no lengths file given", "pass --lengths FILE or set [batching] lengths in orch.toml")
+
+
+def _load(path: Path, field: str | None):
+    from orchestrator.batching import load_lengths
+
+    try:
+        return load_lengths(path, field)
+    except ValueError as exc:
+        raise InputError(str(exc), LENGTHS_HINT) from None
+
+
+def _library_call(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as exc:
+        hint = "set [batching] overlong = \"truncate\" or \"drop\"" if "max_seq_len" in str(exc) else \
+            "check the lengths file and [batching] in orch.toml"
+        raise InputError(str(exc), hint) from None
+
+
+@app.command()
+def plan(
+    lengths: Annotated[Optional[Path], typer.Option("--lengths", help="Sample lengths: .npy, JSONL or one integer per line.")] = None,
+    field: Annotated[Optional[str], typer.Option("--field", help="JSONL field holding the length (default: length).")] = None,
+    token_budget: Annotated[Optional[int], typer.Option("--token-budget", help="Padded tokens per batch, n * max_len.")] = None,
+    max_seq_len: Annotated[Optional[int], typer.Option("--max-seq-len", help="Longest sample a batch may hold.")] = None,
+    window: Annotated[Optional[int], typer.Option("--window", help="G: micro-batches per optimizer step (1 = random order).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")] = False,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG: length histogram and efficiency vs freshness.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="orch.toml to read (default: found from the cwd up).")] = None,
+) -> None:
+    """Compare every strategy on your lengths before launch, and recommend one."""
+    from orchestrator import batching
+
+    settings = _load_settings(config)
+    cfg = _config(settings, token_budget=token_budget, max_seq_len=max_seq_len, window=window)
+    path = _lengths_path(lengths, cfg, settings)
+    started = time.perf_counter()
+    values = _load(path, field)
+    load_ms = (time.perf_counter() - started) * 1000
+    rows = _library_call(batching.plan, values, cfg)
+    plan_ms = (time.perf_counter() - started) * 1000 - load_ms
+    overlong = _library_call(batching.resolve, values, {**cfg, "strategy": "sorted"})["planned"]["overlong"]
+    if plot is not None:
+        _plot(plot, values, rows, cfg)
+    if as_json:
+        typer.echo(json.dumps({
+            "lengths": str(path), "samples": int(len(values)), "config": cfg, "overlong": overlong,
+            "rows": rows, "recommended": next(r["name"] for r in rows if r["recommended"]),
+            "load_ms": load_ms, "plan_ms": plan_ms,
+        }, default=float))
+        return
+    _render(rows, cfg, path, len(values), overlong, load_ms + plan_ms, plot)
+
+
+def _render(rows, cfg, path, samples, overlong, total_ms, plot) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1),
+                  title=f"{path.name}: {samples:,} samples, budget {cfg['token_budget']:,}, "
+                        f"max_seq_len {cfg['max_seq_len']:,}, G={cfg['window']}")
+    table.add_column("strategy", overflow="fold")
+    for header, width in (("eff", 5), ("vs sorted", 9), ("D1", 7), ("D2", 5), ("S&L", 4), ("batches", 7), ("ms", 4)):
+        table.add_column(header, justify="right", no_wrap=True, width=width)
+    for r in rows:
+        name = ("* " if r["recommended"] else "  ") + r["name"] + (" [cfg]" if r["configured"] else "")
+        table.add_row(name, f"{r['efficiency']:.3f}", f"{r['throughput_vs_sorted']:.1%}", _pct(r["d1"]),
+                      f"{r['d2']:.3f}", f"{r['s_and_l']:.0%}", f"{r['batches']:,}", f"{r['build_ms']:.0f}",
+                      style="bold" if r["recommended"] else None)
+    console = Console(highlight=False)
+    console.print(table, markup=False)
+    best = next(r for r in rows if r["recommended"])
+    chosen = best["config"]
+    setting = {"megabatch": f", megabatch = {chosen['megabatch']}",
+               "bucketed": f", buckets = {chosen['buckets']}"}.get(chosen["strategy"], "")
+    console.print(f"* recommended: {best['name']}: {best['throughput_vs_sorted']:.1%} of sorted throughput, "
+                  f"D1 {_pct(best['d1'])}, S&L {best['s_and_l']:.0%}. In orch.toml: [batching] "
+                  f"strategy = \"{chosen['strategy']}\"{setting}", markup=False)
+    console.print("vs sorted: throughput predicted from padding; D1: co-batched pairs meeting again next epoch "
+                  "(lower is fresher); D2/S&L: length mix per window of G steps; [cfg]: what orch.toml runs",
+                  style="dim", markup=False)
+    if overlong["overlong"]:
+        console.print(f"overlong: {overlong['overlong']:,} samples > max_seq_len ({overlong['policy']}: "
+                      f"{overlong['truncated']:,} truncated, {overlong['dropped']:,} dropped)", markup=False)
+    if plot is not None:
+        console.print(f"plot written to {plot}", markup=False)
+    console.print(f"planned in {total_ms / 1000:.1f} s", style="dim")
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}" if x >= 0.01 else f"{x:.3%}"
+
+
+def _plot(path: Path, values, rows, cfg) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("--plot needs matplotlib, which is not installed", "pip install 'orch[plot]'") from None
+    import numpy as np
+
+    lens = np.minimum(np.asarray(values), cfg["max_seq_len"])
+    fig, (hist, scatter) = plt.subplots(1, 2, figsize=(13, 4.8))
+    hist.hist(lens, bins=min(200, max(10, int(np.sqrt(len(lens))))), color="#8aa", log=True)
+    styles = {True: ("#c33", "optimized"), False: ("#36c", "configured")}
+    for r in rows:
+        if r["strategy"] == "bucketed":
+            colour, label = styles["optimized" in r["name"]]
+            for i, b in enumerate(r["config"]["buckets"][1:-1]):
+                hist.axvline(b, color=colour, lw=1, ls="--", label=f"{label} boundaries" if i == 0 else None)
+    hist.set(title="sample lengths (tokens)", xlabel="length", ylabel="samples")
+    if hist.get_legend_handles_labels()[0]:
+        hist.legend()
+    for r in rows:
+        marker = "*" if r["recommended"] else "o"
+        scatter.scatter(max(r["d1"], 1e-6), r["throughput_vs_sorted"], s=140 if r["recommended"] else 50, marker=marker)
+        scatter.annotate(r["name"], (max(r["d1"], 1e-6), r["throughput_vs_sorted"]), fontsize=7,
+                         xytext=(4, 4), textcoords="offset points")
+    scatter.axhline(cfg["target_efficiency"], color="#999", ls=":", lw=1)
+    scatter.set(xscale="log", title="throughput vs freshness (lower D1 = fresher)",
+                xlabel="D1: co-batched pairs that meet again next epoch", ylabel="throughput vs sorted (from padding)")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc}", "choose a writable path for --plot") from None
+    finally:
+        plt.close(fig)
+
+
+@app.command()
+def optimize(
+    buckets: Annotated[int, typer.Option("--buckets", min=1, help="K: number of buckets.")],
+    lengths: Annotated[Optional[Path], typer.Option("--lengths", help="Sample lengths (default: [batching] lengths).")] = None,
+    field: Annotated[Optional[str], typer.Option("--field", help="JSONL field holding the length.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="orch.toml to read and write.")] = None,
+    write: Annotated[bool, typer.Option("--write/--no-write", help="Write [batching] buckets into orch.toml.")] = True,
+) -> None:
+    """Find the K bucket boundaries with the least padding (exact DP) and store them in orch.toml."""
+    from orchestrator.batching import optimal_boundaries, padded_cost, quantile_boundaries
+    from orchestrator.batching.strategies import prepare
+
+    settings = _load_settings(config)
+    cfg = _config(settings)
+    path = _lengths_path(lengths, cfg, settings)
+    values = _load(path, field)
+    prepared = _library_call(prepare, values, cfg)
+    bounds = _library_call(optimal_boundaries, prepared.length, buckets, cfg["max_seq_len"])
+    real = int(prepared.length.sum())
+    best = real / padded_cost(prepared.length, bounds)
+    baseline = real / padded_cost(prepared.length, quantile_boundaries(prepared.length, buckets, cfg["max_seq_len"]))
+    typer.echo(f"buckets = {bounds}")
+    typer.echo(f"padding efficiency {best:.3f} (equal-count quantiles: {baseline:.3f})")
+    if not write:
+        return
+    target = settings.config_path
+    if target is None:
+        raise InputError("no orch.toml to write the buckets into", "pass --config PATH, or --no-write to only print them")
+    _write_buckets(Path(target), bounds)
+    typer.echo(f"wrote [batching] buckets to {target}")
+    if cfg["strategy"] != "bucketed":
+        typer.echo(f"note: strategy is {cfg['strategy']!r}; buckets are used with strategy = \"bucketed\"")
+
+
+def _write_buckets(path: Path, bounds: list[int]) -> None:
+    """Set ``[batching] buckets`` keeping the rest of the file (comments included); atomic rename."""
+    import tomlkit
+
+    try:
+        document = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
+    except (OSError, tomlkit.exceptions.TOMLKitError) as exc:
+        raise InputError(f"cannot read {path}: {exc}", "fix the file or pass --config PATH") from None
+    if "batching" not in document:
+        document["batching"] = tomlkit.table()
+    document["batching"]["buckets"] = bounds
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(tomlkit.dumps(document))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

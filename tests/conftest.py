@@ -1,0 +1,118 @@
+"""Fixtures shared by every test: a real project folder for the tinylm example on the local target.
+
+Each test gets its own orch root (so its own private tmux server, named after the root) and its own
+registry; the tmux server is killed afterwards, so no run outlives its test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "tinylm"
+
+CONFIG = """\
+default_target = "local"
+
+[project]
+name = "tinylm"
+sources = ["train.py"]
+command = "python3 train.py"
+env = {{ OMP_NUM_THREADS = "1", TINYLM_STEPS = "{steps}", TINYLM_CKPT_EVERY = "{ckpt_every}", TINYLM_SLEEP = "{sleep}", TINYLM_SAMPLES = "600" }}
+
+[paths]
+root = "{root}"
+checkpoints = "{root}/checkpoints"
+
+[batching]
+strategy = "megabatch"
+token_budget = 4096
+max_seq_len = 512
+seed = 0
+
+[run]
+stop_timeout = 5
+term_timeout = 3
+lock_timeout = {lock_timeout}
+
+[targets.local]
+kind = "local"
+root = "{root}"
+checkpoints = "{root}/checkpoints"
+"""
+
+
+def tmux_socket(root: str) -> str:
+    return "orch-" + hashlib.sha256(os.path.normpath(root).encode()).hexdigest()[:8]
+
+
+class Project:
+    """A project folder with orch.toml and train.py, and helpers to run the real CLI on it."""
+
+    def __init__(self, path: Path, root: Path) -> None:
+        self.path, self.root = path, root
+
+    def configure(self, steps: int = 40, ckpt_every: int = 10, sleep: float = 0.0, lock_timeout: float = 10,
+                  extra: str = "") -> None:
+        text = CONFIG.format(steps=steps, ckpt_every=ckpt_every, sleep=sleep, root=self.root,
+                             lock_timeout=lock_timeout)
+        (self.path / "orch.toml").write_text(text + extra)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    def cli(self, *args: str, input: str | None = None):
+        """The CLI in-process through typer's CliRunner, from the project folder."""
+        from typer.testing import CliRunner
+
+        from orchestrator.cli.main import app
+
+        old = os.getcwd()
+        os.chdir(self.path)
+        try:
+            return CliRunner().invoke(app, list(args), input=input, prog_name="orch")
+        finally:
+            os.chdir(old)
+
+    def run(self, *args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+        """The CLI as a real subprocess (``python -m orchestrator.cli.main``)."""
+        full_env = dict(os.environ, **(env or {}))
+        return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], cwd=self.path,
+                              capture_output=True, text=True, timeout=timeout, env=full_env)
+
+    def registry(self):
+        from orchestrator.experiments import Registry
+
+        return Registry(self.path / ".orch" / "experiments.db")
+
+
+@pytest.fixture
+def project(tmp_path: Path):
+    path = tmp_path / "proj"
+    path.mkdir()
+    shutil.copy(EXAMPLE / "train.py", path / "train.py")
+    root = tmp_path / "target"
+    proj = Project(path, root)
+    proj.configure()
+    yield proj
+    subprocess.run(["tmux", "-L", tmux_socket(str(root)), "kill-server"], capture_output=True)
+
+
+def snapshot(*folders: Path) -> dict[str, bytes]:
+    """Every file under the folders with its content, to prove an operation changed nothing."""
+    out: dict[str, bytes] = {}
+    for folder in folders:
+        if not folder.exists():
+            continue
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and not p.name.endswith(("-wal", "-shm")):
+                out[str(p)] = p.read_bytes()
+    return out
