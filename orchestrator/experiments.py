@@ -107,9 +107,18 @@ class Registry:
             raise OrchError(f"cannot open the experiment registry {self.path}: {exc}",
                             hint="check that the project folder is writable") from exc
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        deadline = time.monotonic() + 30.0
+        while True:  # switching to WAL and migrating need a moment of exclusivity: another orch may hold it
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self._migrate()
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise OrchError(f"cannot open the experiment registry {self.path}: {exc}",
+                                    hint="another orch process may be stuck holding it; retry") from exc
+                time.sleep(0.05)
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]

@@ -124,6 +124,10 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         keys.append("missing")
     ops.append(Op("status", {"project": project, "tail": False}))
     keys.append("status")
+    if book.has("start_run"):  # a run gets ORCH_CHECKPOINT_DIR: refuse an unsafe one before anything
+        ops.append(Op("ckpt_check", {"path": target.checkpoints, "configured": target.checkpoints,
+                                     "busy_check": False}))
+        keys.append("ckpt_safe")
     if _checkpoint_action(book, launch.inputs) != "keep":
         ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints}))
         keys.append("inventory")

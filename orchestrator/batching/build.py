@@ -41,10 +41,12 @@ def complete(prepared: Prepared, cfg: dict, timings: dict | None = None) -> dict
     """``cfg`` with bucket boundaries / megabatch size chosen from the data where it left them to it."""
     out = dict(cfg)
     started = time.perf_counter()
-    if out["strategy"] == "bucketed" and out["buckets"] is None:
+    if len(prepared.length) == 0:  # nothing to choose from; an empty epoch has no batches
+        pass
+    elif out["strategy"] == "bucketed" and out["buckets"] is None:
         key = ("buckets", _digest(prepared.length), out["num_buckets"], out["max_seq_len"])
         out["buckets"] = list(_cached(key, lambda: optimal_boundaries(prepared.length, out["num_buckets"], out["max_seq_len"])))
-    if out["strategy"] == "megabatch" and out["megabatch"] is None:
+    elif out["strategy"] == "megabatch" and out["megabatch"] is None:
         key = ("megabatch", _digest(prepared.length), out["token_budget"], out["max_seq_len"], out["target_efficiency"])
         out["megabatch"] = _cached(key, lambda: choose_megabatch(prepared.length, out))
     if timings is not None:

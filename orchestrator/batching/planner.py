@@ -57,14 +57,14 @@ def _variants(cfg: dict) -> list[tuple[str, dict, bool]]:
     rows = [("sorted", {"strategy": "sorted"}, strategy == "sorted"),
             ("shuffle", {"strategy": "shuffle"}, strategy == "shuffle")]
     if cfg["buckets"] is not None:
-        rows.append((f"bucketed K={len(cfg['buckets']) - 1} (configured)", {"strategy": "bucketed"},
+        rows.append((f"bucketed K={len(cfg['buckets']) - 1} given", {"strategy": "bucketed"},
                      strategy == "bucketed"))
-    rows.append((f"bucketed K={cfg['num_buckets']} (optimized)", {"strategy": "bucketed", "buckets": None},
+    rows.append((f"bucketed K={cfg['num_buckets']} optimized", {"strategy": "bucketed", "buckets": None},
                  strategy == "bucketed" and cfg["buckets"] is None))
     fixed = cfg["megabatch"] or HF_MEGABATCH
-    rows.append((f"megabatch M={fixed}" + ("" if cfg["megabatch"] else " (HF)"), {"strategy": "megabatch", "megabatch": fixed},
+    rows.append((f"megabatch M={fixed}" + ("" if cfg["megabatch"] else " HF"), {"strategy": "megabatch", "megabatch": fixed},
                  strategy == "megabatch" and cfg["megabatch"] is not None))
-    rows.append(("megabatch M=auto (default)", {"strategy": "megabatch", "megabatch": None},
+    rows.append(("megabatch M=auto auto", {"strategy": "megabatch", "megabatch": None},
                  strategy == "megabatch" and cfg["megabatch"] is None))
     return rows
 
@@ -88,7 +88,7 @@ def plan(lengths, config=None, window: int | None = None) -> list[dict]:
         resolved = complete(prepared, row_cfg, timings)
         measured = _measure(prepared, lengths, resolved, reference)
         rows.append({
-            "name": name.replace("auto", str(resolved["megabatch"])),
+            "name": name.replace("M=auto", f"M={resolved['megabatch']}"),
             "strategy": resolved["strategy"],
             "order": f"stratified G={cfg['window']}" if cfg["window"] > 1 else "random",
             **{key: measured[key] for key in PLANNED_KEYS},

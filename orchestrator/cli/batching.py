@@ -130,32 +130,32 @@ def plan(
 
 
 def _render(rows, cfg, path, samples, overlong, total_ms, plot) -> None:
-    from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1),
+    table = Table(box=None, title_justify="left", padding=(0, 1, 0, 0), pad_edge=False, header_style="bold underline",
                   title=f"{path.name}: {samples:,} samples, budget {cfg['token_budget']:,}, "
                         f"max_seq_len {cfg['max_seq_len']:,}, G={cfg['window']}")
-    table.add_column("strategy", overflow="fold")
-    for header, width in (("eff", 5), ("vs sorted", 9), ("D1", 7), ("D2", 5), ("S&L", 4), ("batches", 7), ("ms", 4)):
-        table.add_column(header, justify="right", no_wrap=True, width=width)
+    table.add_column("strategy", no_wrap=True)
+    for header in ("eff", "vs\nsorted", "D1", "D2", "S&L", "batches\n/epoch", "build\nms", ""):
+        table.add_column(header, justify="right" if header else "left", no_wrap=True)
     for r in rows:
-        name = ("* " if r["recommended"] else "  ") + r["name"] + (" [cfg]" if r["configured"] else "")
-        table.add_row(name, f"{r['efficiency']:.3f}", f"{r['throughput_vs_sorted']:.1%}", _pct(r["d1"]),
-                      f"{r['d2']:.3f}", f"{r['s_and_l']:.0%}", f"{r['batches']:,}", f"{r['build_ms']:.0f}",
-                      style="bold" if r["recommended"] else None)
+        note = ", ".join(word for word, on in (("best", r["recommended"]), ("cfg", r["configured"])) if on)
+        cells = (r["name"], f"{r['efficiency']:.3f}", f"{r['throughput_vs_sorted']:.1%}", _pct(r["d1"]),
+                 f"{r['d2']:.3f}", f"{r['s_and_l']:.0%}", f"{r['batches']:,}", f"{r['build_ms']:.0f}", note)
+        table.add_row(*(Text(c) for c in cells), style="bold" if r["recommended"] else None)
     console = Console(highlight=False)
     console.print(table, markup=False)
     best = next(r for r in rows if r["recommended"])
     chosen = best["config"]
     setting = {"megabatch": f", megabatch = {chosen['megabatch']}",
                "bucketed": f", buckets = {chosen['buckets']}"}.get(chosen["strategy"], "")
-    console.print(f"* recommended: {best['name']}: {best['throughput_vs_sorted']:.1%} of sorted throughput, "
+    console.print(f"best: {best['name']}: {best['throughput_vs_sorted']:.1%} of sorted throughput, "
                   f"D1 {_pct(best['d1'])}, S&L {best['s_and_l']:.0%}. In orch.toml: [batching] "
                   f"strategy = \"{chosen['strategy']}\"{setting}", markup=False)
     console.print("vs sorted: throughput predicted from padding; D1: co-batched pairs meeting again next epoch "
-                  "(lower is fresher); D2/S&L: length mix per window of G steps; [cfg]: what orch.toml runs",
+                  "(lower is fresher); D2, S&L: length mix per window of G steps; cfg: what orch.toml runs now",
                   style="dim", markup=False)
     if overlong["overlong"]:
         console.print(f"overlong: {overlong['overlong']:,} samples > max_seq_len ({overlong['policy']}: "

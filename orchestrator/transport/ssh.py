@@ -220,6 +220,8 @@ class SshTransport(Transport):
         where = f"{conn.host}:{conn.port}"
         begin = time.monotonic()
         try:
+            if not conn.gateway:
+                conn.connect_kwargs["sock"] = self._socket(conn.host, conn.port)
             conn.open()
         except paramiko.BadHostKeyException as exc:
             self._changed_host(conn, exc)
@@ -240,7 +242,8 @@ class SshTransport(Transport):
                                  hint="check the name or use an IP address") from exc
         except OSError as exc:
             raise _Retryable(TransportError(f"cannot connect to {where}: {exc.strerror or exc}",
-                                            hint="check that the target is up and reachable")) from exc
+                                            hint="check that the target is running, reachable, and that "
+                                                 "sshd listens on that port")) from exc
         except paramiko.SSHException as exc:
             # paramiko reports a banner/kex timeout in several ways (sometimes only as "No existing
             # session" when its thread loses the race), so the time spent is the reliable signal.
@@ -252,6 +255,13 @@ class SshTransport(Transport):
         except EOFError as exc:
             raise _Retryable(TransportError(f"{where} closed the connection during the SSH handshake",
                                             hint="check the target's sshd (MaxStartups, logs)")) from exc
+
+    def _socket(self, host: str, port: int) -> socket.socket:
+        """The TCP connection, with Nagle off: SSH requests are small and sent back to back, and
+        with Nagle each round trip waits ~40 ms for a delayed ACK."""
+        sock = socket.create_connection((host, port), timeout=self._timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
     def _timed_out(self, where: str, what: str) -> TransportTimeout:
         return TransportTimeout(
