@@ -145,12 +145,6 @@ class SshTransport(Transport):
                 try:
                     self._open(conn)
                     break
-                except TransportTimeout:
-                    conn.close()
-                    raise
-                except HostKeyError:
-                    conn.close()
-                    raise
                 except _Retryable as exc:
                     conn.close()
                     if attempt >= self.connect_retries:
@@ -224,7 +218,8 @@ class SshTransport(Transport):
                 conn.connect_kwargs["sock"] = self._socket(conn.host, conn.port)
             conn.open()
         except paramiko.BadHostKeyException as exc:
-            self._changed_host(conn, exc)
+            name = known_hosts_name(conn.host, conn.port)
+            raise self._changed(name, exc.key, find_known_entries(self.known_hosts_files, name)) from exc
         except paramiko.AuthenticationException as exc:
             raise TransportError(
                 f"{conn.user}@{where} refused every key offered ({exc})",
@@ -271,19 +266,12 @@ class SshTransport(Transport):
 
     def _unknown_host(self, client: Any, name: str, key: Any) -> None:
         """Called by paramiko for a key not in known_hosts: refuse, or record it with --trust-new-host."""
-        fp = fingerprint(key.asbytes())
         known = find_known_entries(self.known_hosts_files, name)
         if known:
-            first = known[0]
-            raise HostKeyError(
-                f"host key for {name} CHANGED: it now offers a {key.get_name()} key {fp}, but "
-                f"{first.file} line {first.line} lists a {first.key_type} key for it",
-                hint=f"if the host was really reinstalled, remove that line (ssh-keygen -R '{name}' -f "
-                     f"{first.file}) and verify the new key; otherwise someone may be intercepting the "
-                     "connection (--trust-new-host never overrides a changed key)")
+            raise self._changed(name, key, known)
         if not self.trust_new_host:
             raise HostKeyError(
-                f"unknown host key for {name}: {key.get_name()} {fp}",
+                f"unknown host key for {name}: {key.get_name()} {fingerprint(key.asbytes())}",
                 hint="verify this fingerprint with the host's owner (ssh-keygen -lf on the host), then rerun "
                      "with --trust-new-host to record it, or add it with ssh-keyscan / one ssh login")
         self._record(name, key)
@@ -297,16 +285,15 @@ class SshTransport(Transport):
             fh.write(f"{name} {key.get_name()} {key.get_base64()}\n")
         os.chmod(self.trust_file, 0o600)
 
-    def _changed_host(self, conn: Any, exc: Any) -> None:
-        name = known_hosts_name(conn.host, conn.port)
-        known = find_known_entries(self.known_hosts_files, name)
-        where = f"{known[0].file} line {known[0].line}" if known else "a known_hosts file"
-        fix = f"remove that line (ssh-keygen -R '{name}' -f {known[0].file})" if known else "remove the old entry"
-        raise HostKeyError(
-            f"host key for {name} CHANGED: it now offers {exc.key.get_name()} {fingerprint(exc.key.asbytes())}, "
-            f"but {where} expects {fingerprint(exc.expected_key.asbytes())}",
-            hint=f"if the host was really reinstalled, {fix} and verify the new key; otherwise someone "
-                 "may be intercepting the connection (--trust-new-host never overrides a changed key)")
+    def _changed(self, name: str, key: Any, known: list[KnownEntry]) -> HostKeyError:
+        """A changed key is refused always, --trust-new-host or not, naming the line to fix."""
+        first = known[0] if known else KnownEntry("a known_hosts file", 0, "different")
+        return HostKeyError(
+            f"host key for {name} CHANGED: it now offers {key.get_name()} {fingerprint(key.asbytes())}, but "
+            f"{first.file} line {first.line} lists a {first.key_type} key for it",
+            hint=f"if the host was really reinstalled, remove that line (ssh-keygen -R '{name}' -f {first.file}) "
+                 "and verify the new key; otherwise someone may be intercepting the connection "
+                 "(--trust-new-host never overrides a changed key)")
 
     def _drop(self) -> None:
         conn, self._conn, self._sftp = self._conn, None, None

@@ -9,6 +9,7 @@ Set ``ORCH_TESTBED_REQUIRED=1`` (CI does) to turn "LXC cannot run here" from a s
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -130,7 +131,7 @@ class Testbed:
     def teardown(self) -> None:
         """Stop everything; every step runs, and the first failure is raised afterwards."""
         errors: list[BaseException] = []
-        steps = [lambda: self.api and self.api.stop(), self.heal_quietly, self.node.stop]
+        steps = [lambda: self.api and self.api.stop(), self.heal_quietly, self.node.remove]
         steps += [ct.destroy for ct in self.cts.values()]
         steps += [lxc.remove_bridge]
         for step in steps:
@@ -155,22 +156,36 @@ def _unavailable(reason: str) -> None:
     pytest.skip(message)
 
 
+_shared: dict[str, Any] = {"bed": None, "users": 0}
+
+
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[Testbed]:
-    problem = lxc.lxc_problem()
-    if problem:
-        _unavailable(problem)
-    with tempfile.TemporaryDirectory(prefix="orch-testbed-") as tmp:
-        bed = Testbed(Path(tmp))
+    """The running testbed. Shared per process even if another conftest imports this fixture,
+    because two testbeds would fight over the same fixed container and bridge names."""
+    if _shared["bed"] is None:
+        problem = lxc.lxc_problem()
+        if problem:
+            _unavailable(problem)
+        bed = Testbed(Path(tempfile.mkdtemp(prefix="orch-testbed-")))
         try:
             bed.setup()
         except TestbedError as exc:
             try:
                 bed.teardown()
             finally:
+                shutil.rmtree(bed.workdir, ignore_errors=True)
                 _unavailable(str(exc))
-        yield bed
-        bed.teardown()
+        _shared["bed"] = bed
+    _shared["users"] += 1
+    yield _shared["bed"]
+    _shared["users"] -= 1
+    if _shared["users"] == 0:
+        bed, _shared["bed"] = _shared["bed"], None
+        try:
+            bed.teardown()
+        finally:
+            shutil.rmtree(bed.workdir, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

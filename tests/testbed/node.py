@@ -77,6 +77,11 @@ class Node:
         wait_port(self.address, self.port, 10)
         return time.monotonic() - begin
 
+    def remove(self) -> None:
+        """Stop it and delete its state folder."""
+        self.stop()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
     def stop(self) -> None:
         """Stop the sshd named in the pid file (only that process), if it runs."""
         try:
