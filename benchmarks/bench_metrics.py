@@ -4,7 +4,7 @@ Generates a 1M-line log (metric lines in three formats mixed with plain noise li
 each parser configuration against a bare ``line.split()`` loop measured in the same run. Prints a
 table; asserts nothing about wall time.
 
-    python benchmarks/bench_metrics.py [--lines 1000000]
+    PYTHONPATH=. python benchmarks/bench_metrics.py [--lines 1000000]
 """
 
 from __future__ import annotations
