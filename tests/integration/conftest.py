@@ -8,8 +8,8 @@ Set ``ORCH_TESTBED_REQUIRED=1`` (CI does) to turn "LXC cannot run here" from a s
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -156,7 +156,7 @@ def _unavailable(reason: str) -> None:
     pytest.skip(message)
 
 
-_shared: dict[str, Any] = {"bed": None, "users": 0}
+_shared: dict[str, Any] = {"bed": None, "stack": None, "users": 0}
 
 
 @pytest.fixture(scope="session")
@@ -167,25 +167,26 @@ def testbed() -> Iterator[Testbed]:
         problem = lxc.lxc_problem()
         if problem:
             _unavailable(problem)
-        bed = Testbed(Path(tempfile.mkdtemp(prefix="orch-testbed-")))
+        stack = contextlib.ExitStack()
+        stack.enter_context(lxc.session_lock())
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="orch-testbed-")))
         try:
+            bed = Testbed(workdir)
+            stack.callback(bed.teardown)
             bed.setup()
         except TestbedError as exc:
             try:
-                bed.teardown()
+                stack.close()
             finally:
-                shutil.rmtree(bed.workdir, ignore_errors=True)
                 _unavailable(str(exc))
-        _shared["bed"] = bed
+        _shared.update(bed=bed, stack=stack)
     _shared["users"] += 1
     yield _shared["bed"]
     _shared["users"] -= 1
     if _shared["users"] == 0:
-        bed, _shared["bed"] = _shared["bed"], None
-        try:
-            bed.teardown()
-        finally:
-            shutil.rmtree(bed.workdir, ignore_errors=True)
+        stack = _shared["stack"]
+        _shared.update(bed=None, stack=None)
+        stack.close()
 
 
 @pytest.fixture(autouse=True)

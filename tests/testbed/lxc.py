@@ -7,6 +7,8 @@ base, so creating or resetting one costs a fraction of a second.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -15,6 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 BRIDGE = "pvetest0"
 BRIDGE_ADDRESS = "10.77.0.1"
@@ -44,6 +47,26 @@ def sh(*argv: str, check: bool = True, input: bytes | None = None, timeout: floa
     if check and proc.returncode != 0:
         raise TestbedError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
     return proc
+
+
+@contextlib.contextmanager
+def session_lock(path: Path = Path("/run/orch-testbed.lock"), timeout: float = 1200) -> Iterator[None]:
+    """Hold the testbed for this process: the names are fixed, so two test sessions at once would
+    destroy each other's containers. A second session waits for the first instead."""
+    with open(path, "w") as fh:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TestbedError(f"another test session held {path} for {timeout:g} s")
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def recipe_digest() -> str:
