@@ -325,3 +325,25 @@ def test_node_pct_semantics(testbed, ct201):
         assert pushed.exit_code == 255 and b"can only push files to a running CT" in pushed.stderr
         assert node.run(["pct", "start", "201"]).ok
         node.run(["rm", "-f", "/tmp/orch-pct-src", "/tmp/orch-pct-dst"])
+
+
+# -- the testbed's Proxmox API stand-in ---------------------------------------------------------------
+
+
+def test_api_stand_in_reports_the_real_containers(testbed, ct201):
+    import requests
+
+    api = testbed.api
+    def get(path: str) -> object:
+        headers = {"Authorization": f"PVEAPIToken={api.token_id}={api.token_secret}"}
+        response = requests.get(f"{api.base_url}{path}", headers=headers, verify=api.cert_path, timeout=5)
+        return response.json()["data"]
+
+    def status(vmid: int) -> str:
+        return get(f"/nodes/{testbed.node.name}/lxc/{vmid}/status/current")["status"]
+
+    resources = get("/cluster/resources?type=vm")
+    assert {(r["vmid"], r["node"]) for r in resources if r["type"] == "lxc"} >= {(200, "pve1"), (201, "pve1")}
+    assert status(201) == "running"
+    testbed.stop(201)
+    assert status(201) == "stopped"
