@@ -67,8 +67,11 @@ def window_mixing(lengths: np.ndarray, batches, window: int) -> tuple[float, flo
 
     # KS distance per window: both CDFs are step functions, so the supremum is reached at a window
     # length (after its run of equal lengths) or just before one (before the run).
-    order = np.lexsort((lens, win))
-    lens, win = lens[order], win[order]
+    # Sort by (window, length) as one packed key; lengths are the weights, so nothing else moves.
+    span = int(lens.max()) + 1
+    key = win.astype(np.int64) * span + lens
+    key.sort()
+    win, lens = np.divmod(key, span)
     weight = lens.astype(np.float64)
     cum = np.cumsum(weight)
     starts = np.flatnonzero(np.r_[True, win[1:] != win[:-1]])

@@ -1,23 +1,22 @@
 """``orch batching``: compare batching strategies on a dataset's lengths and optimize buckets.
 
-Defaults come from the ``[batching]`` table of orch.toml; flags override them. Library errors
+Defaults come from the ``[batching]`` table of orch.toml (``load_settings``); flags override them. Library errors
 (``ValueError`` from ``orchestrator.batching``) become ``InputError`` here, the one place that
 knows about both. numpy, rich tables and matplotlib are imported inside the commands.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Annotated, Optional
 
 import typer
 
-from orchestrator.errors import InputError
+from ..errors import InputError
+from .render import print_json
 
 app = typer.Typer(help="Plan batching under a token budget: predict throughput and freshness before launch.",
                   no_args_is_help=True)
@@ -26,38 +25,15 @@ LENGTHS_HINT = ("give a .npy of integers, a text file with one integer per line,
                 " (--field)")
 
 
-def _load_settings(config_path: Path | None):
-    """orch's settings; the fallback below stands in until ``orchestrator.config`` exists."""
-    try:
-        from orchestrator.config import load_settings
-    except ImportError:
-        return _fallback_settings(config_path)
-    return load_settings(config_path)
+def _settings(ctx: typer.Context, config: Path | None):
+    """orch's settings: this command's --config, else orch's global --config, else the nearest orch.toml."""
+    from ..config import load_settings
 
-
-def _fallback_settings(config_path: Path | None):
-    """Read ``[batching]`` from ``config_path`` or the first orch.toml up from the cwd (tomllib)."""
-    import tomllib
-
-    path = config_path
-    if path is None:
-        for folder in (Path.cwd(), *Path.cwd().parents):
-            if (folder / "orch.toml").is_file():
-                path = folder / "orch.toml"
-                break
-    table: dict = {}
-    if path is not None:
-        try:
-            table = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("batching", {})
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise InputError(f"cannot read {path}: {exc}", "fix the file or pass --config PATH") from None
-    return SimpleNamespace(batching=SimpleNamespace(model_dump=lambda: dict(table)),
-                           config_path=Path(path) if path else None,
-                           project_dir=Path(path).parent if path else Path.cwd())
+    return load_settings(config or (ctx.obj or {}).get("config"))
 
 
 def _config(settings, **flags) -> dict:
-    from orchestrator.batching import normalize
+    from ..batching import normalize
 
     raw = dict(settings.batching.model_dump())
     raw.update({k: v for k, v in flags.items() if v is not None})
@@ -77,7 +53,7 @@ def _lengths_path(given: Path | None, cfg: dict, settings) -> Path:
 
 
 def _load(path: Path, field: str | None):
-    from orchestrator.batching import load_lengths
+    from ..batching import load_lengths
 
     try:
         return load_lengths(path, field)
@@ -96,6 +72,7 @@ def _library_call(fn, *args, **kwargs):
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     lengths: Annotated[Optional[Path], typer.Option("--lengths", help="Sample lengths: .npy, JSONL or one integer per line.")] = None,
     field: Annotated[Optional[str], typer.Option("--field", help="JSONL field holding the length (default: length).")] = None,
     token_budget: Annotated[Optional[int], typer.Option("--token-budget", help="Padded tokens per batch, n * max_len.")] = None,
@@ -106,9 +83,9 @@ def plan(
     config: Annotated[Optional[Path], typer.Option("--config", help="orch.toml to read (default: found from the cwd up).")] = None,
 ) -> None:
     """Compare every strategy on your lengths before launch, and recommend one."""
-    from orchestrator import batching
+    from .. import batching
 
-    settings = _load_settings(config)
+    settings = _settings(ctx, config)
     cfg = _config(settings, token_budget=token_budget, max_seq_len=max_seq_len, window=window)
     path = _lengths_path(lengths, cfg, settings)
     started = time.perf_counter()
@@ -120,11 +97,11 @@ def plan(
     if plot is not None:
         _plot(plot, values, rows, cfg)
     if as_json:
-        typer.echo(json.dumps({
+        print_json({
             "lengths": str(path), "samples": int(len(values)), "config": cfg, "overlong": overlong,
             "rows": rows, "recommended": next(r["name"] for r in rows if r["recommended"]),
             "load_ms": load_ms, "plan_ms": plan_ms,
-        }, default=float))
+        })
         return
     _render(rows, cfg, path, len(values), overlong, load_ms + plan_ms, plot)
 
@@ -210,6 +187,7 @@ def _plot(path: Path, values, rows, cfg) -> None:
 
 @app.command()
 def optimize(
+    ctx: typer.Context,
     buckets: Annotated[int, typer.Option("--buckets", min=1, help="K: number of buckets.")],
     lengths: Annotated[Optional[Path], typer.Option("--lengths", help="Sample lengths (default: [batching] lengths).")] = None,
     field: Annotated[Optional[str], typer.Option("--field", help="JSONL field holding the length.")] = None,
@@ -217,10 +195,10 @@ def optimize(
     write: Annotated[bool, typer.Option("--write/--no-write", help="Write [batching] buckets into orch.toml.")] = True,
 ) -> None:
     """Find the K bucket boundaries with the least padding (exact DP) and store them in orch.toml."""
-    from orchestrator.batching import optimal_boundaries, padded_cost, quantile_boundaries
-    from orchestrator.batching.strategies import prepare
+    from ..batching import optimal_boundaries, padded_cost, quantile_boundaries
+    from ..batching.strategies import prepare
 
-    settings = _load_settings(config)
+    settings = _settings(ctx, config)
     cfg = _config(settings)
     path = _lengths_path(lengths, cfg, settings)
     values = _load(path, field)
