@@ -83,7 +83,7 @@ def bench(name: str, raw: np.ndarray, quick: bool) -> dict:
     over = prepared.overlong["overlong"]
     print(f"\n{name}: {len(raw):,} samples, median {int(np.median(raw))}, mean {raw.mean():.0f}, "
           f"{over:,} truncated at {CAP} ({over / len(raw):.1%}), sorted-greedy efficiency {reference:.4f}")
-    print(f"  {"strategy":38s} {'vs(a)':>6s} {'fill':>6s} {'D1':>7s} {'D2':>6s} {'S&L':>6s} {'batches':>8s} {'build ms':>8s}")
+    print(f"  {'strategy':38s} {'vs(a)':>6s} {'fill':>6s} {'D1':>7s} {'D2':>6s} {'S&L':>6s} {'batches':>8s} {'build ms':>8s}")
 
     build_module._CACHE.clear()
     started = time.perf_counter()

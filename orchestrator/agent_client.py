@@ -29,7 +29,7 @@ _ZIP_CACHE: dict[str, tuple[str, bytes]] = {}
 
 def _package_files() -> list[tuple[str, Path]]:
     """(name in zip, file) for everything the agent zip carries, in a fixed order."""
-    import libtmux
+    import importlib.util
 
     pkg = Path(__file__).resolve().parent
     out = [("orchestrator/__init__.py", pkg / "__init__.py")]
@@ -38,7 +38,9 @@ def _package_files() -> list[tuple[str, Path]]:
         if folder.is_dir():
             for path in sorted(folder.rglob("*.py")):
                 out.append((f"orchestrator/{path.relative_to(folder.parent).as_posix()}", path))
-    tmux_dir = Path(libtmux.__file__).resolve().parent
+    spec = importlib.util.find_spec("libtmux")  # its location only: importing it costs ~50 ms
+    assert spec is not None and spec.origin, "libtmux is a dependency of orch"
+    tmux_dir = Path(spec.origin).resolve().parent
     for path in sorted(tmux_dir.rglob("*.py")):
         rel = path.relative_to(tmux_dir.parent).as_posix()
         if "/test" not in rel and "pytest_plugin" not in rel:
@@ -83,6 +85,7 @@ class AgentClient:
         self.agent_path = f"{root.rstrip('/')}/agent/agent-{digest}.pyz"
         self.calls = 0
         self.pushes = 0
+        self.timings: dict[str, float] = {}  # ms spent in each op on the target, for benchmarks
 
     def push_agent(self) -> None:
         _, data = agent_zip()
@@ -109,9 +112,10 @@ class AgentClient:
         if "fatal" in envelope:
             raise _error(envelope["fatal"])
         values = []
-        for item in envelope.get("results", []):
+        for op, item in zip(ops, envelope.get("results", [])):
             if not item.get("ok"):
                 raise _error(item["error"])
+            self.timings[op.name] = self.timings.get(op.name, 0.0) + item.get("ms", 0.0)
             values.append(item["value"])
         return values
 

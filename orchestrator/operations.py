@@ -99,7 +99,7 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
         _record_results(registry, results, out)
         out.stats = {"agent_calls": client.calls, "agent_pushes": client.pushes,
                      "connections": transport.stats.connections, "commands": transport.stats.commands,
-                     "bytes_sent": transport.stats.bytes_sent}
+                     "bytes_sent": transport.stats.bytes_sent, "agent_ms": client.timings}
         return out
     finally:
         transport.close()

@@ -7,6 +7,7 @@ whose ``connect()`` makes a fresh transport, so a log follower can reconnect aft
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -74,6 +75,9 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
     target = Target(tname, spec, root, ckpt, spec.python, {"kind": spec.kind})
     if spec.kind == "local":
         from .transport.local import LocalTransport
+
+        if spec.python == "python3":  # this interpreter: no PATH lookup through version-manager shims
+            target.python = sys.executable
 
         target.connect = LocalTransport
         return target

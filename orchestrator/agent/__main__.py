@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 
 from . import checkpoints, logs, revisions, runs, system
@@ -78,6 +79,7 @@ def handle(request: dict, payload: bytes) -> dict:
 
     def run_all() -> None:
         for item in ops:
+            started = time.monotonic()
             try:
                 value = _dispatch(layout, item["op"], item.get("args", {}), payload)
             except AgentFailure as exc:
@@ -91,7 +93,7 @@ def handle(request: dict, payload: bytes) -> dict:
                 results.append({"ok": False, "error": {"kind": "agent", "hint": "check permissions and disk space",
                                                        "message": f"{item['op']}: {exc}"}})
                 return
-            results.append({"ok": True, "value": value})
+            results.append({"ok": True, "value": value, "ms": round((time.monotonic() - started) * 1000, 1)})
 
     if request.get("lock") is not None:
         layout.ensure()

@@ -1,5 +1,8 @@
 # The zipapp's top-level __main__: kept parseable by old interpreters so they get a clear error.
+import os
+import shutil
 import sys
+import zipfile
 
 if sys.version_info < (3, 10):
     sys.stdout.write("\n@@ORCH-ENVELOPE@@{\"v\": 1, \"fatal\": {\"kind\": \"agent\", \"message\": "
@@ -7,6 +10,22 @@ if sys.version_info < (3, 10):
                      "\"install a newer python3 there or set the target's python = '/path/to/python3.10+'\"}}"
                      "@@END@@\n" % sys.version_info[:2])
     sys.exit(3)
+
+# Unpack once beside the zip (temp + rename) so Python can cache bytecode: imports from a zip are
+# compiled again on every call, which would cost every agent call a few hundred milliseconds.
+_zip = os.path.abspath(sys.argv[0])
+_dir = _zip[:-4] + ".d" if _zip.endswith(".pyz") else None
+if _dir is not None:
+    if not os.path.isdir(_dir):
+        _tmp = "%s.tmp-%d" % (_dir, os.getpid())
+        try:
+            with zipfile.ZipFile(_zip) as _zf:
+                _zf.extractall(_tmp)
+            os.rename(_tmp, _dir)
+        except OSError:
+            shutil.rmtree(_tmp, ignore_errors=True)
+    if os.path.isdir(_dir):
+        sys.path[0] = _dir
 
 from orchestrator.agent.__main__ import main  # noqa: E402
 

@@ -155,7 +155,9 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     run_env.update(ORCH_EXPERIMENT_ID=str(exp_id), ORCH_RUN_DIR=run_dir,
                    ORCH_CHECKPOINT_DIR=str(experiment.get("checkpoints", "")),
                    ORCH_BATCHING_FILE=batching_file, ORCH_REVISION=revision, PYTHONUNBUFFERED="1")
-    run_env["PYTHONPATH"] = os.pathsep.join(p for p in (agent_path, os.environ.get("PYTHONPATH", "")) if p)
+    unpacked = agent_path[:-4] + ".d" if agent_path.endswith(".pyz") else agent_path
+    lib = unpacked if os.path.isdir(unpacked) else agent_path  # orchestrator.batching for training scripts
+    run_env["PYTHONPATH"] = os.pathsep.join(p for p in (lib, os.environ.get("PYTHONPATH", "")) if p)
     if experiment.get("checkpoints"):
         os.makedirs(experiment["checkpoints"], exist_ok=True)
     write_json(os.path.join(run_dir, "experiment.json"), experiment)
@@ -163,12 +165,23 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                {"argv": list(argv), "cwd": rev_dir, "env": run_env, "created": time.time()})
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(project)
-    if server.has_session(name):
-        server.kill_session(name)  # only dead runs can be left in it: alive_runs() was empty
+    _kill_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
     server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
                        start_directory=rev_dir, window_command=command)
     return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}
+
+
+def _kill_session(server, name: str) -> None:
+    """Kill a session if it exists; it may end by itself meanwhile (its pane's command exited)."""
+    from libtmux.exc import LibTmuxException
+
+    try:
+        if server.has_session(name):
+            server.kill_session(name)
+    except LibTmuxException:
+        if server.has_session(name):
+            raise
 
 
 def supervise(run_dir: str) -> int:
@@ -247,9 +260,7 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
         stopped.append({"id": final["id"], "state": final["state"], "exit_code": final["exit_code"],
                         "signals": sent})
     if project is not None and not alive_runs(layout, project):
-        server = libtmux.Server(socket_name=socket_name(layout))
-        if server.has_session(session_name(project)):
-            server.kill_session(session_name(project))
+        _kill_session(libtmux.Server(socket_name=socket_name(layout)), session_name(project))
     return {"stopped": stopped}
 
 

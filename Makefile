@@ -1,0 +1,44 @@
+# The two commands a new user types: `make demo` and `make test`. Both set everything up first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+ORCH := $(CURDIR)/$(BIN)/orch
+DEMO := examples/tinylm
+
+.PHONY: setup system demo test test-fast bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+system:
+	@./.ci/system-packages
+
+setup: system $(BIN)/.installed
+
+demo: setup
+	cd $(DEMO) && $(ORCH) deploy -m "demo: megabatch batching"
+	cd $(DEMO) && $(ORCH) status
+	cd $(DEMO) && (timeout -s INT 8 $(ORCH) logs --follow -n 5 || true)
+	cd $(DEMO) && $(ORCH) restart --clean-checkpoints --yes -m "demo: restarted with clean checkpoints"
+	cd $(DEMO) && sleep 3 && $(ORCH) status
+	cd $(DEMO) && $(ORCH) checkpoints list
+	cd $(DEMO) && $(ORCH) experiments list
+	cd $(DEMO) && $(ORCH) stop
+
+test: setup
+	$(BIN)/pytest -q
+
+test-fast: setup
+	$(BIN)/pytest -q -m "not testbed"
+
+bench: setup
+	$(BIN)/python benchmarks/bench_startup.py
+	$(BIN)/python benchmarks/bench_deploy_local.py
+	$(BIN)/python benchmarks/bench_batching.py --quick
+	$(BIN)/python benchmarks/bench_metrics.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache
