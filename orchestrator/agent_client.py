@@ -119,8 +119,8 @@ class AgentClient:
             values.append(item["value"])
         return values
 
-    def one(self, name: str, **args: Any) -> Any:
-        return self.call([Op(name, args)])[0]
+    def one(self, op: str, /, **args: Any) -> Any:
+        return self.call([Op(op, args)])[0]
 
     @staticmethod
     def _agent_missing(result: Any) -> bool:

@@ -84,6 +84,7 @@ def plan(
 ) -> None:
     """Compare every strategy on your lengths before launch, and recommend one."""
     from .. import batching
+    from ..batching.strategies import prepare
 
     settings = _settings(ctx, config)
     cfg = _config(settings, token_budget=token_budget, max_seq_len=max_seq_len, window=window)
@@ -91,9 +92,9 @@ def plan(
     started = time.perf_counter()
     values = _load(path, field)
     load_ms = (time.perf_counter() - started) * 1000
+    overlong = _library_call(prepare, values, cfg).overlong
     rows = _library_call(batching.plan, values, cfg)
     plan_ms = (time.perf_counter() - started) * 1000 - load_ms
-    overlong = _library_call(batching.resolve, values, {**cfg, "strategy": "sorted"})["planned"]["overlong"]
     if plot is not None:
         _plot(plot, values, rows, cfg)
     if as_json:
@@ -134,6 +135,10 @@ def _render(rows, cfg, path, samples, overlong, total_ms, plot) -> None:
     console.print("vs sorted: throughput predicted from padding; D1: co-batched pairs meeting again next epoch "
                   "(lower is fresher); D2, S&L: length mix per window of G steps; cfg: what orch.toml runs now",
                   style="dim", markup=False)
+    auto = next((r for r in rows if r["strategy"] == "megabatch" and r["choose_ms"] > 1), None)
+    if auto is not None:
+        console.print(f"choosing M={auto['config']['megabatch']} took {auto['choose_ms'] / 1000:.1f} s (once per launch); "
+                      f"building an epoch takes {auto['build_ms']:.0f} ms", style="dim")
     if overlong["overlong"]:
         console.print(f"overlong: {overlong['overlong']:,} samples > max_seq_len ({overlong['policy']}: "
                       f"{overlong['truncated']:,} truncated, {overlong['dropped']:,} dropped)", markup=False)

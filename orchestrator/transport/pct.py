@@ -33,10 +33,10 @@ _PCT_FAILURES = [
     (re.compile(r"Configuration file '([^']*)' does not exist"),
      "CT {vmid} does not exist on {node} ({detail})",
      "check the vmid; after a migration the CT lives on another node (see /cluster/resources)"),
-    (re.compile(r"Unknown option: .*|400 .*|unable to parse option"),
+    (re.compile(r"^(?:Unknown option: |400 )"),
      "pct on {node} refused the command line: {detail}",
      "this is a bug in orch's pct invocation; please report it with the command"),
-    (re.compile(r"(?:bash: |sh: )?(?:line \d+: )?pct: (?:command )?not found"),
+    (re.compile(r"\bpct: (?:command )?not found"),
      "pct is not installed on {node}",
      "point the target at a Proxmox VE node, or reach the CT over SSH directly"),
 ]
@@ -58,16 +58,15 @@ class PctTransport(Transport):
         return Result(list(argv), result.exit_code, result.stdout, result.stderr)
 
     def _check_pct(self, result: Result) -> None:
-        """A 255/127 whose stderr is one of pct's own messages is pct failing, not the command."""
+        """A 255 (127: no pct) whose stderr holds one of pct's own messages is pct failing, not the command."""
         if result.exit_code not in (255, 127):
             return
-        text = result.stderr.decode("utf-8", "replace").strip()
-        last = text.splitlines()[0] if text else ""
+        lines = result.stderr.decode("utf-8", "replace").splitlines()
         for pattern, message, hint in _PCT_FAILURES:
-            match = pattern.search(last)
-            if match and (result.exit_code == 255 or "pct" in last):
-                fields = {"vmid": self.vmid, "node": self.node.description, "detail": last}
-                raise TransportError(message.format(**fields), hint=hint.format(**fields))
+            for line in lines:
+                if pattern.search(line) and (result.exit_code == 255 or "pct" in line):
+                    fields = {"vmid": self.vmid, "node": self.node.description, "detail": line.strip()}
+                    raise TransportError(message.format(**fields), hint=hint.format(**fields))
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         result = self.run(["sh", "-c", PUT_SCRIPT, "sh", path, format(mode, "o")], input=data)

@@ -149,3 +149,11 @@ def test_through_orch_main_with_global_config(project):
                                   "--lengths", str(project / "empty.txt")], prog_name="orch")
     assert result.exit_code == 2
     assert "error:" in result.stderr and "no lengths" in result.stderr and "hint:" in result.stderr
+
+
+def test_plot_without_matplotlib_is_input_error(project, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # import matplotlib -> ImportError
+    result = invoke("plan", "--lengths", project / "lengths.npy", "--config", project / "orch.toml",
+                    "--plot", project / "plan.png")
+    assert isinstance(result.exception, InputError) and "orch[plot]" in result.exception.hint
+    assert not (project / "plan.png").exists()

@@ -1,0 +1,80 @@
+"""Configuration: one precedence, and errors that name the source, the key and the allowed values."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.config import find_config, load_settings
+from orchestrator.errors import ConfigError
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_precedence_defaults_file_env_flags(tmp_path):
+    cfg = write(tmp_path / "orch.toml", '[batching]\nstrategy = "sorted"\nseed = 1\ntoken_budget = 9000\n')
+    s = load_settings(cfg, env={})
+    assert (s.batching.strategy, s.batching.seed, s.batching.token_budget, s.batching.max_seq_len) == \
+        ("sorted", 1, 9000, 8192)
+    s = load_settings(cfg, env={"ORCH_BATCHING__STRATEGY": "shuffle", "ORCH_BATCHING__SEED": "2"})
+    assert (s.batching.strategy, s.batching.seed) == ("shuffle", 2)
+    s = load_settings(cfg, env={"ORCH_BATCHING__SEED": "2"}, overrides=["batching.seed=3",
+                                                                       "batching.buckets=[0, 100, 8192]"])
+    assert s.batching.seed == 3 and s.batching.buckets == [0, 100, 8192]
+    # the secret's variable is not a setting and never trips validation
+    assert load_settings(cfg, env={"ORCH_PROXMOX_TOKEN": "s3cret"}).batching.seed == 1
+
+
+def test_found_by_walking_up(tmp_path):
+    cfg = write(tmp_path / "orch.toml", '[project]\nname = "walk"\n')
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    assert find_config(deep) == cfg
+    s = load_settings(env={}, start=deep)
+    assert s.project.name == "walk" and s.project_dir == tmp_path and s.state_dir == tmp_path / ".orch"
+
+
+@pytest.mark.parametrize("text, env, flags, expected", [
+    ('[batching]\nstrategy = "fast"\n', {}, [], ["orch.toml: batching.strategy = 'fast'", "'sorted', 'shuffle'"]),
+    ('[batching]\ncolour = 1\n', {}, [], ["unknown key 'batching.colour'", "allowed here:", "token_budget"]),
+    ('', {"ORCH_BATCHING__TOKEN_BUDGET": "-1"}, [], ["environment variable ORCH_BATCHING__TOKEN_BUDGET"]),
+    ('', {}, ["run.stop_timeout=soon"], ["--set run.stop_timeout", "'soon'"]),
+    ('[targets.gpu]\nkind = "ssh"\n', {}, [], ["targets.gpu", "needs host"]),
+    ('default_target = "gpu"\n', {}, [], ["default_target 'gpu' is not one of the [targets]"]),
+    ('[proxmox]\nhost = "pve"\ntoken_id = "orch"\n', {}, [], ["USER@REALM!TOKENID"]),
+    ('[project]\nsources = ["../outside"]\n', {}, [], ["must be a path inside the project folder"]),
+    ('[batching\n', {}, [], ["not valid TOML"]),
+])
+def test_errors_name_source_key_and_allowed_values(tmp_path, text, env, flags, expected):
+    cfg = write(tmp_path / "orch.toml", text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg, env=env, overrides=flags)
+    for part in expected:
+        assert part in err.value.message
+    assert err.value.hint
+
+
+def test_missing_explicit_config_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml", env={})
+
+
+def test_builtin_local_target_always_exists(tmp_path):
+    s = load_settings(write(tmp_path / "orch.toml", ""), env={})
+    assert s.default_target == "local" and s.targets["local"].kind == "local"
+
+
+def test_init_writes_a_config_that_loads(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["init", "--name", "demo"])
+    assert res.exit_code == 0, res.output
+    s = load_settings(tmp_path / "orch.toml", env={})
+    assert s.project.name == "demo" and s.batching.strategy == "megabatch"
+    again = CliRunner().invoke(app, ["init"])
+    assert again.exit_code == 2 and "already exists" in again.output
