@@ -42,18 +42,14 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import checkpoints, experiments, init, run, watch
+    from . import batching, checkpoints, experiments, init, run, watch
 
     run.register(app)
     watch.register(app)
     init.register(app)
     app.add_typer(experiments.app, name="experiments")
     app.add_typer(checkpoints.app, name="checkpoints")
-    try:
-        from . import batching
-        app.add_typer(batching.app, name="batching")
-    except ImportError:
-        pass
+    app.add_typer(batching.app, name="batching")
 
 
 _register()

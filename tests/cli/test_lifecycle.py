@@ -163,3 +163,26 @@ def test_the_cli_as_a_subprocess(project):
     assert [e["id"] for e in listed] == [1] and listed[0]["message"] == "from a shell"
     logs = project.run("logs", "-n", "3")
     assert logs.returncode == 0 and len(logs.stdout.strip().splitlines()) == 3
+
+
+def test_declared_lengths_are_planned_and_recorded(project):
+    import numpy as np
+
+    lengths = np.random.default_rng(3).lognormal(4.5, 0.8, 3000).astype(np.int64) + 1
+    np.save(project.path / "lengths.npy", np.minimum(lengths, 512))
+    project.configure(steps=10)
+    res = project.cli("deploy", "--set", "batching.lengths=lengths.npy", "--set", "batching.strategy=bucketed",
+                      "--json")
+    assert res.exit_code == 0, res.output
+    show = json.loads(project.cli("experiments", "show", "1", "--json").stdout)
+    buckets = show["batching"]["buckets"]
+    assert buckets[0] == 0 and buckets[-1] == 512 and len(buckets) == 7  # optimized for num_buckets = 6
+    plan = show["batching_plan"]
+    assert 0 < plan["efficiency"] <= 1 and 0 < plan["efficiency_vs_sorted"] <= 1.0 + 1e-9
+    text = project.cli("experiments", "show", "1").stdout
+    assert "planned (from the sample lengths)" in text and "efficiency" in text
+    # the run receives the resolved table, optimized boundaries included
+    handed = json.loads((project.root / "runs" / "1" / "batching.json").read_text())
+    assert handed["buckets"] == buckets
+    bad = project.cli("deploy", "--set", "batching.lengths=nope.npy")
+    assert bad.exit_code == 2 and "nope.npy" in bad.output
