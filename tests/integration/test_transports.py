@@ -297,6 +297,12 @@ def test_pct_on_a_missing_container_is_a_transport_error(testbed):
     assert "node" in info.value.hint
 
 
+def test_pct_through_a_host_without_pct_is_a_transport_error(testbed, ct200):
+    with PctTransport(ssh_to(testbed, ct200.address), 201) as t:
+        with pytest.raises(TransportError, match="pct is not installed"):
+            t.run(["true"])
+
+
 def test_pct_command_exit_255_of_the_command_itself_is_a_result(testbed, ct201):
     with pct_to(testbed, 201) as t:
         result = t.run(["sh", "-c", "echo bye >&2; exit 255"])
