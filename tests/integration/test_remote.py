@@ -1,0 +1,287 @@
+"""`orch deploy --ct N` end to end: the real CLI, the Proxmox API stand-in, real LXC containers, real sshd.
+
+CT 200 is reached over SSH straight into the container; CT 201 through the node with `pct exec`
+(its sshd is killed to prove it). Every failure must leave a clear error, a non-zero exit, and no
+experiment left `launching`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLE, Project
+
+pytestmark = pytest.mark.testbed
+
+ROOT = "/workspace/orch"
+CKPT = "/workspace/checkpoints"
+
+
+class RemoteProject(Project):
+    def __init__(self, path: Path, testbed) -> None:
+        super().__init__(path, Path("/nonexistent"))
+        self.testbed = testbed
+        self.known_hosts = path / "known_hosts"
+        self.trusted = path / "trusted_hosts"
+        shutil.copy(testbed.known_hosts_path, self.known_hosts)
+
+    def write(self, *, steps: int = 100000, sleep: float = 0.01, verify_ssl: str | None = None,
+              token_id: str | None = None, extra: str = "", sources: str = '["train.py"]',
+              connect_timeout: float = 5) -> None:
+        api, node = self.testbed.api, self.testbed.node
+        self.path.joinpath("orch.toml").write_text(f"""\
+default_target = "ct200"
+
+[project]
+name = "tinylm"
+sources = {sources}
+command = "python3 train.py"
+env = {{ OMP_NUM_THREADS = "1", TINYLM_STEPS = "{steps}", TINYLM_SLEEP = "{sleep}", TINYLM_CKPT_EVERY = "10", TINYLM_SAMPLES = "600" }}
+
+[paths]
+root = "{ROOT}"
+checkpoints = "{CKPT}"
+
+[run]
+stop_timeout = 5
+term_timeout = 3
+
+[proxmox]
+host = "{api.host}"
+port = {api.port}
+token_id = "{token_id or api.token_id}"
+verify_ssl = "{verify_ssl or api.cert_path}"
+timeout = 5
+start_timeout = 60
+node_ssh = {{ user = "root", host = "{node.address}", port = {node.port} }}
+
+[ssh]
+known_hosts = ["{self.known_hosts}"]
+trust_file = "{self.trusted}"
+identity_file = "{self.testbed.key_path}"
+connect_timeout = {connect_timeout}
+connect_retries = 1
+command_timeout = 60
+
+[targets.ct200]
+kind = "proxmox"
+ct = 200
+access = "ssh"
+user = "root"
+
+[targets.ct201]
+kind = "proxmox"
+ct = 201
+access = "pct"
+{extra}""")
+
+    def rows(self) -> list:
+        if not (self.path / ".orch" / "experiments.db").exists():
+            return []
+        return self.registry().list()
+
+
+@pytest.fixture
+def remote(testbed, tmp_path, monkeypatch, ct200, ct201):
+    monkeypatch.setenv("ORCH_PROXMOX_TOKEN", testbed.api.token_secret)
+    path = tmp_path / "proj"
+    path.mkdir()
+    shutil.copy(EXAMPLE / "train.py", path / "train.py")
+    proj = RemoteProject(path, testbed)
+    proj.write()
+    return proj
+
+
+def wait_state(project, target_args: list[str], states: tuple[str, ...], timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        res = project.cli("status", *target_args, "--json")
+        assert res.exit_code == 0, res.output
+        data = json.loads(res.stdout)
+        if data["state"] in states:
+            return data
+        assert time.monotonic() < deadline, data
+        time.sleep(0.5)
+
+
+def on_ct(testbed, vmid: int, *argv: str) -> str:
+    return testbed.ct(vmid).attach(*argv).stdout.decode()
+
+
+def test_deploy_by_ct_id_over_ssh_restart_logs_status_stop(remote, testbed):
+    res = remote.cli("deploy", "--ct", "200", "-m", "remote", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    exp = out["experiment"]
+    assert exp["status"] == "running" and exp["target"] == "ct200"
+    info = exp["target_info"]
+    assert info["node"] == testbed.node.name and info["ct"] == 200 and info["address"] == "10.77.0.200"
+    assert out["stats"]["connections"] == 1  # one SSH connection for the whole deploy
+    # the run really is in the container, in tmux, and its record is there too
+    record = json.loads(on_ct(testbed, 200, "cat", f"{ROOT}/runs/1/experiment.json"))
+    assert record["id"] == 1 and record["revision"] == exp["revision"]
+    deadline = time.monotonic() + 30
+    while "ckpt-" not in on_ct(testbed, 200, "ls", CKPT):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    data = wait_state(remote, ["--ct", "200"], ("running",))
+    assert data["experiment"] == 1
+    logs = remote.cli("logs", "--ct", "200", "-n", "2")
+    assert logs.exit_code == 0 and "step=" in logs.stdout
+    res = remote.cli("restart", "--ct", "200", "--clean-checkpoints", "--yes", "--json")
+    assert res.exit_code == 0, res.output
+    exp2 = json.loads(res.stdout)["experiment"]
+    assert exp2["parent"] == 1 and exp2["checkpoints_action"] == "moved"
+    trashed = on_ct(testbed, 200, "ls", exp2["checkpoints_entry"])
+    assert "ckpt-" in trashed
+    stop = remote.cli("stop", "--ct", "200", "--json")
+    assert stop.exit_code == 0, stop.output
+    assert json.loads(stop.stdout)["stopped"][0]["id"] == 2
+    assert [e.status for e in sorted(remote.rows(), key=lambda e: e.id)] == ["stopped", "stopped"]
+    assert "tinylm" not in on_ct(testbed, 200, "sh", "-c", "tmux -L \"$(ls /tmp/tmux-0/ | head -1)\" ls || true")
+
+
+def test_pct_mode_works_without_sshd_in_the_container(remote, testbed):
+    testbed.kill_sshd(201)
+    res = remote.cli("deploy", "--ct", "201", "--json")
+    assert res.exit_code == 0, res.output
+    exp = json.loads(res.stdout)["experiment"]
+    assert exp["target_info"]["access"] == "pct" and exp["status"] == "running"
+    assert json.loads(on_ct(testbed, 201, "cat", f"{ROOT}/runs/1/experiment.json"))["id"] == 1
+    data = wait_state(remote, ["--ct", "201"], ("running",))
+    assert data["experiment"] == 1
+    res = remote.cli("restart", "--ct", "201", "--clean-checkpoints", "--yes")
+    assert res.exit_code == 0, res.output
+    logs = remote.cli("logs", "--ct", "201", "-n", "1")
+    assert logs.exit_code == 0
+    assert remote.cli("stop", "--ct", "201").exit_code == 0
+    assert remote.registry().get(2).status == "stopped"
+
+
+def test_a_stopped_ct_is_started_only_when_asked(remote, testbed):
+    testbed.stop(200)
+    res = remote.cli("deploy", "--ct", "200")
+    assert res.exit_code == 3 and "is stopped; pass --start" in res.output
+    assert remote.rows() == []
+    res = remote.cli("deploy", "--ct", "200", "--start", "--json")
+    assert res.exit_code == 0, res.output
+    exp = json.loads(res.stdout)["experiment"]
+    assert exp["target_info"]["started"] is True and exp["status"] == "running"
+
+
+@pytest.mark.parametrize("case", ["unknown_ct", "bad_token", "blind_token", "tls", "node_offline"])
+def test_proxmox_failures_are_clear_and_leave_no_launching_row(remote, testbed, monkeypatch, case):
+    from tests.testbed.pve_standin import Token
+
+    expect = {"unknown_ct": "CT 999 not found", "bad_token": "401", "blind_token": "not found",
+              "tls": "certificate", "node_offline": "595"}[case]
+    args = ["deploy", "--ct", "999" if case == "unknown_ct" else "200"]
+    if case == "bad_token":
+        monkeypatch.setenv("ORCH_PROXMOX_TOKEN", "wrong-secret")
+    elif case == "blind_token":
+        testbed.api.tokens["root@pam!blind"] = Token("blind-secret", privileges=frozenset())
+        monkeypatch.setenv("ORCH_PROXMOX_TOKEN", "blind-secret")
+        remote.write(token_id="root@pam!blind")
+    elif case == "tls":
+        remote.write(verify_ssl="true")
+        text = remote.path.joinpath("orch.toml").read_text().replace('verify_ssl = "true"', "verify_ssl = true")
+        remote.path.joinpath("orch.toml").write_text(text)
+    elif case == "node_offline":
+        testbed.api.faults.node_offline = True
+    try:
+        res = remote.cli(*args)
+    finally:
+        testbed.api.faults.node_offline = False
+        testbed.api.tokens.pop("root@pam!blind", None)
+    assert res.exit_code == 3, res.output
+    assert expect.lower() in res.output.lower() and "hint:" in res.output
+    if case == "blind_token":
+        assert "privilege" in res.output.lower()
+    assert testbed.api.token_secret not in res.output
+    assert all(e.status != "launching" for e in remote.rows())
+
+
+def test_host_keys_are_checked_strictly(remote, testbed):
+    remote.known_hosts.write_text("")  # nothing known
+    res = remote.cli("deploy", "--ct", "200")
+    assert res.exit_code == 3 and "--trust-new-host" in res.output and "SHA256:" in res.output
+    assert remote.rows() == []
+    res = remote.cli("deploy", "--ct", "200", "--trust-new-host")
+    assert res.exit_code == 0, res.output
+    assert "10.77.0.200" in remote.trusted.read_text()
+    again = remote.cli("status", "--ct", "200")  # recorded: no flag needed any more
+    assert again.exit_code == 0, again.output
+    # a changed key is refused, even with --trust-new-host
+    other = testbed.ct(201).host_key_line.split(" ", 1)[1]
+    remote.trusted.write_text(f"10.77.0.200 {other}\n")
+    res = remote.cli("deploy", "--ct", "200", "--trust-new-host")
+    assert res.exit_code == 3 and "changed" in res.output.lower()
+    assert remote.cli("stop", "--ct", "200", "--trust-new-host").exit_code == 3
+
+
+def test_connection_cut_mid_push_leaves_no_half_revision(remote, testbed, ct200):
+    data = remote.path / "data"
+    data.mkdir()
+    for i in range(50):
+        (data / f"shard{i:02d}.bin").write_bytes(bytes([i]) * (1 << 20))
+    proxy = testbed.proxy("10.77.0.200", 22)
+    host_key = testbed.ct(200).host_key_line.split(" ", 1)[1]
+    remote.known_hosts.write_text(f"[127.0.0.1]:{proxy.port} {host_key}\n")
+    remote.write(sources='["train.py", "data"]',
+                 extra=f'\n[targets.cut]\nkind = "proxmox"\nct = 200\naddress = "127.0.0.1"\nport = {proxy.port}\n')
+
+    def cut() -> None:
+        while proxy.bytes_up < 10 << 20:
+            time.sleep(0.002)
+        proxy.stall()
+        proxy.kill()
+
+    threading.Thread(target=cut, daemon=True).start()
+    res = remote.cli("deploy", "--target", "cut")
+    assert res.exit_code == 3, res.output
+    assert "connection" in res.output.lower()
+    rows = remote.rows()
+    assert [e.status for e in rows] == ["failed"]
+    revisions = on_ct(testbed, 200, "ls", "-a", f"{ROOT}/revisions").split()
+    assert rows[0].revision not in revisions and not [r for r in revisions if r.startswith(".tmp")]
+    assert "1" not in on_ct(testbed, 200, "ls", f"{ROOT}/runs").split()
+    res = remote.cli("deploy", "--target", "cut", "--json")
+    assert res.exit_code == 0, res.output
+    pushed = json.loads(res.stdout)["pushed"]
+    assert 0 < pushed["missing"] < 51 and pushed["bytes"] < 51 << 20
+    assert rows[0].revision in on_ct(testbed, 200, "ls", f"{ROOT}/revisions").split()
+    assert remote.cli("stop", "--target", "cut").exit_code == 0
+
+
+def test_a_frozen_container_times_out_instead_of_hanging(remote, testbed):
+    remote.write(connect_timeout=2)
+    testbed.freeze(200)
+    t = time.monotonic()
+    res = remote.cli("deploy", "--ct", "200")
+    elapsed = time.monotonic() - t
+    assert res.exit_code == 3, res.output
+    assert "timed out" in res.output.lower() or "timeout" in res.output.lower()
+    assert elapsed < 30
+    assert remote.rows() == []
+
+
+def test_two_deploys_racing_on_one_ct_serialize(remote):
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--ct", "200", "--json"],
+                              cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) in ([0, 0], [0, 5]), outs
+    statuses = sorted(e.status for e in remote.rows())
+    assert "launching" not in statuses
+    assert statuses.count("running") == 1
+    assert remote.cli("stop", "--ct", "200").exit_code == 0
