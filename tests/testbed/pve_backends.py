@@ -187,7 +187,7 @@ class LxcBackend(Backend):
     def status(self, vmid: int) -> str:
         self._config_path(vmid)
         out = self._lxc("lxc-info", "-n", str(vmid), "-s", "-H").stdout.strip()
-        return "running" if out == "RUNNING" else "stopped"
+        return "running" if out in ("RUNNING", "FROZEN") else "stopped"  # Proxmox reports a frozen CT as running
 
     def start(self, vmid: int) -> None:
         self._config_path(vmid)
