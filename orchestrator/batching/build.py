@@ -16,7 +16,7 @@ import numpy as np
 from .buckets import optimal_boundaries
 from .config import normalize
 from .megabatch import choose_megabatch
-from .strategies import Prepared, build_epoch, prepare, shard
+from .strategies import Prepared, build_epoch, check_rank, prepare, shard
 
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 16
@@ -64,8 +64,7 @@ def build_batches(lengths, config=None, epoch: int = 0, rank: int = 0, world_siz
         >>> sorted(b.tolist() for b in build_batches([5, 3, 8, 2], cfg))  # 8 | 5+3 padded to 10 | 2
         [[0, 1], [2], [3]]
     """
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, got rank={rank}, world_size={world_size}")
+    check_rank(rank, world_size)
     if isinstance(epoch, bool) or int(epoch) != epoch or epoch < 0:
         raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
     cfg = normalize(config)

@@ -63,7 +63,7 @@ def normalize(config: Any = None) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown batching key(s): {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
     cfg = dict(DEFAULTS)
-    cfg.update({k: v for k, v in given.items() if v is not None or k in ("buckets", "megabatch", "lengths")})
+    cfg.update({k: v for k, v in given.items() if v is not None})  # None means "the default"
 
     if cfg["strategy"] not in STRATEGIES:
         raise ValueError(f"batching.strategy must be one of {', '.join(STRATEGIES)}, got {cfg['strategy']!r}")

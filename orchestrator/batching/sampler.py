@@ -15,15 +15,14 @@ import numpy as np
 
 from .build import complete
 from .config import normalize
-from .strategies import build_epoch, prepare, shard
+from .strategies import build_epoch, check_rank, prepare, shard
 
 
 class BatchSampler:
     """Yields this rank's batches of one epoch; the data-dependent choices are made once, here."""
 
     def __init__(self, lengths, config=None, *, rank: int = 0, world_size: int = 1, epoch: int = 0) -> None:
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, got rank={rank}, world_size={world_size}")
+        check_rank(rank, world_size)
         cfg = normalize(config)
         self._prepared = prepare(lengths, cfg)
         #: the explicit config (chosen buckets / megabatch size filled in): record it with the run

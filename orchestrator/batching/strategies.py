@@ -32,21 +32,24 @@ def as_lengths(lengths) -> np.ndarray:
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise ValueError(f"lengths must be a 1-D sequence, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        if arr.size:
-            raise ValueError(f"lengths must be integers, got dtype {arr.dtype}")
+        raise ValueError(f"lengths must be integers, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating):
         bad = ~np.isfinite(arr) | (arr != np.floor(arr))
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(f"lengths must be integers; sample {i} has length {arr[i]!r}")
-    if arr.size and arr.min() < 0:
+    if arr.min() < 0:
         i = int(np.argmin(arr))
         raise ValueError(f"lengths must be >= 0; sample {i} has length {arr[i]}")
     return arr.astype(np.int64, copy=False)
 
 
 def prepare(lengths, cfg: dict) -> Prepared:
+    """Apply the overlong policy (``error`` raises, ``truncate`` caps at max_seq_len, ``drop`` leaves
+    the sample out of every batch) and count what it did."""
     arr = as_lengths(lengths)
     cap = cfg["max_seq_len"]
     over = arr > cap
@@ -179,9 +182,13 @@ def shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndar
     With G micro-batches per rank per optimizer step, an optimizer step covers ``G * W`` consecutive
     global batches, which are whole stratified windows, so every step stays mixed.
     """
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, got rank={rank}, world_size={world_size}")
+    check_rank(rank, world_size)
     if world_size == 1:
         return batches
     usable = len(batches) - len(batches) % world_size
     return batches[rank:usable:world_size]
+
+
+def check_rank(rank: int, world_size: int) -> None:
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, got rank={rank}, world_size={world_size}")
