@@ -39,6 +39,10 @@ def _fmt(v: Any) -> str:
 
 
 def compare(registry: Registry, ids: list[int]) -> dict:
+    """The settings that differ (batching keys first) and the stored metrics, side by side.
+
+    Throughputs after the first are shown with their change against the first experiment.
+    """
     if len(ids) < 2:
         raise InputError("compare needs at least two experiment ids", hint="e.g. orch experiments compare 3 4")
     exps = [registry.get(i) for i in ids]
@@ -49,18 +53,21 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         values = [f.get(k) for f in flats]
         if any(v != values[0] for v in values[1:]):
             diff.append({"key": k, "values": [_fmt(v) for v in values]})
-    from .metrics import Series, format_duration, format_rate, sparkline
+    from .metrics import Series, format_duration, sparkline, throughput_change
 
     rows: dict[str, list] = {m: [] for m in ("status", "median throughput", "final loss", "min loss", "spikes",
-                                             "duration", "loss trend", "planned efficiency")}
+                                             "duration", "loss trend", "throughput trend", "planned efficiency")}
     raw = []
+    base = (registry.metrics(exps[0].id) or {"summary": {}})["summary"].get("median_tok_s")
     for e in exps:
         m = registry.metrics(e.id) or {"summary": {}, "series": {}}
         s = m["summary"]
-        raw.append({"id": e.id, "status": e.status, "exit_code": e.exit_code, **{k: v for k, v in s.items()
-                                                                                  if k != "_state"}})
+        raw.append({"id": e.id, "status": e.status, "exit_code": e.exit_code,
+                    **{k: v for k, v in s.items() if k not in ("_state", "throughput", "throughput_vs")}})
         rows["status"].append(f"{e.status}" + (f" ({e.exit_code})" if e.exit_code not in (None, 0) else ""))
-        rows["median throughput"].append(format_rate(s["median_tok_s"]) if s.get("median_tok_s") else "-")
+        rate = s.get("median_tok_s")
+        against = base if e.id != exps[0].id else None
+        rows["median throughput"].append(throughput_change(rate, against, f"exp {exps[0].id}") if rate else "-")
         rows["final loss"].append(_fmt(s.get("loss")))
         rows["min loss"].append(_fmt(s.get("min_loss")))
         rows["spikes"].append(_fmt(s.get("spikes")))
@@ -68,6 +75,8 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         rows["duration"].append(format_duration(dur))
         loss = Series.from_dict(m["series"]["loss"]).values() if "loss" in m["series"] else []
         rows["loss trend"].append(sparkline(loss, 24) or "-")
+        tok = Series.from_dict(m["series"]["tok_s"]).values() if "tok_s" in m["series"] else []
+        rows["throughput trend"].append(sparkline(tok, 24) or "-")
         plan = e.batching_plan or {}
         rows["planned efficiency"].append(_fmt(plan.get("efficiency")))
     return {"ids": ids, "diff": diff, "metrics": [{"metric": k, "values": v} for k, v in rows.items()],

@@ -3,22 +3,26 @@
 Each refresh reads the log from where the last one stopped (complete lines only), feeds the parsed
 events into bounded series (``metrics.Series``), and derives what ``status`` and ``compare`` show:
 step, loss, throughput and its change against the previous experiment on the target, spikes, ETA,
-stalls. The series stay bounded however long the run, so the registry stays small.
+stalls. The series stay bounded however long the run, so the registry stays small. Once a run has
+ended and its whole log is read, its metrics are marked complete and never read again.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .agent_client import AgentClient, decode_log
 from .config import Settings
+from .errors import NotFoundError, OrchError
 from .experiments import Experiment, Registry
 from .targets import Target
 
-MAX_READ = 4 << 20  # bytes parsed per refresh at most; the rest next time
+CHUNK = 4 << 20  # bytes per agent call
+STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
 TRACKED = ("loss", "tok_s", "lr", "grad_norm")
+ENDED = ("finished", "crashed", "stopped")
 
 
 def _state(stored: dict | None) -> tuple[int, dict, dict]:
@@ -27,18 +31,22 @@ def _state(stored: dict | None) -> tuple[int, dict, dict]:
     return stored["log_offset"], stored["series"], dict(stored["summary"].get("_state") or {})
 
 
+def is_complete(stored: dict | None) -> bool:
+    """True when the stored metrics cover a run that has ended, to its last byte."""
+    return bool(stored and (stored["summary"].get("_state") or {}).get("complete"))
+
+
 def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict) -> None:
     from .metrics import Parser, Series
 
     parser = Parser(settings.metrics.patterns or None)
     live = {k: Series.from_dict(v) for k, v in series.items()}
-    for line in text_lines:
-        ev = parser.parse_line(line)
-        if not ev:
-            continue
+    events = state.get("events", 0)
+    last_step = state.get("last_step")
+    for ev in parser.parse_lines(text_lines):
         if "step" in ev:
             state.setdefault("first_step", ev["step"])
-            state["last_step"] = ev["step"]
+            last_step = state["last_step"] = ev["step"]
         for key in ("total_steps", "epoch"):
             if key in ev:
                 state[key] = ev[key]
@@ -46,90 +54,174 @@ def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict)
             state["last_loss"] = ev["loss"]
             if state.get("min_loss") is None or ev["loss"] < state["min_loss"]:
                 state["min_loss"] = ev["loss"]
-        x = ev.get("step", state.get("last_step", state.get("events", 0)))
-        state["events"] = state.get("events", 0) + 1
+        x = float(last_step if last_step is not None else events)
+        events += 1
         for key in TRACKED:
             if key in ev:
-                live.setdefault(key, Series()).add(float(x), float(ev[key]))
+                s = live.get(key)
+                if s is None:
+                    s = live[key] = Series()
+                s.add(x, float(ev[key]))
+    state["events"] = events
     series.clear()
     series.update({k: v.to_dict() for k, v in live.items()})
+
+
+def _int(v: float | None) -> float | int | None:
+    return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
 def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run: dict | None,
             previous: dict | None, now: float) -> dict:
     from .metrics import Series, find_spikes, format_duration, format_rate, spike_episodes, throughput_change
 
-    out: dict[str, Any] = {"step": state.get("last_step"), "total_steps": state.get("total_steps"),
+    out: dict[str, Any] = {"step": _int(state.get("last_step")), "total_steps": _int(state.get("total_steps")),
                            "loss": state.get("last_loss"), "min_loss": state.get("min_loss"), "notes": []}
     loss = Series.from_dict(series["loss"]) if "loss" in series else None
     if loss is not None:
         pts = loss.points()
         episodes = spike_episodes(find_spikes([p[1] for p in pts], [p[0] for p in pts]))
         out["spikes"] = len(episodes)
-        out["spike_steps"] = [ep[0].step for ep in episodes]
+        out["spike_steps"] = [_int(ep[0].step) for ep in episodes]
     tok = Series.from_dict(series["tok_s"]).values() if "tok_s" in series else []
     if tok:
         out["median_tok_s"] = statistics.median(tok)
         prev_rate = (previous or {}).get("median_tok_s")
         label = f"exp {previous['id']}" if previous else "previous"
         out["throughput"] = throughput_change(out["median_tok_s"], prev_rate, label)
+        if prev_rate:
+            out["throughput_vs"] = {"experiment": previous["id"], "median_tok_s": prev_rate,  # type: ignore[index]
+                                    "change": (out["median_tok_s"] - prev_rate) / prev_rate}
+    run = run or {}
+    state_name = run.get("state", exp.status)
     total = state.get("total_steps") or settings.project.total_steps
-    started = exp.started or exp.created
-    last_time = (run or {}).get("log_mtime") or now
+    started = run.get("started") or exp.started or exp.created
+    last_time = run.get("log_mtime") or now
     done_steps = (state.get("last_step") or 0) - (state.get("first_step") or 0)
-    if total and done_steps > 0 and last_time > started:
+    if state_name == "running" and total and done_steps > 0 and last_time > started:
         rate = done_steps / (last_time - started)
         out["eta_s"] = max(0.0, (total - state["last_step"]) / rate)
         out["eta"] = format_duration(out["eta_s"])
-    state_name = (run or {}).get("state", exp.status)
-    if state_name == "running" and run and run.get("log_mtime"):
+    if state_name == "running" and run.get("log_mtime"):
         age = now - run["log_mtime"]
+        step_age = now - state["step_seen"] if state.get("step_seen") else None
         if age > settings.metrics.stall_after:
             out["notes"].append(f"stalled: no new log line for {format_duration(age)}")
+        elif step_age is not None and step_age > settings.metrics.stall_after:
+            out["notes"].append(f"stalled: no step progress for {format_duration(step_age)} (the log still grows)")
     if out.get("spikes"):
         out["notes"].append(f"{out['spikes']} loss spike(s), first at step {out['spike_steps'][0]}")
     if out.get("median_tok_s") is not None:
         out["tok_s_text"] = format_rate(out["median_tok_s"])
+    if state.get("behind"):
+        out["notes"].append(f"metrics read up to byte {state['offset']} of {state['size']}; "
+                            "the rest on the next refresh")
     return out
 
 
 def refresh(settings: Settings, target: Target, registry: Registry, client: AgentClient,
-            exp: Experiment | None) -> dict:
-    """Read what is new in the experiment's log, store it, and return the summary to show."""
+            exp: Experiment | None, *, now: float | None = None, budget_s: float | None = STATUS_BUDGET_S,
+            with_previous: bool = True) -> dict:
+    """Read what is new in the experiment's log, store it, and return the summary to show.
+
+    ``now`` is the target's clock when known (stall ages compare it with the log's mtime there);
+    ``budget_s`` bounds the time spent reading, None reads to the end.
+    """
     if exp is None:
         return {}
+    from .status import sync
+
     offset, series, state = _state(registry.metrics(exp.id))
     identity = state.get("identity")
-    run = None
-    read = 0
-    while read < MAX_READ:
-        value = client.one("log_read", exp_id=exp.id, offset=offset, identity=identity, max_bytes=1 << 20)
+    old_step = state.get("last_step")
+    begin = time.monotonic()
+    while True:
+        try:
+            value = client.one("log_read", exp_id=exp.id, offset=offset, identity=identity, max_bytes=CHUNK)
+        except NotFoundError:
+            return {"notes": [f"experiment {exp.id} has no run folder on target {target.name}"]}
         run = value["state"]
         if value["reset"]:
             offset, series, state = 0, {}, {}
         data = decode_log(value)
+        at_end = value["offset"] >= value["size"]
         cut = data.rfind(b"\n") + 1
+        if not cut and data and (len(data) >= CHUNK or (at_end and run.get("state") in ENDED)):
+            cut = len(data)  # a line longer than a chunk, or the run's unterminated last line
         if cut:
-            lines = data[:cut].decode("utf-8", "replace").splitlines()
-            ingest(settings, lines, series, state)
-        offset = (value["offset"] - len(data)) + cut
+            ingest(settings, data[:cut].decode("utf-8", "replace").splitlines(), series, state)
+        offset = value["offset"] - len(data) + cut
         identity = state["identity"] = value["identity"]
-        read += len(data)
-        if cut == 0 or offset >= value["size"]:
+        if cut == 0 or offset >= value["size"] or (budget_s is not None and time.monotonic() - begin > budget_s):
             break
-    previous = _previous(registry, exp)
-    out = summary(settings, exp, series, state, run, previous, time.time())
+    state["behind"] = offset < value["size"] and cut > 0
+    state["offset"], state["size"] = offset, value["size"]
+    if state.get("last_step") != old_step:
+        state["step_seen"] = run.get("log_mtime")
+    state["complete"] = run.get("state") in ENDED and offset >= value["size"]
+    if run.get("id") == exp.id:
+        sync(registry, [run])
+        exp = registry.get(exp.id)
+    previous = _previous(settings, target, registry, client, exp, with_previous)
+    out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)
     registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
                                                    "_state": state})
     return out
 
 
-def _previous(registry: Registry, exp: Experiment) -> dict | None:
-    """The experiment to compare throughput against: the parent, else the one before on the target."""
+def _previous(settings: Settings, target: Target, registry: Registry, client: AgentClient, exp: Experiment,
+              fetch: bool) -> dict | None:
+    """The experiment to compare throughput against: the parent, else the one before on the target.
+
+    A candidate on this target whose metrics were never read (it ran while nobody asked) is read now.
+    """
     candidates = [registry.get(exp.parent)] if exp.parent else []
     candidates += [e for e in registry.list(target=exp.target, limit=10) if e.id < exp.id]
     for cand in candidates:
         m = registry.metrics(cand.id)
+        if fetch and cand.target == target.name and cand.status != "failed" and not is_complete(m):
+            refresh(settings, target, registry, client, cand, budget_s=None, with_previous=False)
+            m = registry.metrics(cand.id)
         if m and m["summary"].get("median_tok_s"):
             return {"id": cand.id, "median_tok_s": m["summary"]["median_tok_s"]}
     return None
+
+
+def target_flags(settings: Settings, exp: Experiment) -> tuple[str | None, int | None]:
+    """The (--target, --ct) that reach the target an experiment ran on."""
+    if exp.target in settings.targets:
+        return exp.target, None
+    ct = exp.target_info.get("ct")
+    return (None, int(ct)) if ct is not None else (exp.target, None)
+
+
+def refresh_stale(settings: Settings, registry: Registry, exps: list[Experiment],
+                  resolve: Callable[[Experiment], Target], notice: Callable[[str], None]) -> int:
+    """Bring incomplete metrics up to date, one connection per target; returns how many were read.
+
+    Experiments whose metrics are complete cost nothing; a target that cannot be reached is
+    reported through ``notice`` and its experiments keep what the registry has.
+    """
+    from .status import client_for
+
+    todo: dict[str, list[Experiment]] = {}
+    for exp in exps:
+        if exp.status != "failed" and not is_complete(registry.metrics(exp.id)):
+            todo.setdefault(exp.target, []).append(exp)
+    done = 0
+    for name, group in todo.items():
+        try:
+            target = resolve(group[0])
+            client = client_for(settings, target)
+        except OrchError as exc:
+            notice(f"metrics of experiment(s) {', '.join(str(e.id) for e in group)} not refreshed: {exc.message}")
+            continue
+        try:
+            for exp in group:
+                refresh(settings, target, registry, client, exp, budget_s=None, with_previous=False)
+                done += 1
+        except OrchError as exc:
+            notice(f"metrics on target {name} not refreshed: {exc.message}")
+        finally:
+            client.transport.close()
+    return done

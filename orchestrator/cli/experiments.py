@@ -1,7 +1,8 @@
-"""orch experiments list|show|compare: the registry, read."""
+"""orch experiments list|show|compare|plot: the registry, read."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -73,14 +74,34 @@ def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")
             render.out(f"  metric {k:10} {v}")
 
 
+RefreshOpt = Annotated[bool, typer.Option("--refresh/--no-refresh", help="Read the logs of experiments whose "
+                                          "metrics are missing or incomplete (connects to their targets)")]
+
+
+def _refreshed(settings, reg, ids: list[int], refresh: bool) -> None:
+    """Bring the experiments' metrics up to date first; complete ones cost no connection."""
+    if not refresh:
+        return
+    from ..metrics_view import refresh_stale, target_flags
+
+    def resolve(exp):
+        name, ct = target_flags(settings, exp)
+        return common.target(settings, name, ct)
+
+    exps = [reg.get(i) for i in ids]
+    refresh_stale(settings, reg, exps, resolve, notice=lambda m: render.say(f"orch: {m}"))
+
+
 @app.command()
 def compare(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="ID...", help="Two or more ids")],
-            as_json: JsonOpt = False) -> None:
+            as_json: JsonOpt = False, refresh: RefreshOpt = True) -> None:
     """Config differences (batching first) and metrics side by side."""
     from ..compare import compare as build
 
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
+        if len(ids) >= 2:
+            _refreshed(settings, reg, ids, refresh)
         result = build(reg, ids)
     if as_json:
         render.print_json(result)
@@ -88,3 +109,31 @@ def compare(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar
     head = ["", *[f"exp {i}" for i in ids]]
     render.table("differences", head, [[r["key"], *r["values"]] for r in result["diff"]] or [["(none)"]])
     render.table("metrics", head, [[r["metric"], *r["values"]] for r in result["metrics"]])
+
+
+@app.command()
+def plot(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="ID...", help="One or more ids")],
+         out: Annotated[Path, typer.Option("--out", "-o", help="Image to write (.png, .svg, .pdf)")],
+         metric: Annotated[str, typer.Option("--metric", "-m", help="loss or throughput")] = "loss",
+         refresh: RefreshOpt = True) -> None:
+    """Draw the experiments' loss or throughput against the step (needs matplotlib: orch[plot])."""
+    from ..errors import InputError
+    from ..metrics import Series
+    from ..plots import draw, series_key
+
+    key = series_key(metric)
+    settings = common.settings(ctx)
+    with common.registry(settings) as reg:
+        _refreshed(settings, reg, ids, refresh)
+        curves = []
+        for i in ids:
+            exp = reg.get(i)
+            stored = (reg.metrics(i) or {}).get("series", {})
+            if key not in stored:
+                raise InputError(f"experiment {i} has no {metric} series (its log showed no {key} values)",
+                                 hint=f"orch logs -e {i} shows what it printed; [metrics] patterns in orch.toml "
+                                      "teach orch other formats")
+            curves.append((f"exp {i}" + (f": {exp.message}" if exp.message else ""),
+                           Series.from_dict(stored[key]).points()))
+    path = draw(curves, metric, out)
+    render.out(f"wrote {path}")

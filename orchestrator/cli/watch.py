@@ -27,6 +27,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def status(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_json: JsonOpt = False,
                watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every 2 s")] = False,
+               metrics: Annotated[bool, typer.Option("--metrics/--no-metrics", help="Read what is new in the "
+                                                     "log for step, loss, throughput, ETA")] = True,
                trust_new_host: TrustOpt = False) -> None:
         """The target's latest experiment: state, exit code, progress and the last log line."""
         from ..status import client_for, target_status
@@ -39,7 +41,9 @@ def register(app: typer.Typer) -> None:
             while True:
                 with common.registry(settings) as reg:
                     st = target_status(settings, tgt, reg, client)
-                    st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"])
+                    if metrics:
+                        st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"],
+                                                             now=st["now"])
                 data = _status_dict(st)
                 if as_json:
                     render.print_json(data)
@@ -66,10 +70,14 @@ def register(app: typer.Typer) -> None:
         """Print a run's log; --follow keeps going until it ends (Ctrl-C stops following, not the run)."""
         from ..errors import NotFoundError
         from ..logs import follow as follow_log
+        from ..metrics_view import target_flags
+        from ..status import sync
 
         settings = common.settings(ctx)
-        tgt = common.target(settings, target, ct, trust=trust_new_host)
         with common.registry(settings) as reg:
+            if experiment is not None and target is None and ct is None:  # where that experiment ran
+                target, ct = target_flags(settings, reg.get(experiment))
+            tgt = common.target(settings, target, ct, trust=trust_new_host)
             if experiment is None:
                 latest = reg.latest(tgt.name)
                 if latest is None:
@@ -84,6 +92,9 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0) from None
         if follow:
             st = result.state
+            if st.get("id") == experiment:
+                with common.registry(settings) as reg:
+                    sync(reg, [st])
             render.say(f"orch: experiment {experiment} {st.get('state')} (exit code {st.get('exit_code')})")
 
 
@@ -122,7 +133,14 @@ def _print_status(d: dict) -> None:
     if d.get("message"):
         render.out(f"  message: {d['message']}")
     s = d.get("summary") or {}
-    parts = [f"{k}={s[k]}" for k in ("step", "loss", "throughput", "eta", "spikes") if s.get(k) is not None]
+    parts = []
+    if s.get("step") is not None:
+        parts.append(f"step={s['step']}" + (f"/{s['total_steps']}" if s.get("total_steps") else ""))
+    if s.get("loss") is not None:
+        parts.append(f"loss={s['loss']:.4g}")
+    for k in ("throughput", "eta", "spikes"):
+        if s.get(k) is not None:
+            parts.append(f"{k}={s[k]}")
     if parts:
         render.out("  " + "  ".join(parts))
     for note in s.get("notes", []):
