@@ -146,14 +146,23 @@ class Registry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def create(self, **fields: Any) -> Experiment:
+    def create(self, min_id: int = 1, **fields: Any) -> Experiment:
+        """A new experiment numbered after every earlier one, and at least ``min_id``."""
         fields.setdefault("created", time.time())
         fields.setdefault("status", "launching")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
-        cols = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        cur = self.db.execute(f"INSERT INTO experiments ({cols}) VALUES ({marks})", list(row.values()))
-        return self.get(int(cur.lastrowid))
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            last = self.db.execute("SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'").fetchone()[0]
+            row["id"] = max(int(last or 0) + 1, min_id)
+            cols = ", ".join(row)
+            marks = ", ".join("?" for _ in row)
+            self.db.execute(f"INSERT INTO experiments ({cols}) VALUES ({marks})", list(row.values()))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return self.get(row["id"])
 
     def update(self, exp_id: int, **fields: Any) -> Experiment:
         if "status" in fields and fields["status"] not in STATUSES:

@@ -87,7 +87,9 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
             _confirm_checkpoints(launch, probe["inventory"], action)
         exp = None
         if book.has("record"):
-            exp = registry.create(**_record_fields(launch, probe))
+            # ids are per project; a target shared with another clone may hold higher run ids already
+            floor = int(probe["status"].get("max_id") or 0)
+            exp = registry.create(min_id=floor + 1, **_record_fields(launch, probe))
             out.experiment = exp
         try:
             results = _apply(launch, client, project, probe, action, exp, out)

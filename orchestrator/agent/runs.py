@@ -116,7 +116,8 @@ def status(layout: Layout, project: str | None = None, ids: list | None = None, 
         if tail:
             state["last_line"] = _last_line(os.path.join(run_dir, LOG))
         out.append(state)
-    return {"runs": out, "now": time.time()}
+    everything = _runs(layout)
+    return {"runs": out, "now": time.time(), "max_id": everything[-1][0] if everything else 0}
 
 
 def _last_line(path: str) -> str | None:

@@ -186,3 +186,18 @@ def test_declared_lengths_are_planned_and_recorded(project):
     assert handed["buckets"] == buckets
     bad = project.cli("deploy", "--set", "batching.lengths=nope.npy")
     assert bad.exit_code == 2 and "nope.npy" in bad.output
+
+
+def test_a_target_shared_with_another_clone_gets_unclashing_ids(project, tmp_path):
+    import shutil
+
+    from tests.conftest import Project
+
+    project.configure(steps=5)
+    assert project.cli("deploy").exit_code == 0
+    other_path = tmp_path / "clone"
+    shutil.copytree(project.path, other_path, ignore=shutil.ignore_patterns(".orch"))
+    other = Project(other_path, project.root)
+    res = other.cli("deploy", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["experiment"]["id"] == 2  # the target already had run 1

@@ -100,6 +100,10 @@ def test_checkpoint_folder_behind_an_escaping_symlink_is_refused(project, tmp_pa
 def test_checkpoints_in_use_by_another_project_are_refused(project, tmp_path):
     project.configure(steps=100000, sleep=0.01)
     assert project.cli("deploy").exit_code == 0
+    deadline = time.monotonic() + 30
+    while not list(project.checkpoints.glob("ckpt-*")):
+        assert time.monotonic() < deadline, "the run wrote no checkpoint"
+        time.sleep(0.1)
     res = project.cli("checkpoints", "clean", "--yes")
     assert res.exit_code == 5 and "is running and writes to" in res.output
     assert project.registry().get(1).status == "running"
