@@ -45,7 +45,8 @@ def complete(prepared: Prepared, cfg: dict, timings: dict | None = None) -> dict
         pass
     elif out["strategy"] == "bucketed" and out["buckets"] is None:
         key = ("buckets", _digest(prepared.length), out["num_buckets"], out["max_seq_len"])
-        out["buckets"] = list(_cached(key, lambda: optimal_boundaries(prepared.length, out["num_buckets"], out["max_seq_len"])))
+        out["buckets"] = list(_cached(
+            key, lambda: optimal_boundaries(prepared.length, out["num_buckets"], out["max_seq_len"])))
     elif out["strategy"] == "megabatch" and out["megabatch"] is None:
         key = ("megabatch", _digest(prepared.length), out["token_budget"], out["max_seq_len"], out["target_efficiency"])
         out["megabatch"] = _cached(key, lambda: choose_megabatch(prepared.length, out))

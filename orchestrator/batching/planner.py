@@ -62,7 +62,8 @@ def _variants(cfg: dict) -> list[tuple[str, dict, bool]]:
     rows.append((f"bucketed K={cfg['num_buckets']} optimized", {"strategy": "bucketed", "buckets": None},
                  strategy == "bucketed" and cfg["buckets"] is None))
     fixed = cfg["megabatch"] or HF_MEGABATCH
-    rows.append((f"megabatch M={fixed}" + ("" if cfg["megabatch"] else " HF"), {"strategy": "megabatch", "megabatch": fixed},
+    rows.append((f"megabatch M={fixed}" + ("" if cfg["megabatch"] else " HF"),
+                 {"strategy": "megabatch", "megabatch": fixed},
                  strategy == "megabatch" and cfg["megabatch"] is not None))
     rows.append(("megabatch M=auto auto", {"strategy": "megabatch", "megabatch": None},
                  strategy == "megabatch" and cfg["megabatch"] is None))
@@ -98,9 +99,14 @@ def plan(lengths, config=None, window: int | None = None) -> list[dict]:
             "config": resolved,
             "configured": configured,
             "recommended": False,
+            # True where the config left a choice to the data (optimized buckets, M from data)
+            "auto": None in (overrides.get("buckets", 0), overrides.get("megabatch", 0)),
         })
     goal = cfg["target_efficiency"]
     qualified = [r for r in rows if r["efficiency_vs_sorted"] >= goal and r["s_and_l"] >= 1.0]
-    best = min(qualified, key=lambda r: (r["d1"], -r["efficiency"])) if qualified else max(rows, key=lambda r: r["efficiency"])
+    if qualified:
+        best = min(qualified, key=lambda r: (r["d1"], -r["efficiency"]))
+    else:
+        best = max(rows, key=lambda r: r["efficiency"])
     best["recommended"] = True
     return rows

@@ -191,4 +191,5 @@ def shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndar
 
 def check_rank(rank: int, world_size: int) -> None:
     if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, got rank={rank}, world_size={world_size}")
+        raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, "
+                         f"got rank={rank}, world_size={world_size}")

@@ -21,6 +21,11 @@ from .render import print_json
 app = typer.Typer(help="Plan batching under a token budget: predict throughput and freshness before launch.",
                   no_args_is_help=True)
 
+LengthsOpt = Annotated[Optional[Path], typer.Option(
+    "--lengths", help="Sample lengths: .npy, JSONL or one integer per line (default: batching.lengths).")]
+FieldOpt = Annotated[Optional[str], typer.Option("--field", help="JSONL field holding the length (default: length).")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="orch.toml to use (default: the nearest one).")]
+
 LENGTHS_HINT = ("give a .npy of integers, a text file with one integer per line, or JSONL with a length field"
                 " (--field)")
 
@@ -40,7 +45,7 @@ def _config(settings, **flags) -> dict:
     try:
         return normalize(raw)
     except ValueError as exc:
-        raise InputError(str(exc), "fix [batching] in orch.toml or the flag (see `orch batching plan --help`)") from None
+        raise InputError(str(exc), "fix [batching] in orch.toml or the flag") from None
 
 
 def _lengths_path(given: Path | None, cfg: dict, settings) -> Path:
@@ -73,14 +78,14 @@ def _library_call(fn, *args, **kwargs):
 @app.command()
 def plan(
     ctx: typer.Context,
-    lengths: Annotated[Optional[Path], typer.Option("--lengths", help="Sample lengths: .npy, JSONL or one integer per line.")] = None,
-    field: Annotated[Optional[str], typer.Option("--field", help="JSONL field holding the length (default: length).")] = None,
-    token_budget: Annotated[Optional[int], typer.Option("--token-budget", help="Padded tokens per batch, n * max_len.")] = None,
-    max_seq_len: Annotated[Optional[int], typer.Option("--max-seq-len", help="Longest sample a batch may hold.")] = None,
-    window: Annotated[Optional[int], typer.Option("--window", help="G: micro-batches per optimizer step (1 = random order).")] = None,
+    lengths: LengthsOpt = None,
+    field: FieldOpt = None,
+    token_budget: Annotated[Optional[int], typer.Option(help="Padded tokens per batch, n * max_len.")] = None,
+    max_seq_len: Annotated[Optional[int], typer.Option(help="Longest sample a batch may hold.")] = None,
+    window: Annotated[Optional[int], typer.Option(help="G: micro-batches per optimizer step (1: random).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")] = False,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG: length histogram and efficiency vs freshness.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="orch.toml to read (default: found from the cwd up).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: lengths, throughput vs freshness.")] = None,
+    config: ConfigOpt = None,
 ) -> None:
     """Compare every strategy on your lengths before launch, and recommend one."""
     from .. import batching
@@ -126,25 +131,33 @@ def _render(rows, cfg, path, samples, overlong, total_ms, plot) -> None:
     console = Console(highlight=False)
     console.print(table, markup=False)
     best = next(r for r in rows if r["recommended"])
-    chosen = best["config"]
-    setting = {"megabatch": f", megabatch = {chosen['megabatch']}",
-               "bucketed": f", buckets = {chosen['buckets']}"}.get(chosen["strategy"], "")
     console.print(f"best: {best['name']}: {best['throughput_vs_sorted']:.1%} of sorted throughput, "
-                  f"D1 {_pct(best['d1'])}, S&L {best['s_and_l']:.0%}. In orch.toml: [batching] "
-                  f"strategy = \"{chosen['strategy']}\"{setting}", markup=False)
+                  f"D1 {_pct(best['d1'])}, S&L {best['s_and_l']:.0%}. In orch.toml: {_setting(best)}", markup=False)
     console.print("vs sorted: throughput predicted from padding; D1: co-batched pairs meeting again next epoch "
                   "(lower is fresher); D2, S&L: length mix per window of G steps; cfg: what orch.toml runs now",
                   style="dim", markup=False)
-    auto = next((r for r in rows if r["strategy"] == "megabatch" and r["choose_ms"] > 1), None)
+    auto = next((r for r in rows if r["strategy"] == "megabatch" and r["auto"]), None)
     if auto is not None:
-        console.print(f"choosing M={auto['config']['megabatch']} took {auto['choose_ms'] / 1000:.1f} s (once per launch); "
-                      f"building an epoch takes {auto['build_ms']:.0f} ms", style="dim")
+        console.print(f"choosing M={auto['config']['megabatch']} took {auto['choose_ms'] / 1000:.1f} s (once per "
+                      f"launch); building an epoch takes {auto['build_ms']:.0f} ms", style="dim")
     if overlong["overlong"]:
         console.print(f"overlong: {overlong['overlong']:,} samples > max_seq_len ({overlong['policy']}: "
                       f"{overlong['truncated']:,} truncated, {overlong['dropped']:,} dropped)", markup=False)
     if plot is not None:
         console.print(f"plot written to {plot}", markup=False)
     console.print(f"planned in {total_ms / 1000:.1f} s", style="dim")
+
+
+def _setting(row: dict) -> str:
+    """The [batching] lines that run ``row``."""
+    chosen = row["config"]
+    text = f'[batching] strategy = "{chosen["strategy"]}"'
+    if chosen["strategy"] == "megabatch":
+        text += " (leave megabatch unset: M is chosen from the data at each launch)" if row["auto"] else \
+            f", megabatch = {chosen['megabatch']}"
+    elif chosen["strategy"] == "bucketed":
+        text += f", buckets = {chosen['buckets']}" + (" (orch batching optimize writes them)" if row["auto"] else "")
+    return text
 
 
 def _pct(x: float) -> str:
@@ -194,9 +207,9 @@ def _plot(path: Path, values, rows, cfg) -> None:
 def optimize(
     ctx: typer.Context,
     buckets: Annotated[int, typer.Option("--buckets", min=1, help="K: number of buckets.")],
-    lengths: Annotated[Optional[Path], typer.Option("--lengths", help="Sample lengths (default: [batching] lengths).")] = None,
-    field: Annotated[Optional[str], typer.Option("--field", help="JSONL field holding the length.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="orch.toml to read and write.")] = None,
+    lengths: LengthsOpt = None,
+    field: FieldOpt = None,
+    config: ConfigOpt = None,
     write: Annotated[bool, typer.Option("--write/--no-write", help="Write [batching] buckets into orch.toml.")] = True,
 ) -> None:
     """Find the K bucket boundaries with the least padding (exact DP) and store them in orch.toml."""
@@ -218,7 +231,8 @@ def optimize(
         return
     target = settings.config_path
     if target is None:
-        raise InputError("no orch.toml to write the buckets into", "pass --config PATH, or --no-write to only print them")
+        raise InputError("no orch.toml to write the buckets into",
+                         "pass --config PATH, or --no-write to only print them")
     _write_buckets(Path(target), bounds)
     typer.echo(f"wrote [batching] buckets to {target}")
     if cfg["strategy"] != "bucketed":
