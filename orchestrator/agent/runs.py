@@ -78,7 +78,7 @@ def run_state(run_dir: str) -> dict:
         out["lost"] = True
     else:
         launched = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
-        young = time.time() - float(launched.get("created", 0)) < 10
+        young = time.time() - float(launched.get("created", 0)) < 30
         out["state"] = "launching" if young else "crashed"
     return out
 
@@ -268,11 +268,11 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
 def verify_started(layout: Layout, exp_id: int, wait: float = 1.0) -> dict:
     """Wait until the supervisor has started the command, then a moment more to catch instant crashes."""
     run_dir = layout.run_dir(exp_id)
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + 30.0  # generous: a loaded machine can be slow to start Python
     while not os.path.exists(os.path.join(run_dir, "pid.json")) and \
             not os.path.exists(os.path.join(run_dir, "exit.json")):
         if time.monotonic() >= deadline:
-            raise AgentFailure("agent", f"experiment {exp_id} did not start within 10 s",
+            raise AgentFailure("agent", f"experiment {exp_id} did not start within 30 s",
                                "check that tmux works on the target: orch status shows the run's state")
         time.sleep(0.02)
     _wait(run_dir, wait)
