@@ -16,7 +16,7 @@ from typing import Any, Callable
 from .agent_client import AgentClient, decode_log
 from .config import Settings
 from .errors import NotFoundError, OrchError
-from .experiments import Experiment, Registry
+from .experiments import FINAL, Experiment, Registry
 from .targets import Target
 
 CHUNK = 4 << 20  # bytes per agent call
@@ -139,6 +139,8 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
         try:
             value = client.one("log_read", exp_id=exp.id, offset=offset, identity=identity, max_bytes=CHUNK)
         except NotFoundError:
+            if exp.status in FINAL:  # it ended without a run folder here: nothing will ever be read
+                registry.save_metrics(exp.id, 0, {}, {"_state": {"complete": True, "no_run_folder": True}})
             return {"notes": [f"experiment {exp.id} has no run folder on target {target.name}"]}
         run = value["state"]
         if value["reset"]:
@@ -162,7 +164,7 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
     if run.get("id") == exp.id:
         sync(registry, [run])
         exp = registry.get(exp.id)
-    previous = _previous(settings, target, registry, client, exp, with_previous)
+    previous = _previous(settings, target, registry, client, exp, with_previous, budget_s)
     out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)
     registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
                                                    "_state": state})
@@ -170,7 +172,7 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
 
 
 def _previous(settings: Settings, target: Target, registry: Registry, client: AgentClient, exp: Experiment,
-              fetch: bool) -> dict | None:
+              fetch: bool, budget_s: float | None) -> dict | None:
     """The experiment to compare throughput against: the parent, else the one before on the target.
 
     A candidate on this target whose metrics were never read (it ran while nobody asked) is read now.
@@ -180,7 +182,7 @@ def _previous(settings: Settings, target: Target, registry: Registry, client: Ag
     for cand in candidates:
         m = registry.metrics(cand.id)
         if fetch and cand.target == target.name and cand.status != "failed" and not is_complete(m):
-            refresh(settings, target, registry, client, cand, budget_s=None, with_previous=False)
+            refresh(settings, target, registry, client, cand, budget_s=budget_s, with_previous=False)
             m = registry.metrics(cand.id)
         if m and m["summary"].get("median_tok_s"):
             return {"id": cand.id, "median_tok_s": m["summary"]["median_tok_s"]}

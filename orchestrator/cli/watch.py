@@ -31,19 +31,31 @@ def register(app: typer.Typer) -> None:
                                                      "log for step, loss, throughput, ETA")] = True,
                trust_new_host: TrustOpt = False) -> None:
         """The target's latest experiment: state, exit code, progress and the last log line."""
-        from ..status import client_for, target_status
         from .. import metrics_view
+        from ..errors import TransportError
+        from ..status import client_for, target_status
 
         settings = common.settings(ctx)
         tgt = common.target(settings, target, ct, trust=trust_new_host)
-        client = client_for(settings, tgt)
+        client = None
         try:
             while True:
-                with common.registry(settings) as reg:
-                    st = target_status(settings, tgt, reg, client)
-                    if metrics:
-                        st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"],
-                                                             now=st["now"])
+                try:
+                    client = client or client_for(settings, tgt)
+                    with common.registry(settings) as reg:
+                        st = target_status(settings, tgt, reg, client)
+                        if metrics:
+                            st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"],
+                                                                 now=st["now"])
+                except TransportError as exc:
+                    if not watch:
+                        raise
+                    render.say(f"orch: connection lost ({exc.message}); retrying in 2 s")
+                    if client is not None:
+                        client.transport.close()
+                    client = None
+                    time.sleep(2.0)
+                    continue
                 data = _status_dict(st)
                 if as_json:
                     render.print_json(data)
@@ -55,7 +67,8 @@ def register(app: typer.Typer) -> None:
                     break
                 time.sleep(2.0)
         finally:
-            client.transport.close()
+            if client is not None:
+                client.transport.close()
 
     @app.command()
     def logs(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None,

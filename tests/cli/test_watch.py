@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -202,6 +203,15 @@ def test_a_silent_run_is_reported_stalled(project):
     res = project.cli("experiments", "plot", str(exp_id), "--out", str(project.path / "quiet.png"))
     assert res.exit_code == 2 and "has no loss series" in res.output
     assert not (project.path / "quiet.png").exists()
+    # Ctrl-C stops following, never the run
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "logs", "--follow"], cwd=project.path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"loading data\n"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and b"stopped following (the run goes on)" in err
+    assert status_json(project)["state"] == "running"
     assert project.cli("stop").exit_code == 0
 
 
