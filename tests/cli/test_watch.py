@@ -136,6 +136,7 @@ def test_follow_across_dropped_connections_loses_and_repeats_nothing(project):
     assert result.reconnects >= 3
     lost = [n for n in notices if n.startswith("connection lost")]
     assert len(lost) == result.reconnects and "resuming at byte" in lost[0]
+    assert any("reset by peer" in n for n in lost) and any("before the answer arrived" in n for n in lost)
     assert sum(n.startswith("reconnected; resuming at byte") for n in notices) == result.reconnects
 
 
@@ -193,9 +194,22 @@ def test_status_of_a_running_tinylm_shows_progress(project):
     assert project.cli("stop").exit_code == 0
 
 
-def test_a_silent_run_is_reported_stalled(project):
+QUIET = """\
+import os, time
+go = os.path.join(os.environ["ORCH_RUN_DIR"], "go")
+print("loading data", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.02)
+print("step=1 loss=2.5", flush=True)
+while True:  # alive and printing, but the step never moves
+    print("waiting for a lock", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_stalls_are_reported_and_ctrl_c_stops_following_not_the_run(project):
     project.configure(extra="\n[metrics]\nstall_after = 0.5\n")
-    exp_id = deploy_script(project, "quiet.py", "import time\nprint('loading data', flush=True)\ntime.sleep(60)\n")
+    exp_id = deploy_script(project, "quiet.py", QUIET)
     time.sleep(1.0)
     text = project.cli("status").stdout
     assert "running" in text and "stalled: no new log line" in text
@@ -211,7 +225,13 @@ def test_a_silent_run_is_reported_stalled(project):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0 and b"stopped following (the run goes on)" in err
-    assert status_json(project)["state"] == "running"
+    # the log grows again but the step does not
+    (run_dir(project, exp_id) / "go").touch()
+    wait_for(lambda: status_json(project)["summary"].get("step") == 1, "the first step")
+    time.sleep(1.0)
+    data = status_json(project)
+    assert data["state"] == "running" and data["log_age_s"] < 0.5
+    assert any(n.startswith("stalled: no step progress") for n in data["summary"]["notes"])
     assert project.cli("stop").exit_code == 0
 
 
