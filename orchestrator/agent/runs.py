@@ -228,7 +228,7 @@ def _wait(run_dir: str, seconds: float) -> bool:
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.05)
+        time.sleep(0.01)
 
 
 def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: float, term_timeout: float) -> dict:
