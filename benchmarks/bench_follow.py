@@ -216,7 +216,7 @@ def main() -> None:
     for label, d in ((f"high rate ({fast['lines'] / fast['seconds']:.0f} lines/s followed)", fast),
                      (f"paced (~{1 / a.interval:.0f} lines/s, poll 0.1 s)", paced)):
         r, n = d["result"], max(1, d["lines"])
-        print(f"{label:34} {d['lines']:8d} {d['log_bytes'] / n:11.1f} {r.received / n:12.1f} {r.sent / n:12.1f} "
+        print(f"{label:34} {d['lines']:8d} {d['log_bytes'] / n:11.1f} {r.received / n:12.1f} {r.sent / n:12.2f} "
               f"{r.received / max(1, d['log_bytes']):6.2f} {r.reads:6d}")
 
     print(f"\n3. orch status on a {big['lines']:,}-line log ({big['mb']:.0f} MB), as a subprocess")

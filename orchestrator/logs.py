@@ -13,7 +13,7 @@ the output never shows half a line that a later read completes.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from .agent_client import AgentClient, decode_log
@@ -46,7 +46,7 @@ class _Link:
     client: AgentClient | None = None
     received: int = 0
     sent: int = 0
-    opened: int = field(default=0)
+    opened: int = 0
 
     def read(self, **args: object) -> dict:
         if self.client is None:
