@@ -43,10 +43,7 @@ def target_spec(settings: Settings, name: str | None = None, ct: int | None = No
             raise InputError(f"no target has ct = {ct} and orch.toml has no [proxmox] section",
                              hint="add a [proxmox] section (host, token_id) or a [targets.NAME] with kind = "
                                   "\"proxmox\" and ct = " + str(ct))
-        defaults = settings.targets.get("default")
-        base = defaults.model_dump() if defaults and defaults.kind == "proxmox" else {}
-        base.update(kind="proxmox", ct=ct)
-        return f"ct{ct}", TargetSection.model_validate(base)
+        return f"ct{ct}", TargetSection(kind="proxmox", ct=ct)  # the [targets] defaults: ssh as root
     name = name or settings.default_target
     if name not in settings.targets:
         raise InputError(f"unknown target {name!r}", hint="configured targets: " + ", ".join(sorted(settings.targets)))

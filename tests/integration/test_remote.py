@@ -33,10 +33,22 @@ class RemoteProject(Project):
 
     def write(self, *, steps: int = 100000, sleep: float = 0.01, verify_ssl: str | None = None,
               token_id: str | None = None, extra: str = "", sources: str = '["train.py"]',
-              connect_timeout: float = 5) -> None:
+              connect_timeout: float = 5, entries: bool = True) -> None:
         api, node = self.testbed.api, self.testbed.node
+        targets = """
+[targets.ct200]
+kind = "proxmox"
+ct = 200
+access = "ssh"
+user = "root"
+
+[targets.ct201]
+kind = "proxmox"
+ct = 201
+access = "pct"
+""" if entries else ""
         self.path.joinpath("orch.toml").write_text(f"""\
-default_target = "ct200"
+default_target = "{'ct200' if entries else 'local'}"
 
 [project]
 name = "tinylm"
@@ -68,17 +80,7 @@ identity_file = "{self.testbed.key_path}"
 connect_timeout = {connect_timeout}
 connect_retries = 1
 command_timeout = 60
-
-[targets.ct200]
-kind = "proxmox"
-ct = 200
-access = "ssh"
-user = "root"
-
-[targets.ct201]
-kind = "proxmox"
-ct = 201
-access = "pct"
+{targets}
 {extra}""")
 
     def rows(self) -> list:
@@ -145,6 +147,15 @@ def test_deploy_by_ct_id_over_ssh_restart_logs_status_stop(remote, testbed):
     assert json.loads(stop.stdout)["stopped"][0]["id"] == 2
     assert [e.status for e in sorted(remote.rows(), key=lambda e: e.id)] == ["stopped", "stopped"]
     assert "tinylm" not in on_ct(testbed, 200, "sh", "-c", "tmux -L \"$(ls /tmp/tmux-0/ | head -1)\" ls || true")
+
+
+def test_any_ct_id_works_without_a_target_entry(remote, testbed):
+    remote.write(entries=False)
+    res = remote.cli("deploy", "--ct", "200", "--json")
+    assert res.exit_code == 0, res.output
+    exp = json.loads(res.stdout)["experiment"]
+    assert exp["target"] == "ct200" and exp["target_info"]["address"] == "10.77.0.200"
+    assert remote.cli("stop", "--ct", "200").exit_code == 0
 
 
 def test_pct_mode_works_without_sshd_in_the_container(remote, testbed):
