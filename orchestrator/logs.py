@@ -47,6 +47,7 @@ class _Link:
     received: int = 0
     sent: int = 0
     opened: int = 0
+    connections: int = 0  # connections the current transport had made at the last read
 
     def read(self, **args: object) -> dict:
         if self.client is None:
@@ -61,6 +62,7 @@ class _Link:
         if self.client is not None:
             transport = self.client.transport
             self.client = None
+            self.connections = 0
             self.received += transport.stats.bytes_received
             self.sent += transport.stats.bytes_sent
             transport.close()
@@ -123,9 +125,12 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
                 time.sleep(backoff)
                 backoff = min(max_backoff, backoff * 2)
                 continue
-            if lost:
+            conns = link.client.transport.stats.connections if link.client else 0
+            if lost or (link.connections and conns > link.connections):
+                # a link that died between two reads is re-made by the transport before the next one
                 notice(f"reconnected; resuming at byte {offset or 0}")
                 lost = False
+            link.connections = conns
             failures, backoff = 0, first_backoff
             reads += 1
             data = decode_log(value)
