@@ -26,7 +26,8 @@ def sync(registry: Registry, runs: list[dict]) -> None:
         except NotFoundError:
             continue
         state = run["state"]
-        if state == exp.status or (exp.status in FINAL and exp.status != "failed" and state not in FINAL):
+        same = state == exp.status and (state not in FINAL or run.get("exit_code") == exp.exit_code)
+        if same or (exp.status in FINAL and exp.status != "failed" and state not in FINAL):
             continue
         fields: dict = {"status": state}
         if state in FINAL:

@@ -71,8 +71,9 @@ def run_state(run_dir: str) -> dict:
         code = ended.get("exit_code")
         out.update(exit_code=code, ended=ended.get("ended"))
         out["state"] = "stopped" if stop_req else ("finished" if code == 0 else "crashed")
-    elif _alive(pid.get("child"), pid.get("child_start")):
-        out["state"] = "running"
+    elif _alive(pid.get("child"), pid.get("child_start")) or \
+            _alive(pid.get("supervisor"), pid.get("supervisor_start")):
+        out["state"] = "running"  # a supervisor still alive is about to record the exit code
     elif pid:
         out["state"] = "stopped" if stop_req else "crashed"  # supervisor killed: the exit code is lost
         out["lost"] = True
@@ -201,7 +202,9 @@ def supervise(run_dir: str) -> int:
             write_json(os.path.join(run_dir, "exit.json"), {"exit_code": 127, "ended": time.time(),
                                                            "error": exc.strerror})
             return 127
-        write_json(os.path.join(run_dir, "pid.json"), {"supervisor": os.getpid(), "child": child.pid,
+        write_json(os.path.join(run_dir, "pid.json"), {"supervisor": os.getpid(),
+                                                      "supervisor_start": _proc_start(os.getpid()),
+                                                      "child": child.pid,
                                                       "child_start": _proc_start(child.pid),
                                                       "started": time.time()})
 
