@@ -33,41 +33,37 @@ def _shell(layout: Layout, argv: list, cwd: str | None = None, timeout: float = 
     return out
 
 
+def _hello(layout: Layout) -> dict:
+    return {"protocol": PROTOCOL, "python": ".".join(map(str, sys.version_info[:3])),
+            "agent": os.path.abspath(sys.argv[0])}
+
+
+# op name -> (function, whether it takes the payload); every function takes the layout first
+OPS = {
+    "hello": (_hello, False),
+    "preflight": (system.preflight, False),
+    "blobs_missing": (revisions.blobs_missing, False),
+    "blobs_store": (revisions.blobs_store, True),
+    "revision_assemble": (revisions.revision_assemble, False),
+    "run_start": (lambda layout, **a: runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **a), False),
+    "run_stop": (runs.stop, False),
+    "run_verify": (runs.verify_started, False),
+    "status": (runs.status, False),
+    "log_read": (logs.read, False),
+    "ckpt_check": (lambda layout, **a: {"path": checkpoints.check_path(layout, **a)}, False),
+    "ckpt_inventory": (checkpoints.inventory, False),
+    "ckpt_trash": (checkpoints.move_to_trash, False),
+    "ckpt_restore": (checkpoints.restore, False),
+    "ckpt_purge": (checkpoints.purge, False),
+    "shell": (_shell, False),
+}
+
+
 def _dispatch(layout: Layout, op: str, args: dict, payload: bytes) -> object:
-    agent_path = os.path.abspath(sys.argv[0])
-    if op == "hello":
-        return {"protocol": PROTOCOL, "python": ".".join(map(str, sys.version_info[:3])), "agent": agent_path}
-    if op == "preflight":
-        return system.preflight(layout, **args)
-    if op == "blobs_missing":
-        return revisions.blobs_missing(layout, **args)
-    if op == "blobs_store":
-        return revisions.blobs_store(layout, payload, **args)
-    if op == "revision_assemble":
-        return revisions.revision_assemble(layout, **args)
-    if op == "run_start":
-        return runs.start(layout, agent_path=agent_path, **args)
-    if op == "run_stop":
-        return runs.stop(layout, **args)
-    if op == "run_verify":
-        return runs.verify_started(layout, **args)
-    if op == "status":
-        return runs.status(layout, **args)
-    if op == "log_read":
-        return logs.read(layout, **args)
-    if op == "ckpt_inventory":
-        return checkpoints.inventory(layout, **args)
-    if op == "ckpt_check":
-        return {"path": checkpoints.check_path(layout, **args)}
-    if op == "ckpt_trash":
-        return checkpoints.move_to_trash(layout, **args)
-    if op == "ckpt_restore":
-        return checkpoints.restore(layout, **args)
-    if op == "ckpt_purge":
-        return checkpoints.purge(layout, **args)
-    if op == "shell":
-        return _shell(layout, **args)
-    raise AgentFailure("input", f"unknown agent operation {op!r}", "the controller and agent versions differ")
+    if op not in OPS:
+        raise AgentFailure("input", f"unknown agent operation {op!r}", "the controller and agent versions differ")
+    func, wants_payload = OPS[op]
+    return func(layout, payload, **args) if wants_payload else func(layout, **args)
 
 
 def handle(request: dict, payload: bytes) -> dict:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tempfile
 
 from ..errors import TransportError, TransportTimeout
 from .base import Result, Transport
@@ -30,22 +28,11 @@ class LocalTransport(Transport):
         return Result(list(argv), proc.returncode, proc.stdout, proc.stderr)
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        from ..agent.layout import write_atomic
+
         self.stats.bytes_sent += len(data)
-        parent = os.path.dirname(path) or "."
         try:
-            os.makedirs(parent, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=parent, prefix=".orch-put-")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.chmod(tmp, mode)
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            write_atomic(path, data, mode)
         except OSError as exc:
             raise TransportError(f"cannot write {path}: {exc.strerror}",
                                  hint="check the permissions of the target's root folder") from exc
