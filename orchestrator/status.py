@@ -48,4 +48,4 @@ def target_status(settings: Settings, target: Target, registry: Registry, client
     if latest is not None:
         run = next((r for r in answer["runs"] if r.get("id") == latest.id), None)
     return {"target": target.name, "info": target.info, "now": answer["now"], "experiment": latest, "run": run,
-            "runs": answer["runs"]}
+            "runs": answer["runs"], "gpus": answer.get("gpus", [])}

@@ -48,7 +48,7 @@ OPS = {
     "run_start": (lambda layout, **a: runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **a), False),
     "run_stop": (runs.stop, False),
     "run_verify": (runs.verify_started, False),
-    "status": (runs.status, False),
+    "status": (lambda layout, **a: {**runs.status(layout, **a), "gpus": system.gpus()}, False),
     "log_read": (logs.read, False),
     "ckpt_check": (lambda layout, **a: {"path": checkpoints.check_path(layout, **a)}, False),
     "ckpt_inventory": (checkpoints.inventory, False),

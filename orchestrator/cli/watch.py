@@ -20,7 +20,8 @@ def _status_dict(st: dict) -> dict:
             "state": (exp.status if exp else None), "exit_code": exp.exit_code if exp else None,
             "revision": exp.revision if exp else None, "message": exp.message if exp else None,
             "started": exp.started if exp else None, "last_line": run.get("last_line"),
-            "log_age_s": age, "log_bytes": run.get("log_size"), "summary": st.get("summary") or {}}
+            "log_age_s": age, "log_bytes": run.get("log_size"), "summary": st.get("summary") or {},
+            "gpus": st.get("gpus", [])}
 
 
 def register(app: typer.Typer) -> None:
@@ -158,4 +159,6 @@ def _print_status(d: dict) -> None:
         render.out("  " + "  ".join(parts))
     for note in s.get("notes", []):
         render.out(f"  ! {note}")
+    for g in d.get("gpus") or []:
+        render.out(f"  gpu {g['index']} {g['name']}: {g['util']}% busy, {g['mem_used_mib']}/{g['mem_total_mib']} MiB")
     render.out(f"  last log line ({render.ago(d['log_age_s'])}): {d['last_line'] or '-'}")

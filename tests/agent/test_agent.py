@@ -149,3 +149,18 @@ def test_an_old_interpreter_gets_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True)
     env = unframe(out.stdout)
     assert env and "needs 3.10 or newer" in env["fatal"]["message"]
+
+
+def test_gpus_come_from_nvidia_smi_when_present(agent, tmp_path, monkeypatch):
+    """A stand-in nvidia-smi on PATH (the real one needs a GPU) answering its documented CSV format."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA A100-SXM4-80GB, 97, 71234, 81920'\n"
+                   "echo '1, NVIDIA A100-SXM4-80GB, 3, 1024, 81920'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    gpus = agent.one("status")["gpus"]
+    assert [g["index"] for g in gpus] == ["0", "1"] and gpus[0]["util"] == "97"
+    assert gpus[1]["mem_total_mib"] == "81920"
+    assert agent.one("preflight")["gpus"] == gpus
