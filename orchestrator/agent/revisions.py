@@ -1,4 +1,9 @@
-"""Content-addressed blobs and immutable revision folders on the target."""
+"""Content-addressed blobs and immutable revision folders on the target.
+
+Blobs are stored read-only (0444). A revision's files are hard links to them, so assembling a revision
+costs no copying however large the tree; executables link to a read-only 0555 twin of the blob
+(``<sha>.x``). Revision files are therefore read-only, as an immutable revision should be.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,21 @@ def blobs_missing(layout: Layout, hashes: list) -> dict:
     return {"missing": missing}
 
 
+def _linked(layout: Layout, sha: str, mode: int) -> str:
+    """The read-only blob file to link for ``mode``: the blob itself, or its executable twin."""
+    blob = layout.blob(sha)
+    if not mode & 0o111:
+        return blob
+    twin = blob + ".x"
+    if not os.path.isfile(twin):
+        fd, tmp = tempfile.mkstemp(dir=layout.blobs, prefix=".tmp-")
+        os.close(fd)
+        shutil.copyfile(blob, tmp)
+        os.chmod(tmp, 0o555)
+        os.replace(tmp, twin)
+    return twin
+
+
 def blobs_store(layout: Layout, payload: bytes, blobs: list) -> dict:
     """Store the payload's blobs, each verified against its hash before it becomes visible."""
     layout.ensure()
@@ -42,6 +62,7 @@ def blobs_store(layout: Layout, payload: bytes, blobs: list) -> dict:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o444)
         os.replace(tmp, layout.blob(sha))
         stored += 1
     return {"stored": stored}
@@ -79,8 +100,12 @@ def revision_assemble(layout: Layout, revision: str, files: list | None = None) 
             rel = _safe_rel(f["path"])
             dest = os.path.join(tmp, rel)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            shutil.copyfile(layout.blob(f["sha256"]), dest)
-            os.chmod(dest, int(f["mode"]) & 0o777)
+            source = _linked(layout, f["sha256"], int(f["mode"]))
+            try:
+                os.link(source, dest)
+            except OSError:  # a filesystem without hard links: copy instead
+                shutil.copyfile(source, dest)
+                os.chmod(dest, os.stat(source).st_mode & 0o777)
         write_json(os.path.join(tmp, ".orch-manifest.json"), {"revision": revision, "files": files})
         os.chmod(tmp, 0o755)
         try:

@@ -67,7 +67,10 @@ def test_blobs_are_verified_and_revisions_are_atomic_and_immutable(agent, tmp_pa
                payload=b)
     built = revisions / rev
     assert (built / "train.py").read_bytes() == a and (built / "lib" / "util.py").read_bytes() == b
-    assert os.stat(built / "lib" / "util.py").st_mode & 0o777 == 0o755
+    # read-only hard links to the blobs: no copy, and an immutable revision cannot be edited in place
+    assert os.stat(built / "lib" / "util.py").st_mode & 0o777 == 0o555
+    assert os.stat(built / "train.py").st_mode & 0o777 == 0o444
+    assert os.stat(built / "train.py").st_ino == os.stat(tmp_path / "root" / "blobs" / blob(a)["sha256"]).st_ino
     again = agent.one("revision_assemble", revision=rev, files=files)
     assert again["created"] is False
     with pytest.raises(InputError, match="does not hash"):
