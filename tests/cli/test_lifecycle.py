@@ -201,3 +201,25 @@ def test_a_target_shared_with_another_clone_gets_unclashing_ids(project, tmp_pat
     res = other.cli("deploy", "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["experiment"]["id"] == 2  # the target already had run 1
+
+
+def test_git_commit_and_dirty_diff_are_recorded(project):
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(project.path), *args], check=True, capture_output=True)
+
+    project.configure(steps=5)
+    git("init", "-q")
+    git("-c", "user.email=t@example.com", "-c", "user.name=t", "add", "train.py")
+    git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "start")
+    assert project.cli("deploy").exit_code == 0
+    clean = project.registry().get(1)
+    assert clean.git_commit and len(clean.git_commit) == 40 and clean.git_dirty is False
+    with (project.path / "train.py").open("a") as fh:
+        fh.write("# tuned\n")
+    assert project.cli("deploy").exit_code == 0
+    dirty = project.registry().get(2)
+    assert dirty.git_dirty is True and "+# tuned" in (dirty.git_diff or "")
+    assert dirty.revision != clean.revision
+    assert "(dirty)" in project.cli("experiments", "show", "2").stdout

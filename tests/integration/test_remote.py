@@ -136,6 +136,8 @@ def test_deploy_by_ct_id_over_ssh_restart_logs_status_stop(remote, testbed):
     assert data["experiment"] == 1
     logs = remote.cli("logs", "--ct", "200", "-n", "2")
     assert logs.exit_code == 0 and "step=" in logs.stdout
+    # the run imported orch's batching library, shipped inside the agent; no fallback
+    assert "not importable" not in on_ct(testbed, 200, "cat", f"{ROOT}/runs/1/train.log")
     res = remote.cli("restart", "--ct", "200", "--clean-checkpoints", "--yes", "--json")
     assert res.exit_code == 0, res.output
     exp2 = json.loads(res.stdout)["experiment"]
