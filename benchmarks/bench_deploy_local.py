@@ -81,7 +81,7 @@ def main() -> None:
     print(f"{'by hand (cp -r + tmux)':28} {base:8.0f} {1.0:10.2f} {a.files + 1:11d} {'(all)':>12}")
     for label, ms, (n, b) in rows:
         print(f"{label:28} {ms:8.0f} {ms / base:10.2f} {n:11d} {b:12d}")
-    print("note: orch's figure includes its graceful stop of the previous run, the record, and a 0.15 s "
+    print("note: orch's figure includes its graceful stop of the previous run, the record, and a 0.1 s "
           "verify_started wait")
     orch(work, "stop")
     subprocess.run(["tmux", "-L", "orch-bench-hand", "kill-server"], capture_output=True)

@@ -52,7 +52,7 @@ class StartRun(_Step):
 
 class VerifyStarted(_Step):
     step: Literal["verify_started"]
-    wait: float = Field(0.15, ge=0, le=60)
+    wait: float = Field(0.1, ge=0, le=60)
 
 
 class Shell(_Step):

@@ -103,8 +103,6 @@ def handle(request: dict, payload: bytes) -> dict:
 def main() -> int:
     os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
     os.environ.pop("LANGUAGE", None)
-    if len(sys.argv) >= 3 and sys.argv[1] == "supervise":
-        return runs.supervise(sys.argv[2])
     stdin = sys.stdin.buffer
     try:
         request = json.loads(stdin.readline() or b"{}")

@@ -1,8 +1,6 @@
 # The zipapp's top-level __main__: kept parseable by old interpreters so they get a clear error.
 import os
-import shutil
 import sys
-import zipfile
 
 if sys.version_info < (3, 10):
     sys.stdout.write("\n@@ORCH-ENVELOPE@@{\"v\": 1, \"fatal\": {\"kind\": \"agent\", \"message\": "
@@ -17,6 +15,9 @@ _zip = os.path.abspath(sys.argv[0])
 _dir = _zip[:-4] + ".d" if _zip.endswith(".pyz") else None
 if _dir is not None:
     if not os.path.isdir(_dir):
+        import shutil
+        import zipfile
+
         _tmp = "%s.tmp-%d" % (_dir, os.getpid())
         try:
             with zipfile.ZipFile(_zip) as _zf:
@@ -26,6 +27,12 @@ if _dir is not None:
             shutil.rmtree(_tmp, ignore_errors=True)
     if os.path.isdir(_dir):
         sys.path[0] = _dir
+
+if len(sys.argv) >= 3 and sys.argv[1] == "supervise":  # the run's supervisor: import no more than it needs
+    from orchestrator.agent.runs import supervise  # noqa: E402
+
+    os.environ["LC_ALL"] = "C.UTF-8"
+    sys.exit(supervise(sys.argv[2]))
 
 from orchestrator.agent.__main__ import main  # noqa: E402
 
