@@ -19,8 +19,14 @@ SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a s
 def settings(ctx: typer.Context, overrides: list[str] | None = None):
     from ..config import load_settings
 
+    from ..errors import ConfigError
+
     path: Path | None = (ctx.obj or {}).get("config") if ctx.obj else None
-    return load_settings(path, overrides=overrides or [])
+    settings = load_settings(path, overrides=overrides or [])
+    if settings.config_path is None:  # records live beside orch.toml: never scatter them in random folders
+        raise ConfigError(f"no orch.toml in {Path.cwd()} or any folder above it",
+                          hint="run `orch init` in your project folder, or pass --config PATH")
+    return settings
 
 
 def target(settings, name: str | None, ct: int | None, *, start: bool = False, trust: bool = False,

@@ -78,3 +78,16 @@ def test_init_writes_a_config_that_loads(tmp_path, monkeypatch):
     assert s.project.name == "demo" and s.batching.strategy == "megabatch"
     again = CliRunner().invoke(app, ["init"])
     assert again.exit_code == 2 and "already exists" in again.output
+
+
+def test_commands_need_a_project_config(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_CONFIG", raising=False)
+    for args in (["deploy"], ["status"], ["experiments", "list"], ["checkpoints", "list"]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and "no orch.toml" in res.output and "orch init" in res.output
+    assert not (tmp_path / ".orch").exists()
