@@ -40,7 +40,8 @@ _ALIAS_GROUPS: tuple[tuple[tuple[str, ...], str, float], ...] = (
     (("grad_norm", "gnorm", "grad-norm", "gradnorm", "grad_norm_total"), "grad_norm", 1.0),
     (("epoch", "ep"), "epoch", 1.0),
     (("total_steps", "max_steps", "num_steps"), "total_steps", 1.0),
-    (("tokens", "total_tokens", "tokens_seen", "ntokens"), "tokens", 1.0),
+    (("tokens", "tokens_seen", "ntokens", "consumed_tokens"), "tokens", 1.0),
+    (("total_tokens", "target_tokens", "train_tokens"), "total_tokens", 1.0),
 )
 _ALIASES = {name: (canon, scale) for names, canon, scale in _ALIAS_GROUPS for name in names}
 _JSON_TIME_KEYS = ("time", "timestamp", "ts")

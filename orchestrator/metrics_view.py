@@ -47,7 +47,7 @@ def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict)
         if "step" in ev:
             state.setdefault("first_step", ev["step"])
             last_step = state["last_step"] = ev["step"]
-        for key in ("total_steps", "epoch"):
+        for key in ("total_steps", "epoch", "tokens", "total_tokens"):
             if key in ev:
                 state[key] = ev[key]
         if "loss" in ev:
@@ -101,6 +101,9 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
     if state_name == "running" and total and done_steps > 0 and last_time > started:
         rate = done_steps / (last_time - started)
         out["eta_s"] = max(0.0, (total - state["last_step"]) / rate)
+    elif state_name == "running" and state.get("total_tokens") and state.get("tokens") and tok:
+        out["eta_s"] = max(0.0, (state["total_tokens"] - state["tokens"]) / statistics.median(tok[-20:]))
+    if out.get("eta_s") is not None:
         out["eta"] = format_duration(out["eta_s"])
     if state_name == "running" and run.get("log_mtime"):
         age = now - run["log_mtime"]

@@ -306,3 +306,22 @@ def test_module_stays_pure() -> None:
     foreign = {m for m in imported if m not in sys.stdlib_module_names and m != "orchestrator.errors"}
     assert foreign == set()
     assert not imported & {"socket", "sqlite3", "subprocess", "os", "io", "pathlib"}
+
+
+def test_eta_from_a_declared_token_total():
+    import time as _time
+
+    from orchestrator.config import Settings
+    from orchestrator.experiments import Experiment
+    from orchestrator.metrics_view import ingest, summary
+
+    settings = Settings()
+    lines = ["total_tokens=2000000"] + [f"step={i} loss=1.0 tok/s=10000 tokens={i * 10000}" for i in range(1, 101)]
+    series: dict = {}
+    state: dict = {}
+    ingest(settings, lines, series, state)
+    assert state["total_tokens"] == 2e6 and state["tokens"] == 1e6
+    now = _time.time()
+    exp = Experiment(id=1, project="p", created=now - 100, target="local", revision="r", command=["x"])
+    out = summary(settings, exp, series, state, {"state": "running", "log_mtime": now}, None, now)
+    assert out["eta_s"] == pytest.approx(100.0)  # 1M tokens left at 10K tok/s
