@@ -31,6 +31,43 @@ def gpus() -> list:
     return found
 
 
+def prune_agents(layout: Layout, current: str, min_age_s: float = 86400.0) -> list:
+    """Remove agent versions left by older orch releases: never the current one, one used by a live
+    run (its PYTHONPATH points there), or one younger than a day (another controller may use it)."""
+    import time
+
+    from .layout import read_json
+    from .runs import alive_runs
+
+    folder = os.path.join(layout.root, "agent")
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    keep = {os.path.basename(current)[:-4]}
+    for run in alive_runs(layout):
+        launch = read_json(os.path.join(layout.run_dir(run["id"]), "launch.json"), {}) or {}
+        for part in str((launch.get("env") or {}).get("PYTHONPATH", "")).split(os.pathsep):
+            keep.add(os.path.basename(part).rsplit(".", 1)[0])
+    removed = []
+    for name in sorted(names):
+        stem = name.rsplit(".", 1)[0]
+        full = os.path.join(folder, name)
+        if not name.startswith("agent-") or stem in keep:
+            continue
+        try:
+            if time.time() - os.lstat(full).st_mtime < min_age_s:
+                continue
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            else:
+                os.unlink(full)
+            removed.append(name)
+        except OSError:
+            continue
+    return removed
+
+
 def preflight(layout: Layout, min_free_mb: int = 50) -> dict:
     tmux = shutil.which("tmux")
     if not tmux:
@@ -47,4 +84,5 @@ def preflight(layout: Layout, min_free_mb: int = 50) -> dict:
         raise AgentFailure("agent", f"only {free_mb} MB free under {layout.root} on the target",
                            "free some space there (orch checkpoints purge) or move [paths] root")
     return {"python": ".".join(map(str, sys.version_info[:3])), "executable": sys.executable, "tmux": version,
-            "free_mb": free_mb, "gpus": gpus(), "hostname": os.uname().nodename}
+            "free_mb": free_mb, "gpus": gpus(), "hostname": os.uname().nodename,
+            "pruned_agents": prune_agents(layout, os.path.abspath(sys.argv[0]))}

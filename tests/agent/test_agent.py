@@ -167,3 +167,29 @@ def test_gpus_come_from_nvidia_smi_when_present(agent, tmp_path, monkeypatch):
     assert [g["index"] for g in gpus] == ["0", "1"] and gpus[0]["util"] == "97"
     assert gpus[1]["mem_total_mib"] == "81920"
     assert agent.one("preflight")["gpus"] == gpus
+
+
+def test_old_agent_versions_are_pruned_but_never_current_recent_or_in_use(agent, tmp_path):
+    agent.one("hello")
+    folder = tmp_path / "root" / "agent"
+    old_zip, old_dir = folder / "agent-0000000000000000.pyz", folder / "agent-0000000000000000.d"
+    recent = folder / "agent-1111111111111111.pyz"
+    used_zip, used_dir = folder / "agent-2222222222222222.pyz", folder / "agent-2222222222222222.d"
+    for p in (old_zip, recent, used_zip):
+        p.write_bytes(b"zip")
+    for d in (old_dir, used_dir):
+        d.mkdir()
+        (d / "x.py").write_text("")
+    day_ago = __import__("time").time() - 2 * 86400
+    for p in (old_zip, old_dir, used_zip, used_dir):
+        os.utime(p, (day_ago, day_ago))
+    # a live run whose PYTHONPATH points at the "used" version
+    run = tmp_path / "root" / "runs" / "3"
+    run.mkdir(parents=True)
+    (run / "experiment.json").write_text(json.dumps({"id": 3, "project": "p"}))
+    (run / "launch.json").write_text(json.dumps({"env": {"PYTHONPATH": str(used_dir)}, "created": 0}))
+    (run / "pid.json").write_text(json.dumps({"child": os.getpid(), "started": 0}))
+    pruned = agent.one("preflight")["pruned_agents"]
+    assert sorted(pruned) == [old_dir.name, old_zip.name]
+    assert recent.exists() and used_zip.exists() and used_dir.exists()
+    assert Path(agent.agent_path).exists()
