@@ -1,6 +1,7 @@
 """The SSH target: one strictly host-key-checked connection per transport, reused for every call.
 
-This is the only module that imports fabric or paramiko, and it does so inside functions so that
+This module and its known_hosts helpers (``hostkeys.py``) are the only ones that import fabric or paramiko,
+always inside functions, so that
 ``orch --help`` never pays for them. Every paramiko/socket exception is translated here:
 
     unknown host key            -> HostKeyError (with the SHA256 fingerprint; --trust-new-host records it)
@@ -13,8 +14,6 @@ This is the only module that imports fabric or paramiko, and it does so inside f
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import os
 import posixpath
@@ -23,65 +22,17 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HostKeyError, InputError, TransportError, TransportTimeout
 from .base import Result, Transport
+from .hostkeys import KnownEntry, find_known_entries, fingerprint, known_hosts_name
 
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.config/orch/known_hosts")
 DEFAULT_TRUST_FILE = "~/.config/orch/known_hosts"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 _CHUNK = 1 << 16
 _NULL_HANDLER = logging.NullHandler()
-
-
-def fingerprint(key_blob: bytes) -> str:
-    """The SHA256 fingerprint as OpenSSH prints it: ``SHA256:<unpadded base64>``."""
-    return "SHA256:" + base64.b64encode(hashlib.sha256(key_blob).digest()).decode().rstrip("=")
-
-
-def known_hosts_name(host: str, port: int) -> str:
-    """How OpenSSH (and paramiko) name a host in known_hosts: ``host`` or ``[host]:port``."""
-    return host if port == 22 else f"[{host}]:{port}"
-
-
-@dataclass
-class KnownEntry:
-    """One known_hosts line that names a host."""
-
-    file: str
-    line: int
-    key_type: str
-
-
-def find_known_entries(files: list[str], name: str) -> list[KnownEntry]:
-    """Every line of ``files`` naming ``name`` (plain or hashed), for messages that say what to fix."""
-    from paramiko.hostkeys import HostKeyEntry, HostKeys
-
-    found = []
-    for path in files:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                lines = fh.readlines()
-        except OSError:
-            continue
-        for lineno, line in enumerate(lines, 1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            try:
-                entry = HostKeyEntry.from_line(text, lineno)
-            except Exception:
-                continue
-            if entry is None:
-                continue
-            for pattern in entry.hostnames:
-                hit = HostKeys.hash_host(name, pattern) == pattern if pattern.startswith("|1|") else pattern == name
-                if hit:
-                    found.append(KnownEntry(path, lineno, entry.key.get_name()))
-                    break
-    return found
 
 
 class SshTransport(Transport):

@@ -13,7 +13,8 @@ import pytest
 
 from orchestrator.errors import HostKeyError, TransportError, TransportTimeout
 from orchestrator.transport.pct import PctTransport
-from orchestrator.transport.ssh import SshTransport, fingerprint
+from orchestrator.transport.hostkeys import fingerprint
+from orchestrator.transport.ssh import SshTransport
 
 pytestmark = pytest.mark.testbed
 

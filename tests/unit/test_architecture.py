@@ -9,7 +9,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "orchestrator"
 HEAVY = ("fabric", "paramiko", "proxmoxer", "requests", "libtmux", "numpy", "matplotlib")
-OWNERS = {"fabric": {"transport/ssh.py"}, "paramiko": {"transport/ssh.py"}, "proxmoxer": {"proxmox.py"},
+OWNERS = {"fabric": {"transport/ssh.py"}, "paramiko": {"transport/ssh.py", "transport/hostkeys.py"}, "proxmoxer": {"proxmox.py"},
           "requests": {"proxmox.py"}, "sqlite3": {"experiments.py"}}
 
 
