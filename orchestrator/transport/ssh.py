@@ -1,8 +1,8 @@
 """The SSH target: one strictly host-key-checked connection per transport, reused for every call.
 
-This module and its known_hosts helpers (``hostkeys.py``) are the only ones that import fabric or paramiko,
-always inside functions, so that
-``orch --help`` never pays for them. Every paramiko/socket exception is translated here:
+This module and its known_hosts helpers (``hostkeys.py``) are the only ones that import fabric or
+paramiko, always inside functions, so that ``orch --help`` never pays for them. Every paramiko/socket
+exception is translated here:
 
     unknown host key            -> HostKeyError (with the SHA256 fingerprint; --trust-new-host records it)
     changed host key            -> HostKeyError (always; names the known_hosts file and line)
