@@ -69,6 +69,12 @@ def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")
     for k in ("node", "ct", "address", "access"):
         if exp.target_info.get(k) is not None:
             render.out(f"  {k:12} {exp.target_info[k]}")
+    ct_config = exp.target_info.get("ct_config") or {}
+    for k in ("cores", "memory", "mounts", "devices", "gpus"):
+        if ct_config.get(k) not in (None, [], {}):
+            render.out(f"  ct {k:9} {ct_config[k]}")
+    for g in (exp.target_info.get("agent") or {}).get("gpus") or []:
+        render.out(f"  gpu          {g.get('index')}: {g.get('name')}")
     for k, v in data["metrics"].items():
         if v not in (None, [], {}):
             render.out(f"  metric {k:10} {v}")

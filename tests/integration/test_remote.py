@@ -124,6 +124,9 @@ def test_deploy_by_ct_id_over_ssh_restart_logs_status_stop(remote, testbed):
     assert exp["status"] == "running" and exp["target"] == "ct200"
     info = exp["target_info"]
     assert info["node"] == testbed.node.name and info["ct"] == 200 and info["address"] == "10.77.0.200"
+    assert {"cores", "memory", "mounts", "devices", "gpus"} <= set(info["ct_config"])
+    shown = remote.cli("experiments", "show", "1").stdout
+    assert "node         pve1" in shown and "address      10.77.0.200" in shown
     assert out["stats"]["connections"] == 1  # one SSH connection for the whole deploy
     # the run really is in the container, in tmux, and its record is there too
     record = json.loads(on_ct(testbed, 200, "cat", f"{ROOT}/runs/1/experiment.json"))
