@@ -147,7 +147,7 @@ class SshSection(_Section):
     known_hosts: list[str] | None = None
     trust_file: str | None = None
     identity_file: str | None = None
-    connect_timeout: float = Field(10.0, gt=0)
+    connect_timeout: float | None = Field(None, gt=0)  # None: ConnectTimeout from the SSH config, else 10 s
     command_timeout: float = Field(300.0, gt=0)
     keepalive: int = Field(5, ge=0)
     connect_retries: int = Field(2, ge=0, le=10)
