@@ -5,148 +5,22 @@ Pure and stdlib-only (it sits on the CLI's start-up path): a line goes in, a met
     >>> Parser().parse_line("step=12 loss=3.2141 Ktok/s=15.2 epoch=0")
     {'step': 12.0, 'loss': 3.2141, 'tok_s': 15200.0, 'epoch': 0.0}
 
-Understood by default: ``key=value`` and ``key: value`` pairs (keys may be quoted, as in a printed
-Python dict), JSON lines, and ``step=12/1000``.
-Known keys are mapped to canonical names (``_ALIASES``); unknown keys are ignored so that
-timestamps and free text never become metrics. Extra regexes from ``[metrics] patterns`` in
-orch.toml add or override metrics. On top of the events: a bounded ``Series`` that keeps spikes,
-a robust spike detector, and the small summaries ``orch status`` and ``orch experiments compare`` show.
+Parsing lives in ``logparse.py`` (``Parser`` is re-exported here): ``key=value`` and ``key: value``
+pairs, JSON lines, ``step=12/1000``, and extra regexes from ``[metrics] patterns``. On top of the
+events, this module has a bounded ``Series`` that keeps spikes, a robust spike detector, and the
+small summaries ``orch status`` and ``orch experiments compare`` show.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import math
-import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from orchestrator.errors import ConfigError, InputError
-
-Event = dict[str, float]
-
-# (keys as written in logs, lower-cased), canonical metric, multiplier
-_ALIAS_GROUPS: tuple[tuple[tuple[str, ...], str, float], ...] = (
-    (("step", "steps", "iter", "iteration", "global_step"), "step", 1.0),
-    (("loss", "train_loss", "training_loss", "train/loss"), "loss", 1.0),
-    (("val_loss", "eval_loss", "valid_loss", "val/loss"), "val_loss", 1.0),
-    (("tok/s", "tok_s", "tokens/s", "tokens/sec", "tok/sec", "tokens_per_sec",
-      "tokens_per_second", "tps"), "tok_s", 1.0),
-    (("ktok/s", "ktok_s", "ktokens/s", "ktok/sec"), "tok_s", 1e3),
-    (("mtok/s", "mtok_s", "mtokens/s"), "tok_s", 1e6),
-    (("lr", "learning_rate"), "lr", 1.0),
-    (("grad_norm", "gnorm", "grad-norm", "gradnorm", "grad_norm_total"), "grad_norm", 1.0),
-    (("epoch", "ep"), "epoch", 1.0),
-    (("total_steps", "max_steps", "num_steps"), "total_steps", 1.0),
-    (("tokens", "tokens_seen", "ntokens", "consumed_tokens"), "tokens", 1.0),
-    (("total_tokens", "target_tokens", "train_tokens"), "total_tokens", 1.0),
-)
-_ALIASES = {name: (canon, scale) for names, canon, scale in _ALIAS_GROUPS for name in names}
-_JSON_TIME_KEYS = ("time", "timestamp", "ts")
-_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
-
-_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf)"
-_PAIR = re.compile(
-    r"(?<![\w./-])([A-Za-z][\w./-]*)['\"]?\s*[=:]\s*(" + _NUMBER + r")(?:/(\d+))?([kKmMbBG]?)(?![\w.])"
-)
-
-
-class Parser:
-    """Turns one log line into ``{metric: value}`` or ``None`` when the line holds no metric.
-
-    ``patterns`` maps a metric name to a regex with exactly one group, e.g. ``{"loss": "L=([0-9.]+)"}``.
-    """
-
-    def __init__(self, patterns: Mapping[str, str] | None = None) -> None:
-        self._user: list[tuple[str, float, re.Pattern[str]]] = []
-        for name, source in (patterns or {}).items():
-            rx = _compile_pattern(name, source)
-            canon, scale = _ALIASES.get(name.lower(), (name, 1.0))
-            self._user.append((canon, scale, rx))
-
-    def parse_line(self, line: str) -> Event | None:
-        out: Event | None = None
-        if "=" in line or ":" in line:
-            stripped = line.lstrip()
-            if stripped.startswith("{"):
-                out = _parse_json(stripped)
-            else:
-                out = _parse_pairs(line)
-        for name, scale, rx in self._user:
-            m = rx.search(line)
-            if m is None:
-                continue
-            try:
-                value = float(m.group(1)) * scale
-            except (TypeError, ValueError):
-                continue
-            if out is None:
-                out = {}
-            out[name] = value
-        return out
-
-    def parse_lines(self, lines: Iterable[str]) -> list[Event]:
-        """All events of ``lines``, in order, skipping lines without metrics."""
-        parse = self.parse_line
-        return [e for e in map(parse, lines) if e is not None]
-
-
-def _compile_pattern(name: str, source: object) -> re.Pattern[str]:
-    where = f"[metrics] patterns.{name} in orch.toml"
-    if not isinstance(source, str):
-        raise ConfigError(f"metrics pattern {name!r} is not a string: {source!r}",
-                          f"write {where} as a quoted regex, e.g. 'L=([0-9.]+)'")
-    try:
-        rx = re.compile(source)
-    except re.error as exc:
-        raise ConfigError(f"metrics pattern {name!r} is not a valid regex: {exc}",
-                          f"fix {where} (single quotes keep backslashes literal)") from exc
-    if rx.groups != 1:
-        raise ConfigError(f"metrics pattern {name!r} has {rx.groups} groups, needs exactly 1",
-                          f"in {where} capture only the number, e.g. 'L=([0-9.]+)'; use (?:...) elsewhere")
-    return rx
-
-
-def _parse_pairs(line: str) -> Event | None:
-    out: Event | None = None
-    aliases = _ALIASES
-    for key, num, total, suffix in _PAIR.findall(line):
-        known = aliases.get(key.lower())
-        if known is None:
-            continue
-        canon, scale = known
-        value = float(num)
-        if suffix:
-            value *= _SUFFIX[suffix.lower()]
-        if out is None:
-            out = {}
-        out[canon] = value * scale
-        if total and canon == "step":
-            out["total_steps"] = float(total)
-    return out
-
-
-def _parse_json(text: str) -> Event | None:
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return _parse_pairs(text)
-    if not isinstance(obj, dict):
-        return None
-    out: Event = {}
-    for key, value in obj.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        lowered = key.lower()
-        known = _ALIASES.get(lowered)
-        if known is not None:
-            out[known[0]] = float(value) * known[1]
-        elif lowered in _JSON_TIME_KEYS:
-            out["t"] = float(value)
-    return out or None
-
+from orchestrator.errors import InputError
+from orchestrator.logparse import Event, Parser  # noqa: F401 (part of this module's API)
 
 class Series:
     """At most ``max_points`` (x, y) points of one metric, however long the run.

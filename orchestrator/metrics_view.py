@@ -37,7 +37,8 @@ def is_complete(stored: dict | None) -> bool:
 
 
 def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict) -> None:
-    from .metrics import Parser, Series
+    from .logparse import Parser
+    from .metrics import Series
 
     parser = Parser(settings.metrics.patterns or None)
     live = {k: Series.from_dict(v) for k, v in series.items()}

@@ -122,7 +122,7 @@ def _raw_writer():
 
 
 def _metrics_writer(settings):
-    from ..metrics import Parser
+    from ..logparse import Parser
 
     parser = Parser(settings.metrics.patterns or None)
     buf = bytearray()
