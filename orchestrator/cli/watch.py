@@ -30,6 +30,8 @@ def register(app: typer.Typer) -> None:
                watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every 2 s")] = False,
                metrics: Annotated[bool, typer.Option("--metrics/--no-metrics", help="Read what is new in the "
                                                      "log for step, loss, throughput, ETA")] = True,
+               all_: Annotated[bool, typer.Option("--all", "-a", help="Every target this project has run on")]
+               = False,
                trust_new_host: TrustOpt = False) -> None:
         """The target's latest experiment: state, exit code, progress and the last log line."""
         from .. import metrics_view
@@ -37,6 +39,8 @@ def register(app: typer.Typer) -> None:
         from ..status import client_for, target_status
 
         settings = common.settings(ctx)
+        if all_:
+            return _status_all(settings, metrics, as_json, trust_new_host)
         tgt = common.target(settings, target, ct, trust=trust_new_host)
         client = None
         try:
@@ -110,6 +114,47 @@ def register(app: typer.Typer) -> None:
                 with common.registry(settings) as reg:
                     sync(reg, [st])
             render.say(f"orch: experiment {experiment} {st.get('state')} (exit code {st.get('exit_code')})")
+
+
+def _status_all(settings, metrics: bool, as_json: bool, trust: bool) -> None:
+    """One status per target with experiments; a target that cannot be reached says why and the rest go on."""
+    from .. import metrics_view
+    from ..errors import OrchError
+    from ..status import client_for, target_status
+
+    with common.registry(settings) as reg:
+        latest: dict = {}
+        for exp in reg.list(limit=500):
+            latest.setdefault(exp.target, exp)
+    results = []
+    for name, exp in sorted(latest.items()):
+        client = None
+        try:
+            target, ct = metrics_view.target_flags(settings, exp)
+            tgt = common.target(settings, target, ct, trust=trust)
+            client = client_for(settings, tgt)
+            with common.registry(settings) as reg:
+                st = target_status(settings, tgt, reg, client)
+                if metrics:
+                    st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"], now=st["now"])
+            results.append(_status_dict(st))
+        except OrchError as exc:
+            results.append({"target": name, "experiment": exp.id, "state": exp.status, "exit_code": exp.exit_code,
+                            "error": exc.message})
+        finally:
+            if client is not None:
+                client.transport.close()
+    if as_json:
+        render.print_json(results)
+        return
+    if not results:
+        render.out("no experiments yet (orch deploy starts one)")
+    for data in results:
+        if "error" in data:
+            render.out(f"{data['target']}: unreachable ({data['error']}); last recorded: experiment "
+                       f"{data['experiment']} {data['state']}")
+        else:
+            _print_status(data)
 
 
 def _raw_writer():

@@ -223,3 +223,18 @@ def test_git_commit_and_dirty_diff_are_recorded(project):
     assert dirty.git_dirty is True and "+# tuned" in (dirty.git_diff or "")
     assert dirty.revision != clean.revision
     assert "(dirty)" in project.cli("experiments", "show", "2").stdout
+
+
+def test_status_all_reports_every_target_and_survives_an_unreachable_one(project):
+    project.configure(steps=5, extra='\n[targets.gone]\nkind = "ssh"\nhost = "127.0.0.1"\nport = 1\n'
+                                     '\n[ssh]\nconnect_timeout = 2\nconnect_retries = 0\n')
+    assert project.cli("deploy").exit_code == 0
+    reg = project.registry()
+    reg.create(project="tinylm", target="gone", revision="r", command=["x"], status="running")
+    res = project.cli("status", "--all", "--json")
+    assert res.exit_code == 0, res.output
+    rows = {r["target"]: r for r in json.loads(res.stdout)}
+    assert rows["local"]["experiment"] == 1 and rows["local"]["state"] in ("running", "finished")
+    assert "error" in rows["gone"] and rows["gone"]["state"] == "running"
+    text = project.cli("status", "--all").stdout
+    assert "gone: unreachable" in text and "local: experiment 1" in text
