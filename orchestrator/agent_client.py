@@ -12,7 +12,6 @@ import base64
 import hashlib
 import io
 import json
-import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,7 +128,7 @@ class AgentClient:
 
     def _no_envelope(self, result: Any) -> AgentError:
         err = result.tail(8)
-        if result.exit_code == 127 or "not found" in err and self.python in err:
+        if result.exit_code == 127 or ("not found" in err and self.python in err):
             return AgentError(f"{self.python} was not found on the target",
                               hint="install python3 (3.10 or newer) there, or set the target's python = '/path'")
         return AgentError(f"the agent on the target gave no answer (exit {result.exit_code}): {err or 'no output'}",
@@ -144,6 +143,3 @@ def _error(info: dict) -> Exception:
 def decode_log(value: dict) -> bytes:
     return base64.b64decode(value.get("data", ""))
 
-
-def local_root(path: str) -> str:
-    return os.path.abspath(os.path.expanduser(path))

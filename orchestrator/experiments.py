@@ -18,7 +18,8 @@ from pydantic import BaseModel
 from .errors import NotFoundError, OrchError
 
 STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed")
-FINAL = ("finished", "crashed", "stopped", "failed")
+ENDED = ("finished", "crashed", "stopped")  # a run that ran and is over
+FINAL = (*ENDED, "failed")  # an experiment whose record will not change again
 
 MIGRATIONS: list[str] = [
     """
@@ -200,11 +201,10 @@ class Registry:
             sql += f" LIMIT {int(limit)}"
         return [self._from_row(r) for r in self.db.execute(sql, args)]
 
-    def latest(self, target: str, exclude_failed: bool = True) -> Experiment | None:
-        sql = "SELECT * FROM experiments WHERE target = ?"
-        if exclude_failed:
-            sql += " AND status != 'failed'"
-        row = self.db.execute(sql + " ORDER BY id DESC LIMIT 1", (target,)).fetchone()
+    def latest(self, target: str) -> Experiment | None:
+        """The newest experiment on ``target`` that reached it (launches that failed do not count)."""
+        row = self.db.execute("SELECT * FROM experiments WHERE target = ? AND status != 'failed' "
+                              "ORDER BY id DESC LIMIT 1", (target,)).fetchone()
         return self._from_row(row) if row else None
 
     def save_metrics(self, exp_id: int, log_offset: int, series: dict, summary: dict) -> None:

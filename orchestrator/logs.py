@@ -19,9 +19,9 @@ from typing import Callable
 from .agent_client import AgentClient, decode_log
 from .config import Settings
 from .errors import TransportError
+from .experiments import ENDED
 from .targets import Target
 
-FINAL_STATES = ("finished", "crashed", "stopped")
 OVERLAP = 16
 
 
@@ -134,7 +134,7 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
             failures, backoff = 0, first_backoff
             reads += 1
             data = decode_log(value)
-            if value["identity"] is None and identity is not None and value["state"].get("state") not in FINAL_STATES:
+            if value["identity"] is None and identity is not None and value["state"].get("state") not in ENDED:
                 time.sleep(poll)  # the log was moved away and its successor is not there yet
                 continue
             if value["reset"] or (back and data[:back] != seen[-back:]):
@@ -157,7 +157,7 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
                 continue
             if not follow:
                 break
-            if state.get("state") in FINAL_STATES:
+            if state.get("state") in ENDED:
                 if ended:  # a second read after the end found nothing more: the log is complete
                     break
                 ended = True

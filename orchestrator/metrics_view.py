@@ -16,13 +16,12 @@ from typing import Any, Callable
 from .agent_client import AgentClient, decode_log
 from .config import Settings
 from .errors import NotFoundError, OrchError
-from .experiments import FINAL, Experiment, Registry
+from .experiments import ENDED, FINAL, Experiment, Registry
 from .targets import Target
 
 CHUNK = 4 << 20  # bytes per agent call
 STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
 TRACKED = ("loss", "tok_s", "lr", "grad_norm")
-ENDED = ("finished", "crashed", "stopped")
 
 
 def _state(stored: dict | None) -> tuple[int, dict, dict]:

@@ -124,7 +124,7 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         hashes = sorted({f["sha256"] for f in launch.revision.files})
         ops.append(Op("blobs_missing", {"hashes": hashes}))
         keys.append("missing")
-    ops.append(Op("status", {"project": project, "tail": False}))
+    ops.append(Op("status", {"project": project, "tail": False, "gpus": False}))  # preflight reports GPUs
     keys.append("status")
     if book.has("start_run"):  # a run gets ORCH_CHECKPOINT_DIR: refuse an unsafe one before anything
         ops.append(Op("ckpt_check", {"path": target.checkpoints, "configured": target.checkpoints,

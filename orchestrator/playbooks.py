@@ -115,9 +115,7 @@ def load(name: str, project_dir: Path | None) -> Playbook:
 class Inputs:
     """Everything a plan depends on, gathered without touching the network."""
 
-    operation: str
     target: str
-    target_kind: str
     root: str
     checkpoints: str
     checkpoint_action: Literal["keep", "move", "purge"] = "keep"

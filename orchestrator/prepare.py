@@ -52,7 +52,7 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
     book = book or playbooks.load("deploy", settings.project_dir)
     rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir)
     batching, planned = resolve_batching(settings)
-    inputs = Inputs(operation=book.name, target=target.name, target_kind=target.spec.kind, root=target.root,
+    inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
                     files=len(rev.files), size=rev.size, argv=command_argv(settings.project.command),
                     batching=batching, message=message)
@@ -67,7 +67,7 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
         raise NotFoundError(f"nothing to restart: no experiment on target {target.name}",
                             hint="use orch deploy first")
     book = playbooks.load("restart", settings.project_dir)
-    inputs = Inputs(operation=book.name, target=target.name, target_kind=target.spec.kind, root=target.root,
+    inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge),
                     revision=parent.revision, files=len(parent.revision_files),
                     size=sum(f.get("size", 0) for f in parent.revision_files), argv=parent.command,
@@ -81,7 +81,7 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
 
 def stop(settings: Settings, target: Target, *, echo: Callable[[str], None]) -> Launch:
     book = playbooks.load("stop", settings.project_dir)
-    inputs = Inputs(operation=book.name, target=target.name, target_kind=target.spec.kind, root=target.root,
+    inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints)
     return Launch(settings, target, book, inputs, echo=echo)
 
@@ -90,7 +90,7 @@ def play(settings: Settings, target: Target, path: Path, **kw) -> Launch:
     book = playbooks.load_file(path)
     if book.has("push_revision") or book.has("start_run"):
         return deploy(settings, target, book=book, **kw)
-    inputs = Inputs(operation=book.name, target=target.name, target_kind=target.spec.kind, root=target.root,
+    inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints,
                     checkpoint_action=_action(kw.get("clean", False), kw.get("purge", False)))
     return Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),

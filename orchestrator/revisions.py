@@ -37,12 +37,6 @@ class Revision:
     def size(self) -> int:
         return sum(f["size"] for f in self.files)
 
-    def blob(self, sha: str) -> bytes:
-        for f in self.files:
-            if f["sha256"] == sha:
-                return self.local_paths[f["path"]].read_bytes()
-        raise KeyError(sha)
-
 
 def _patterns(path: Path) -> list[str]:
     if not path.is_file():

@@ -14,29 +14,39 @@ app = typer.Typer(help="Checkpoints on a target, and the trash that makes cleani
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
 
 
-def _call(ctx, target, ct, trust, op: str, **args):
-    """Run one checkpoint operation on the target; ``inventory`` reads, the others hold the lock."""
-    from ..agent_client import Op
-    from ..status import client_for
+class _Checkpoints:
+    """One connection to the target for the whole command: read the folder, then change it under the lock."""
 
-    settings = common.settings(ctx)
-    tgt = common.target(settings, target, ct, trust=trust)
-    client = client_for(settings, tgt)
-    try:
-        base = {"path": tgt.checkpoints, "configured": tgt.checkpoints}
-        if op == "inventory":
-            return settings, tgt, client, client.one("ckpt_inventory", **base)
-        value = client.call([Op(op, {**base, **args})], lock=settings.run.lock_timeout, what=f"checkpoints {op}")
-        return settings, tgt, client, value[0]
-    finally:
-        client.transport.close()
+    def __init__(self, ctx: typer.Context, target: str | None, ct: int | None, trust: bool) -> None:
+        from ..status import client_for
+
+        self.settings = common.settings(ctx)
+        self.target = common.target(self.settings, target, ct, trust=trust)
+        self.client = client_for(self.settings, self.target)
+        self.base = {"path": self.target.checkpoints, "configured": self.target.checkpoints}
+
+    def inventory(self) -> dict:
+        return self.client.one("ckpt_inventory", **self.base)
+
+    def change(self, op: str, **args: object) -> dict:
+        from ..agent_client import Op
+
+        return self.client.call([Op(op, {**self.base, **args})], lock=self.settings.run.lock_timeout,
+                                what=f"checkpoints {op}")[0]
+
+    def __enter__(self) -> "_Checkpoints":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.transport.close()
 
 
 @app.command("list")
 def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_json: JsonOpt = False,
           trust_new_host: TrustOpt = False) -> None:
     """What the checkpoint folder and its trash hold."""
-    _, tgt, _, inv = _call(ctx, target, ct, trust_new_host, "inventory")
+    with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
+        inv = ck.inventory()
     if as_json:
         render.print_json(inv)
         return
@@ -53,14 +63,14 @@ def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_jso
 def clean(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, yes: YesOpt = False,
           trust_new_host: TrustOpt = False) -> None:
     """Move the checkpoints to the trash now (refused while a run writes to them)."""
-    settings, tgt, _, inv = _call(ctx, target, ct, trust_new_host, "inventory")
-    if not inv["files"]:
-        render.out(f"{inv['path']} is empty: nothing to move")
-        return
-    _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash?")
-    keep, max_gb = settings.trash.keep, settings.trash.max_gb
-    _, _, _, res = _call(ctx, target, ct, trust_new_host, "ckpt_trash", label="manual", keep=keep,
-                         max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
+    with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
+        inv = ck.inventory()
+        if not inv["files"]:
+            render.out(f"{inv['path']} is empty: nothing to move")
+            return
+        _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash?")
+        keep, max_gb = ck.settings.trash.keep, ck.settings.trash.max_gb
+        res = ck.change("ckpt_trash", label="manual", keep=keep, max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
     render.out(f"moved {res['moved']} file(s) to {res['entry_path']} (orch checkpoints restore {res['entry']})")
 
 
@@ -68,7 +78,8 @@ def clean(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, yes: Y
 def restore(ctx: typer.Context, entry: Annotated[str, typer.Argument(help="Trash entry name (see list)")],
             target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
     """Move a trash entry's files back into the checkpoint folder (never overwrites)."""
-    _, _, _, res = _call(ctx, target, ct, trust_new_host, "ckpt_restore", name=entry)
+    with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
+        res = ck.change("ckpt_restore", name=entry)
     render.out(f"restored {res['restored']} item(s) from {entry} into {res['path']}")
 
 
@@ -79,14 +90,15 @@ def purge(ctx: typer.Context, entries: Annotated[Optional[list[str]], typer.Argu
     """Delete trash entries for good (asks first)."""
     from ..errors import InputError
 
-    _, _, _, inv = _call(ctx, target, ct, trust_new_host, "inventory")
-    names = [e["name"] for e in inv["entries"]] if all_ else list(entries or [])
-    if not names:
-        raise InputError("name the trash entries to delete, or pass --all", hint="see orch checkpoints list")
-    total = sum(e["bytes"] for e in inv["entries"] if e["name"] in names)
-    _confirm(yes, f"PERMANENTLY delete {len(names)} trash entr{'y' if len(names) == 1 else 'ies'} "
-                  f"({render.size(total)})?")
-    _, _, _, res = _call(ctx, target, ct, trust_new_host, "ckpt_purge", names=names)
+    with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
+        inv = ck.inventory()
+        names = [e["name"] for e in inv["entries"]] if all_ else list(entries or [])
+        if not names:
+            raise InputError("name the trash entries to delete, or pass --all", hint="see orch checkpoints list")
+        total = sum(e["bytes"] for e in inv["entries"] if e["name"] in names)
+        _confirm(yes, f"PERMANENTLY delete {len(names)} trash entr{'y' if len(names) == 1 else 'ies'} "
+                      f"({render.size(total)})?")
+        res = ck.change("ckpt_purge", names=names)
     for p in res["purged"]:
         render.out(f"deleted {p['entry']} ({render.size(p['bytes'])})")
 

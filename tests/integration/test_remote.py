@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE, Project
+from tests.conftest import EXAMPLE, Project, tmux_socket
 
 pytestmark = pytest.mark.testbed
 
@@ -129,6 +129,8 @@ def test_deploy_by_ct_id_over_ssh_restart_logs_status_stop(remote, testbed):
     assert "node         pve1" in shown and "address      10.77.0.200" in shown
     assert out["stats"]["connections"] == 1  # one SSH connection for the whole deploy
     # the run really is in the container, in tmux, and its record is there too
+    alive = testbed.ct(200).attach("tmux", "-L", tmux_socket(ROOT), "has-session", "-t", "orch-tinylm", check=False)
+    assert alive.returncode == 0  # the run is in the project's tmux session on orch's socket
     record = json.loads(on_ct(testbed, 200, "cat", f"{ROOT}/runs/1/experiment.json"))
     assert record["id"] == 1 and record["revision"] == exp["revision"]
     deadline = time.monotonic() + 30
@@ -151,7 +153,9 @@ def test_deploy_by_ct_id_over_ssh_restart_logs_status_stop(remote, testbed):
     assert stop.exit_code == 0, stop.output
     assert json.loads(stop.stdout)["stopped"][0]["id"] == 2
     assert [e.status for e in sorted(remote.rows(), key=lambda e: e.id)] == ["stopped", "stopped"]
-    assert "tinylm" not in on_ct(testbed, 200, "sh", "-c", "tmux -L \"$(ls /tmp/tmux-0/ | head -1)\" ls || true")
+    # the project's tmux session is gone, asked on orch's own socket for this root (exit 1: no such session)
+    gone = testbed.ct(200).attach("tmux", "-L", tmux_socket(ROOT), "has-session", "-t", "orch-tinylm", check=False)
+    assert gone.returncode == 1
 
 
 def test_any_ct_id_works_without_a_target_entry(remote, testbed):

@@ -17,7 +17,7 @@ def test_builtin_playbooks_load_and_plan():
         book = playbooks.load(name, None)
         assert book.name == name
     book = playbooks.load("deploy", None)
-    inputs = Inputs(operation="deploy", target="local", target_kind="local", root="/r", checkpoints="/r/ck",
+    inputs = Inputs(target="local", root="/r", checkpoints="/r/ck",
                     checkpoint_action="move", revision="abc", files=2, size=10, argv=["python3", "t.py"],
                     batching={"strategy": "megabatch"})
     lines = playbooks.plan(book, inputs)
