@@ -21,7 +21,7 @@ from .agent_client import AgentClient, Op
 from .config import Settings
 from .errors import InputError, OrchError
 from .experiments import Experiment, Registry
-from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Record, Shell, StartRun, StopRun,
+from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
 from .revisions import Revision, payload_for
 from .targets import Target
@@ -224,8 +224,6 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
         elif isinstance(step, VerifyStarted) and exp is not None:
             ops.append(Op("run_verify", {"exp_id": exp.id, "wait": step.wait}))
             keys.append("verify")
-        elif isinstance(step, (Preflight, Record, Checkpoints)):
-            continue
     if not ops:
         return []
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
