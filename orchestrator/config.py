@@ -69,7 +69,7 @@ class ProjectSection(_Section):
 
 class PathsSection(_Section):
     root: str = "/workspace/orch"
-    checkpoints: str = "/workspace/checkpoints"
+    checkpoints: str = "/workspace/checkpoints/{project}"  # {project}: [project] name, one folder per project
 
 
 class BatchingSection(_Section):
@@ -157,6 +157,8 @@ class RunSection(_Section):
     stop_timeout: float = Field(30.0, ge=0, description="seconds to wait after SIGINT")
     term_timeout: float = Field(10.0, ge=0, description="seconds to wait after SIGTERM before SIGKILL")
     lock_timeout: float = Field(10.0, ge=0, description="seconds to wait for another operation on the target")
+    wait: float = Field(0.0, ge=0, description="after a launch, seconds to wait for the run's first metric line "
+                                                "(or its end); 0 returns once it has started")
 
 
 class TrashSection(_Section):
@@ -188,7 +190,7 @@ class Settings(_Section):
     def _builtin_local(self) -> "Settings":
         if "local" not in self.targets:
             self.targets["local"] = TargetSection(kind="local", root="/tmp/orch-local",
-                                                  checkpoints="/tmp/orch-local/checkpoints")
+                                                  checkpoints="/tmp/orch-local/checkpoints/{project}")
         if self.default_target not in self.targets:
             raise ValueError(f"default_target {self.default_target!r} is not one of the [targets]: "
                              f"{', '.join(sorted(self.targets))}")

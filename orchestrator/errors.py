@@ -17,7 +17,8 @@ place (``cli/main.py``).
     ├── AgentError                 exit 4   the agent on the target reported a failure
     ├── ConflictError              exit 5   the target is busy (lock held, run in progress)
     ├── SafetyError                exit 6   refused to touch something unsafe (checkpoint paths)
-    └── NotFoundError              exit 7   no such experiment / trash entry / playbook
+    ├── NotFoundError              exit 7   no such experiment / trash entry / playbook
+    └── Interrupted                exit 130 Ctrl-C: the message says what was done on the target
 """
 
 from __future__ import annotations
@@ -79,3 +80,9 @@ class SafetyError(OrchError):
 
 class NotFoundError(OrchError):
     exit_code = 7
+
+
+class Interrupted(OrchError):
+    """Ctrl-C during an operation; the message is the one-line truth of what the target did."""
+
+    exit_code = 130

@@ -60,6 +60,10 @@ MIGRATIONS: list[str] = [
         summary TEXT NOT NULL DEFAULT '{}'
     );
     """,
+    """
+    ALTER TABLE experiments ADD COLUMN machine TEXT;
+    CREATE INDEX experiments_machine ON experiments(machine, id);
+    """,
 ]
 
 _JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan")
@@ -74,6 +78,7 @@ class Experiment(BaseModel):
     ended: float | None = None
     target: str
     target_info: dict = {}
+    machine: str | None = None  # what the target reaches (targets.machine_key): runs belong to it, not to a name
     revision: str
     revision_files: list = []
     git_commit: str | None = None
@@ -188,11 +193,15 @@ class Registry:
             raise NotFoundError(f"no experiment {exp_id} in {self.path}", hint="see orch experiments list")
         return self._from_row(row)
 
-    def list(self, target: str | None = None, status: str | None = None, limit: int | None = None) -> list[Experiment]:
+    def list(self, target: str | None = None, status: str | None = None, limit: int | None = None,
+             machine: str | None = None) -> list[Experiment]:
         sql, args = "SELECT * FROM experiments WHERE 1=1", []
         if target:
             sql += " AND target = ?"
             args.append(target)
+        if machine:
+            sql += " AND machine = ?"
+            args.append(machine)
         if status:
             sql += " AND status = ?"
             args.append(status)
@@ -201,10 +210,13 @@ class Registry:
             sql += f" LIMIT {int(limit)}"
         return [self._from_row(r) for r in self.db.execute(sql, args)]
 
-    def latest(self, target: str) -> Experiment | None:
-        """The newest experiment on ``target`` that reached it (launches that failed do not count)."""
-        row = self.db.execute("SELECT * FROM experiments WHERE target = ? AND status != 'failed' "
-                              "ORDER BY id DESC LIMIT 1", (target,)).fetchone()
+    def latest(self, machine: str, target: str | None = None) -> Experiment | None:
+        """The newest experiment on ``machine`` that reached it (launches that failed do not count).
+
+        Rows recorded before machines were (``machine`` NULL) match by their ``target`` name.
+        """
+        row = self.db.execute("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
+                              "AND status != 'failed' ORDER BY id DESC LIMIT 1", (machine, target)).fetchone()
         return self._from_row(row) if row else None
 
     def save_metrics(self, exp_id: int, log_offset: int, series: dict, summary: dict) -> None:

@@ -24,6 +24,22 @@ STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest 
 TRACKED = ("loss", "tok_s", "lr", "grad_norm")
 
 
+def as_recorded(settings: Settings, exp: Experiment) -> Settings:
+    """The settings an experiment was launched with govern how its log is read (patterns, stalls, ETA)."""
+    from pydantic import ValidationError
+
+    from .config import MetricsSection
+
+    recorded = exp.config or {}
+    try:
+        metrics = MetricsSection.model_validate(recorded["metrics"]) if "metrics" in recorded else settings.metrics
+    except ValidationError:
+        return settings
+    total = (recorded.get("project") or {}).get("total_steps", settings.project.total_steps)
+    project = settings.project.model_copy(update={"total_steps": total})
+    return settings.model_copy(update={"metrics": metrics, "project": project})
+
+
 def _state(stored: dict | None) -> tuple[int, dict, dict]:
     if not stored:
         return 0, {}, {}
@@ -134,6 +150,7 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
         return {}
     from .status import sync
 
+    settings = as_recorded(settings, exp)
     offset, series, state = _state(registry.metrics(exp.id))
     identity = state.get("identity")
     old_step = state.get("last_step")
@@ -181,10 +198,13 @@ def _previous(settings: Settings, target: Target, registry: Registry, client: Ag
     A candidate on this target whose metrics were never read (it ran while nobody asked) is read now.
     """
     candidates = [registry.get(exp.parent)] if exp.parent else []
-    candidates += [e for e in registry.list(target=exp.target, limit=10) if e.id < exp.id]
+    nearby = registry.list(machine=exp.machine, limit=10) if exp.machine else \
+        registry.list(target=exp.target, limit=10)
+    candidates += [e for e in nearby if e.id < exp.id]
     for cand in candidates:
         m = registry.metrics(cand.id)
-        if fetch and cand.target == target.name and cand.status != "failed" and not is_complete(m):
+        same = cand.machine == target.machine if cand.machine else cand.target == target.name
+        if fetch and same and cand.status != "failed" and not is_complete(m):
             refresh(settings, target, registry, client, cand, budget_s=budget_s, with_previous=False)
             m = registry.metrics(cand.id)
         if m and m["summary"].get("median_tok_s"):

@@ -8,6 +8,9 @@ Execution has two phases so that nothing changes before everything has been chec
    checkpoint folder is safe, stop the old run, move checkpoints, shell steps, start, verify.
 
 If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``.
+If it is interrupted (Ctrl-C, a dropped link), the agent finishes the step in progress and stops at
+the next one; orch then asks the target what was done, records that, and says it in one line
+(``Interrupted``). With ``wait`` the run is watched until its first metric line, its end, or the time.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .agent_client import AgentClient, Op
+from .agent_client import AgentClient, Op, decode_log
 from .config import Settings
-from .errors import InputError, OrchError
-from .experiments import Experiment, Registry
+from .errors import InputError, Interrupted, OrchError, TransportError
+from .experiments import ENDED, Experiment, Registry
 from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
 from .revisions import Revision, payload_for
@@ -43,6 +46,7 @@ class Launch:
     yes: bool = False
     confirm: Callable[[str], bool] | None = None
     echo: Callable[[str], None] = lambda _msg: None
+    wait: float = 0.0  # seconds to watch a started run for its first metric line
 
 
 @dataclass
@@ -53,6 +57,7 @@ class Outcome:
     pushed: dict = field(default_factory=dict)
     shell: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    waited: dict | None = None  # what --wait saw: the first metric line, or how the run ended
 
 
 def command_argv(command: str | list[str]) -> list[str]:
@@ -81,10 +86,16 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
     transport = target.connect()
     try:
         client = AgentClient(transport, target.root, target.python, timeout=settings.ssh.command_timeout)
-        probe = _probe(launch, client, project)
+        try:
+            probe = _probe(launch, client, project)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted: nothing was changed on the target") from None
         action = _checkpoint_action(book, inputs)
+        writer = _writer(probe)
         if action != "keep":
-            _confirm_checkpoints(launch, probe["inventory"], action)
+            _confirm_checkpoints(launch, probe["inventory"], action, writer)
+        elif book.has("start_run"):
+            _notice_checkpoints(launch, probe.get("inventory"), writer)
         exp = None
         if book.has("record"):
             # ids are per project; a target shared with another clone may hold higher run ids already
@@ -92,19 +103,180 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
             exp = registry.create(min_id=floor + 1, **_record_fields(launch, probe))
             out.experiment = exp
         try:
-            results = _apply(launch, client, project, probe, action, exp, out)
+            results = _apply(launch, client, project, probe, action, exp, out, writer)
+        except (KeyboardInterrupt, TransportError) as exc:
+            transport.close()
+            truth = _reconcile(launch, registry, probe, exp, out)
+            if isinstance(exc, TransportError):
+                raise TransportError(f"{exc.message}; {truth}", hint=exc.hint) from None
+            raise Interrupted(f"interrupted: {truth}") from None
         except BaseException as exc:
             if exp is not None:
                 registry.update(exp.id, status="failed", ended=time.time(), error=str(exc)[:2000])
                 out.experiment = registry.get(exp.id)
             raise
         _record_results(registry, results, out)
+        if launch.wait and out.experiment is not None and out.experiment.status == "running":
+            try:
+                out.waited = _wait_first_metric(launch, client, out.experiment)
+            except KeyboardInterrupt:
+                raise Interrupted(f"interrupted while waiting: experiment {out.experiment.id} was started on "
+                                  f"{target.label} and goes on (orch status, orch logs --follow)") from None
+            _record_wait(registry, out)
         out.stats = {"agent_calls": client.calls, "agent_pushes": client.pushes,
                      "connections": transport.stats.connections, "commands": transport.stats.commands,
                      "bytes_sent": transport.stats.bytes_sent, "agent_ms": client.timings}
         return out
     finally:
         transport.close()
+
+
+def preview(launch: Launch) -> dict:
+    """What a launch would do, from the read-only probe: runs it would stop, checkpoints, bytes to send."""
+    target = launch.target
+    assert target.connect is not None
+    transport = target.connect()
+    try:
+        client = AgentClient(transport, target.root, target.python, timeout=launch.settings.ssh.command_timeout)
+        probe = _probe(launch, client, launch.settings.project.name)
+    finally:
+        transport.close()
+    missing = set(probe.get("missing", {}).get("missing", []))
+    files = [f for f in (launch.revision.files if launch.revision else []) if f["sha256"] in missing]
+    return {"stop": probe["alive"] if launch.book.has("stop_run") else [],
+            "checkpoints": probe.get("inventory"), "writer": _writer(probe),
+            "send": {"files": len(files), "bytes": sum(f["size"] for f in files)} if launch.revision else None}
+
+
+def _writer(probe: dict) -> int | None:
+    return checkpoint_writer(probe["status"]["runs"], probe.get("inventory"))
+
+
+def checkpoint_writer(runs: list[dict], inv: dict | None) -> int | None:
+    """The run that wrote the checkpoint folder's newest file, as far as the target's run records tell."""
+    if not inv or not inv.get("files"):
+        return None
+    users = [r for r in runs if r.get("id") is not None and r.get("started")
+             and str(r.get("checkpoints") or "").rstrip("/") == inv["path"].rstrip("/")]
+    newest = inv.get("newest_mtime")
+    during = [r for r in users if newest is not None
+              and r["started"] - 2 <= newest <= (r.get("ended") or float("inf")) + 2]
+    chosen = during or users
+    return max(r["id"] for r in chosen) if chosen else None
+
+
+def _notice_checkpoints(launch: Launch, inv: dict | None, writer: int | None) -> None:
+    if not inv or not inv["files"]:
+        return
+    by = f", written by experiment {writer}" if writer is not None else ""
+    launch.echo(f"checkpoints: {inv['path']} holds {inv['files']} file(s), {_size(inv['bytes'])} "
+                f"(newest {inv['newest']}{by}); the run will see them (--clean-checkpoints moves them aside)")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def _wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment) -> dict:
+    """Read the run's log until a metric line (step, loss or throughput), its end, or ``launch.wait`` s."""
+    from .logparse import Parser
+
+    parser = Parser(launch.settings.metrics.patterns or None)
+    begin = time.monotonic()
+    offset, pending = 0, b""
+    while True:
+        value = client.one("log_read", exp_id=exp.id, offset=offset, max_bytes=1 << 20)
+        data = decode_log(value)
+        offset = value["offset"]
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            text = line.decode("utf-8", "replace")
+            event = parser.parse_line(text)
+            if event and {"step", "loss", "tok_s"} & set(event):
+                return {"state": "running", "metric": event, "line": text.strip(),
+                        "seconds": round(time.monotonic() - begin, 1)}
+        state = value["state"]
+        if state.get("state") in ENDED:
+            tail = client.one("log_read", exp_id=exp.id, tail_lines=15, max_bytes=64 << 10)
+            return {"state": state["state"], "exit_code": state.get("exit_code"), "ended": state.get("ended"),
+                    "tail": decode_log(tail).decode("utf-8", "replace").rstrip().splitlines(),
+                    "seconds": round(time.monotonic() - begin, 1)}
+        if time.monotonic() - begin >= launch.wait:
+            return {"state": "running", "metric": None, "seconds": launch.wait}
+        time.sleep(0.25)
+
+
+def _record_wait(registry: Registry, out: Outcome) -> None:
+    waited, exp = out.waited or {}, out.experiment
+    if exp is not None and waited.get("state") in ENDED:
+        out.experiment = registry.update(exp.id, status=waited["state"], exit_code=waited.get("exit_code"),
+                                         ended=waited.get("ended") or time.time())
+
+
+def _reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome) -> str:
+    """After an interrupted apply: ask the target what was done, record it, and say it in one line.
+
+    The call waits for the target's lock, so the interrupted agent has finished its step by then.
+    """
+    settings, target = launch.settings, launch.target
+    old = probe["alive"] if launch.book.has("stop_run") else []
+    ids = [*old, *([exp.id] if exp is not None else [])]
+    ops = [Op("status", {"project": settings.project.name, "ids": ids, "tail": False, "gpus": False})]
+    hashes = sorted({f["sha256"] for f in launch.revision.files}) if launch.revision else []
+    if hashes:
+        ops.append(Op("blobs_missing", {"hashes": hashes}))
+    grace = settings.run.stop_timeout + settings.run.term_timeout + settings.run.lock_timeout + 10
+    launch.echo(f"orch: interrupted; asking {target.label} what was done (Ctrl-C again to leave now)")
+    try:
+        assert target.connect is not None
+        with target.connect() as transport:
+            client = AgentClient(transport, target.root, target.python, timeout=grace + 30)
+            values = client.call(ops, lock=grace, what=f"{launch.book.name} (check after interruption)")
+    except (OrchError, KeyboardInterrupt) as exc:
+        if exp is not None:
+            out.experiment = registry.update(exp.id, status="failed", ended=time.time(),
+                                             error="interrupted; the target could not be asked what was done")
+        why = exc.message if isinstance(exc, OrchError) else "interrupted again"
+        return f"what the target did is unknown ({why}); orch status tells once it answers"
+    runs = {r["id"]: r for r in values[0]["runs"]}
+    now = time.time()
+    stopped = [i for i in old if runs.get(i, {}).get("state") in ENDED]
+    for i in stopped:
+        _update_quietly(registry, i, status=runs[i]["state"], exit_code=runs[i].get("exit_code"),
+                        ended=runs[i].get("ended") or now)
+    out.stopped = [{"id": i, "state": runs[i]["state"], "exit_code": runs[i].get("exit_code"), "signals": []}
+                   for i in stopped]
+    new = runs.get(exp.id) if exp is not None else None
+    done = []
+    if new is not None and exp is not None:
+        fields: dict = {"status": new["state"], "started": new.get("started") or now}
+        if new["state"] in ENDED:
+            fields.update(exit_code=new.get("exit_code"), ended=new.get("ended") or now)
+        out.experiment = registry.update(exp.id, **fields)
+        done.append(f"new run {exp.id} started ({new['state']})")
+    elif exp is not None:
+        out.experiment = registry.update(exp.id, status="failed", ended=now, error="interrupted before it started")
+    if stopped:
+        done.append(f"old run {', '.join(map(str, stopped))} stopped")
+    before = set(probe.get("missing", {}).get("missing", []))
+    if hashes and before and not set(values[1]["missing"]):
+        done.append("revision pushed")
+    if not done:
+        return "nothing was changed on the target"
+    if new is None and exp is not None:
+        done.append(f"new run {exp.id} not started")
+    return "; ".join(done)
+
+
+def _update_quietly(registry: Registry, exp_id: int, **fields: Any) -> None:
+    try:
+        registry.update(exp_id, **fields)
+    except OrchError:
+        pass  # a run this registry never recorded (another clone's)
 
 
 def _checkpoint_action(book: Playbook, inputs: Inputs) -> str:
@@ -130,7 +302,7 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         ops.append(Op("ckpt_check", {"path": target.checkpoints, "configured": target.checkpoints,
                                      "busy_check": False}))
         keys.append("ckpt_safe")
-    if _checkpoint_action(book, launch.inputs) != "keep":
+    if _checkpoint_action(book, launch.inputs) != "keep" or book.has("start_run"):
         ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints}))
         keys.append("inventory")
     values = client.call(ops, what=f"{book.name} (probe)")
@@ -139,14 +311,15 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
     return probe
 
 
-def _confirm_checkpoints(launch: Launch, inv: dict, action: str) -> None:
+def _confirm_checkpoints(launch: Launch, inv: dict, action: str, writer: int | None = None) -> None:
     if not inv["files"]:
         return
-    size_mb = inv["bytes"] / (1 << 20)
     verb = "PERMANENTLY DELETE" if action == "purge" else "move to the trash"
-    question = (f"{verb} {inv['files']} file(s), {size_mb:.1f} MB, newest {inv['newest']}, "
-                f"from {inv['path']}?")
-    launch.echo(f"checkpoints: {inv['files']} file(s), {size_mb:.1f} MB in {inv['path']} (newest: {inv['newest']})")
+    by = f" (written by experiment {writer})" if writer is not None else ""
+    question = (f"{verb} {inv['files']} file(s), {_size(inv['bytes'])}, newest {inv['newest']}{by}, "
+                f"from {inv['path']} on {launch.target.label}?")
+    launch.echo(f"checkpoints: {inv['files']} file(s), {_size(inv['bytes'])} in {inv['path']} "
+                f"(newest: {inv['newest']}{by})")
     if launch.yes:
         return
     if launch.confirm is None:
@@ -164,7 +337,7 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
         info["agent"] = {k: pf.get(k) for k in ("python", "tmux", "gpus", "hostname", "free_mb")}
     fields = {
         "project": launch.settings.project.name, "message": inputs.message, "target": target.name,
-        "target_info": info, "revision": inputs.revision or "",
+        "target_info": info, "machine": target.machine, "revision": inputs.revision or "",
         "revision_files": [{k: f[k] for k in ("path", "sha256", "mode", "size")} for f in rev.files] if rev else [],
         "git_commit": rev.git_commit if rev else None, "git_dirty": rev.git_dirty if rev else None,
         "git_diff": rev.git_diff if rev else None, "command": inputs.argv or [], "config": launch.config,
@@ -177,7 +350,7 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
 
 
 def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, action: str,
-           exp: Experiment | None, out: Outcome) -> list[tuple[str, Any]]:
+           exp: Experiment | None, out: Outcome, writer: int | None) -> list[tuple[str, Any]]:
     book, target, settings, rev = launch.book, launch.target, launch.settings, launch.revision
     ckpt = {"path": target.checkpoints, "configured": target.checkpoints}
     ops: list[Op] = []
@@ -205,9 +378,12 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
                                        "term_timeout": settings.run.term_timeout}))
             keys.append("stop")
         elif isinstance(step, Checkpoints) and action != "keep":
-            label = f"exp{exp.id}" if exp else "manual"
+            # the entry is named after the experiment whose checkpoints it holds, and records who moved them
+            owner = writer if writer is not None else (max(stopping) if stopping else launch.inputs.parent)
+            label = f"exp{owner}" if owner is not None else "unknown"
             keep, max_gb = settings.trash.keep, settings.trash.max_gb
-            ops.append(Op("ckpt_trash", {**ckpt, "label": label, "stopping": stopping, "keep": keep,
+            ops.append(Op("ckpt_trash", {**ckpt, "label": label, "moved_by": exp.id if exp else None,
+                                         "stopping": stopping, "keep": keep,
                                          "purge": action == "purge",
                                          "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}))
             keys.append("trash")
@@ -236,10 +412,7 @@ def _record_results(registry: Registry, results: list[tuple[str, Any]], out: Out
     for key, value in results:
         if key == "stop":
             for run in value["stopped"]:
-                try:
-                    registry.update(int(run["id"]), status=run["state"], exit_code=run["exit_code"], ended=now)
-                except OrchError:
-                    pass  # a run this registry never recorded
+                _update_quietly(registry, int(run["id"]), status=run["state"], exit_code=run["exit_code"], ended=now)
             out.stopped = value["stopped"]
         elif key == "trash":
             out.checkpoints = value

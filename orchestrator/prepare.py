@@ -62,10 +62,10 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
 
 def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
             purge: bool, yes: bool, confirm: Callable[[str], bool] | None, echo: Callable[[str], None]) -> Launch:
-    parent = registry.latest(target.name)
+    parent = registry.latest(target.machine, target.name)
     if parent is None:
-        raise NotFoundError(f"nothing to restart: no experiment on target {target.name}",
-                            hint="use orch deploy first")
+        raise NotFoundError(f"nothing to restart: no experiment on {target.label}",
+                            hint="use orch deploy first (or orch use to pick the target you deployed to)")
     book = playbooks.load("restart", settings.project_dir)
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge),

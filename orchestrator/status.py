@@ -43,9 +43,9 @@ def target_status(settings: Settings, target: Target, registry: Registry, client
     """The latest experiment on the target with its live state and the tail of its log."""
     answer = client.one("status", project=settings.project.name, last=20)
     sync(registry, answer["runs"])
-    latest: Experiment | None = registry.latest(target.name)
+    latest: Experiment | None = registry.latest(target.machine, target.name)
     run = None
     if latest is not None:
         run = next((r for r in answer["runs"] if r.get("id") == latest.id), None)
-    return {"target": target.name, "info": target.info, "now": answer["now"], "experiment": latest, "run": run,
+    return {"target": target.name, "label": target.label, "info": target.info, "now": answer["now"], "experiment": latest, "run": run,
             "runs": answer["runs"], "gpus": answer.get("gpus", [])}

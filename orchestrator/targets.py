@@ -25,20 +25,69 @@ class Target:
     python: str
     info: dict = field(default_factory=dict)
     connect: Callable[[], Transport] | None = None
+    machine: str = ""
+
+    @property
+    def label(self) -> str:
+        """How output names the target: ``CT 311 on pvebar``, ``gpu1``, ``local``."""
+        if self.spec.kind == "proxmox":
+            node = self.info.get("node")
+            return f"CT {self.spec.ct}" + (f" on {node}" if node else "")
+        if self.spec.kind == "ssh":
+            host = self.spec.host or ""
+            return host if host == self.name else f"{self.name} ({host})"
+        return self.name
 
 
 def _home(path: str | None) -> str | None:
     return os.path.expanduser(path) if path else None
 
 
-def target_spec(settings: Settings, name: str | None = None, ct: int | None = None) -> tuple[str, TargetSection]:
-    """Which configured target the flags name (no network)."""
+def machine_key(settings: Settings, spec: TargetSection, root: str) -> str:
+    """What identifies the machine (and orch root on it) a target reaches, whatever its name.
+
+    Two entries for one CT (``access = "ssh"`` and ``"pct"``) are two ways into one machine.
+    """
+    if spec.kind == "proxmox":
+        cluster = settings.proxmox.host if settings.proxmox else ""
+        return f"ct:{spec.ct}@{cluster}:{root}"
+    if spec.kind == "ssh":
+        return f"ssh:{spec.user or ''}@{spec.host}:{spec.port or 22}:{root}"
+    return f"local:{root}"
+
+
+def paths_for(settings: Settings, spec: TargetSection) -> tuple[str, str]:
+    """The target's root and checkpoint folder; ``{project}`` stands for the project's name."""
+    root = spec.root or settings.paths.root
+    ckpt = (spec.checkpoints or settings.paths.checkpoints).replace("{project}", settings.project.name)
+    return root, ckpt
+
+
+def planned_target(settings: Settings, name: str, spec: TargetSection) -> "Target":
+    """A target as the configuration describes it, before any lookup or connection."""
+    root, ckpt = paths_for(settings, spec)
+    return Target(name, spec, root, ckpt, spec.python, {"kind": spec.kind},
+                  machine=machine_key(settings, spec, root))
+
+
+def target_spec(settings: Settings, name: str | None = None, ct: int | None = None,
+                notice: Callable[[str], None] | None = None,
+                prefer: str | None = None) -> tuple[str, TargetSection]:
+    """Which configured target the flags name (no network).
+
+    Several entries for one CT are ways into the same machine: ``prefer`` (the current target) wins,
+    else the first; ``notice`` is told which entries matched and which is used.
+    """
     if name and ct is not None:
         raise InputError("give either --target or --ct, not both")
     if ct is not None:
         matches = [(n, t) for n, t in settings.targets.items() if t.kind == "proxmox" and t.ct == ct]
         if matches:
-            return matches[0]
+            chosen = next((m for m in matches if m[0] == prefer), matches[0])
+            if len(matches) > 1 and notice is not None:
+                ways = ", ".join(f"{n} ({t.access})" for n, t in matches)
+                notice(f"CT {ct} matches targets {ways}; using {chosen[0]} (pass --target NAME to choose)")
+            return chosen
         if settings.proxmox is None:
             raise InputError(f"no target has ct = {ct} and orch.toml has no [proxmox] section",
                              hint="add a [proxmox] section (host, token_id) or a [targets.NAME] with kind = "
@@ -65,11 +114,10 @@ def _ssh_kwargs(settings: Settings) -> dict:
 
 def resolve_target(settings: Settings, name: str | None = None, ct: int | None = None, *,
                    trust_new_host: bool = False, start: bool = False,
-                   confirm: Callable[[str], bool] | None = None) -> Target:
-    tname, spec = target_spec(settings, name, ct)
-    root = spec.root or settings.paths.root
-    ckpt = spec.checkpoints or settings.paths.checkpoints
-    target = Target(tname, spec, root, ckpt, spec.python, {"kind": spec.kind})
+                   confirm: Callable[[str], bool] | None = None, notice: Callable[[str], None] | None = None,
+                   prefer: str | None = None) -> Target:
+    target = planned_target(settings, *target_spec(settings, name, ct, notice, prefer))
+    tname, spec = target.name, target.spec
     if spec.kind == "local":
         from .transport.local import LocalTransport
 

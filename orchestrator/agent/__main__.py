@@ -22,7 +22,10 @@ def _shell(layout: Layout, argv: list, cwd: str | None = None, timeout: float = 
     try:
         proc = subprocess.run(argv, cwd=cwd or layout.root, capture_output=True, timeout=timeout)
     except FileNotFoundError:
-        raise AgentFailure("input", f"{argv[0]!r} is not installed on the target") from None
+        if not check:  # an optional step (e.g. nvidia-smi on a CT without a GPU) must not block a launch
+            return {"exit_code": None, "stdout": "", "stderr": "", "skipped": f"{argv[0]!r} is not installed"}
+        raise AgentFailure("input", f"{argv[0]!r} is not installed on the target",
+                           "install it there, or mark the step check: false in the playbook") from None
     except subprocess.TimeoutExpired:
         raise AgentFailure("agent", f"{argv[0]} did not finish within {timeout:g} s") from None
     out = {"exit_code": proc.returncode, "stdout": proc.stdout.decode("utf-8", "replace")[-4000:],
@@ -60,6 +63,22 @@ OPS = {
 }
 
 
+def controller_gone() -> bool:
+    """True once the controller stopped listening (Ctrl-C, a dropped link): our stdout has no reader."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+CANCELLED = {"kind": "cancelled", "message": "the controller went away: the remaining steps were not run",
+             "hint": ""}
+
+
 def _dispatch(layout: Layout, op: str, args: dict, payload: bytes) -> object:
     if op not in OPS:
         raise AgentFailure("input", f"unknown agent operation {op!r}", "the controller and agent versions differ")
@@ -76,6 +95,9 @@ def handle(request: dict, payload: bytes) -> dict:
 
     def run_all() -> None:
         for item in ops:
+            if controller_gone():  # finish the step in progress, start no other
+                results.append({"ok": False, "error": CANCELLED})
+                return
             started = time.monotonic()
             try:
                 value = _dispatch(layout, item["op"], item.get("args", {}), payload)
@@ -94,7 +116,7 @@ def handle(request: dict, payload: bytes) -> dict:
 
     if request.get("lock") is not None:
         layout.ensure()
-        with TargetLock(layout.lock, float(request["lock"]), request.get("what", "operation")):
+        with TargetLock(layout.lock, float(request["lock"]), request.get("what", "operation"), controller_gone):
             run_all()
     else:
         run_all()

@@ -89,13 +89,15 @@ def inventory(layout: Layout, path: str, configured: str) -> dict:
                 efiles, etotal, _, _ = _tree(full)
                 meta = read_json(os.path.join(full, META), {}) or {}
                 entries.append({"name": name, "files": len(efiles) - (1 if meta else 0), "bytes": etotal,
-                                "created": meta.get("created"), "experiment": meta.get("experiment")})
+                                "created": meta.get("created"), "experiment": meta.get("experiment"),
+                                "moved_by": meta.get("moved_by")})
     return {"path": norm, "files": len(files), "bytes": total, "newest": newest_name, "newest_mtime": newest,
             "listing": files[:200], "trash": tdir, "entries": entries}
 
 
 def move_to_trash(layout: Layout, path: str, configured: str, label: str, stopping: list | None = None,
-                  keep: int | None = None, max_bytes: int | None = None, purge: bool = False) -> dict:
+                  keep: int | None = None, max_bytes: int | None = None, purge: bool = False,
+                  moved_by: int | None = None) -> dict:
     """Rename every child of the folder into a new trash entry (nothing copied, nothing deleted).
 
     With ``purge`` (the user's explicit, confirmed ``--purge``) the new entry is then deleted.
@@ -115,7 +117,8 @@ def move_to_trash(layout: Layout, path: str, configured: str, label: str, stoppi
     os.mkdir(entry)
     children = sorted(os.listdir(norm))
     write_json(os.path.join(entry, META), {"source": norm, "children": children, "created": time.time(),
-                                          "experiment": label, "files": len(files), "bytes": total})
+                                          "experiment": label, "moved_by": moved_by, "files": len(files),
+                                          "bytes": total})
     for child in children:
         os.rename(os.path.join(norm, child), os.path.join(entry, child))
     if purge:

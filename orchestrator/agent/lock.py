@@ -16,8 +16,8 @@ class TargetLock:
     The kernel releases it if the agent dies, so a crashed operation never leaves the target locked.
     """
 
-    def __init__(self, path: str, wait: float, what: str) -> None:
-        self.path, self.wait, self.what = path, wait, what
+    def __init__(self, path: str, wait: float, what: str, cancelled=lambda: False) -> None:
+        self.path, self.wait, self.what, self.cancelled = path, wait, what, cancelled
         self.fd: int | None = None
 
     def __enter__(self) -> "TargetLock":
@@ -28,6 +28,10 @@ class TargetLock:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if self.cancelled():  # nobody waits for this operation any more: do not start it later
+                    os.close(self.fd)
+                    self.fd = None
+                    raise AgentFailure("cancelled", "the controller went away while waiting for the lock")
                 if time.monotonic() >= deadline:
                     holder = self._holder()
                     os.close(self.fd)

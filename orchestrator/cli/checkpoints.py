@@ -50,12 +50,14 @@ def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_jso
     if as_json:
         render.print_json(inv)
         return
-    render.out(f"{inv['path']}: {inv['files']} file(s), {render.size(inv['bytes'])}, newest {inv['newest'] or '-'}")
+    render.out(f"{inv['path']} on {ck.target.label}: {inv['files']} file(s), {render.size(inv['bytes'])}, "
+               f"newest {inv['newest'] or '-'}")
     if not inv["entries"]:
         render.out(f"trash ({inv['trash']}): empty")
         return
-    render.table(f"trash ({inv['trash']})", ["entry", "files", "size", "experiment", "moved"],
-                 [[e["name"], e["files"], render.size(e["bytes"]), e["experiment"], render.when(e["created"])]
+    render.table(f"trash ({inv['trash']})", ["entry", "files", "size", "holds", "moved by", "moved"],
+                 [[e["name"], e["files"], render.size(e["bytes"]), e["experiment"],
+                   f"exp{e['moved_by']}" if e.get("moved_by") is not None else "-", render.when(e["created"])]
                   for e in inv["entries"]])
 
 
@@ -69,8 +71,13 @@ def clean(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, yes: Y
             render.out(f"{inv['path']} is empty: nothing to move")
             return
         _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash?")
+        from ..operations import checkpoint_writer
+
+        runs = ck.client.one("status", project=ck.settings.project.name, tail=False, gpus=False)["runs"]
+        writer = checkpoint_writer(runs, inv)
         keep, max_gb = ck.settings.trash.keep, ck.settings.trash.max_gb
-        res = ck.change("ckpt_trash", label="manual", keep=keep, max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
+        res = ck.change("ckpt_trash", label=f"exp{writer}" if writer is not None else "manual", keep=keep,
+                        max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
     render.out(f"moved {res['moved']} file(s) to {res['entry_path']} (orch checkpoints restore {res['entry']})")
 
 

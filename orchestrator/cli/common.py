@@ -29,15 +29,46 @@ def settings(ctx: typer.Context, overrides: list[str] | None = None):
     return settings
 
 
+def selection(settings, name: str | None, ct: int | None) -> tuple[str | None, int | None]:
+    """The flags a command acts on: those given, else the project's current target, else the default."""
+    from .. import current
+    from ..errors import InputError
+
+    if name or ct is not None:
+        return name, ct
+    chosen = current.load(settings.state_dir)
+    if chosen is None:
+        return None, None
+    if "target" in chosen and chosen["target"] not in settings.targets:
+        raise InputError(f"the current target {chosen['target']!r} is no longer in orch.toml",
+                         hint="pick another with `orch use NAME` or `orch use --ct N`, or pass --target/--ct")
+    return chosen.get("target"), chosen.get("ct")
+
+
 def target(settings, name: str | None, ct: int | None, *, start: bool = False, trust: bool = False,
            resolve: bool = True):
-    from ..targets import resolve_target, target_spec
+    """The target the flags (or the current target) name; ``resolve=False`` skips every lookup."""
+    from .. import current
+    from ..targets import planned_target, resolve_target, target_spec
     from . import render
 
+    name, ct = selection(settings, name, ct)
+    prefer = (current.load(settings.state_dir) or {}).get("target")
+    notice = render.say
     if not resolve:
-        return target_spec(settings, name, ct)
+        return planned_target(settings, *target_spec(settings, name, ct, notice, prefer))
     confirm = render.confirm if render.interactive() else None
-    return resolve_target(settings, name, ct, trust_new_host=trust, start=start, confirm=confirm)
+    return resolve_target(settings, name, ct, trust_new_host=trust, start=start, confirm=confirm,
+                          notice=notice, prefer=prefer)
+
+
+def remember(settings, name: str | None, ct: int | None, tgt) -> None:
+    """After a successful launch named by flags: make its target the project's current one."""
+    from .. import current
+
+    if name or ct is not None:
+        current.save(settings.state_dir, tgt.name if name or tgt.name in settings.targets else None,
+                     None if name or tgt.name in settings.targets else ct)
 
 
 def registry(settings):

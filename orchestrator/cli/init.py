@@ -11,7 +11,7 @@ from . import render
 
 TEMPLATE = '''# orch.toml: how orch deploys this project. Precedence: defaults < this file < ORCH_SECTION__KEY
 # environment variables < --set section.key=value flags.
-default_target = "local"               # used when neither --target nor --ct is given
+default_target = "local"               # where a fresh clone acts; after `deploy --ct N`, bare commands act on CT N
 
 [project]
 name = "{name}"
@@ -22,7 +22,7 @@ env = {{ OMP_NUM_THREADS = "4" }}
 
 [paths]                                # on the target
 root = "/workspace/orch"               # orch's own area: agent, revisions, runs
-checkpoints = "/workspace/checkpoints" # cleaning moves its contents to /workspace/checkpoints.trash/
+checkpoints = "/workspace/checkpoints/{{project}}"  # one folder per project ({{project}} = [project] name)
 
 [batching]                             # recorded with every launch, handed to the run as ORCH_BATCHING_FILE
 strategy = "megabatch"                 # sorted | shuffle | bucketed | megabatch
@@ -44,7 +44,7 @@ term_timeout = 10                      # seconds after SIGTERM before SIGKILL
 [targets.local]
 kind = "local"                         # this machine
 root = "/tmp/orch-local"
-checkpoints = "/tmp/orch-local/checkpoints"
+checkpoints = "/tmp/orch-local/checkpoints/{{project}}"
 
 # [proxmox]
 # host = "pve1.lan"

@@ -10,15 +10,37 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from ..errors import OrchError
+from ..errors import Interrupted, OrchError
+
+
+WAIT_DEFAULT = 60.0  # `--wait` without a value
+
+
+def optional_values(args: list[str]) -> list[str]:
+    """``--wait`` may stand alone (``--wait``) or take a value (``--wait=30``, ``--wait 30``)."""
+    out = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if arg == "--wait" and not nxt.replace(".", "", 1).isdigit():
+            arg = f"--wait={WAIT_DEFAULT:g}"
+        out.append(arg)
+    return out
 
 
 class OrchGroup(TyperGroup):
     """Turns every ``OrchError`` into ``error:``/``hint:`` lines and its family's exit code."""
 
+    def parse_args(self, ctx, args):  # type: ignore[override]
+        return super().parse_args(ctx, optional_values(list(args)))
+
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
+        except Interrupted as exc:  # Ctrl-C: not an error, but the truth of what was done
+            typer.echo(exc.message, err=True)
+            raise typer.Exit(exc.exit_code) from None
         except OrchError as exc:
             typer.echo(f"error: {exc.message}", err=True)
             if exc.hint:
@@ -42,10 +64,11 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, experiments, init, run, watch
+    from . import batching, checkpoints, experiments, init, run, use, watch
 
     run.register(app)
     watch.register(app)
+    use.register(app)
     init.register(app)
     app.add_typer(experiments.app, name="experiments")
     app.add_typer(checkpoints.app, name="checkpoints")

@@ -18,45 +18,103 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confir
 DryOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan and change nothing")]
 
 
-def _dry_target(settings, name, ct):
-    from ..targets import Target
-
-    tname, spec = common.target(settings, name, ct, resolve=False)
-    return Target(tname, spec, spec.root or settings.paths.root, spec.checkpoints or settings.paths.checkpoints,
-                  spec.python, {"kind": spec.kind})
+WaitOpt = Annotated[Optional[float], typer.Option(
+    "--wait", help="Watch the run until its first metric line, its end, or SECONDS pass (alone: 60 s; "
+                   "default: [run] wait); a crash exits non-zero with the log's last lines", min=0)]
 
 
 def _target(settings, name, ct, start, trust, dry_run):
-    return _dry_target(settings, name, ct) if dry_run else common.target(settings, name, ct, start=start,
-                                                                         trust=trust)
+    """The target to act on; a dry run that cannot resolve it still shows the plan."""
+    from ..errors import OrchError
+
+    if not dry_run:
+        return common.target(settings, name, ct, start=start, trust=trust)
+    try:
+        return common.target(settings, name, ct, trust=trust)
+    except OrchError as exc:
+        if exc.exit_code != 3:
+            raise
+        render.say(f"orch: {exc.message}: showing the plan without what is on the target")
+        return common.target(settings, name, ct, resolve=False)
 
 
-def _run(launch, settings, dry_run: bool, as_json: bool) -> None:
+def _run(launch, settings, dry_run: bool, as_json: bool, flags: tuple = (None, None)) -> None:
+    from ..errors import Interrupted
     from ..operations import execute
+
+    if dry_run:
+        return _dry_run(launch, as_json)
+    try:
+        with common.registry(settings) as reg:
+            outcome = execute(launch, reg)
+    except KeyboardInterrupt:  # before the target was contacted
+        raise Interrupted("interrupted: nothing was changed on the target") from None
+    if outcome.experiment is not None and outcome.experiment.status != "failed":
+        common.remember(settings, *flags, launch.target)
+    _report(outcome, launch.target, as_json)
+
+
+def _dry_run(launch, as_json: bool) -> None:
+    from ..errors import OrchError
+    from ..operations import preview
     from ..playbooks import plan
 
     lines = plan(launch.book, launch.inputs)
-    if dry_run:
-        if as_json:
-            render.print_json({"playbook": launch.book.name, "target": launch.target.name, "steps": lines,
-                               "revision": launch.inputs.revision, "command": launch.inputs.argv,
-                               "batching": launch.inputs.batching})
-            return
-        render.out(f"plan for {launch.book.name} on {launch.target.name} (dry run: nothing is changed)")
-        for line in lines:
-            render.out("  " + line)
-        return
-    with common.registry(settings) as reg:
-        outcome = execute(launch, reg)
-    _report(outcome, as_json)
-
-
-def _report(outcome, as_json: bool) -> None:
-    exp = outcome.experiment
+    seen, unreachable = None, None
+    if launch.target.connect is not None:
+        try:
+            seen = preview(launch)
+        except OrchError as exc:
+            unreachable = exc.message
     if as_json:
-        render.print_json({"experiment": exp.public() if exp else None, "stopped": outcome.stopped,
-                           "checkpoints": outcome.checkpoints, "pushed": outcome.pushed, "stats": outcome.stats})
+        render.print_json({"playbook": launch.book.name, "target": launch.target.name,
+                           "target_label": launch.target.label, "steps": lines,
+                           "revision": launch.inputs.revision, "command": launch.inputs.argv,
+                           "batching": launch.inputs.batching, "target_state": seen, "unreachable": unreachable})
         return
+    render.out(f"plan for {launch.book.name} on {launch.target.label} (dry run: nothing is changed)")
+    for line in lines:
+        render.out("  " + line)
+    if seen is None:
+        render.out(f"what is on the target is unknown{': ' + unreachable if unreachable else ''}")
+        return
+    render.out("on the target now:")
+    stop = ", ".join(f"experiment {i}" for i in seen["stop"]) or "nothing (no run of this project is up)"
+    render.out(f"  would stop: {stop}")
+    inv = seen["checkpoints"]
+    if inv is not None:
+        by = f", written by experiment {seen['writer']}" if seen["writer"] is not None else ""
+        what = (f"{inv['files']} file(s), {render.size(inv['bytes'])}, newest {inv['newest']}{by}"
+                if inv["files"] else "empty")
+        verb = {"keep": "kept (the run sees them)", "move": "moved to the trash",
+                "purge": "DELETED"}[launch.inputs.checkpoint_action]
+        render.out(f"  checkpoints {inv['path']}: {what}" + (f": {verb}" if inv["files"] else ""))
+    if seen["send"] is not None:
+        render.out(f"  would send: {seen['send']['files']} of {launch.inputs.files} file(s), "
+                   f"{render.size(seen['send']['bytes'])}")
+
+
+def _report(outcome, target, as_json: bool) -> None:
+    exp = outcome.experiment
+    waited = outcome.waited or {}
+    if as_json:
+        render.print_json({"experiment": exp.public() if exp else None, "target_label": target.label,
+                           "stopped": outcome.stopped, "checkpoints": outcome.checkpoints,
+                           "pushed": outcome.pushed, "shell": outcome.shell, "waited": outcome.waited,
+                           "stats": outcome.stats})
+    else:
+        _say_outcome(outcome, target)
+    if exp is not None and exp.status == "crashed":
+        for line in waited.get("tail") or []:
+            render.say(f"  | {line}")
+        render.say(f"error: experiment {exp.id} crashed on {target.label} (exit code {exp.exit_code}) "
+                   f"{waited.get('seconds', 0):g} s after it started")
+        render.say(f"hint: orch logs -e {exp.id} shows its whole log")
+        raise typer.Exit(1)
+
+
+def _say_outcome(outcome, target) -> None:
+    exp = outcome.experiment
     for run in outcome.stopped:
         render.say(f"stopped experiment {run['id']}: {run['state']} (exit {run['exit_code']})")
     if outcome.pushed:
@@ -71,13 +129,24 @@ def _report(outcome, as_json: bool) -> None:
     for p in (ck or {}).get("purged", []) or []:
         render.say(f"trash retention: purged {p['entry']} ({render.size(p['bytes'])})")
     for sh in outcome.shell:
-        if sh.get("stdout"):
+        if sh.get("skipped"):
+            render.say(f"warning: shell step skipped: {sh['skipped']} on {target.label}")
+        elif sh.get("stdout"):
             render.out(sh["stdout"].rstrip())
-    if exp is not None:
-        render.out(f"experiment {exp.id}: {exp.status} on {exp.target} (revision {exp.revision})")
-        if exp.status == "crashed":
-            render.say(f"it exited at once with code {exp.exit_code}: see orch logs -e {exp.id}")
-            raise typer.Exit(1)
+    if exp is None:
+        return
+    waited = outcome.waited or {}
+    if exp.status == "running" and waited.get("metric"):
+        render.out(f"experiment {exp.id}: running on {target.label} (revision {exp.revision}); "
+                   f"first metrics after {waited['seconds']:g} s: {waited['line']}")
+    elif exp.status == "running" and waited:
+        render.out(f"experiment {exp.id}: running on {target.label} (revision {exp.revision}); no metric line "
+                   f"within {waited['seconds']:g} s (orch logs --follow)")
+    elif exp.status == "running":
+        render.out(f"experiment {exp.id}: started on {target.label} (revision {exp.revision}); "
+                   "--wait watches it until its first metric line")
+    else:
+        render.out(f"experiment {exp.id}: {exp.status} on {target.label} (revision {exp.revision})")
 
 
 def register(app: typer.Typer) -> None:
@@ -85,7 +154,7 @@ def register(app: typer.Typer) -> None:
     def deploy(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, message: MessageOpt = None,
                set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
                yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
-               trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
+               trust_new_host: TrustOpt = False, wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
         """Push the code as a new revision and start it as a new experiment."""
         from .. import prepare
 
@@ -94,13 +163,14 @@ def register(app: typer.Typer) -> None:
         confirm = render.confirm if render.interactive() else None
         launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
                                 yes=yes, confirm=confirm, echo=render.say)
-        _run(launch, settings, dry_run, as_json)
+        launch.wait = settings.run.wait if wait is None else wait
+        _run(launch, settings, dry_run, as_json, (target, ct))
 
     @app.command()
     def restart(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, message: MessageOpt = None,
                 clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
                 dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
-                as_json: JsonOpt = False) -> None:
+                wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
         """Stop the latest experiment and relaunch its revision and settings as a new experiment."""
         from .. import prepare
 
@@ -110,7 +180,8 @@ def register(app: typer.Typer) -> None:
         with common.registry(settings) as reg:
             launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge,
                                      purge=purge, yes=yes, confirm=confirm, echo=render.say)
-        _run(launch, settings, dry_run, as_json)
+        launch.wait = settings.run.wait if wait is None else wait
+        _run(launch, settings, dry_run, as_json, (target, ct))
 
     @app.command()
     def stop(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, dry_run: DryOpt = False,
@@ -128,11 +199,11 @@ def register(app: typer.Typer) -> None:
         with common.registry(settings) as reg:
             outcome = execute(launch, reg)
         if as_json:
-            render.print_json({"stopped": outcome.stopped})
+            render.print_json({"stopped": outcome.stopped, "target_label": tgt.label})
         elif not outcome.stopped:
-            render.out("nothing was running")
+            render.out(f"nothing was running on {tgt.label}")
         for run in outcome.stopped if not as_json else []:
-            render.out(f"experiment {run['id']}: {run['state']} (exit {run['exit_code']}, "
+            render.out(f"experiment {run['id']} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "
                        f"signals: {', '.join(run['signals']) or 'none'})")
 
     @app.command()
@@ -148,4 +219,4 @@ def register(app: typer.Typer) -> None:
         confirm = render.confirm if render.interactive() else None
         launch = prepare.play(settings, tgt, file, message=message, clean=clean_checkpoints, purge=False, yes=yes,
                               confirm=confirm, echo=render.say)
-        _run(launch, settings, dry_run, as_json)
+        _run(launch, settings, dry_run, as_json, (target, ct))

@@ -15,7 +15,7 @@ from .common import CtOpt, JsonOpt, TargetOpt, TrustOpt
 def _status_dict(st: dict) -> dict:
     exp, run = st["experiment"], st["run"] or {}
     age = (st["now"] - run["log_mtime"]) if run.get("log_mtime") else None
-    return {"target": st["target"], "target_info": st["info"],
+    return {"target": st["target"], "target_label": st["label"], "target_info": st["info"],
             "experiment": exp.id if exp else None,
             "state": (exp.status if exp else None), "exit_code": exp.exit_code if exp else None,
             "revision": exp.revision if exp else None, "message": exp.message if exp else None,
@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
         """Print a run's log; --follow keeps going until it ends (Ctrl-C stops following, not the run)."""
         from ..errors import NotFoundError
         from ..logs import follow as follow_log
-        from ..metrics_view import target_flags
+        from ..metrics_view import as_recorded, target_flags
         from ..status import sync
 
         settings = common.settings(ctx)
@@ -96,12 +96,15 @@ def register(app: typer.Typer) -> None:
             if experiment is not None and target is None and ct is None:  # where that experiment ran
                 target, ct = target_flags(settings, reg.get(experiment))
             tgt = common.target(settings, target, ct, trust=trust_new_host)
-            if experiment is None:
-                latest = reg.latest(tgt.name)
-                if latest is None:
-                    raise NotFoundError(f"no experiment on target {tgt.name}", hint="orch deploy starts one")
-                experiment = latest.id
-        write = _metrics_writer(settings) if metrics else _raw_writer()
+            exp = reg.get(experiment) if experiment is not None else reg.latest(tgt.machine, tgt.name)
+            if exp is None:
+                raise NotFoundError(f"no experiment on {tgt.label}",
+                                    hint="orch deploy starts one (or orch use picks the target you deployed to)")
+            experiment = exp.id
+        if follow:
+            render.say(f"orch: following experiment {experiment} on {tgt.label} (Ctrl-C stops following, "
+                       "not the run)")
+        write = _metrics_writer(as_recorded(settings, exp)) if metrics else _raw_writer()
         try:
             result = follow_log(settings, tgt, experiment, write=write, notice=lambda m: render.say(f"orch: {m}"),
                                 follow=follow, tail_lines=lines)
@@ -125,7 +128,7 @@ def _status_all(settings, metrics: bool, as_json: bool, trust: bool) -> None:
     with common.registry(settings) as reg:
         latest: dict = {}
         for exp in reg.list(limit=500):
-            latest.setdefault(exp.target, exp)
+            latest.setdefault(exp.machine or exp.target, exp)
     results = []
     for name, exp in sorted(latest.items()):
         client = None
@@ -139,7 +142,7 @@ def _status_all(settings, metrics: bool, as_json: bool, trust: bool) -> None:
                     st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"], now=st["now"])
             results.append(_status_dict(st))
         except OrchError as exc:
-            results.append({"target": name, "experiment": exp.id, "state": exp.status, "exit_code": exp.exit_code,
+            results.append({"target": exp.target, "target_label": exp.target, "experiment": exp.id, "state": exp.status, "exit_code": exp.exit_code,
                             "error": exc.message})
         finally:
             if client is not None:
@@ -151,7 +154,7 @@ def _status_all(settings, metrics: bool, as_json: bool, trust: bool) -> None:
         render.out("no experiments yet (orch deploy starts one)")
     for data in results:
         if "error" in data:
-            render.out(f"{data['target']}: unreachable ({data['error']}); last recorded: experiment "
+            render.out(f"{data['target_label']}: unreachable ({data['error']}); last recorded: experiment "
                        f"{data['experiment']} {data['state']}")
         else:
             _print_status(data)
@@ -185,10 +188,10 @@ def _metrics_writer(settings):
 
 def _print_status(d: dict) -> None:
     if d["experiment"] is None:
-        render.out(f"{d['target']}: no experiment yet (orch deploy starts one)")
+        render.out(f"{d['target_label']}: no experiment yet (orch deploy starts one)")
         return
     code = f" (exit code {d['exit_code']})" if d["state"] in ("crashed", "finished", "stopped", "failed") else ""
-    render.out(f"{d['target']}: experiment {d['experiment']} {d['state']}{code}, revision {d['revision']}")
+    render.out(f"{d['target_label']}: experiment {d['experiment']} {d['state']}{code}, revision {d['revision']}")
     if d.get("message"):
         render.out(f"  message: {d['message']}")
     s = d.get("summary") or {}

@@ -144,7 +144,7 @@ def test_stop_is_graceful_and_recorded(project):
     assert stopped[0]["signals"] == ["SIGINT"]  # tinylm saves and exits on SIGINT: no escalation
     exp = project.registry().get(1)
     assert exp.status == "stopped" and exp.ended is not None
-    assert project.cli("stop").stdout.strip() == "nothing was running"
+    assert project.cli("stop").stdout.strip() == "nothing was running on local"
 
 
 def test_the_cli_as_a_subprocess(project):

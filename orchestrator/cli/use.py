@@ -1,0 +1,31 @@
+"""orch use: show or set the project's current target, where bare commands act."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import common, render
+from .common import CtOpt
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def use(ctx: typer.Context,
+            name: Annotated[Optional[str], typer.Argument(help="Target name from orch.toml")] = None,
+            ct: CtOpt = None) -> None:
+        """Make a target the current one (a deploy with --ct/--target does this too); alone: show it."""
+        from .. import current
+
+        settings = common.settings(ctx)
+        if name is None and ct is None:
+            tgt = common.target(settings, None, None, resolve=False)
+            why = "chosen by a deploy or orch use" if current.load(settings.state_dir) else \
+                "default_target in orch.toml"
+            render.out(f"current target: {tgt.label} (target {tgt.name}, {why})")
+            return
+        tgt = common.target(settings, name, ct, resolve=False)
+        common.remember(settings, name, ct, tgt)
+        render.out(f"current target: {tgt.label} (target {tgt.name}); bare status, logs, restart, stop and "
+                   "checkpoints act on it")

@@ -1,0 +1,37 @@
+"""The project's current target: where bare commands act.
+
+A successful ``deploy``/``restart`` given ``--ct``/``--target`` (or ``orch use``) records its choice in
+``.orch/current-target.json`` beside the registry, so ``orch status``, ``logs``, ``restart``, ``stop``
+and ``checkpoints`` without flags follow the run that was just started. A fresh clone has no such
+file and starts from ``default_target``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+FILE = "current-target.json"
+
+
+def load(state_dir: Path) -> dict | None:
+    """``{"target": NAME}`` or ``{"ct": N}``, or None when nothing was chosen yet."""
+    try:
+        data = json.loads((state_dir / FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("target"), str):
+        return {"target": data["target"]}
+    if isinstance(data, dict) and isinstance(data.get("ct"), int):
+        return {"ct": data["ct"]}
+    return None
+
+
+def save(state_dir: Path, name: str | None, ct: int | None) -> None:
+    """Record the flags that named the target (atomically: temp file, then rename)."""
+    data = {"target": name} if name else {"ct": ct}
+    state_dir.mkdir(parents=True, exist_ok=True)
+    tmp = state_dir / f".{FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+    os.replace(tmp, state_dir / FILE)
