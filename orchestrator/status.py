@@ -47,5 +47,5 @@ def target_status(settings: Settings, target: Target, registry: Registry, client
     run = None
     if latest is not None:
         run = next((r for r in answer["runs"] if r.get("id") == latest.id), None)
-    return {"target": target.name, "label": target.label, "info": target.info, "now": answer["now"], "experiment": latest, "run": run,
-            "runs": answer["runs"], "gpus": answer.get("gpus", [])}
+    return {"target": target.name, "label": target.label, "info": target.info, "now": answer["now"],
+            "experiment": latest, "run": run, "runs": answer["runs"], "gpus": answer.get("gpus", [])}

@@ -116,3 +116,42 @@ def snapshot(*folders: Path) -> dict[str, bytes]:
             if p.is_file() and not p.name.endswith(("-wal", "-shm")):
                 out[str(p)] = p.read_bytes()
     return out
+
+
+def run_on_pty(argv: list[str], cwd: Path, answers: dict[str, str], timeout: float = 120,
+               env: dict | None = None) -> tuple[int, str]:
+    """Run a command on a real pseudo-terminal, typing each answer when its prompt text appears.
+
+    Returns the exit code and everything the terminal showed (stdout and stderr together).
+    """
+    import pty
+    import select
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, with the pty as its terminal
+        os.chdir(cwd)
+        os.execvpe(argv[0], argv, dict(os.environ, **(env or {})))
+    seen, pending = b"", dict(answers)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+                for prompt in list(pending):
+                    if prompt.encode() in seen:
+                        os.write(fd, pending.pop(prompt).encode() + b"\r")
+        else:
+            os.kill(pid, 9)
+            raise AssertionError(f"{argv} did not finish within {timeout} s on the pty: {seen.decode()!r}")
+    finally:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), seen.decode("utf-8", "replace").replace("\r\n", "\n")

@@ -75,6 +75,9 @@ def controller_gone() -> bool:
         return False
 
 
+# ops that change what runs or where checkpoints are: none starts once the controller is gone. Storing
+# blobs and assembling a revision still finish, so a push cut midway resumes with only what is missing.
+STOP_BEFORE = ("run_stop", "run_start", "ckpt_trash", "ckpt_restore", "ckpt_purge", "shell")
 CANCELLED = {"kind": "cancelled", "message": "the controller went away: the remaining steps were not run",
              "hint": ""}
 
@@ -95,7 +98,7 @@ def handle(request: dict, payload: bytes) -> dict:
 
     def run_all() -> None:
         for item in ops:
-            if controller_gone():  # finish the step in progress, start no other
+            if item.get("op") in STOP_BEFORE and controller_gone():  # finish the step in progress only
                 results.append({"ok": False, "error": CANCELLED})
                 return
             started = time.monotonic()

@@ -142,8 +142,8 @@ def _status_all(settings, metrics: bool, as_json: bool, trust: bool) -> None:
                     st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"], now=st["now"])
             results.append(_status_dict(st))
         except OrchError as exc:
-            results.append({"target": exp.target, "target_label": exp.target, "experiment": exp.id, "state": exp.status, "exit_code": exp.exit_code,
-                            "error": exc.message})
+            results.append({"target": exp.target, "target_label": exp.target, "experiment": exp.id,
+                            "state": exp.status, "exit_code": exp.exit_code, "error": exc.message})
         finally:
             if client is not None:
                 client.transport.close()

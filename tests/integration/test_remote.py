@@ -33,7 +33,8 @@ class RemoteProject(Project):
 
     def write(self, *, steps: int = 100000, sleep: float = 0.01, verify_ssl: str | None = None,
               token_id: str | None = None, extra: str = "", sources: str = '["train.py"]',
-              connect_timeout: float = 5, entries: bool = True) -> None:
+              connect_timeout: float = 5, entries: bool = True, name: str = "tinylm",
+              checkpoints: str | None = CKPT) -> None:
         api, node = self.testbed.api, self.testbed.node
         targets = """
 [targets.ct200]
@@ -51,14 +52,14 @@ access = "pct"
 default_target = "{'ct200' if entries else 'local'}"
 
 [project]
-name = "tinylm"
+name = "{name}"
 sources = {sources}
 command = "python3 train.py"
 env = {{ OMP_NUM_THREADS = "1", TINYLM_STEPS = "{steps}", TINYLM_SLEEP = "{sleep}", TINYLM_CKPT_EVERY = "10", TINYLM_SAMPLES = "600" }}
 
 [paths]
 root = "{ROOT}"
-checkpoints = "{CKPT}"
+{f'checkpoints = "{checkpoints}"' if checkpoints else ""}
 
 [run]
 stop_timeout = 5

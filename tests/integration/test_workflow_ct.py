@@ -1,0 +1,114 @@
+"""The README's headline sequence on a real container, typed as a user types it.
+
+`orch deploy --ct 200`, then bare `status`, `restart --clean-checkpoints` (the prompt answered on a
+pseudo-terminal), `logs --follow` (ended by a `stop` from another terminal). Also: one CT under two
+target names is one machine, and two projects on one CT keep their checkpoints apart by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import run_on_pty
+from tests.integration.test_remote import ROOT, on_ct, remote  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.testbed
+
+PCT_ENTRY = """
+[targets.ct200-pct]
+kind = "proxmox"
+ct = 200
+access = "pct"
+"""
+
+
+def orch(project, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return project.run(*args, timeout=timeout)
+
+
+def test_the_headline_sequence_as_typed(remote, testbed):
+    remote.write(entries=False, checkpoints=None)  # default_target = "local"; CT 200 has no entry
+    env = {"ORCH_PROXMOX_TOKEN": testbed.api.token_secret}
+    res = remote.run("deploy", "--ct", "200", "-m", "first", env=env)
+    assert res.returncode == 0, res.stderr
+    node = testbed.node.name
+    assert f"experiment 1: started on CT 200 on {node}" in res.stdout
+    status = remote.run("status", env=env)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith(f"CT 200 on {node}: experiment 1 running")
+    ckpt = "/workspace/checkpoints/tinylm"  # the default folder is the project's own
+    deadline = time.monotonic() + 30
+    while "ckpt-" not in on_ct(testbed, 200, "ls", ckpt):
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.5)
+    argv = [sys.executable, "-m", "orchestrator.cli.main", "restart", "--clean-checkpoints"]
+    code, screen = run_on_pty(argv, remote.path, {"move to the trash": "y"}, env=env)
+    assert code == 0, screen
+    assert f"on CT 200 on {node}?" in screen  # the question names the machine
+    assert f"experiment 2: started on CT 200 on {node}" in screen
+    exp2 = remote.registry().get(2)
+    assert exp2.parent == 1 and exp2.checkpoints_action == "moved" and exp2.checkpoints_entry.endswith("-exp1")
+    assert "ckpt-" in on_ct(testbed, 200, "ls", exp2.checkpoints_entry)
+    follow = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "logs", "--follow", "-n", "1"],
+                              cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **env})
+    time.sleep(3)
+    stop = remote.run("stop", env=env)
+    assert stop.returncode == 0 and f"experiment 2 on CT 200 on {node}: stopped" in stop.stdout
+    out, err = follow.communicate(timeout=60)
+    assert follow.returncode == 0, err
+    assert "step=" in out and "experiment 2 stopped" in err
+    assert [e.status for e in sorted(remote.rows(), key=lambda e: e.id)] == ["stopped", "stopped"]
+    assert json.loads((remote.path / ".orch" / "current-target.json").read_text()) == {"ct": 200}
+
+
+def test_one_ct_under_two_target_names_is_one_machine(remote, testbed):
+    remote.write(extra=PCT_ENTRY)
+    res = remote.cli("deploy", "--target", "ct200", "--json")
+    assert res.exit_code == 0, res.output
+    via_pct = remote.cli("status", "--target", "ct200-pct", "--json")
+    assert via_pct.exit_code == 0, via_pct.output
+    data = json.loads(via_pct.stdout)
+    assert data["experiment"] == 1 and data["state"] == "running"
+    # --ct 200 matches both entries: it says so and which one it uses (the current one)
+    res = remote.cli("status", "--ct", "200")
+    assert "CT 200 matches targets ct200 (ssh), ct200-pct (pct); using ct200" in res.output
+    # a restart through the other way in continues the same run history
+    res = remote.cli("restart", "--target", "ct200-pct", "--json")
+    assert res.exit_code == 0, res.output
+    exp2 = json.loads(res.stdout)["experiment"]
+    assert exp2["parent"] == 1 and remote.registry().get(1).status == "stopped"
+    assert remote.cli("stop").exit_code == 0  # bare: the current target is now ct200-pct
+    assert remote.registry().get(2).status == "stopped"
+
+
+def test_a_second_project_on_the_ct_never_sees_the_first_ones_checkpoints(remote, testbed, tmp_path):
+    import shutil
+
+    remote.write(checkpoints=None)
+    res = remote.cli("deploy", "--ct", "200")
+    assert res.exit_code == 0, res.output
+    deadline = time.monotonic() + 30
+    while "ckpt-" not in on_ct(testbed, 200, "ls", "/workspace/checkpoints/tinylm"):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    other = type(remote)(tmp_path / "other", testbed)
+    other.path.mkdir()
+    shutil.copy(remote.path / "train.py", other.path / "train.py")
+    shutil.copy(remote.known_hosts, other.known_hosts)
+    other.write(name="second", checkpoints=None)
+    res = other.cli("deploy", "--ct", "200", "--json")
+    assert res.exit_code == 0, res.output
+    exp = json.loads(res.stdout)["experiment"]
+    assert exp["checkpoints"] == "/workspace/checkpoints/second"
+    assert "holds" not in res.output
+    time.sleep(2)
+    log = on_ct(testbed, 200, "cat", f"{ROOT}/runs/{exp['id']}/train.log")
+    assert "resumed from" not in log and "step=" in log
+    assert other.cli("stop").exit_code == 0 and remote.cli("stop").exit_code == 0
