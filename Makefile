@@ -19,7 +19,7 @@ system:
 setup: system $(BIN)/.installed
 
 demo: setup
-	cd $(DEMO) && $(ORCH) deploy -m "demo: megabatch batching"
+	cd $(DEMO) && $(ORCH) deploy --wait -m "demo: megabatch batching"
 	cd $(DEMO) && $(ORCH) status
 	cd $(DEMO) && (timeout -s INT 8 $(ORCH) logs --follow -n 5 || true)
 	cd $(DEMO) && $(ORCH) restart --clean-checkpoints --yes -m "demo: restarted with clean checkpoints"

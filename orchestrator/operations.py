@@ -315,11 +315,11 @@ def _confirm_checkpoints(launch: Launch, inv: dict, action: str, writer: int | N
     if not inv["files"]:
         return
     verb = "PERMANENTLY DELETE" if action == "purge" else "move to the trash"
-    by = f" (written by experiment {writer})" if writer is not None else ""
-    question = (f"{verb} {inv['files']} file(s), {_size(inv['bytes'])}, newest {inv['newest']}{by}, "
+    by = f", written by experiment {writer}" if writer is not None else ""
+    question = (f"{verb} {inv['files']} file(s), {_size(inv['bytes'])} (newest {inv['newest']}{by}) "
                 f"from {inv['path']} on {launch.target.label}?")
     launch.echo(f"checkpoints: {inv['files']} file(s), {_size(inv['bytes'])} in {inv['path']} "
-                f"(newest: {inv['newest']}{by})")
+                f"(newest {inv['newest']}{by})")
     if launch.yes:
         return
     if launch.confirm is None:

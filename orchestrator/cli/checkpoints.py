@@ -78,7 +78,8 @@ def clean(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, yes: Y
         keep, max_gb = ck.settings.trash.keep, ck.settings.trash.max_gb
         res = ck.change("ckpt_trash", label=f"exp{writer}" if writer is not None else "manual", keep=keep,
                         max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
-    render.out(f"moved {res['moved']} file(s) to {res['entry_path']} (orch checkpoints restore {res['entry']})")
+    render.out(f"moved {res['moved']} file(s) on {ck.target.label} to {res['entry_path']} "
+               f"(orch checkpoints restore {res['entry']})")
 
 
 @app.command()
@@ -87,7 +88,7 @@ def restore(ctx: typer.Context, entry: Annotated[str, typer.Argument(help="Trash
     """Move a trash entry's files back into the checkpoint folder (never overwrites)."""
     with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
         res = ck.change("ckpt_restore", name=entry)
-    render.out(f"restored {res['restored']} item(s) from {entry} into {res['path']}")
+    render.out(f"restored {res['restored']} item(s) from {entry} into {res['path']} on {ck.target.label}")
 
 
 @app.command()
