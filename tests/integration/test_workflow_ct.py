@@ -113,3 +113,31 @@ def test_a_second_project_on_the_ct_never_sees_the_first_ones_checkpoints(remote
         time.sleep(0.5)
     assert "resumed from" not in log
     assert other.cli("stop").exit_code == 0 and remote.cli("stop").exit_code == 0
+
+
+def test_ctrl_c_during_a_deploy_over_ssh_says_what_was_done(remote, testbed):
+    import signal
+
+    (remote.path / "stubborn.py").write_text(
+        "import signal, time\n"
+        "def slow_exit(*_):\n    time.sleep(3)\n    raise SystemExit(0)\n"
+        "signal.signal(signal.SIGINT, slow_exit)\n"
+        "while True:\n    print('step=1 loss=1.0', flush=True)\n    time.sleep(0.2)\n")
+    remote.write(sources='["stubborn.py"]', extra='')
+    text = remote.path.joinpath("orch.toml").read_text().replace('command = "python3 train.py"',
+                                                                  'command = "python3 stubborn.py"')
+    remote.path.joinpath("orch.toml").write_text(text)
+    assert remote.run("deploy", "--ct", "200").returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy"], cwd=remote.path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while on_ct(testbed, 200, "ls", f"{ROOT}/runs/1").count("stop_requested") == 0:
+        assert time.monotonic() < deadline, "the old run was never asked to stop"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    assert "interrupted: old run 1 stopped; new run 2 not started" in err
+    reg = remote.registry()
+    assert reg.get(1).status == "stopped" and reg.get(2).status == "failed"
+    assert "2" not in on_ct(testbed, 200, "ls", f"{ROOT}/runs").split()
