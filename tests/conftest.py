@@ -49,6 +49,13 @@ checkpoints = "{root}/checkpoints"
 """
 
 
+# a run that takes 3 s to stop after SIGINT: long enough to interrupt a deploy while it stops the run
+STUBBORN = ("import signal, time\n"
+            "def slow_exit(*_):\n    time.sleep(3)\n    raise SystemExit(0)\n"
+            "signal.signal(signal.SIGINT, slow_exit)\n"
+            "while True:\n    print('step=1 loss=1.0', flush=True)\n    time.sleep(0.2)\n")
+
+
 def tmux_socket(root: str) -> str:
     return "orch-" + hashlib.sha256(os.path.normpath(root).encode()).hexdigest()[:8]
 

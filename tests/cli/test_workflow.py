@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import REPO, run_on_pty, tmux_socket
+from tests.conftest import REPO, STUBBORN, run_on_pty, tmux_socket
 
 TWO_TARGETS = """
 [targets.other]
@@ -137,11 +137,7 @@ def test_ctrl_c_while_waiting_for_the_target_changes_nothing(project):
 
 
 def test_ctrl_c_while_the_old_run_stops_says_what_was_done(project):
-    (project.path / "stubborn.py").write_text(
-        "import signal, time\n"
-        "def slow_exit(*_):\n    time.sleep(3)\n    raise SystemExit(0)\n"
-        "signal.signal(signal.SIGINT, slow_exit)\n"
-        "while True:\n    print('step=1 loss=1.0', flush=True)\n    time.sleep(0.2)\n")
+    (project.path / "stubborn.py").write_text(STUBBORN)
     project.configure(lock_timeout=20)
     args = ["--set", "project.sources=['stubborn.py']", "--set", "project.command=python3 stubborn.py"]
     assert project.run("deploy", *args).returncode == 0

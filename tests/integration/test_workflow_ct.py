@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_on_pty
+from tests.conftest import STUBBORN, run_on_pty
 from tests.integration.test_remote import ROOT, on_ct, remote  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.testbed
@@ -118,11 +118,7 @@ def test_a_second_project_on_the_ct_never_sees_the_first_ones_checkpoints(remote
 def test_ctrl_c_during_a_deploy_over_ssh_says_what_was_done(remote, testbed):
     import signal
 
-    (remote.path / "stubborn.py").write_text(
-        "import signal, time\n"
-        "def slow_exit(*_):\n    time.sleep(3)\n    raise SystemExit(0)\n"
-        "signal.signal(signal.SIGINT, slow_exit)\n"
-        "while True:\n    print('step=1 loss=1.0', flush=True)\n    time.sleep(0.2)\n")
+    (remote.path / "stubborn.py").write_text(STUBBORN)
     remote.write(sources='["stubborn.py"]', extra='')
     text = remote.path.joinpath("orch.toml").read_text().replace('command = "python3 train.py"',
                                                                   'command = "python3 stubborn.py"')
