@@ -126,11 +126,12 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         keys.append("missing")
     ops.append(Op("status", {"project": project, "tail": False, "gpus": False}))  # preflight reports GPUs
     keys.append("status")
-    if book.has("start_run"):  # a run gets ORCH_CHECKPOINT_DIR: refuse an unsafe one before anything
+    cleaning = _checkpoint_action(book, launch.inputs) != "keep"
+    if book.has("start_run") or cleaning:  # refuse an unsafe folder, or one a clean would fail on, before anything
         ops.append(Op("ckpt_check", {"path": target.checkpoints, "configured": target.checkpoints,
-                                     "busy_check": False}))
+                                     "busy_check": False, "movable": cleaning}))
         keys.append("ckpt_safe")
-    if _checkpoint_action(book, launch.inputs) != "keep":
+    if cleaning:
         ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints}))
         keys.append("inventory")
     values = client.call(ops, what=f"{book.name} (probe)")
@@ -185,7 +186,7 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
     payload = b""
     stopping = probe["alive"] if book.has("stop_run") else []
     if action != "keep":
-        ops.append(Op("ckpt_check", {**ckpt, "stopping": stopping}))
+        ops.append(Op("ckpt_check", {**ckpt, "stopping": stopping, "movable": True}))
         keys.append("ckpt_check")
     for step in book.steps:
         if isinstance(step, PushRevision) and rev is not None:

@@ -183,8 +183,7 @@ def plan(book: Playbook, inputs: Inputs) -> list[str]:
         elif isinstance(step, Checkpoints):
             action = checkpoint_action(step, inputs)
             text = {"keep": f"keep the checkpoints in {inputs.checkpoints}",
-                    "move": f"move the contents of {inputs.checkpoints} to {inputs.checkpoints}.trash/ "
-                            "(restorable)",
+                    "move": f"move the contents of {inputs.checkpoints} to its trash (restorable)",
                     "purge": f"DELETE the contents of {inputs.checkpoints} (move to trash, then purge)"}[action]
         elif isinstance(step, Record):
             parent = f", parent {inputs.parent}" if inputs.parent else ""

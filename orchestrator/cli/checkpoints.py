@@ -51,10 +51,11 @@ def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_jso
         render.print_json(inv)
         return
     render.out(f"{inv['path']}: {inv['files']} file(s), {render.size(inv['bytes'])}, newest {inv['newest'] or '-'}")
+    where = ", ".join(inv.get("trash_dirs") or [inv["trash"]])
     if not inv["entries"]:
-        render.out(f"trash ({inv['trash']}): empty")
+        render.out(f"trash ({where}): empty")
         return
-    render.table(f"trash ({inv['trash']})", ["entry", "files", "size", "experiment", "moved"],
+    render.table(f"trash ({where})", ["entry", "files", "size", "experiment", "moved"],
                  [[e["name"], e["files"], render.size(e["bytes"]), e["experiment"], render.when(e["created"])]
                   for e in inv["entries"]])
 

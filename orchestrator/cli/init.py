@@ -23,6 +23,7 @@ env = {{ OMP_NUM_THREADS = "4" }}
 [paths]                                # on the target
 root = "/workspace/orch"               # orch's own area: agent, revisions, runs
 checkpoints = "/workspace/checkpoints" # cleaning moves its contents to /workspace/checkpoints.trash/
+                                       # (or to .orch-trash/ inside it when it is a mount point)
 
 [batching]                             # recorded with every launch, handed to the run as ORCH_BATCHING_FILE
 strategy = "megabatch"                 # sorted | shuffle | bucketed | megabatch

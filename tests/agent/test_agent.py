@@ -193,3 +193,17 @@ def test_old_agent_versions_are_pruned_but_never_current_recent_or_in_use(agent,
     assert sorted(pruned) == [old_dir.name, old_zip.name]
     assert recent.exists() and used_zip.exists() and used_dir.exists()
     assert Path(agent.agent_path).exists()
+
+
+def test_trash_entries_record_the_experiment_that_moved_them(agent, tmp_path):
+    ck = tmp_path / "ckpt"
+    ck.mkdir()
+    (ck / "a.pt").write_bytes(b"a")
+    moved = agent.one("ckpt_trash", path=str(ck), configured=str(ck), label="exp6", moved_by=7)
+    (ck / "b.pt").write_bytes(b"b")
+    agent.one("ckpt_trash", path=str(ck), configured=str(ck), label="manual")
+    entries = agent.one("ckpt_inventory", path=str(ck), configured=str(ck))["entries"]
+    assert [(e["experiment"], e["moved_by"], e["trash"]) for e in entries] == \
+        [("exp6", 7, str(tmp_path / "ckpt.trash")), ("manual", None, str(tmp_path / "ckpt.trash"))]
+    meta = json.loads((tmp_path / "ckpt.trash" / moved["entry"] / ".orch-trash.json").read_text())
+    assert meta["moved_by"] == 7 and meta["experiment"] == "exp6"
