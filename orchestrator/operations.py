@@ -131,13 +131,20 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         ops.append(Op("ckpt_check", {"path": target.checkpoints, "configured": target.checkpoints,
                                      "busy_check": False, "movable": cleaning}))
         keys.append("ckpt_safe")
-    if cleaning:
-        ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints}))
+    if cleaning:  # with what retention would delete, and for --purge every file: only confirmed deletions
+        ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints,
+                                         **_retention(launch.settings),
+                                         "full": _checkpoint_action(book, launch.inputs) == "purge"}))
         keys.append("inventory")
     values = client.call(ops, what=f"{book.name} (probe)")
     probe = dict(zip(keys, values))
     probe["alive"] = [r["id"] for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
     return probe
+
+
+def _retention(settings: Settings) -> dict:
+    max_gb = settings.trash.max_gb
+    return {"keep": settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
 
 
 def _confirm_checkpoints(launch: Launch, inv: dict, action: str) -> None:
@@ -148,6 +155,12 @@ def _confirm_checkpoints(launch: Launch, inv: dict, action: str) -> None:
     question = (f"{verb} {inv['files']} file(s), {size_mb:.1f} MB, newest {inv['newest']}, "
                 f"from {inv['path']}?")
     launch.echo(f"checkpoints: {inv['files']} file(s), {size_mb:.1f} MB in {inv['path']} (newest: {inv['newest']})")
+    doomed = (inv.get("retention") or []) if action == "move" else []  # a purge leaves the trash alone
+    if doomed:
+        names = ", ".join(f"{d['entry']} ({d['bytes'] / (1 << 20):.1f} MB)" for d in doomed)
+        launch.echo(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {len(doomed)} older "
+                    f"trash entr{'y' if len(doomed) == 1 else 'ies'}: {names}")
+        question = question[:-1] + f", and PERMANENTLY DELETE trash entries {', '.join(d['entry'] for d in doomed)}?"
     if launch.yes:
         return
     if launch.confirm is None:
@@ -207,10 +220,10 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
             keys.append("stop")
         elif isinstance(step, Checkpoints) and action != "keep":
             label = f"exp{exp.id}" if exp else "manual"
-            keep, max_gb = settings.trash.keep, settings.trash.max_gb
-            ops.append(Op("ckpt_trash", {**ckpt, "label": label, "stopping": stopping, "keep": keep,
-                                         "purge": action == "purge",
-                                         "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}))
+            inv = probe.get("inventory") or {}
+            ops.append(Op("ckpt_trash", {**ckpt, "label": label, "stopping": stopping, **_retention(settings),
+                                         "purge": action == "purge", "purge_only": inv.get("all_files"),
+                                         "retention_allowed": [d["entry"] for d in inv.get("retention", [])]}))
             keys.append("trash")
         elif isinstance(step, Shell):
             cwd = target.root if step.cwd == "root" else f"{target.root.rstrip('/')}/revisions/{launch.inputs.revision}"

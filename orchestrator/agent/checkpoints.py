@@ -23,6 +23,7 @@ SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/l
                 "/sys", "/usr", "/var/lib", "/var/log", "/var/cache", "/var/spool", "/snap")
 EXACT = ("/", "/home", "/root", "/tmp", "/var", "/opt", "/srv", "/mnt", "/media", "/workspace", "/data")
 META = ".orch-trash.json"
+NEW = "\uffff"  # sorts after every entry name: the entry a clean is about to make
 
 
 def check_path(layout: Layout, path: str, configured: str, stopping: list | None = None,
@@ -103,8 +104,13 @@ def _entries(norm: str) -> list[dict]:
     return sorted(entries, key=lambda e: e["name"])
 
 
-def inventory(layout: Layout, path: str, configured: str) -> dict:
-    """What the folder holds now, and what its trash holds."""
+def inventory(layout: Layout, path: str, configured: str, keep: int | None = None, max_bytes: int | None = None,
+              full: bool = False) -> dict:
+    """What the folder holds now, and what its trash holds.
+
+    With ``keep``/``max_bytes``: ``retention``, the entries a clean now would delete (to be confirmed).
+    With ``full``: ``all_files``, every file, for a purge that must delete only what was confirmed.
+    """
     norm = check_path(layout, path, configured, busy_check=False)
     files, total, newest, newest_name = _tree(norm, skip_trash=True) if os.path.isdir(norm) else ([], 0, None, None)
     entries = []
@@ -114,18 +120,29 @@ def inventory(layout: Layout, path: str, configured: str) -> dict:
         entries.append({"name": entry["name"], "files": len(efiles) - (1 if meta else 0), "bytes": etotal,
                         "created": meta.get("created"), "experiment": meta.get("experiment"),
                         "moved_by": meta.get("moved_by"), "trash": entry["trash"]})
-    return {"path": norm, "files": len(files), "bytes": total, "newest": newest_name, "newest_mtime": newest,
-            "listing": files[:200], "trash": trash_dir(norm),
-            "trash_dirs": [d for d in trash_dirs(norm) if os.path.isdir(d)], "entries": entries}
+    out = {"path": norm, "files": len(files), "bytes": total, "newest": newest_name, "newest_mtime": newest,
+           "listing": files[:200], "trash": trash_dir(norm),
+           "trash_dirs": [d for d in trash_dirs(norm) if os.path.isdir(d)], "entries": entries}
+    if keep is not None or max_bytes is not None:
+        sizes = [(e["name"], e["bytes"]) for e in entries] + ([(NEW, total)] if files else [])
+        victims = retention_victims(sizes, keep, max_bytes, protect=NEW) if files else []
+        out["retention"] = [{"entry": e["name"], "bytes": e["bytes"]} for e in entries if e["name"] in victims]
+    if full:
+        out["all_files"] = files
+    return out
 
 
 def move_to_trash(layout: Layout, path: str, configured: str, label: str, stopping: list | None = None,
                   keep: int | None = None, max_bytes: int | None = None, purge: bool = False,
-                  moved_by: int | None = None) -> dict:
+                  moved_by: int | None = None, retention_allowed: list | None = None,
+                  purge_only: list | None = None) -> dict:
     """Rename every child of the folder into a new trash entry (nothing copied, nothing deleted).
 
     ``label`` names the entry (whose checkpoints these are); ``moved_by`` records the experiment that
-    moved them. With ``purge`` (the user's explicit, confirmed ``--purge``) the new entry is then deleted.
+    moved them. With ``purge`` (the user's explicit, confirmed ``--purge``) the new entry is then deleted;
+    with ``purge_only`` (the confirmed inventory's ``all_files``) only the files listed there, unchanged,
+    and whatever was written since (a final checkpoint of the stopped run) stays in the entry.
+    ``retention_allowed`` limits the retention purge to the confirmed entries.
     """
     norm = check_path(layout, path, configured, stopping)
     if not _contents(norm):
@@ -147,11 +164,36 @@ def move_to_trash(layout: Layout, path: str, configured: str, label: str, stoppi
     for child in children:
         os.rename(os.path.join(norm, child), os.path.join(entry, child))
     if purge:
-        shutil.rmtree(entry)
-        return {"action": "purged", "moved": len(files), "bytes": total, "entry": None, "purged": []}
-    purged = apply_retention(norm, keep, max_bytes, protect=os.path.basename(entry))
+        return _purge_new_entry(entry, files, total, purge_only)
+    purged = apply_retention(norm, keep, max_bytes, protect=os.path.basename(entry), allowed=retention_allowed)
     return {"action": "moved", "moved": len(files), "bytes": total, "entry": os.path.basename(entry),
             "entry_path": entry, "purged": purged}
+
+
+def _purge_new_entry(entry: str, files: list, total: int, only: list | None) -> dict:
+    if only is None:
+        shutil.rmtree(entry)
+        return {"action": "purged", "moved": len(files), "bytes": total, "deleted": len(files), "entry": None,
+                "purged": []}
+    confirmed = {(f["path"], f["size"], f["mtime"]) for f in only}
+    deleted, kept = 0, []
+    for f in _tree(entry)[0]:  # what was really moved, which may be more than was confirmed
+        if f["path"] == META:
+            continue
+        if (f["path"], f["size"], f["mtime"]) in confirmed:
+            os.unlink(os.path.join(entry, f["path"]))
+            deleted += 1
+        else:
+            kept.append(f["path"])
+    for dirpath, _dirs, _names in os.walk(entry, topdown=False):
+        if dirpath != entry and not os.listdir(dirpath):
+            os.rmdir(dirpath)
+    result = {"action": "purged", "moved": len(files), "bytes": total, "deleted": deleted, "kept": kept,
+              "purged": []}
+    if kept:  # not confirmed, so not deleted: restorable like any trash entry
+        return {**result, "entry": os.path.basename(entry), "entry_path": entry}
+    shutil.rmtree(entry)
+    return {**result, "entry": None}
 
 
 def _entry(norm: str, name: str) -> str:
@@ -199,20 +241,34 @@ def purge(layout: Layout, path: str, configured: str, names: list) -> dict:
     return {"purged": done}
 
 
-def apply_retention(norm: str, keep: int | None, max_bytes: int | None, protect: str | None = None) -> list:
-    """Purge the oldest trash entries beyond the configured count/size (only when configured)."""
+def retention_victims(sizes: list[tuple[str, int]], keep: int | None, max_bytes: int | None,
+                      protect: str | None = None) -> list[str]:
+    """The oldest entries (by name, which starts with the time) beyond ``keep`` entries or ``max_bytes``."""
+    names = sorted(n for n, _ in sizes)
+    size = dict(sizes)
+    victims = []
+    while names:
+        over_count = keep is not None and len(names) > keep
+        over_size = max_bytes is not None and sum(size[n] for n in names) > max_bytes
+        if not (over_count or over_size) or names[0] == protect:
+            break
+        victims.append(names.pop(0))
+    return victims
+
+
+def apply_retention(norm: str, keep: int | None, max_bytes: int | None, protect: str | None = None,
+                    allowed: list | None = None) -> list:
+    """Purge the oldest trash entries beyond the configured count/size (only when configured).
+
+    With ``allowed`` (the entries the user confirmed) nothing else is deleted, even if now due.
+    """
     if keep is None and max_bytes is None:
         return []
     paths = {e["name"]: e["path"] for e in _entries(norm)}
-    names = sorted(paths)
-    sizes = {n: _tree(paths[n])[1] for n in names}
+    sizes = {n: _tree(p)[1] for n, p in paths.items()}
     purged = []
-    while names:
-        over_count = keep is not None and len(names) > keep
-        over_size = max_bytes is not None and sum(sizes[n] for n in names) > max_bytes
-        if not (over_count or over_size) or names[0] == protect:
-            break
-        victim = names.pop(0)
-        shutil.rmtree(paths[victim])
-        purged.append({"entry": victim, "bytes": sizes[victim]})
+    for victim in retention_victims(list(sizes.items()), keep, max_bytes, protect):
+        if allowed is None or victim in allowed:
+            shutil.rmtree(paths[victim])
+            purged.append({"entry": victim, "bytes": sizes[victim]})
     return purged

@@ -25,8 +25,10 @@ class _Checkpoints:
         self.client = client_for(self.settings, self.target)
         self.base = {"path": self.target.checkpoints, "configured": self.target.checkpoints}
 
-    def inventory(self) -> dict:
-        return self.client.one("ckpt_inventory", **self.base)
+    def inventory(self, retention: bool = False) -> dict:
+        max_gb = self.settings.trash.max_gb
+        keep = {"keep": self.settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
+        return self.client.one("ckpt_inventory", **self.base, **(keep if retention else {}))
 
     def change(self, op: str, **args: object) -> dict:
         from ..agent_client import Op
@@ -65,14 +67,22 @@ def clean(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, yes: Y
           trust_new_host: TrustOpt = False) -> None:
     """Move the checkpoints to the trash now (refused while a run writes to them)."""
     with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
-        inv = ck.inventory()
+        inv = ck.inventory(retention=True)
         if not inv["files"]:
             render.out(f"{inv['path']} is empty: nothing to move")
             return
-        _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash?")
-        keep, max_gb = ck.settings.trash.keep, ck.settings.trash.max_gb
-        res = ck.change("ckpt_trash", label="manual", keep=keep, max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
+        doomed = [d["entry"] for d in inv.get("retention", [])]
+        if doomed:
+            render.say(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {', '.join(doomed)}")
+        _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash"
+                      + (f" and delete {len(doomed)} older trash entr{'y' if len(doomed) == 1 else 'ies'}?"
+                         if doomed else "?"))
+        max_gb = ck.settings.trash.max_gb
+        res = ck.change("ckpt_trash", label="manual", keep=ck.settings.trash.keep, retention_allowed=doomed,
+                        max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
     render.out(f"moved {res['moved']} file(s) to {res['entry_path']} (orch checkpoints restore {res['entry']})")
+    for p in res.get("purged", []):
+        render.out(f"trash retention: deleted {p['entry']} ({render.size(p['bytes'])})")
 
 
 @app.command()
