@@ -213,10 +213,13 @@ class Registry:
     def latest(self, machine: str, target: str | None = None) -> Experiment | None:
         """The newest experiment on ``machine`` that reached it (launches that failed do not count).
 
-        Rows recorded before machines were (``machine`` NULL) match by their ``target`` name.
+        A running one comes first: two deploys racing are numbered before they queue for the target's lock,
+        so the higher id can be the one the other replaced. Rows recorded before machines were
+        (``machine`` NULL) match by their ``target`` name.
         """
         row = self.db.execute("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
-                              "AND status != 'failed' ORDER BY id DESC LIMIT 1", (machine, target)).fetchone()
+                              "AND status != 'failed' ORDER BY status = 'running' DESC, id DESC LIMIT 1",
+                              (machine, target)).fetchone()
         return self._from_row(row) if row else None
 
     def save_metrics(self, exp_id: int, log_offset: int, series: dict, summary: dict) -> None:

@@ -298,17 +298,25 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         keys.append("missing")
     ops.append(Op("status", {"project": project, "tail": False, "gpus": False}))  # preflight reports GPUs
     keys.append("status")
-    if book.has("start_run"):  # a run gets ORCH_CHECKPOINT_DIR: refuse an unsafe one before anything
+    cleaning = _checkpoint_action(book, launch.inputs) != "keep"
+    if book.has("start_run") or cleaning:  # refuse an unsafe folder, or one a clean would fail on, before anything
         ops.append(Op("ckpt_check", {"path": target.checkpoints, "configured": target.checkpoints,
-                                     "busy_check": False}))
+                                     "busy_check": False, "movable": cleaning}))
         keys.append("ckpt_safe")
-    if _checkpoint_action(book, launch.inputs) != "keep" or book.has("start_run"):
-        ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints}))
+    if cleaning or book.has("start_run"):  # what is there; what retention would delete; for --purge every file
+        ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints,
+                                         **_retention(launch.settings),
+                                         "full": _checkpoint_action(book, launch.inputs) == "purge"}))
         keys.append("inventory")
     values = client.call(ops, what=f"{book.name} (probe)")
     probe = dict(zip(keys, values))
     probe["alive"] = [r["id"] for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
     return probe
+
+
+def _retention(settings: Settings) -> dict:
+    max_gb = settings.trash.max_gb
+    return {"keep": settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
 
 
 def _confirm_checkpoints(launch: Launch, inv: dict, action: str, writer: int | None = None) -> None:
@@ -320,6 +328,12 @@ def _confirm_checkpoints(launch: Launch, inv: dict, action: str, writer: int | N
                 f"from {inv['path']} on {launch.target.label}?")
     launch.echo(f"checkpoints: {inv['files']} file(s), {_size(inv['bytes'])} in {inv['path']} "
                 f"(newest {inv['newest']}{by})")
+    doomed = (inv.get("retention") or []) if action == "move" else []  # a purge leaves the trash alone
+    if doomed:
+        names = ", ".join(f"{d['entry']} ({_size(d['bytes'])})" for d in doomed)
+        launch.echo(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {len(doomed)} older "
+                    f"trash entr{'y' if len(doomed) == 1 else 'ies'}: {names}")
+        question = question[:-1] + f", and PERMANENTLY DELETE trash entries {', '.join(d['entry'] for d in doomed)}?"
     if launch.yes:
         return
     if launch.confirm is None:
@@ -358,7 +372,7 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
     payload = b""
     stopping = probe["alive"] if book.has("stop_run") else []
     if action != "keep":
-        ops.append(Op("ckpt_check", {**ckpt, "stopping": stopping}))
+        ops.append(Op("ckpt_check", {**ckpt, "stopping": stopping, "movable": True}))
         keys.append("ckpt_check")
     for step in book.steps:
         if isinstance(step, PushRevision) and rev is not None:
@@ -380,12 +394,12 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
         elif isinstance(step, Checkpoints) and action != "keep":
             # the entry is named after the experiment whose checkpoints it holds, and records who moved them
             owner = writer if writer is not None else (max(stopping) if stopping else launch.inputs.parent)
-            label = f"exp{owner}" if owner is not None else "unknown"
-            keep, max_gb = settings.trash.keep, settings.trash.max_gb
-            ops.append(Op("ckpt_trash", {**ckpt, "label": label, "moved_by": exp.id if exp else None,
-                                         "stopping": stopping, "keep": keep,
-                                         "purge": action == "purge",
-                                         "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}))
+            inv = probe.get("inventory") or {}
+            ops.append(Op("ckpt_trash", {**ckpt, "label": f"exp{owner}" if owner is not None else "unknown",
+                                         "moved_by": exp.id if exp else None, "stopping": stopping,
+                                         **_retention(settings), "purge": action == "purge",
+                                         "purge_only": inv.get("all_files"),
+                                         "retention_allowed": [d["entry"] for d in inv.get("retention", [])]}))
             keys.append("trash")
         elif isinstance(step, Shell):
             cwd = target.root if step.cwd == "root" else f"{target.root.rstrip('/')}/revisions/{launch.inputs.revision}"

@@ -1,8 +1,9 @@
 """Operations as ordered, typed steps: load a playbook, validate it, and plan it without I/O.
 
-The built-in operations are YAML files in the repository's ``playbooks/`` folder; a ``playbooks/``
-folder beside orch.toml overrides them by name. ``plan()`` turns a playbook and the operation's inputs
-into human-readable steps (what ``--dry-run`` prints); ``operations.execute()`` then runs them.
+The built-in operations are YAML files shipped inside the package (``orchestrator/builtin_playbooks/``,
+read with ``importlib.resources``); a ``playbooks/`` folder beside orch.toml overrides them by name.
+``plan()`` turns a playbook and the operation's inputs into human-readable steps (what ``--dry-run``
+prints); ``operations.execute()`` then runs them.
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError, InputError, NotFoundError
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+BUILTIN_PACKAGE = "orchestrator"
+BUILTIN_FOLDER = "builtin_playbooks"
 
 
 class _Step(BaseModel):
@@ -77,7 +82,34 @@ class Playbook(BaseModel):
         return any(s.step == kind for s in self.steps)
 
 
-def load_file(path: Path) -> Playbook:
+def builtin_dir() -> Traversable:
+    """The folder of built-in playbooks inside the installed package."""
+    from importlib import resources
+
+    return resources.files(BUILTIN_PACKAGE) / BUILTIN_FOLDER
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.name[:-5] for p in builtin_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def copy_builtin(dest: Path, force: bool = False) -> list[Path]:
+    """Write the built-in playbooks into ``dest`` (a project's ``playbooks/``) to be edited there."""
+    names = builtin_names()
+    clash = [dest / f"{n}.yaml" for n in names if (dest / f"{n}.yaml").exists()]
+    if clash and not force:
+        raise InputError(f"{', '.join(str(p) for p in clash)} already exist{'s' if len(clash) == 1 else ''}",
+                         hint="pass --force to overwrite them with the built-in ones")
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in names:
+        path = dest / f"{name}.yaml"
+        path.write_text((builtin_dir() / f"{name}.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def load_file(path: Path | Traversable) -> Playbook:
     import yaml
 
     try:
@@ -104,11 +136,14 @@ def load_file(path: Path) -> Playbook:
 
 def load(name: str, project_dir: Path | None) -> Playbook:
     """The project's own ``playbooks/<name>.yaml`` if present, else the built-in one."""
-    for folder in ([project_dir / "playbooks"] if project_dir else []) + [BUILTIN_DIR]:
+    folders: list[Path | Traversable] = [project_dir / "playbooks"] if project_dir else []
+    for folder in folders + [builtin_dir()]:
         path = folder / f"{name}.yaml"
         if path.is_file():
             return load_file(path)
-    raise NotFoundError(f"no playbook named {name!r}", hint=f"built-in playbooks live in {BUILTIN_DIR.name}/")
+    raise NotFoundError(f"no playbook named {name!r}",
+                        hint=f"the built-in ones are {', '.join(builtin_names())}; a project's own go in "
+                             "playbooks/ beside orch.toml (orch init --playbooks copies the built-in ones there)")
 
 
 @dataclass
@@ -148,8 +183,7 @@ def plan(book: Playbook, inputs: Inputs) -> list[str]:
         elif isinstance(step, Checkpoints):
             action = checkpoint_action(step, inputs)
             text = {"keep": f"keep the checkpoints in {inputs.checkpoints}",
-                    "move": f"move the contents of {inputs.checkpoints} to {inputs.checkpoints}.trash/ "
-                            "(restorable)",
+                    "move": f"move the contents of {inputs.checkpoints} to its trash (restorable)",
                     "purge": f"DELETE the contents of {inputs.checkpoints} (move to trash, then purge)"}[action]
         elif isinstance(step, Record):
             parent = f", parent {inputs.parent}" if inputs.parent else ""

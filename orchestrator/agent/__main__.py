@@ -54,7 +54,7 @@ OPS = {
     "status": (lambda layout, gpus=True, **a: {**runs.status(layout, **a), "gpus": system.gpus() if gpus else []},
                False),
     "log_read": (logs.read, False),
-    "ckpt_check": (lambda layout, **a: {"path": checkpoints.check_path(layout, **a)}, False),
+    "ckpt_check": (checkpoints.check, False),
     "ckpt_inventory": (checkpoints.inventory, False),
     "ckpt_trash": (checkpoints.move_to_trash, False),
     "ckpt_restore": (checkpoints.restore, False),

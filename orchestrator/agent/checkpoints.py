@@ -1,8 +1,10 @@
 """Checkpoint folders, handled so that nothing is lost by accident.
 
-Cleaning moves a checkpoint folder's contents into ``<checkpoints>.trash/<time>-exp<id>/`` beside it:
-a rename on the same filesystem, instant even for hundreds of GB, and undone by ``restore``. Only
-``purge`` deletes, and only inside that trash folder. Every entry point first runs ``check_path``.
+Cleaning moves a checkpoint folder's contents into a trash entry ``<trash>/<time>-<label>/``: a rename on
+the same filesystem, instant even for hundreds of GB, and undone by ``restore``. The trash is
+``<checkpoints>.trash`` beside the folder, or ``<checkpoints>/.orch-trash`` when the folder is a mount
+point (see ``trash_location``). Only ``purge`` deletes, and only trash entries. Every entry point first
+runs ``check_path``; a clean also ``check_movable`` before anything is created or moved.
 """
 
 from __future__ import annotations
@@ -14,16 +16,14 @@ import time
 from .layout import Layout, read_json, write_json
 from .protocol import AgentFailure
 from .runs import alive_runs
+from .trash_location import INSIDE, check_movable, trash_dir, trash_dirs
 
 # folders whose contents are never checkpoints: refusing them (and everything in the system ones)
 SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
                 "/sys", "/usr", "/var/lib", "/var/log", "/var/cache", "/var/spool", "/snap")
 EXACT = ("/", "/home", "/root", "/tmp", "/var", "/opt", "/srv", "/mnt", "/media", "/workspace", "/data")
 META = ".orch-trash.json"
-
-
-def trash_dir(path: str) -> str:
-    return os.path.normpath(path) + ".trash"
+NEW = "\uffff"  # sorts after every entry name: the entry a clean is about to make
 
 
 def check_path(layout: Layout, path: str, configured: str, stopping: list | None = None,
@@ -59,9 +59,23 @@ def check_path(layout: Layout, path: str, configured: str, stopping: list | None
     return norm
 
 
-def _tree(path: str) -> tuple[list, int, float | None, str | None]:
+def check(layout: Layout, path: str, configured: str, stopping: list | None = None, busy_check: bool = True,
+          movable: bool = False) -> dict:
+    """``check_path``; with ``movable``, also that a clean could rename the contents into the trash."""
+    norm = check_path(layout, path, configured, stopping, busy_check)
+    return {"path": norm, "trash": check_movable(norm) if movable else trash_dir(norm)}
+
+
+def _contents(norm: str) -> list[str]:
+    """The folder's children, without the trash that may live inside it."""
+    return sorted(c for c in os.listdir(norm) if c != INSIDE) if os.path.isdir(norm) else []
+
+
+def _tree(path: str, skip_trash: bool = False) -> tuple[list, int, float | None, str | None]:
     files, total, newest, newest_name = [], 0, None, None
-    for dirpath, _dirs, names in os.walk(path):
+    for dirpath, dirs, names in os.walk(path):
+        if skip_trash and dirpath == path and INSIDE in dirs:
+            dirs.remove(INSIDE)
         for name in names:
             full = os.path.join(dirpath, name)
             try:
@@ -76,37 +90,65 @@ def _tree(path: str) -> tuple[list, int, float | None, str | None]:
     return files, total, newest, newest_name
 
 
-def inventory(layout: Layout, path: str, configured: str) -> dict:
-    """What the folder holds now, and what its trash holds."""
-    norm = check_path(layout, path, configured, busy_check=False)
-    files, total, newest, newest_name = _tree(norm) if os.path.isdir(norm) else ([], 0, None, None)
-    entries = []
-    tdir = trash_dir(norm)
-    if os.path.isdir(tdir):
+def _entries(norm: str) -> list[dict]:
+    """Every trash entry of the folder, in both places a trash may be, oldest first (names start with the time)."""
+    entries, seen = [], set()
+    for tdir in trash_dirs(norm):
+        if not os.path.isdir(tdir):
+            continue
         for name in sorted(os.listdir(tdir)):
             full = os.path.join(tdir, name)
-            if os.path.isdir(full):
-                efiles, etotal, _, _ = _tree(full)
-                meta = read_json(os.path.join(full, META), {}) or {}
-                entries.append({"name": name, "files": len(efiles) - (1 if meta else 0), "bytes": etotal,
-                                "created": meta.get("created"), "experiment": meta.get("experiment"),
-                                "moved_by": meta.get("moved_by")})
-    return {"path": norm, "files": len(files), "bytes": total, "newest": newest_name, "newest_mtime": newest,
-            "listing": files[:200], "trash": tdir, "entries": entries}
+            if name not in seen and os.path.isdir(full) and not os.path.islink(full):
+                seen.add(name)
+                entries.append({"name": name, "path": full, "trash": tdir})
+    return sorted(entries, key=lambda e: e["name"])
+
+
+def inventory(layout: Layout, path: str, configured: str, keep: int | None = None, max_bytes: int | None = None,
+              full: bool = False) -> dict:
+    """What the folder holds now, and what its trash holds.
+
+    With ``keep``/``max_bytes``: ``retention``, the entries a clean now would delete (to be confirmed).
+    With ``full``: ``all_files``, every file, for a purge that must delete only what was confirmed.
+    """
+    norm = check_path(layout, path, configured, busy_check=False)
+    files, total, newest, newest_name = _tree(norm, skip_trash=True) if os.path.isdir(norm) else ([], 0, None, None)
+    entries = []
+    for entry in _entries(norm):
+        efiles, etotal, _, _ = _tree(entry["path"])
+        meta = read_json(os.path.join(entry["path"], META), {}) or {}
+        entries.append({"name": entry["name"], "files": len(efiles) - (1 if meta else 0), "bytes": etotal,
+                        "created": meta.get("created"), "experiment": meta.get("experiment"),
+                        "moved_by": meta.get("moved_by"), "trash": entry["trash"]})
+    out = {"path": norm, "files": len(files), "bytes": total, "newest": newest_name, "newest_mtime": newest,
+           "listing": files[:200], "trash": trash_dir(norm),
+           "trash_dirs": [d for d in trash_dirs(norm) if os.path.isdir(d)], "entries": entries}
+    if keep is not None or max_bytes is not None:
+        sizes = [(e["name"], e["bytes"]) for e in entries] + ([(NEW, total)] if files else [])
+        victims = retention_victims(sizes, keep, max_bytes, protect=NEW) if files else []
+        out["retention"] = [{"entry": e["name"], "bytes": e["bytes"]} for e in entries if e["name"] in victims]
+    if full:
+        out["all_files"] = files
+    return out
 
 
 def move_to_trash(layout: Layout, path: str, configured: str, label: str, stopping: list | None = None,
                   keep: int | None = None, max_bytes: int | None = None, purge: bool = False,
-                  moved_by: int | None = None) -> dict:
+                  moved_by: int | None = None, retention_allowed: list | None = None,
+                  purge_only: list | None = None) -> dict:
     """Rename every child of the folder into a new trash entry (nothing copied, nothing deleted).
 
-    With ``purge`` (the user's explicit, confirmed ``--purge``) the new entry is then deleted.
+    ``label`` names the entry (whose checkpoints these are); ``moved_by`` records the experiment that
+    moved them. With ``purge`` (the user's explicit, confirmed ``--purge``) the new entry is then deleted;
+    with ``purge_only`` (the confirmed inventory's ``all_files``) only the files listed there, unchanged,
+    and whatever was written since (a final checkpoint of the stopped run) stays in the entry.
+    ``retention_allowed`` limits the retention purge to the confirmed entries.
     """
     norm = check_path(layout, path, configured, stopping)
-    if not os.path.isdir(norm) or not os.listdir(norm):
+    if not _contents(norm):
         return {"action": "kept", "moved": 0, "entry": None}
-    files, total, _, _ = _tree(norm)
-    tdir = trash_dir(norm)
+    tdir = check_movable(norm)
+    files, total, _, _ = _tree(norm, skip_trash=True)
     os.makedirs(tdir, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     entry = os.path.join(tdir, f"{stamp}-{label}")
@@ -115,27 +157,53 @@ def move_to_trash(layout: Layout, path: str, configured: str, label: str, stoppi
         n += 1
         entry = os.path.join(tdir, f"{stamp}-{label}-{n}")
     os.mkdir(entry)
-    children = sorted(os.listdir(norm))
+    children = _contents(norm)
     write_json(os.path.join(entry, META), {"source": norm, "children": children, "created": time.time(),
                                           "experiment": label, "moved_by": moved_by, "files": len(files),
                                           "bytes": total})
     for child in children:
         os.rename(os.path.join(norm, child), os.path.join(entry, child))
     if purge:
-        shutil.rmtree(entry)
-        return {"action": "purged", "moved": len(files), "bytes": total, "entry": None, "purged": []}
-    purged = apply_retention(norm, keep, max_bytes, protect=os.path.basename(entry))
+        return _purge_new_entry(entry, files, total, purge_only)
+    purged = apply_retention(norm, keep, max_bytes, protect=os.path.basename(entry), allowed=retention_allowed)
     return {"action": "moved", "moved": len(files), "bytes": total, "entry": os.path.basename(entry),
             "entry_path": entry, "purged": purged}
+
+
+def _purge_new_entry(entry: str, files: list, total: int, only: list | None) -> dict:
+    if only is None:
+        shutil.rmtree(entry)
+        return {"action": "purged", "moved": len(files), "bytes": total, "deleted": len(files), "entry": None,
+                "purged": []}
+    confirmed = {(f["path"], f["size"], f["mtime"]) for f in only}
+    deleted, kept = 0, []
+    for f in _tree(entry)[0]:  # what was really moved, which may be more than was confirmed
+        if f["path"] == META:
+            continue
+        if (f["path"], f["size"], f["mtime"]) in confirmed:
+            os.unlink(os.path.join(entry, f["path"]))
+            deleted += 1
+        else:
+            kept.append(f["path"])
+    for dirpath, _dirs, _names in os.walk(entry, topdown=False):
+        if dirpath != entry and not os.listdir(dirpath):
+            os.rmdir(dirpath)
+    result = {"action": "purged", "moved": len(files), "bytes": total, "deleted": deleted, "kept": kept,
+              "purged": []}
+    if kept:  # not confirmed, so not deleted: restorable like any trash entry
+        return {**result, "entry": os.path.basename(entry), "entry_path": entry}
+    shutil.rmtree(entry)
+    return {**result, "entry": None}
 
 
 def _entry(norm: str, name: str) -> str:
     if not name or "/" in name or name in (".", ".."):
         raise AgentFailure("input", f"{name!r} is not a trash entry name", "see orch checkpoints list")
-    full = os.path.join(trash_dir(norm), name)
-    if not os.path.isdir(full):
-        raise AgentFailure("notfound", f"no trash entry {name!r} in {trash_dir(norm)}", "see orch checkpoints list")
-    return full
+    for entry in _entries(norm):
+        if entry["name"] == name:
+            return entry["path"]
+    raise AgentFailure("notfound", f"no trash entry {name!r} in {' or '.join(trash_dirs(norm))}",
+                       "see orch checkpoints list")
 
 
 def restore(layout: Layout, path: str, configured: str, name: str) -> dict:
@@ -149,8 +217,12 @@ def restore(layout: Layout, path: str, configured: str, name: str) -> dict:
         raise AgentFailure("conflict", f"{len(clash)} name(s) from {name} already exist in {norm}: "
                            + ", ".join(clash[:5]), "move the current checkpoints to the trash first "
                            "(orch checkpoints clean) or restore into an empty folder")
-    for child in children:
-        os.rename(os.path.join(full, child), os.path.join(norm, child))
+    for child in children:  # an entry from before the folder became a mount point is on another filesystem
+        src, dst = os.path.join(full, child), os.path.join(norm, child)
+        if os.stat(full).st_dev == os.stat(norm).st_dev:
+            os.rename(src, dst)
+        else:
+            shutil.move(src, dst)  # copy, then delete the source: the entry keeps what is not copied yet
     if os.path.exists(os.path.join(full, META)):
         os.unlink(os.path.join(full, META))
     os.rmdir(full)
@@ -158,7 +230,7 @@ def restore(layout: Layout, path: str, configured: str, name: str) -> dict:
 
 
 def purge(layout: Layout, path: str, configured: str, names: list) -> dict:
-    """Really delete trash entries (only ever inside ``<checkpoints>.trash``)."""
+    """Really delete trash entries (only ever entries of the folder's trash)."""
     norm = check_path(layout, path, configured, busy_check=False)
     done = []
     for name in names:
@@ -169,20 +241,34 @@ def purge(layout: Layout, path: str, configured: str, names: list) -> dict:
     return {"purged": done}
 
 
-def apply_retention(norm: str, keep: int | None, max_bytes: int | None, protect: str | None = None) -> list:
-    """Purge the oldest trash entries beyond the configured count/size (only when configured)."""
-    if keep is None and max_bytes is None:
-        return []
-    tdir = trash_dir(norm)
-    names = sorted(n for n in os.listdir(tdir) if os.path.isdir(os.path.join(tdir, n)))
-    sizes = {n: _tree(os.path.join(tdir, n))[1] for n in names}
-    purged = []
+def retention_victims(sizes: list[tuple[str, int]], keep: int | None, max_bytes: int | None,
+                      protect: str | None = None) -> list[str]:
+    """The oldest entries (by name, which starts with the time) beyond ``keep`` entries or ``max_bytes``."""
+    names = sorted(n for n, _ in sizes)
+    size = dict(sizes)
+    victims = []
     while names:
         over_count = keep is not None and len(names) > keep
-        over_size = max_bytes is not None and sum(sizes[n] for n in names) > max_bytes
+        over_size = max_bytes is not None and sum(size[n] for n in names) > max_bytes
         if not (over_count or over_size) or names[0] == protect:
             break
-        victim = names.pop(0)
-        shutil.rmtree(os.path.join(tdir, victim))
-        purged.append({"entry": victim, "bytes": sizes[victim]})
+        victims.append(names.pop(0))
+    return victims
+
+
+def apply_retention(norm: str, keep: int | None, max_bytes: int | None, protect: str | None = None,
+                    allowed: list | None = None) -> list:
+    """Purge the oldest trash entries beyond the configured count/size (only when configured).
+
+    With ``allowed`` (the entries the user confirmed) nothing else is deleted, even if now due.
+    """
+    if keep is None and max_bytes is None:
+        return []
+    paths = {e["name"]: e["path"] for e in _entries(norm)}
+    sizes = {n: _tree(p)[1] for n, p in paths.items()}
+    purged = []
+    for victim in retention_victims(list(sizes.items()), keep, max_bytes, protect):
+        if allowed is None or victim in allowed:
+            shutil.rmtree(paths[victim])
+            purged.append({"entry": victim, "bytes": sizes[victim]})
     return purged

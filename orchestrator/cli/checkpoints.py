@@ -25,8 +25,10 @@ class _Checkpoints:
         self.client = client_for(self.settings, self.target)
         self.base = {"path": self.target.checkpoints, "configured": self.target.checkpoints}
 
-    def inventory(self) -> dict:
-        return self.client.one("ckpt_inventory", **self.base)
+    def inventory(self, retention: bool = False) -> dict:
+        max_gb = self.settings.trash.max_gb
+        keep = {"keep": self.settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
+        return self.client.one("ckpt_inventory", **self.base, **(keep if retention else {}))
 
     def change(self, op: str, **args: object) -> dict:
         from ..agent_client import Op
@@ -52,10 +54,11 @@ def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_jso
         return
     render.out(f"{inv['path']} on {ck.target.label}: {inv['files']} file(s), {render.size(inv['bytes'])}, "
                f"newest {inv['newest'] or '-'}")
+    where = ", ".join(inv.get("trash_dirs") or [inv["trash"]])
     if not inv["entries"]:
-        render.out(f"trash ({inv['trash']}): empty")
+        render.out(f"trash ({where}): empty")
         return
-    render.table(f"trash ({inv['trash']})", ["entry", "files", "size", "holds", "moved by", "moved"],
+    render.table(f"trash ({where})", ["entry", "files", "size", "holds", "moved by", "moved"],
                  [[e["name"], e["files"], render.size(e["bytes"]), e["experiment"],
                    f"exp{e['moved_by']}" if e.get("moved_by") is not None else "-", render.when(e["created"])]
                   for e in inv["entries"]])
@@ -66,20 +69,28 @@ def clean(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, yes: Y
           trust_new_host: TrustOpt = False) -> None:
     """Move the checkpoints to the trash now (refused while a run writes to them)."""
     with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
-        inv = ck.inventory()
+        inv = ck.inventory(retention=True)
         if not inv["files"]:
             render.out(f"{inv['path']} is empty: nothing to move")
             return
-        _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash?")
+        doomed = [d["entry"] for d in inv.get("retention", [])]
+        if doomed:
+            render.say(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {', '.join(doomed)}")
+        _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash"
+                      + (f" and delete {len(doomed)} older trash entr{'y' if len(doomed) == 1 else 'ies'}?"
+                         if doomed else "?"))
         from ..operations import checkpoint_writer
 
         runs = ck.client.one("status", project=ck.settings.project.name, tail=False, gpus=False)["runs"]
         writer = checkpoint_writer(runs, inv)
-        keep, max_gb = ck.settings.trash.keep, ck.settings.trash.max_gb
-        res = ck.change("ckpt_trash", label=f"exp{writer}" if writer is not None else "manual", keep=keep,
+        max_gb = ck.settings.trash.max_gb
+        res = ck.change("ckpt_trash", label=f"exp{writer}" if writer is not None else "manual",
+                        keep=ck.settings.trash.keep, retention_allowed=doomed,
                         max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
     render.out(f"moved {res['moved']} file(s) on {ck.target.label} to {res['entry_path']} "
                f"(orch checkpoints restore {res['entry']})")
+    for p in res.get("purged", []):
+        render.out(f"trash retention: deleted {p['entry']} ({render.size(p['bytes'])})")
 
 
 @app.command()

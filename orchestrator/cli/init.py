@@ -1,4 +1,4 @@
-"""orch init: write a commented starter orch.toml."""
+"""orch init: write a commented starter orch.toml; --playbooks: editable copies of the built-in playbooks."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ env = {{ OMP_NUM_THREADS = "4" }}
 
 [paths]                                # on the target
 root = "/workspace/orch"               # orch's own area: agent, revisions, runs
-checkpoints = "/workspace/checkpoints/{{project}}"  # one folder per project ({{project}} = [project] name)
+checkpoints = "/workspace/checkpoints/{{project}}"  # one folder per project ({{project}} = [project] name);
+                                       # its trash: beside it, or .orch-trash/ inside it when it is a mount point
 
 [batching]                             # recorded with every launch, handed to the run as ORCH_BATCHING_FILE
 strategy = "megabatch"                 # sorted | shuffle | bucketed | megabatch
@@ -60,12 +61,22 @@ checkpoints = "/tmp/orch-local/checkpoints/{{project}}"
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def init(force: Annotated[bool, typer.Option("--force", help="Overwrite an existing orch.toml")] = False,
-             name: Annotated[str, typer.Option("--name", help="Project name")] = "") -> None:
-        """Write a commented starter orch.toml in the working directory."""
+    def init(force: Annotated[bool, typer.Option("--force", help="Overwrite an existing orch.toml (with "
+                                                 "--playbooks: the playbook copies only)")] = False,
+             name: Annotated[str, typer.Option("--name", help="Project name")] = "",
+             playbooks: Annotated[bool, typer.Option("--playbooks", help="Copy the built-in playbooks (deploy, "
+                                                     "restart, stop) into playbooks/ to edit them")] = False) -> None:
+        """Write a commented starter orch.toml in the working directory (--playbooks: the playbooks too)."""
         from ..errors import InputError
 
         path = Path.cwd() / "orch.toml"
+        if playbooks:
+            from ..playbooks import copy_builtin
+
+            for written in copy_builtin(Path.cwd() / "playbooks", force=force):
+                render.out(f"wrote {written}")
+            if path.exists():
+                return
         if path.exists() and not force:
             raise InputError(f"{path} already exists", hint="pass --force to overwrite it")
         project = name or "".join(c if c.isalnum() or c in "-_" else "-" for c in Path.cwd().name) or "project"

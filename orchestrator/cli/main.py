@@ -56,10 +56,30 @@ app = typer.Typer(cls=OrchGroup, help="Deploy, watch and compare training runs o
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
+def version() -> str:
+    """The installed distribution's version (the package's own when run from a source tree)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("orch")
+    except metadata.PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"orch {version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(ctx: typer.Context,
           config: Annotated[Optional[Path], typer.Option("--config", help="orch.toml to use (default: the "
-                                                         "nearest one above the working directory)")] = None) -> None:
+                                                         "nearest one above the working directory)")] = None,
+          _version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                 help="Print orch's version and exit")] = False) -> None:
     ctx.obj = {"config": config}
 
 

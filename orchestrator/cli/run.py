@@ -125,9 +125,12 @@ def _say_outcome(outcome, target) -> None:
         render.say(f"checkpoints: {ck['moved']} file(s) moved to {ck['entry_path']} "
                    f"(orch checkpoints restore {ck['entry']})")
     elif ck and ck.get("action") == "purged":
-        render.say(f"checkpoints: {ck['moved']} file(s) deleted")
+        render.say(f"checkpoints: {ck.get('deleted', ck['moved'])} file(s) deleted")
+        if ck.get("kept"):
+            render.say(f"checkpoints: {len(ck['kept'])} file(s) written after the confirmation were moved to "
+                       f"{ck['entry_path']}, not deleted (orch checkpoints restore {ck['entry']})")
     for p in (ck or {}).get("purged", []) or []:
-        render.say(f"trash retention: purged {p['entry']} ({render.size(p['bytes'])})")
+        render.say(f"trash retention: deleted {p['entry']} ({render.size(p['bytes'])})")
     for sh in outcome.shell:
         if sh.get("skipped"):
             render.say(f"warning: shell step skipped: {sh['skipped']} on {target.label}")

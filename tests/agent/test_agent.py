@@ -193,3 +193,46 @@ def test_old_agent_versions_are_pruned_but_never_current_recent_or_in_use(agent,
     assert sorted(pruned) == [old_dir.name, old_zip.name]
     assert recent.exists() and used_zip.exists() and used_dir.exists()
     assert Path(agent.agent_path).exists()
+
+
+def test_trash_entries_record_the_experiment_that_moved_them(agent, tmp_path):
+    ck = tmp_path / "ckpt"
+    ck.mkdir()
+    (ck / "a.pt").write_bytes(b"a")
+    moved = agent.one("ckpt_trash", path=str(ck), configured=str(ck), label="exp6", moved_by=7)
+    (ck / "b.pt").write_bytes(b"b")
+    agent.one("ckpt_trash", path=str(ck), configured=str(ck), label="manual")
+    entries = agent.one("ckpt_inventory", path=str(ck), configured=str(ck))["entries"]
+    assert [(e["experiment"], e["moved_by"], e["trash"]) for e in entries] == \
+        [("exp6", 7, str(tmp_path / "ckpt.trash")), ("manual", None, str(tmp_path / "ckpt.trash"))]
+    meta = json.loads((tmp_path / "ckpt.trash" / moved["entry"] / ".orch-trash.json").read_text())
+    assert meta["moved_by"] == 7 and meta["experiment"] == "exp6"
+
+
+def test_retention_deletes_only_confirmed_entries_and_purge_only_confirmed_files(agent, tmp_path):
+    ck = tmp_path / "ckpt"
+    ck.mkdir()
+    args = {"path": str(ck), "configured": str(ck)}
+    names = []
+    for i in range(2):
+        (ck / f"{i}.pt").write_bytes(b"x" * 10)
+        names.append(agent.one("ckpt_trash", **args, label=f"exp{i}")["entry"])
+    first = names[0]
+    (ck / "2.pt").write_bytes(b"y")
+    inv = agent.one("ckpt_inventory", **args, keep=2)
+    assert [d["entry"] for d in inv["retention"]] == [first]  # what a clean now would delete, to be confirmed
+    kept = agent.one("ckpt_trash", **args, label="exp2", keep=2, retention_allowed=[])
+    assert kept["purged"] == [] and len(list((tmp_path / "ckpt.trash").iterdir())) == 3
+    (ck / "3.pt").write_bytes(b"z")
+    done = agent.one("ckpt_trash", **args, label="exp3", keep=2, retention_allowed=[first])
+    assert [p["entry"] for p in done["purged"]] == [first]  # the other one due is left: it was not confirmed
+
+    (ck / "old.pt").write_bytes(b"old")
+    (ck / "sub").mkdir()
+    (ck / "sub" / "old.pt").write_bytes(b"old")
+    inv = agent.one("ckpt_inventory", **args, full=True)
+    (ck / "final.pt").write_bytes(b"written after the confirmation")
+    res = agent.one("ckpt_trash", **args, label="exp4", purge=True, purge_only=inv["all_files"])
+    assert res["deleted"] == 2 and res["kept"] == ["final.pt"]
+    entry = Path(res["entry_path"])
+    assert sorted(p.name for p in entry.iterdir()) == [".orch-trash.json", "final.pt"] and not list(ck.iterdir())

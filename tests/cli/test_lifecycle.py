@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from tests.conftest import snapshot
 
@@ -238,3 +239,34 @@ def test_status_all_reports_every_target_and_survives_an_unreachable_one(project
     assert "error" in rows["gone"] and rows["gone"]["state"] == "running"
     text = project.cli("status", "--all").stdout
     assert "gone: unreachable" in text and "local: experiment 1" in text
+
+
+def test_retention_deletes_only_what_the_confirmation_named(project):
+    project.configure(extra="\n[trash]\nkeep = 1\n")
+    project.checkpoints.mkdir(parents=True)
+    (project.checkpoints / "a.pt").write_bytes(b"a")
+    assert project.cli("checkpoints", "clean", "--yes").exit_code == 0
+    first = json.loads(project.cli("checkpoints", "list", "--json").stdout)["entries"][0]["name"]
+    (project.checkpoints / "b.pt").write_bytes(b"b")
+    refused = project.cli("checkpoints", "clean")  # no terminal, no --yes: nothing moved, nothing deleted
+    assert refused.exit_code == 2 and f"PERMANENTLY DELETE {first}" in refused.output
+    assert [e["name"] for e in json.loads(project.cli("checkpoints", "list", "--json").stdout)["entries"]] == [first]
+    res = project.cli("deploy", "--clean-checkpoints", "--yes", "--json")
+    assert res.exit_code == 0, res.output
+    assert f"will PERMANENTLY DELETE 1 older trash entry: {first}" in res.stderr
+    assert [p["entry"] for p in json.loads(res.stdout)["checkpoints"]["purged"]] == [first]
+
+
+def test_purge_deletes_only_the_confirmed_files_not_the_stopping_runs_last_checkpoint(project):
+    project.configure(steps=100000, ckpt_every=10**6, sleep=0.01)
+    assert project.cli("deploy").exit_code == 0
+    project.checkpoints.mkdir(parents=True, exist_ok=True)
+    (project.checkpoints / "pretrained.pt").write_bytes(b"confirmed for deletion")
+    res = project.cli("restart", "--purge", "--yes", "--json")
+    assert res.exit_code == 0, res.output
+    ck = json.loads(res.stdout)["checkpoints"]
+    assert ck["action"] == "purged" and ck["deleted"] == 1
+    assert len(ck["kept"]) == 1 and ck["kept"][0].startswith("ckpt-")  # written on SIGINT, after the question
+    assert (Path(ck["entry_path"]) / ck["kept"][0]).is_file()
+    assert not list(Path(ck["entry_path"]).rglob("pretrained.pt"))
+    assert project.cli("stop").exit_code == 0

@@ -62,3 +62,28 @@ def test_play_runs_any_playbook_and_a_failing_shell_step_stops_it(project, tmp_p
     assert res.exit_code == 4 and "exited with 4" in res.output
     assert not (project.root / "should-not-exist").exists()
     assert project.registry().list() == []
+
+
+def test_init_playbooks_writes_editable_copies_and_never_clobbers_them(project):
+    (project.path / "orch.toml").rename(project.path / "keep.toml")
+    res = project.cli("init", "--playbooks")
+    assert res.exit_code == 0, res.output
+    copies = project.path / "playbooks"
+    assert sorted(p.name for p in copies.iterdir()) == ["deploy.yaml", "restart.yaml", "stop.yaml"]
+    assert playbooks.load_file(copies / "deploy.yaml") == playbooks.load("deploy", None)
+    (copies / "stop.yaml").write_text("name: stop\nsteps:\n  - step: stop_run\n    name: mine\n")
+    again = project.cli("init", "--playbooks")
+    assert again.exit_code == 2 and "already exist" in again.output and "--force" in again.output
+    assert "mine" in (copies / "stop.yaml").read_text()
+    assert playbooks.load("stop", project.path).steps[0].name == "mine"
+    toml = (project.path / "orch.toml").read_text()
+    assert project.cli("init", "--playbooks", "--force").exit_code == 0
+    assert "mine" not in (copies / "stop.yaml").read_text()
+    assert (project.path / "orch.toml").read_text() == toml  # --force with --playbooks leaves orch.toml alone
+
+
+def test_version_comes_from_the_installed_distribution(project):
+    from importlib import metadata
+
+    res = project.cli("--version")
+    assert res.exit_code == 0 and res.stdout == f"orch {metadata.version('orch')}\n"
