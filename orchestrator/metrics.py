@@ -256,6 +256,16 @@ def eta_tokens(tokens: float, target_tokens: float, tok_s: float | None) -> floa
     return eta(tokens, target_tokens, tok_s)
 
 
+def format_size(n: float | None) -> str:
+    """Bytes for people: ``4.9 KB``, ``1.2 GB``."""
+    n = float(n or 0)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
 def format_duration(seconds: float | None) -> str:
     """``45s``, ``12m 05s``, ``3h 07m``, ``2d 04h``; ``-`` when unknown."""
     if seconds is None or not math.isfinite(seconds):

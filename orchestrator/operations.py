@@ -24,6 +24,7 @@ from .agent_client import AgentClient, Op, decode_log
 from .config import Settings
 from .errors import InputError, Interrupted, OrchError, TransportError
 from .experiments import ENDED, Experiment, Registry
+from .metrics import format_size as _size
 from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
 from .revisions import Revision, payload_for
@@ -171,14 +172,6 @@ def _notice_checkpoints(launch: Launch, inv: dict | None, writer: int | None) ->
     by = f", written by experiment {writer}" if writer is not None else ""
     launch.echo(f"checkpoints: {inv['path']} holds {inv['files']} file(s), {_size(inv['bytes'])} "
                 f"(newest {inv['newest']}{by}); the run will see them (--clean-checkpoints moves them aside)")
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
 
 
 def _wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment) -> dict:

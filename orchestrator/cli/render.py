@@ -41,12 +41,9 @@ def ago(seconds: float | None) -> str:
 
 
 def size(n: float | None) -> str:
-    n = float(n or 0)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
+    from ..metrics import format_size
+
+    return format_size(n)
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
