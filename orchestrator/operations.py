@@ -20,10 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .agent_client import AgentClient, Op, decode_log
+from . import launch_result
+from .agent_client import AgentClient, Op
 from .config import Settings
 from .errors import InputError, Interrupted, OrchError, TransportError
-from .experiments import ENDED, Experiment, Registry
+from .experiments import Experiment, Registry
 from .metrics import format_size as _size
 from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
@@ -107,7 +108,7 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
             results = _apply(launch, client, project, probe, action, exp, out, writer)
         except (KeyboardInterrupt, TransportError) as exc:
             transport.close()
-            truth = _reconcile(launch, registry, probe, exp, out)
+            truth = launch_result.reconcile(launch, registry, probe, exp, out)
             if isinstance(exc, TransportError):
                 raise TransportError(f"{exc.message}; {truth}", hint=exc.hint) from None
             raise Interrupted(f"interrupted: {truth}") from None
@@ -119,11 +120,11 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
         _record_results(registry, results, out)
         if launch.wait and out.experiment is not None and out.experiment.status == "running":
             try:
-                out.waited = _wait_first_metric(launch, client, out.experiment)
+                out.waited = launch_result.wait_first_metric(launch, client, out.experiment)
             except KeyboardInterrupt:
                 raise Interrupted(f"interrupted while waiting: experiment {out.experiment.id} was started on "
                                   f"{target.label} and goes on (orch status, orch logs --follow)") from None
-            _record_wait(registry, out)
+            launch_result.record_wait(registry, out)
         out.stats = {"agent_calls": client.calls, "agent_pushes": client.pushes,
                      "connections": transport.stats.connections, "commands": transport.stats.commands,
                      "bytes_sent": transport.stats.bytes_sent, "agent_ms": client.timings}
@@ -174,104 +175,6 @@ def _notice_checkpoints(launch: Launch, inv: dict | None, writer: int | None) ->
                 f"(newest {inv['newest']}{by}); the run will see them (--clean-checkpoints moves them aside)")
 
 
-def _wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment) -> dict:
-    """Read the run's log until a metric line (step, loss or throughput), its end, or ``launch.wait`` s."""
-    from .logparse import Parser
-
-    parser = Parser(launch.settings.metrics.patterns or None)
-    begin = time.monotonic()
-    offset, pending = 0, b""
-    while True:
-        value = client.one("log_read", exp_id=exp.id, offset=offset, max_bytes=1 << 20)
-        data = decode_log(value)
-        offset = value["offset"]
-        *lines, pending = (pending + data).split(b"\n")
-        for line in lines:
-            text = line.decode("utf-8", "replace")
-            event = parser.parse_line(text)
-            if event and {"step", "loss", "tok_s"} & set(event):
-                return {"state": "running", "metric": event, "line": text.strip(),
-                        "seconds": round(time.monotonic() - begin, 1)}
-        state = value["state"]
-        if state.get("state") in ENDED:
-            tail = client.one("log_read", exp_id=exp.id, tail_lines=15, max_bytes=64 << 10)
-            return {"state": state["state"], "exit_code": state.get("exit_code"), "ended": state.get("ended"),
-                    "tail": decode_log(tail).decode("utf-8", "replace").rstrip().splitlines(),
-                    "seconds": round(time.monotonic() - begin, 1)}
-        if time.monotonic() - begin >= launch.wait:
-            return {"state": "running", "metric": None, "seconds": launch.wait}
-        time.sleep(0.25)
-
-
-def _record_wait(registry: Registry, out: Outcome) -> None:
-    waited, exp = out.waited or {}, out.experiment
-    if exp is not None and waited.get("state") in ENDED:
-        out.experiment = registry.update(exp.id, status=waited["state"], exit_code=waited.get("exit_code"),
-                                         ended=waited.get("ended") or time.time())
-
-
-def _reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome) -> str:
-    """After an interrupted apply: ask the target what was done, record it, and say it in one line.
-
-    The call waits for the target's lock, so the interrupted agent has finished its step by then.
-    """
-    settings, target = launch.settings, launch.target
-    old = probe["alive"] if launch.book.has("stop_run") else []
-    ids = [*old, *([exp.id] if exp is not None else [])]
-    ops = [Op("status", {"project": settings.project.name, "ids": ids, "tail": False, "gpus": False})]
-    hashes = sorted({f["sha256"] for f in launch.revision.files}) if launch.revision else []
-    if hashes:
-        ops.append(Op("blobs_missing", {"hashes": hashes}))
-    grace = settings.run.stop_timeout + settings.run.term_timeout + settings.run.lock_timeout + 10
-    launch.echo(f"orch: interrupted; asking {target.label} what was done (Ctrl-C again to leave now)")
-    try:
-        assert target.connect is not None
-        with target.connect() as transport:
-            client = AgentClient(transport, target.root, target.python, timeout=grace + 30)
-            values = client.call(ops, lock=grace, what=f"{launch.book.name} (check after interruption)")
-    except (OrchError, KeyboardInterrupt) as exc:
-        if exp is not None:
-            out.experiment = registry.update(exp.id, status="failed", ended=time.time(),
-                                             error="interrupted; the target could not be asked what was done")
-        why = exc.message if isinstance(exc, OrchError) else "interrupted again"
-        return f"what the target did is unknown ({why}); orch status tells once it answers"
-    runs = {r["id"]: r for r in values[0]["runs"]}
-    now = time.time()
-    stopped = [i for i in old if runs.get(i, {}).get("state") in ENDED]
-    for i in stopped:
-        _update_quietly(registry, i, status=runs[i]["state"], exit_code=runs[i].get("exit_code"),
-                        ended=runs[i].get("ended") or now)
-    out.stopped = [{"id": i, "state": runs[i]["state"], "exit_code": runs[i].get("exit_code"), "signals": []}
-                   for i in stopped]
-    new = runs.get(exp.id) if exp is not None else None
-    done = []
-    if new is not None and exp is not None:
-        fields: dict = {"status": new["state"], "started": new.get("started") or now}
-        if new["state"] in ENDED:
-            fields.update(exit_code=new.get("exit_code"), ended=new.get("ended") or now)
-        out.experiment = registry.update(exp.id, **fields)
-        done.append(f"new run {exp.id} started ({new['state']})")
-    elif exp is not None:
-        out.experiment = registry.update(exp.id, status="failed", ended=now, error="interrupted before it started")
-    if stopped:
-        done.append(f"old run {', '.join(map(str, stopped))} stopped")
-    before = set(probe.get("missing", {}).get("missing", []))
-    if hashes and before and not set(values[1]["missing"]):
-        done.append("revision pushed")
-    if not done:
-        return "nothing was changed on the target"
-    if new is None and exp is not None:
-        done.append(f"new run {exp.id} not started")
-    return "; ".join(done)
-
-
-def _update_quietly(registry: Registry, exp_id: int, **fields: Any) -> None:
-    try:
-        registry.update(exp_id, **fields)
-    except OrchError:
-        pass  # a run this registry never recorded (another clone's)
-
-
 def _checkpoint_action(book: Playbook, inputs: Inputs) -> str:
     steps = [s for s in book.steps if isinstance(s, Checkpoints)]
     return checkpoint_action(steps[0], inputs) if steps else "keep"
@@ -291,16 +194,15 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         keys.append("missing")
     ops.append(Op("status", {"project": project, "tail": False, "gpus": False}))  # preflight reports GPUs
     keys.append("status")
-    cleaning = _checkpoint_action(book, launch.inputs) != "keep"
-    if book.has("start_run") or cleaning:  # refuse an unsafe folder, or one a clean would fail on, before anything
-        ops.append(Op("ckpt_check", {"path": target.checkpoints, "configured": target.checkpoints,
-                                     "busy_check": False, "movable": cleaning}))
-        keys.append("ckpt_safe")
-    if cleaning or book.has("start_run"):  # what is there; what retention would delete; for --purge every file
-        ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints,
-                                         **_retention(launch.settings),
-                                         "full": _checkpoint_action(book, launch.inputs) == "purge"}))
-        keys.append("inventory")
+    action = _checkpoint_action(book, launch.inputs)
+    cleaning = action != "keep"
+    if book.has("start_run") or cleaning:
+        ckpt = {"path": target.checkpoints, "configured": target.checkpoints}
+        # refuse an unsafe folder, or one a clean would fail on, before anything changes
+        ops.append(Op("ckpt_check", {**ckpt, "busy_check": False, "movable": cleaning}))
+        # what is there (said before the run sees it); what retention would delete; for --purge every file
+        ops.append(Op("ckpt_inventory", {**ckpt, **_retention(launch.settings), "full": action == "purge"}))
+        keys += ["ckpt_safe", "inventory"]
     values = client.call(ops, what=f"{book.name} (probe)")
     probe = dict(zip(keys, values))
     probe["alive"] = [r["id"] for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
@@ -419,7 +321,8 @@ def _record_results(registry: Registry, results: list[tuple[str, Any]], out: Out
     for key, value in results:
         if key == "stop":
             for run in value["stopped"]:
-                _update_quietly(registry, int(run["id"]), status=run["state"], exit_code=run["exit_code"], ended=now)
+                launch_result.update_quietly(registry, int(run["id"]), status=run["state"],
+                                             exit_code=run["exit_code"], ended=now)
             out.stopped = value["stopped"]
         elif key == "trash":
             out.checkpoints = value

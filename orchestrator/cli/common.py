@@ -29,17 +29,13 @@ def settings(ctx: typer.Context, overrides: list[str] | None = None):
     return settings
 
 
-def selection(settings, name: str | None, ct: int | None) -> tuple[str | None, int | None]:
+def _selection(settings, name: str | None, ct: int | None, chosen: dict) -> tuple[str | None, int | None]:
     """The flags a command acts on: those given, else the project's current target, else the default."""
-    from .. import current
     from ..errors import InputError
 
     if name or ct is not None:
         return name, ct
-    chosen = current.load(settings.state_dir)
-    if chosen is None:
-        return None, None
-    if "target" in chosen and chosen["target"] not in settings.targets:
+    if chosen.get("target") is not None and chosen["target"] not in settings.targets:
         raise InputError(f"the current target {chosen['target']!r} is no longer in orch.toml",
                          hint="pick another with `orch use NAME` or `orch use --ct N`, or pass --target/--ct")
     return chosen.get("target"), chosen.get("ct")
@@ -47,28 +43,34 @@ def selection(settings, name: str | None, ct: int | None) -> tuple[str | None, i
 
 def target(settings, name: str | None, ct: int | None, *, start: bool = False, trust: bool = False,
            resolve: bool = True):
-    """The target the flags (or the current target) name; ``resolve=False`` skips every lookup."""
+    """The target the flags (or the current target) name; ``resolve=False`` skips every lookup.
+
+    When a ``--ct`` matches several entries, the current target's entry is preferred.
+    """
     from .. import current
     from ..targets import planned_target, resolve_target, target_spec
     from . import render
 
-    name, ct = selection(settings, name, ct)
-    prefer = (current.load(settings.state_dir) or {}).get("target")
-    notice = render.say
+    chosen = current.load(settings.state_dir) or {}
+    name, ct = _selection(settings, name, ct, chosen)
+    prefer = chosen.get("target")
     if not resolve:
-        return planned_target(settings, *target_spec(settings, name, ct, notice, prefer))
+        return planned_target(settings, *target_spec(settings, name, ct, render.say, prefer))
     confirm = render.confirm if render.interactive() else None
     return resolve_target(settings, name, ct, trust_new_host=trust, start=start, confirm=confirm,
-                          notice=notice, prefer=prefer)
+                          notice=render.say, prefer=prefer)
 
 
 def remember(settings, name: str | None, ct: int | None, tgt) -> None:
     """After a successful launch named by flags: make its target the project's current one."""
     from .. import current
 
-    if name or ct is not None:
-        current.save(settings.state_dir, tgt.name if name or tgt.name in settings.targets else None,
-                     None if name or tgt.name in settings.targets else ct)
+    if name is None and ct is None:
+        return
+    if tgt.name in settings.targets:  # a configured entry (also when --ct picked one)
+        current.save(settings.state_dir, tgt.name, None)
+    else:
+        current.save(settings.state_dir, None, ct)
 
 
 def registry(settings):

@@ -1,0 +1,115 @@
+"""What a launch did: its first metric line (``--wait``), or, after an interruption, what the target says.
+
+Both run after the locked apply of ``operations.execute``. ``reconcile`` asks the target under its lock,
+so the interrupted agent has finished its step (and started no other) by the time it answers.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .agent_client import AgentClient, Op, decode_log
+from .errors import OrchError
+from .experiments import ENDED, Experiment, Registry
+
+if TYPE_CHECKING:
+    from .operations import Launch, Outcome
+
+
+def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment) -> dict:
+    """Read the run's log until a metric line (step, loss or throughput), its end, or ``launch.wait`` s."""
+    from .logparse import Parser
+
+    parser = Parser(launch.settings.metrics.patterns or None)
+    begin = time.monotonic()
+    offset, pending = 0, b""
+    while True:
+        value = client.one("log_read", exp_id=exp.id, offset=offset, max_bytes=1 << 20)
+        data = decode_log(value)
+        offset = value["offset"]
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            text = line.decode("utf-8", "replace")
+            event = parser.parse_line(text)
+            if event and {"step", "loss", "tok_s"} & set(event):
+                return {"state": "running", "metric": event, "line": text.strip(),
+                        "seconds": round(time.monotonic() - begin, 1)}
+        state = value["state"]
+        if state.get("state") in ENDED:
+            tail = client.one("log_read", exp_id=exp.id, tail_lines=15, max_bytes=64 << 10)
+            return {"state": state["state"], "exit_code": state.get("exit_code"), "ended": state.get("ended"),
+                    "tail": decode_log(tail).decode("utf-8", "replace").rstrip().splitlines(),
+                    "seconds": round(time.monotonic() - begin, 1)}
+        if time.monotonic() - begin >= launch.wait:
+            return {"state": "running", "metric": None, "seconds": launch.wait}
+        time.sleep(0.25)
+
+
+def record_wait(registry: Registry, out: Outcome) -> None:
+    waited, exp = out.waited or {}, out.experiment
+    if exp is not None and waited.get("state") in ENDED:
+        out.experiment = registry.update(exp.id, status=waited["state"], exit_code=waited.get("exit_code"),
+                                         ended=waited.get("ended") or time.time())
+
+
+def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome) -> str:
+    """After an interrupted apply: ask the target what was done, record it, and say it in one line.
+
+    The call waits for the target's lock, so the interrupted agent has finished its step by then.
+    """
+    settings, target = launch.settings, launch.target
+    old = probe["alive"] if launch.book.has("stop_run") else []
+    ids = [*old, *([exp.id] if exp is not None else [])]
+    ops = [Op("status", {"project": settings.project.name, "ids": ids, "tail": False, "gpus": False})]
+    hashes = sorted({f["sha256"] for f in launch.revision.files}) if launch.revision else []
+    if hashes:
+        ops.append(Op("blobs_missing", {"hashes": hashes}))
+    grace = settings.run.stop_timeout + settings.run.term_timeout + settings.run.lock_timeout + 10
+    launch.echo(f"orch: interrupted; asking {target.label} what was done (Ctrl-C again to leave now)")
+    try:
+        assert target.connect is not None
+        with target.connect() as transport:
+            client = AgentClient(transport, target.root, target.python, timeout=grace + 30)
+            values = client.call(ops, lock=grace, what=f"{launch.book.name} (check after interruption)")
+    except (OrchError, KeyboardInterrupt) as exc:
+        if exp is not None:
+            out.experiment = registry.update(exp.id, status="failed", ended=time.time(),
+                                             error="interrupted; the target could not be asked what was done")
+        why = exc.message if isinstance(exc, OrchError) else "interrupted again"
+        return f"what the target did is unknown ({why}); orch status tells once it answers"
+    runs = {r["id"]: r for r in values[0]["runs"]}
+    now = time.time()
+    stopped = [i for i in old if runs.get(i, {}).get("state") in ENDED]
+    for i in stopped:
+        update_quietly(registry, i, status=runs[i]["state"], exit_code=runs[i].get("exit_code"),
+                        ended=runs[i].get("ended") or now)
+    out.stopped = [{"id": i, "state": runs[i]["state"], "exit_code": runs[i].get("exit_code"), "signals": []}
+                   for i in stopped]
+    new = runs.get(exp.id) if exp is not None else None
+    done = []
+    if new is not None and exp is not None:
+        fields: dict = {"status": new["state"], "started": new.get("started") or now}
+        if new["state"] in ENDED:
+            fields.update(exit_code=new.get("exit_code"), ended=new.get("ended") or now)
+        out.experiment = registry.update(exp.id, **fields)
+        done.append(f"new run {exp.id} started ({new['state']})")
+    elif exp is not None:
+        out.experiment = registry.update(exp.id, status="failed", ended=now, error="interrupted before it started")
+    if stopped:
+        done.append(f"old run {', '.join(map(str, stopped))} stopped")
+    before = set(probe.get("missing", {}).get("missing", []))
+    if hashes and before and not set(values[1]["missing"]):
+        done.append("revision pushed")
+    if not done:
+        return "nothing was changed on the target"
+    if new is None and exp is not None:
+        done.append(f"new run {exp.id} not started")
+    return "; ".join(done)
+
+
+def update_quietly(registry: Registry, exp_id: int, **fields: Any) -> None:
+    try:
+        registry.update(exp_id, **fields)
+    except OrchError:
+        pass  # a run this registry never recorded (another clone's)
