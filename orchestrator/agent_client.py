@@ -11,11 +11,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import itertools
 import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from .agent.protocol import PROTOCOL, unframe
 from .errors import AgentError, ConflictError, InputError, NotFoundError, SafetyError
@@ -64,6 +65,14 @@ def agent_zip() -> tuple[str, bytes]:
 
 
 @dataclass
+class Stream:
+    """A payload too big to hold: its length, and a way to produce its bytes (again, if a call is repeated)."""
+
+    size: int
+    open: Callable[[], Iterable[bytes]]
+
+
+@dataclass
 class Op:
     """One agent operation: a name and its JSON arguments."""
 
@@ -91,20 +100,33 @@ class AgentClient:
         self.transport.put(data, self.agent_path, 0o644)
         self.pushes += 1
 
-    def call(self, ops: list[Op], *, payload: bytes = b"", lock: float | None = None,
+    def call(self, ops: list[Op], *, payload: bytes | Stream = b"", lock: float | None = None,
              what: str = "operation", timeout: float | None = None) -> list[Any]:
-        """Run ``ops`` in order in one agent process; return their values or raise the first failure."""
+        """Run ``ops`` in order in one agent process; return their values or raise the first failure.
+
+        A ``Stream`` payload is sent as it is produced, and ``timeout`` then limits the time without
+        progress instead of the whole call.
+        """
+        streamed = isinstance(payload, Stream)
+        size = payload.size if isinstance(payload, Stream) else len(payload)
         request = {"v": PROTOCOL, "root": self.root, "ops": [{"op": o.name, "args": o.args} for o in ops],
-                   "lock": lock, "what": what, "payload": len(payload)}
-        stdin = json.dumps(request, separators=(",", ":")).encode() + b"\n" + payload
+                   "lock": lock, "what": what, "payload": size}
+        head = json.dumps(request, separators=(",", ":")).encode() + b"\n"
+
+        def run() -> Any:
+            stdin = itertools.chain([head], payload.open()) if isinstance(payload, Stream) else head + payload
+            limit = timeout or self.timeout
+            self.calls += 1
+            if streamed:
+                return self.transport.run(argv, input=stdin, timeout=None, stall=limit)
+            return self.transport.run(argv, input=stdin, timeout=limit)
+
         argv = [self.python, self.agent_path]
-        result = self.transport.run(argv, input=stdin, timeout=timeout or self.timeout)
-        self.calls += 1
+        result = run()
         envelope = unframe(result.stdout)
         if envelope is None and self._agent_missing(result):
             self.push_agent()
-            result = self.transport.run(argv, input=stdin, timeout=timeout or self.timeout)
-            self.calls += 1
+            result = run()
             envelope = unframe(result.stdout)
         if envelope is None:
             raise self._no_envelope(result)

@@ -62,9 +62,6 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     old = probe["alive"] if launch.book.has("stop_run") else []
     ids = [*old, *([exp.id] if exp is not None else [])]
     ops = [Op("status", {"project": settings.project.name, "ids": ids, "tail": False, "gpus": False})]
-    hashes = sorted({f["sha256"] for f in launch.revision.files}) if launch.revision else []
-    if hashes:
-        ops.append(Op("blobs_missing", {"hashes": hashes}))
     grace = settings.run.stop_timeout + settings.run.term_timeout + settings.run.lock_timeout + 10
     launch.echo(f"orch: interrupted; asking {target.label} what was done (Ctrl-C again to leave now)")
     try:
@@ -98,9 +95,6 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
         out.experiment = registry.update(exp.id, status="failed", ended=now, error="interrupted before it started")
     if stopped:
         done.append(f"old run {', '.join(map(str, stopped))} stopped")
-    before = set(probe.get("missing", {}).get("missing", []))
-    if hashes and before and not set(values[1]["missing"]):
-        done.append("revision pushed")
     if not done:
         return "nothing was changed on the target"
     if new is None and exp is not None:

@@ -1,10 +1,11 @@
-"""Running a playbook against a target: two agent calls, recorded in the registry.
+"""Running a playbook against a target: two agent calls (three with a push), recorded in the registry.
 
 Execution has two phases so that nothing changes before everything has been checked:
 
 1. **probe** (one unlocked agent call): preflight, which blobs the target lacks, what runs, what the
-   checkpoint folder holds. Then, locally: confirmation, and the experiment row (``launching``).
-2. **apply** (one agent call holding the target's lock): store blobs, assemble the revision, check the
+   checkpoint folder holds. Then, locally: confirmation; the blobs the target lacks are streamed
+   (``push``, unlocked: storing them changes nothing visible); the experiment row (``launching``).
+2. **apply** (one agent call holding the target's lock): assemble the revision, check the
    checkpoint folder is safe, stop the old run, move checkpoints, shell steps, start, verify.
 
 If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``.
@@ -28,7 +29,7 @@ from .experiments import Experiment, Registry
 from .metrics import format_size as _size
 from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
-from .revisions import Revision, payload_for
+from .revisions import Revision
 from .targets import Target
 
 
@@ -49,6 +50,7 @@ class Launch:
     confirm: Callable[[str], bool] | None = None
     echo: Callable[[str], None] = lambda _msg: None
     wait: float = 0.0  # seconds to watch a started run for its first metric line
+    progress: bool = False  # progress bars on stderr for big pushes
 
 
 @dataclass
@@ -98,6 +100,7 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
             _confirm_checkpoints(launch, probe["inventory"], action, writer)
         elif book.has("start_run"):
             _notice_checkpoints(launch, probe.get("inventory"), writer)
+        _push(launch, client, probe, out)
         exp = None
         if book.has("record"):
             # ids are per project; a target shared with another clone may hold higher run ids already
@@ -133,6 +136,23 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
         transport.close()
 
 
+def _push(launch: Launch, client: AgentClient, probe: dict, out: Outcome) -> None:
+    """Send the blobs the target lacks, before the lock is taken: storing them changes nothing visible."""
+    from . import push
+
+    if launch.revision is None or not launch.book.has("push_revision"):
+        return
+    try:
+        out.pushed = push.send(client, launch.revision, probe.get("missing") or {}, show=launch.progress,
+                               stall=launch.settings.ssh.command_timeout)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted during the push: nothing was changed on the target; what was sent is "
+                          "kept, and the next deploy sends only the rest") from None
+    except TransportError as exc:
+        raise TransportError(f"{exc.message}; nothing was changed on the target, and what was sent is kept",
+                             hint="deploy again: only what is still missing is sent") from None
+
+
 def preview(launch: Launch) -> dict:
     """What a launch would do, from the read-only probe: runs it would stop, checkpoints, bytes to send."""
     target = launch.target
@@ -143,11 +163,15 @@ def preview(launch: Launch) -> dict:
         probe = _probe(launch, client, launch.settings.project.name)
     finally:
         transport.close()
-    missing = set(probe.get("missing", {}).get("missing", []))
-    files = [f for f in (launch.revision.files if launch.revision else []) if f["sha256"] in missing]
+    from . import push
+
+    send = None
+    if launch.revision is not None:
+        found = probe.get("missing") or {}
+        entries = push.plan(launch.revision, found.get("missing", []), found.get("partial") or {})
+        send = {"files": len(entries), "bytes": sum(e["size"] - e["offset"] for e in entries)}
     return {"stop": probe["alive"] if launch.book.has("stop_run") else [],
-            "checkpoints": probe.get("inventory"), "writer": _writer(probe),
-            "send": {"files": len(files), "bytes": sum(f["size"] for f in files)} if launch.revision else None}
+            "checkpoints": probe.get("inventory"), "writer": _writer(probe), "send": send}
 
 
 def _writer(probe: dict) -> int | None:
@@ -264,19 +288,12 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
     ckpt = {"path": target.checkpoints, "configured": target.checkpoints}
     ops: list[Op] = []
     keys: list[str] = []
-    payload = b""
     stopping = probe["alive"] if book.has("stop_run") else []
     if action != "keep":
         ops.append(Op("ckpt_check", {**ckpt, "stopping": stopping, "movable": True}))
         keys.append("ckpt_check")
     for step in book.steps:
-        if isinstance(step, PushRevision) and rev is not None:
-            missing = probe.get("missing", {}).get("missing", [])
-            blobs, payload = payload_for(rev, missing)
-            out.pushed = {"files": len(rev.files), "missing": len(blobs), "bytes": len(payload)}
-            if blobs:
-                ops.append(Op("blobs_store", {"blobs": blobs}))
-                keys.append("blobs_store")
+        if isinstance(step, PushRevision) and rev is not None:  # its blobs were sent by _push
             ops.append(Op("revision_assemble", {"revision": rev.id, "files": rev.files}))
             keys.append("revision")
         elif isinstance(step, PushRevision):
@@ -312,7 +329,7 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
     if not ops:
         return []
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
-    values = client.call(ops, payload=payload, lock=settings.run.lock_timeout, what=book.name, timeout=timeout)
+    values = client.call(ops, lock=settings.run.lock_timeout, what=book.name, timeout=timeout)
     return list(zip(keys, values))
 
 

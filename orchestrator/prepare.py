@@ -48,16 +48,17 @@ def _env(settings: Settings) -> dict:
 
 def deploy(settings: Settings, target: Target, *, message: str | None, clean: bool, purge: bool, yes: bool,
            confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
-           book: Playbook | None = None) -> Launch:
+           book: Playbook | None = None, progress: bool = False) -> Launch:
     book = book or playbooks.load("deploy", settings.project_dir)
-    rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir)
+    rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir, progress=progress)
     batching, planned = resolve_batching(settings)
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
                     files=len(rev.files), size=rev.size, argv=command_argv(settings.project.command),
                     batching=batching, message=message)
     return Launch(settings, target, book, inputs, revision=rev, env=_env(settings),
-                  config=_public_config(settings), batching_plan=planned, yes=yes, confirm=confirm, echo=echo)
+                  config=_public_config(settings), batching_plan=planned, yes=yes, confirm=confirm, echo=echo,
+                  progress=progress)
 
 
 def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
@@ -94,7 +95,7 @@ def play(settings: Settings, target: Target, path: Path, **kw) -> Launch:
                     checkpoints=target.checkpoints,
                     checkpoint_action=_action(kw.get("clean", False), kw.get("purge", False)))
     return Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),
-                  echo=kw.get("echo", lambda _m: None))
+                  echo=kw.get("echo", lambda _m: None), progress=kw.get("progress", False))
 
 
 def _action(clean: bool, purge: bool) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .agent.protocol import manifest_id
 from .errors import InputError
+from .progress import Bar, bar
 
 ALWAYS_IGNORED = (".git", ".orch", "__pycache__", "*.pyc", ".venv", ".orchignore")
 MAX_DIFF = 1 << 20
@@ -103,31 +104,38 @@ def collect(project_dir: Path, sources: list[str]) -> list[str]:
     return sorted(found)
 
 
-def _hash_file(path: Path) -> str:
+def _hash_file(path: Path, bar: Bar) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
+            bar.advance(len(chunk))
+    bar.advance(0, files=1)
     return h.hexdigest()
 
 
-def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None) -> Revision:
-    """Hash the project's sources into a revision (no network, no writes except the hash cache)."""
+def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, *,
+          progress: bool = False) -> Revision:
+    """Hash the project's sources into a revision (no network, no writes except the hash cache).
+
+    With ``progress``, hashing more than a few MB of new or changed files shows a bar on the terminal.
+    """
     cache_file = cache_dir / "hashes.json" if cache_dir else None
     try:
         cache = json.loads(cache_file.read_text()) if cache_file and cache_file.is_file() else {}
     except (OSError, ValueError):
         cache = {}
     files, local_paths, new_cache = [], {}, {}
-    for rel in collect(project_dir, sources):
-        path = project_dir / rel
-        st = path.stat()
-        key = f"{st.st_size}:{st.st_mtime_ns}"
-        sha = cache.get(rel, {}).get(key) or _hash_file(path)
-        new_cache[rel] = {key: sha}
-        mode = 0o755 if st.st_mode & 0o111 else 0o644
-        files.append({"path": rel, "sha256": sha, "mode": mode, "size": st.st_size})
-        local_paths[rel] = path
+    found = [(rel, project_dir / rel, (project_dir / rel).stat()) for rel in collect(project_dir, sources)]
+    fresh = [st.st_size for rel, _p, st in found if not cache.get(rel, {}).get(f"{st.st_size}:{st.st_mtime_ns}")]
+    with bar("hashing", sum(fresh), len(fresh), progress, keep=False) as shown:
+        for rel, path, st in found:
+            key = f"{st.st_size}:{st.st_mtime_ns}"
+            sha = cache.get(rel, {}).get(key) or _hash_file(path, shown)
+            new_cache[rel] = {key: sha}
+            mode = 0o755 if st.st_mode & 0o111 else 0o644
+            files.append({"path": rel, "sha256": sha, "mode": mode, "size": st.st_size})
+            local_paths[rel] = path
     if cache_file and new_cache != cache:
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -146,16 +154,3 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None) 
             diff = _git(project_dir, "diff", "HEAD", "--", *sources) or ""
             rev.git_diff = diff[:MAX_DIFF]
     return rev
-
-
-def payload_for(rev: Revision, missing: list[str]) -> tuple[list[dict], bytes]:
-    """The blobs the target lacks, concatenated, with their (hash, size) list."""
-    by_sha: dict[str, dict] = {}
-    for f in rev.files:
-        by_sha.setdefault(f["sha256"], f)
-    blobs, chunks = [], []
-    for sha in dict.fromkeys(missing):
-        data = rev.local_paths[by_sha[sha]["path"]].read_bytes()
-        blobs.append({"sha256": sha, "size": len(data)})
-        chunks.append(data)
-    return blobs, b"".join(chunks)

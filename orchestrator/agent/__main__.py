@@ -9,6 +9,7 @@ import time
 import traceback
 
 from . import checkpoints, logs, revisions, runs, system
+from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
 from .protocol import PROTOCOL, AgentFailure, frame
@@ -82,14 +83,14 @@ CANCELLED = {"kind": "cancelled", "message": "the controller went away: the rema
              "hint": ""}
 
 
-def _dispatch(layout: Layout, op: str, args: dict, payload: bytes) -> object:
+def _dispatch(layout: Layout, op: str, args: dict, payload: Payload) -> object:
     if op not in OPS:
         raise AgentFailure("input", f"unknown agent operation {op!r}", "the controller and agent versions differ")
     func, wants_payload = OPS[op]
     return func(layout, payload, **args) if wants_payload else func(layout, **args)
 
 
-def handle(request: dict, payload: bytes) -> dict:
+def handle(request: dict, payload: Payload) -> dict:
     if request.get("v") != PROTOCOL:
         raise AgentFailure("agent", f"protocol {request.get('v')} is not this agent's ({PROTOCOL})")
     layout = Layout(request.get("root", ""))
@@ -132,7 +133,7 @@ def main() -> int:
     stdin = sys.stdin.buffer
     try:
         request = json.loads(stdin.readline() or b"{}")
-        payload = stdin.read(int(request.get("payload", 0))) if request.get("payload") else b""
+        payload = Payload(stdin, int(request.get("payload") or 0))  # read by the op that takes it, piece by piece
         response = handle(request, payload)
     except AgentFailure as exc:
         response = {"v": PROTOCOL, "fatal": exc.to_dict()}

@@ -1,7 +1,8 @@
 """The wire format between controller and agent, shared by both sides.
 
 Request (stdin): one JSON line ``{"v": PROTOCOL, "root": ..., "ops": [{"op": name, "args": {...}}],
-"lock": seconds-or-null, "payload": [sizes...]}`` followed by the raw payload bytes.
+"lock": seconds-or-null, "payload": bytes}`` followed by that many raw payload bytes, which the op
+that takes them reads as a stream (``blob_stream.Payload``).
 Response (stdout): ``MARK_BEGIN + json + MARK_END`` so that shell noise (motd, rc files) around it is
 harmless. The ops run in order and stop at the first failure; ``results`` holds one entry per op run.
 """

@@ -7,11 +7,11 @@ costs no copying however large the tree; executables link to a read-only 0555 tw
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
 
+from . import blob_stream
 from .layout import Layout, write_json
 from .protocol import AgentFailure, manifest_id
 
@@ -24,7 +24,7 @@ def blobs_missing(layout: Layout, hashes: list) -> dict:
     """Which of ``hashes`` the target lacks: the controller sends only those."""
     layout.ensure()
     missing = [h for h in hashes if not (_valid_sha(h) and os.path.isfile(layout.blob(h)))]
-    return {"missing": missing}
+    return {"missing": missing, "partial": blob_stream.partial_sizes(layout, missing)}
 
 
 def _linked(layout: Layout, sha: str, mode: int) -> str:
@@ -42,30 +42,9 @@ def _linked(layout: Layout, sha: str, mode: int) -> str:
     return twin
 
 
-def blobs_store(layout: Layout, payload: bytes, blobs: list) -> dict:
-    """Store the payload's blobs, each verified against its hash before it becomes visible."""
-    layout.ensure()
-    offset = stored = 0
-    for entry in blobs:
-        sha, size = entry["sha256"], int(entry["size"])
-        if not _valid_sha(sha):
-            raise AgentFailure("input", f"bad blob hash {sha!r}")
-        data = payload[offset:offset + size]
-        offset += size
-        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-            raise AgentFailure("agent", f"blob {sha[:12]} arrived damaged ({len(data)} of {size} bytes)",
-                               "deploy again; only the missing blobs are re-sent")
-        if os.path.isfile(layout.blob(sha)):
-            continue
-        fd, tmp = tempfile.mkstemp(dir=layout.blobs, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, layout.blob(sha))
-        stored += 1
-    return {"stored": stored}
+def blobs_store(layout: Layout, payload: "blob_stream.Payload | bytes", blobs: list) -> dict:
+    """Store the streamed blobs, each verified against its hash before it becomes visible."""
+    return blob_stream.store(layout, payload, blobs)
 
 
 def _safe_rel(path: str) -> str:

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import progress
 from . import common, render
 from .common import CtOpt, JsonOpt, SetOpt, StartOpt, TargetOpt, TrustOpt
 
@@ -119,7 +120,8 @@ def _say_outcome(outcome, target) -> None:
         render.say(f"stopped experiment {run['id']}: {run['state']} (exit {run['exit_code']})")
     if outcome.pushed:
         p = outcome.pushed
-        render.say(f"revision: {p['missing']} of {p['files']} file(s) sent ({render.size(p['bytes'])})")
+        resumed = f", resuming after {render.size(p['resumed_bytes'])} sent before" if p.get("resumed_bytes") else ""
+        render.say(f"revision: {p['missing']} of {p['files']} file(s) sent ({render.size(p['bytes'])}{resumed})")
     ck = outcome.checkpoints
     if ck and ck.get("action") == "moved":
         render.say(f"checkpoints: {ck['moved']} file(s) moved to {ck['entry_path']} "
@@ -165,7 +167,7 @@ def register(app: typer.Typer) -> None:
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
         launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
-                                yes=yes, confirm=confirm, echo=render.say)
+                                yes=yes, confirm=confirm, echo=render.say, progress=progress.enabled(as_json))
         launch.wait = settings.run.wait if wait is None else wait
         _run(launch, settings, dry_run, as_json, (target, ct))
 
@@ -221,5 +223,5 @@ def register(app: typer.Typer) -> None:
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
         launch = prepare.play(settings, tgt, file, message=message, clean=clean_checkpoints, purge=False, yes=yes,
-                              confirm=confirm, echo=render.say)
+                              confirm=confirm, echo=render.say, progress=progress.enabled(as_json))
         _run(launch, settings, dry_run, as_json, (target, ct))

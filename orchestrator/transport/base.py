@@ -4,6 +4,23 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Union
+
+#: what a command reads on stdin: bytes, or a stream of byte chunks (sent as they are produced)
+Input = Union[bytes, Iterable[bytes], None]
+PIECE = 1 << 16
+
+
+def pieces(data: Input) -> Iterator[bytes]:
+    """``data`` as chunks to send, without copying a bytes payload."""
+    if data is None:
+        return
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data)
+        for start in range(0, len(view), PIECE):
+            yield view[start:start + PIECE]
+        return
+    yield from data
 
 
 @dataclass
@@ -40,6 +57,8 @@ class Transport(abc.ABC):
 
     ``run`` raises ``TransportError`` (or ``TransportTimeout``) only when the target could not be
     reached or did not answer in time; a command's own failure is a ``Result`` with a non-zero code.
+    ``timeout`` bounds the whole command; ``stall`` bounds the time without progress (a byte sent or
+    received), which is what a long transfer needs: it may take an hour, but never a silent minute.
     """
 
     #: human-readable description of the target, e.g. ``"local"`` or ``"root@10.0.0.5:22"``
@@ -49,7 +68,8 @@ class Transport(abc.ABC):
         self.stats = TransportStats()
 
     @abc.abstractmethod
-    def run(self, argv: list[str], *, input: bytes | None = None, timeout: float | None = None) -> Result:
+    def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
+            stall: float | None = None) -> Result:
         """Run ``argv`` on the target, feeding ``input`` on stdin, and wait for it."""
 
     @abc.abstractmethod

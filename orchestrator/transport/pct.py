@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ..errors import TransportError
-from .base import Result, Transport
+from .base import Input, Result, Transport
 
 # Reads stdin into a temp file beside the target, then renames it over; $1 = path, $2 = octal mode.
 # A constant: user values only ever arrive as positional arguments.
@@ -52,8 +52,10 @@ class PctTransport(Transport):
         self.description = f"CT {self.vmid} via {node.description}"
         self.stats = node.stats
 
-    def run(self, argv: list[str], *, input: bytes | None = None, timeout: float | None = None) -> Result:
-        result = self.node.run(["pct", "exec", str(self.vmid), "--", *argv], input=input, timeout=timeout)
+    def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
+            stall: float | None = None) -> Result:
+        result = self.node.run(["pct", "exec", str(self.vmid), "--", *argv], input=input, timeout=timeout,
+                               stall=stall)
         self._check_pct(result)
         return Result(list(argv), result.exit_code, result.stdout, result.stderr)
 

@@ -24,8 +24,8 @@ import time
 import uuid
 from typing import Any
 
-from ..errors import HostKeyError, InputError, TransportError, TransportTimeout
-from .base import Result, Transport
+from ..errors import HostKeyError, InputError, OrchError, TransportError, TransportTimeout
+from .base import Input, Result, Transport, pieces
 from .hostkeys import KnownEntry, find_known_entries, fingerprint, known_hosts_name
 
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.config/orch/known_hosts")
@@ -253,12 +253,13 @@ class SshTransport(Transport):
 
     # -- running ----------------------------------------------------------------------------------
 
-    def run(self, argv: list[str], *, input: bytes | None = None, timeout: float | None = None) -> Result:
+    def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
+            stall: float | None = None) -> Result:
         if not argv:
             raise InputError("empty command", hint="pass the program and its arguments as a list")
         conn = self._connection()
         command = shlex.join(argv)
-        limit = timeout if timeout is not None else self.command_timeout
+        limit = timeout if timeout is not None else (self.command_timeout if stall is None else None)
         self.stats.commands += 1
         try:
             chan = conn.transport.open_session(timeout=self._timeout)
@@ -267,37 +268,43 @@ class SshTransport(Transport):
             self._drop()
             raise TransportError(f"connection to {self.description} lost before {argv[0]} started: {exc}",
                                  hint="check the target and rerun") from exc
-        out, err, code = self._exchange(chan, input or b"", limit, argv)
-        self.stats.bytes_sent += len(input or b"")
+        out, err, code = self._exchange(chan, input, limit, stall, argv)
         self.stats.bytes_received += len(out) + len(err)
         return Result(list(argv), code, bytes(out), bytes(err))
 
-    def _exchange(self, chan: Any, data: bytes, limit: float | None, argv: list[str]) -> tuple[bytearray, bytearray, int]:
+    def _exchange(self, chan: Any, data: Input, limit: float | None, stall: float | None,
+                  argv: list[str]) -> tuple[bytearray, bytearray, int]:
         """Feed stdin and drain stdout/stderr concurrently so neither side can block the other.
 
         While the command is silent, keepalive requests probe the server (like OpenSSH's
         ServerAliveInterval with ServerAliveCountMax=3), so a peer that vanished without closing
-        the TCP connection is noticed instead of waited on forever.
+        the TCP connection is noticed instead of waited on forever. ``stall`` limits the time
+        without a byte moving either way (a keepalive answer is not progress).
         """
         out, err = bytearray(), bytearray()
         heard = [time.monotonic()]
+        progressed = [heard[0]]
+        failed: list[BaseException] = []
         transport = chan.get_transport()
 
         def drain(recv: Any, buf: bytearray) -> None:
             try:
                 while chunk := recv(_CHUNK):
                     buf.extend(chunk)
-                    heard[0] = time.monotonic()
+                    heard[0] = progressed[0] = time.monotonic()
             except Exception:
                 return
 
         def feed() -> None:
             try:
-                view = memoryview(data)
-                for start in range(0, len(view), _CHUNK):
-                    chan.sendall(view[start:start + _CHUNK])
-                    heard[0] = time.monotonic()
+                for piece in pieces(data):
+                    chan.sendall(piece)
+                    self.stats.bytes_sent += len(piece)
+                    heard[0] = progressed[0] = time.monotonic()
                 chan.shutdown_write()
+            except OrchError as exc:  # the stream itself failed (a local file vanished): stop the command
+                failed.append(exc)
+                chan.close()
             except Exception:
                 return
 
@@ -314,11 +321,18 @@ class SshTransport(Transport):
         prober: threading.Thread | None = None
         while not (chan.status_event.is_set() and not any(t.is_alive() for t in readers)):
             now = time.monotonic()
+            if failed:
+                raise failed[0]
             if deadline is not None and now >= deadline:
                 chan.close()
                 raise TransportTimeout(
                     f"{argv[0]} did not finish within {limit:g} s on {self.description}",
                     hint="it may still be running there; raise the timeout if the target is just slow")
+            if stall is not None and now - progressed[0] >= stall:
+                chan.close()
+                raise TransportTimeout(
+                    f"{argv[0]} made no progress for {stall:g} s on {self.description}",
+                    hint="check the target's disk and the link; raise [ssh] command_timeout if it is just slow")
             silent = now - heard[0]
             if self.keepalive and silent > 4 * self.keepalive:
                 self._drop()
@@ -335,6 +349,8 @@ class SshTransport(Transport):
                     thread.join(wait)
             else:
                 chan.status_event.wait(wait)
+        if failed:
+            raise failed[0]
         code = chan.recv_exit_status()
         alive = transport is not None and transport.is_active()
         chan.close()

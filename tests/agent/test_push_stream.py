@@ -1,0 +1,118 @@
+"""Streamed pushes through the real agent process: bounded pieces, verified blobs, resume after a cut."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from orchestrator.agent.protocol import PROTOCOL, unframe
+from orchestrator.agent_client import AgentClient, Op, Stream
+from orchestrator.errors import AgentError
+from orchestrator.transport.local import LocalTransport
+
+
+@pytest.fixture
+def agent(tmp_path):
+    client = AgentClient(LocalTransport(), str(tmp_path / "root"), sys.executable)
+    client.one("hello")  # the agent is in place, so every call below runs it directly
+    return client
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def stream_of(*parts: bytes) -> Stream:
+    return Stream(sum(len(p) for p in parts), lambda: iter(parts))
+
+
+def raw_call(agent: AgentClient, ops: list[dict], declared: int, sent: bytes) -> dict:
+    """One agent call whose stdin ends after ``sent`` although ``declared`` bytes were announced: a cut link."""
+    request = {"v": PROTOCOL, "root": agent.root, "ops": ops, "lock": None, "what": "push", "payload": declared}
+    proc = subprocess.run([sys.executable, agent.agent_path], input=json.dumps(request).encode() + b"\n" + sent,
+                          capture_output=True, timeout=60)
+    envelope = unframe(proc.stdout)
+    assert envelope is not None, proc.stderr
+    return envelope
+
+
+def test_a_stream_of_blobs_is_stored_each_verified(agent, tmp_path):
+    blobs = [os.urandom(n) for n in (0, 1, (1 << 20) + 7, 3 << 20)]
+    entries = [{"sha256": sha(b), "size": len(b), "offset": 0} for b in blobs]
+    # the payload arrives in pieces that do not line up with blob boundaries
+    whole = b"".join(blobs)
+    pieces = [whole[i:i + 77_777] for i in range(0, len(whole), 77_777)]
+    value = agent.call([Op("blobs_store", {"blobs": entries})], payload=stream_of(*pieces))[0]
+    assert value == {"stored": 4, "bytes": len(whole)}
+    for b in blobs:
+        path = tmp_path / "root" / "blobs" / sha(b)
+        assert path.read_bytes() == b and (path.stat().st_mode & 0o777) == 0o444
+    leftovers = [p.name for p in (tmp_path / "root" / "blobs").iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_a_cut_push_resumes_with_only_the_missing_bytes(agent, tmp_path):
+    first, second = os.urandom(2 << 20), os.urandom(5 << 20)
+    entries = [{"sha256": sha(first), "size": len(first)}, {"sha256": sha(second), "size": len(second)}]
+    cut = len(first) + (3 << 20) + 123
+    envelope = raw_call(agent, [{"op": "blobs_store", "args": {"blobs": entries}}], len(first) + len(second),
+                        (first + second)[:cut])
+    error = envelope["results"][0]["error"]
+    assert "the push was cut" in error["message"] and "only what is still missing" in error["hint"]
+    # the complete blob is published; the other kept its received bytes
+    found = agent.one("blobs_missing", hashes=[e["sha256"] for e in entries])
+    assert found == {"missing": [sha(second)], "partial": {sha(second): cut - len(first)}}
+    offset = found["partial"][sha(second)]
+    value = agent.call([Op("blobs_store", {"blobs": [{"sha256": sha(second), "size": len(second),
+                                                      "offset": offset}]})],
+                       payload=stream_of(second[offset:]))[0]
+    assert value == {"stored": 1, "bytes": len(second) - offset}
+    assert (tmp_path / "root" / "blobs" / sha(second)).read_bytes() == second
+    assert agent.one("blobs_missing", hashes=[sha(second)]) == {"missing": [], "partial": {}}
+
+
+def test_a_damaged_resume_is_refused_and_its_part_dropped(agent, tmp_path):
+    data = os.urandom(3 << 20)
+    entry = {"sha256": sha(data), "size": len(data)}
+    raw_call(agent, [{"op": "blobs_store", "args": {"blobs": [entry]}}], len(data), data[:1 << 20])
+    tampered = bytearray(data[1 << 20:])
+    tampered[5] ^= 0xFF
+    with pytest.raises(AgentError, match="arrived damaged") as err:
+        agent.call([Op("blobs_store", {"blobs": [{**entry, "offset": 1 << 20}]})], payload=stream_of(bytes(tampered)))
+    assert "deploy again" in (err.value.hint or "")
+    assert agent.one("blobs_missing", hashes=[sha(data)]) == {"missing": [sha(data)], "partial": {}}
+    assert not (tmp_path / "root" / "blobs" / sha(data)).exists()
+
+
+def test_a_resume_from_more_than_the_target_holds_is_refused(agent):
+    data = os.urandom(1 << 20)
+    with pytest.raises(AgentError, match="partial copy"):
+        agent.call([Op("blobs_store", {"blobs": [{"sha256": sha(data), "size": len(data), "offset": 1000}]})],
+                   payload=stream_of(data[1000:]))
+
+
+def test_two_pushes_of_the_same_blob_at_once_store_it_once(agent, tmp_path):
+    data = os.urandom(16 << 20)
+    entry = {"sha256": sha(data), "size": len(data), "offset": 0}
+    errors: list[BaseException] = []
+
+    def push() -> None:
+        try:
+            slow = (data[i:i + (1 << 20)] for i in range(0, len(data), 1 << 20))
+            agent.call([Op("blobs_store", {"blobs": [entry]})], payload=Stream(len(data), lambda: slow))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert (tmp_path / "root" / "blobs" / sha(data)).read_bytes() == data
