@@ -16,7 +16,7 @@ import time
 from .layout import Layout, read_json, write_json
 from .protocol import AgentFailure
 from .runs import alive_runs
-from .trash_location import INSIDE, check_movable, trash_dir, trash_dirs
+from .trash_location import check_movable, not_contents, trash_dir, trash_dirs
 
 # folders whose contents are never checkpoints: refusing them (and everything in the system ones)
 SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
@@ -67,15 +67,18 @@ def check(layout: Layout, path: str, configured: str, stopping: list | None = No
 
 
 def _contents(norm: str) -> list[str]:
-    """The folder's children, without the trash that may live inside it."""
-    return sorted(c for c in os.listdir(norm) if c != INSIDE) if os.path.isdir(norm) else []
+    """The folder's children, without the trash that may live inside it (and a volume's lost+found)."""
+    if not os.path.isdir(norm):
+        return []
+    skip = not_contents(norm)
+    return sorted(c for c in os.listdir(norm) if c not in skip)
 
 
-def _tree(path: str, skip_trash: bool = False) -> tuple[list, int, float | None, str | None]:
+def _tree(path: str, skip: frozenset[str] = frozenset()) -> tuple[list, int, float | None, str | None]:
     files, total, newest, newest_name = [], 0, None, None
     for dirpath, dirs, names in os.walk(path):
-        if skip_trash and dirpath == path and INSIDE in dirs:
-            dirs.remove(INSIDE)
+        if dirpath == path:
+            dirs[:] = [d for d in dirs if d not in skip]
         for name in names:
             full = os.path.join(dirpath, name)
             try:
@@ -112,7 +115,7 @@ def inventory(layout: Layout, path: str, configured: str, keep: int | None = Non
     With ``full``: ``all_files``, every file, for a purge that must delete only what was confirmed.
     """
     norm = check_path(layout, path, configured, busy_check=False)
-    files, total, newest, newest_name = _tree(norm, skip_trash=True) if os.path.isdir(norm) else ([], 0, None, None)
+    files, total, newest, newest_name = _tree(norm, not_contents(norm)) if os.path.isdir(norm) else ([], 0, None, None)
     entries = []
     for entry in _entries(norm):
         efiles, etotal, _, _ = _tree(entry["path"])
@@ -148,7 +151,7 @@ def move_to_trash(layout: Layout, path: str, configured: str, label: str, stoppi
     if not _contents(norm):
         return {"action": "kept", "moved": 0, "entry": None}
     tdir = check_movable(norm)
-    files, total, _, _ = _tree(norm, skip_trash=True)
+    files, total, _, _ = _tree(norm, not_contents(norm))
     os.makedirs(tdir, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     entry = os.path.join(tdir, f"{stamp}-{label}")

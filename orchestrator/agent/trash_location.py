@@ -3,8 +3,9 @@
 A plain folder ``/w/checkpoints`` keeps its trash beside it, in ``/w/checkpoints.trash/``. A folder that
 is a mount point of its own (a Proxmox ``mpN`` volume, NFS, a bind mount) cannot: ``rename(2)`` out of it
 fails with EXDEV. Its trash is a hidden folder inside it, ``/w/checkpoints/.orch-trash/``, which is
-never part of the folder's contents. Listing, restoring and purging look in both places, so entries
-made before the folder became a mount point are still found.
+never part of the folder's contents; nor is the ``lost+found`` an ext4 volume has at its root (fsck's
+folder, not a checkpoint). Listing, restoring and purging look in both places, so entries made before
+the folder became a mount point are still found.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 from .protocol import AgentFailure
 
 INSIDE = ".orch-trash"
+LOST_FOUND = "lost+found"
 
 
 def _mount_points() -> set[str]:
@@ -34,6 +36,11 @@ def _mount_points() -> set[str]:
 
 def is_mount_point(path: str) -> bool:
     return os.path.ismount(path) or os.path.normpath(path) in _mount_points()
+
+
+def not_contents(norm: str) -> frozenset[str]:
+    """Children of the folder that are never checkpoints, so never counted, listed or moved."""
+    return frozenset((INSIDE, LOST_FOUND)) if is_mount_point(norm) else frozenset((INSIDE,))
 
 
 def beside(norm: str) -> str:

@@ -152,3 +152,22 @@ def test_a_read_only_checkpoint_mount_is_refused_before_the_run_is_stopped(proje
     assert "not writable" in res.output and "hint:" in res.output
     assert status(project)["state"] == "running" and [e.id for e in project.registry().list()] == [1]
     assert (project.checkpoints / "pretrained.pt").read_bytes() == b"weights"
+
+
+def test_a_volumes_lost_and_found_is_not_a_checkpoint(project, mount):
+    mount(project.checkpoints)  # as an ext4 mpN volume is: lost+found at its root, fsck's folder
+    (project.checkpoints / "lost+found").mkdir()
+    (project.checkpoints / "lost+found" / "#12").write_bytes(b"fsck")
+    (project.checkpoints / "ckpt-000010.npz").write_bytes(b"ten")
+    listing = json.loads(project.cli("checkpoints", "list", "--json").stdout)
+    assert [f["path"] for f in listing["listing"]] == ["ckpt-000010.npz"] and listing["files"] == 1
+
+    assert project.cli("checkpoints", "clean", "--yes").exit_code == 0
+    assert files_under(project.checkpoints, skip=".orch-trash") == {"lost+found/#12": b"fsck"}
+    entry = json.loads(project.cli("checkpoints", "list", "--json").stdout)["entries"][0]["name"]
+    assert project.cli("checkpoints", "restore", entry).exit_code == 0  # no clash with the one left in place
+    assert files_under(project.checkpoints, skip=".orch-trash") == {"lost+found/#12": b"fsck",
+                                                                    "ckpt-000010.npz": b"ten"}
+    assert project.cli("checkpoints", "clean", "--yes").exit_code == 0
+    assert project.cli("checkpoints", "clean", "--yes").exit_code == 0  # only lost+found left: no new entry
+    assert len(json.loads(project.cli("checkpoints", "list", "--json").stdout)["entries"]) == 1
