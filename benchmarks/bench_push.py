@@ -1,0 +1,154 @@
+"""First deploy of a big tree to a real LXC container: orch's streamed push against `tar c | ssh ct tar x`.
+
+Stands up the test suite's LXC testbed (needs root and LXC), builds trees of random data (64 MiB shards
+plus 200 small files), and for each size measures in the same run:
+  - the baseline: `tar c tree | ssh root@ct tar x -C dir` (OpenSSH, no hashing, no durability sync);
+  - `orch deploy --target ssh200` of the same tree to an empty root (hashing, streaming, verifying,
+    syncing the blobs, assembling the revision, starting the run);
+  - the peak resident memory (VmHWM) of the orch process and of the agent on the CT during that deploy.
+Run as root: python benchmarks/bench_push.py [--sizes 0.5,2] [--runs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TRAIN = "import time\nwhile True:\n    time.sleep(1)\n"
+ROOT = "/workspace/orch-bench"
+
+
+def make_tree(folder: Path, gib: float) -> int:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    data = folder / "data"
+    data.mkdir(parents=True)
+    total = 0
+    for i in range(200):
+        blob = rng.bytes(int(rng.integers(100, 20000)))
+        (data / f"small{i:03d}.txt").write_bytes(blob)
+        total += len(blob)
+    shard = 64 << 20
+    for i in range(max(1, int(gib * (1 << 30)) // shard)):
+        (data / f"shard{i:03d}.bin").write_bytes(rng.bytes(shard))
+        total += shard
+    (folder / "train.py").write_text(TRAIN)
+    return total
+
+
+def peak_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def watched(argv: list[str], cwd: Path, env: dict, agent_name: str) -> tuple[float, int, int]:
+    """Run ``argv``; its wall time and the peak RSS (KiB) of it and of any agent process."""
+    begin = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    mine = agent = 0
+    while proc.poll() is None:
+        mine = max(mine, peak_kb(proc.pid))
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if agent_name.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                        agent = max(agent, peak_kb(int(entry)))
+                except OSError:
+                    pass
+        time.sleep(0.02)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {err.decode()}")
+    return time.perf_counter() - begin, mine, agent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="0.5,2", help="tree sizes in GiB, comma-separated")
+    ap.add_argument("--runs", type=int, default=1)
+    a = ap.parse_args()
+    from orchestrator.agent_client import agent_zip
+    from tests.integration.conftest import Testbed
+    from tests.testbed import lxc
+
+    work = Path(tempfile.mkdtemp(prefix="orch-bench-push-"))
+    (work / "bed").mkdir()
+    with lxc.session_lock():
+        bed = Testbed(work / "bed")
+        try:
+            bed.setup()
+            bed.reset(200)
+            rows = [measure(bed, work, float(size), a.runs, f"agent-{agent_zip()[0]}.pyz")
+                    for size in a.sizes.split(",")]
+        finally:
+            bed.teardown()
+    print(f"\nfirst deploy to CT 200 over the testbed bridge; medians of {a.runs} run(s)")
+    print(f"{'tree':>8} {'tar|ssh s':>10} {'orch s':>8} {'ratio':>6} {'orch MB/s':>10} "
+          f"{'peak RSS orch MiB':>18} {'peak RSS agent MiB':>19}")
+    for size, base, mine, rss, agent in rows:
+        print(f"{size:>7.2f}G {base:10.2f} {mine:8.2f} {mine / base:6.2f} {size * 1024 / mine:10.0f} "
+              f"{rss >> 10:18d} {agent >> 10:19d}")
+
+
+def measure(bed, work: Path, gib: float, runs: int, agent_name: str) -> tuple:
+    ct = bed.ct(200)
+    proj = work / f"proj-{gib}"
+    total = make_tree(proj, gib)
+    (proj / "orch.toml").write_text(f"""\
+default_target = "ssh200"
+[project]
+name = "bench"
+sources = ["train.py", "data"]
+command = "python3 train.py"
+[paths]
+root = "{ROOT}"
+checkpoints = "/workspace/bench-checkpoints"
+[ssh]
+known_hosts = ["{bed.known_hosts_path}"]
+trust_file = "{work}/trusted"
+identity_file = "{bed.key_path}"
+[targets.ssh200]
+kind = "ssh"
+host = "{ct.address}"
+user = "root"
+""")
+    dest = f"root@{ct.address}"
+    ssh = ["ssh", *bed.ssh_options(), dest]
+    env = dict(os.environ)
+    base_times, orch_times, rss, agent = [], [], 0, 0
+    for _ in range(runs):
+        subprocess.run([*ssh, f"rm -rf {ROOT} /root/tarcopy; sync"], check=True)
+        begin = time.perf_counter()
+        tar = subprocess.Popen(["tar", "c", "-C", str(proj), "train.py", "data"], stdout=subprocess.PIPE)
+        subprocess.run([*ssh, "mkdir -p /root/tarcopy && tar x -C /root/tarcopy"], stdin=tar.stdout, check=True)
+        tar.wait()
+        base_times.append(time.perf_counter() - begin)
+        subprocess.run([*ssh, "rm -rf /root/tarcopy; sync"], check=True)
+        (proj / ".orch").exists() and subprocess.run(["rm", "-rf", str(proj / ".orch")], check=True)
+        seconds, mine, theirs = watched([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--json"],
+                                        proj, env, agent_name)
+        orch_times.append(seconds)
+        rss, agent = max(rss, mine), max(agent, theirs)
+        subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "stop"], cwd=proj, env=env,
+                       capture_output=True)
+    subprocess.run([*ssh, f"rm -rf {ROOT}"], check=True)
+    return total / (1 << 30), statistics.median(base_times), statistics.median(orch_times), rss, agent
+
+
+if __name__ == "__main__":
+    main()
