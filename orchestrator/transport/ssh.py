@@ -1,6 +1,6 @@
 """The SSH target: one strictly host-key-checked connection per transport, reused for every call.
 
-This module and its known_hosts helpers (``hostkeys.py``) are the only ones that import fabric or
+This module and its known_hosts policy (``hostkeys.py``) are the only ones that import fabric or
 paramiko, always inside functions, so that ``orch --help`` never pays for them. Every paramiko/socket
 exception is translated here:
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import HostKeyError, InputError, TransportError, TransportTimeout
 from .base import Result, Transport
-from .hostkeys import KnownEntry, find_known_entries, fingerprint, known_hosts_name
+from .hostkeys import KnownHosts, known_hosts_name
 from .jumps import describe_jump, plan_route
 
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.config/orch/known_hosts")
@@ -72,10 +72,8 @@ class SshTransport(Transport):
         self.user = user
         self.identity_file = identity_file
         self.ssh_config_file = ssh_config_file
-        self.trust_file = os.path.expanduser(trust_file)
         files = [os.path.expanduser(f) for f in (known_hosts_files or DEFAULT_KNOWN_HOSTS)]
-        self.known_hosts_files = list(dict.fromkeys([*files, self.trust_file]))
-        self.trust_new_host = trust_new_host
+        self.host_keys = KnownHosts(files, os.path.expanduser(trust_file), trust_new_host)
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self.keepalive = keepalive
@@ -137,16 +135,15 @@ class SshTransport(Transport):
             raise InputError(f"SSH config file {self.ssh_config_file} does not exist",
                              hint="fix the path or leave it unset to use ~/.ssh/config") from exc
         route = plan_route(self.host, config.base_ssh_config.lookup)
-        dest = Connection(self.host, user=self.user, port=self.port, config=config,
-                          gateway=False if route.hops else route.proxy_command or False)
+        dest = Connection(self.host, user=self.user, port=self.port, config=config, gateway=False)
         self._timeout = self.connect_timeout if self.connect_timeout is not None else \
             float(dest.connect_timeout or DEFAULT_CONNECT_TIMEOUT)
         legs = []
-        for index, hop in enumerate(route.hops):
-            gateway = route.proxy_command if index == 0 and route.proxy_command else False
-            conn = Connection(hop.alias, user=hop.user, port=hop.port, config=config, gateway=gateway)
+        for hop in route.hops:
+            conn = Connection(hop.alias, user=hop.user, port=hop.port, config=config, gateway=False)
             legs.append(self._prepare(conn, describe_jump(hop.alias, conn.host, conn.port)))
         legs.append(self._prepare(dest, f"{self.role} ({dest.host}:{dest.port})" if self.role else None))
+        legs[0].proxy_command = route.proxy_command
         self.description = f"{dest.user}@{dest.host}:{dest.port}"
         return legs
 
@@ -158,31 +155,8 @@ class SshTransport(Transport):
         timeout = self._timeout
         kwargs.update(timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout)
         conn.connect_kwargs = kwargs
-        leg = _Leg(conn, label)
-        self._install_host_keys(leg)
-        return leg
-
-    def _install_host_keys(self, leg: _Leg) -> None:
-        """Strict checking: load every known_hosts file; unknown keys go to our policy, never auto-added."""
-        import paramiko
-
-        client = leg.conn.client
-        keys = client.get_host_keys()
-        for path in self.known_hosts_files:
-            if os.path.isfile(path):
-                try:
-                    keys.load(path)
-                except (OSError, paramiko.SSHException) as exc:
-                    raise HostKeyError(f"cannot read known_hosts file {path}: {exc}",
-                                       hint="fix or remove the broken line") from exc
-
-        transport = self
-
-        class Policy(paramiko.MissingHostKeyPolicy):
-            def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-                transport._unknown_host(client, hostname, key, leg.label)
-
-        client.set_missing_host_key_policy(Policy())
+        self.host_keys.install(conn.client, label)
+        return _Leg(conn, label)
 
     def _channel(self, via: _Leg, leg: _Leg) -> Any:
         """A direct-tcpip channel from the previous hop to this one's address (what ``ssh -W`` does)."""
@@ -204,7 +178,31 @@ class SshTransport(Transport):
                                             hint="check the jump host and retry")) from exc
 
     def _open(self, leg: _Leg, sock: Any = None) -> None:
-        """One connect attempt, with every failure translated; retryable ones wrapped in _Retryable."""
+        """One connect attempt, through ``sock`` (a channel from the previous hop), a ProxyCommand, or TCP.
+
+        A ProxyCommand is an external program: orch checks the key of the host it leads to, and the
+        command checks whatever it passes through (``ssh -W`` does, with OpenSSH's own known_hosts).
+        """
+        proxy = None
+        if sock is None and leg.proxy_command:
+            sock = proxy = _start_proxy_command(leg.proxy_command, self._timeout)
+        try:
+            self._handshake(leg, sock)
+        except (TransportError, _Retryable) as exc:
+            code = None if proxy is None or isinstance(exc, HostKeyError) else proxy.process.poll()
+            if proxy is not None:
+                proxy.close()
+            if code is None:  # the command still ran: the failure is the far side's, already translated
+                raise
+            tail = proxy.process.stderr.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+            raise TransportError(
+                f"the ProxyCommand for {leg.label or leg.conn.host} exited with code {code}"
+                + (f": {tail[0]}" if tail else ""),
+                hint="run the command by hand to see why; with ssh -W, OpenSSH checks the jump host's key "
+                     "itself (UserKnownHostsFile, StrictHostKeyChecking); ProxyJump lets orch check it") from exc
+
+    def _handshake(self, leg: _Leg, sock: Any) -> None:
+        """One SSH handshake, with every failure translated; retryable ones wrapped in _Retryable."""
         import paramiko
         from paramiko.ssh_exception import NoValidConnectionsError
 
@@ -212,14 +210,10 @@ class SshTransport(Transport):
         where = leg.label or f"{conn.host}:{conn.port}"
         begin = time.monotonic()
         try:
-            if sock is not None:
-                conn.connect_kwargs["sock"] = sock
-            elif not conn.gateway:
-                conn.connect_kwargs["sock"] = self._socket(conn.host, conn.port)
+            conn.connect_kwargs["sock"] = sock if sock is not None else self._socket(conn.host, conn.port)
             conn.open()
         except paramiko.BadHostKeyException as exc:
-            name = known_hosts_name(conn.host, conn.port)
-            raise self._changed(name, exc.key, find_known_entries(self.known_hosts_files, name), leg.label) from exc
+            raise self.host_keys.changed(known_hosts_name(conn.host, conn.port), exc.key, leg.label) from exc
         except paramiko.AuthenticationException as exc:
             who = f"{conn.user}@{where}" if leg.label is None else f"{where} (user {conn.user})"
             raise TransportError(
@@ -264,38 +258,6 @@ class SshTransport(Transport):
             f"{what} from {where} within {self._timeout:g} s",
             hint="the host may be down, frozen or filtered; check it, or raise ConnectTimeout / "
                  "[transport] connect_timeout if it is just slow")
-
-    def _unknown_host(self, client: Any, name: str, key: Any, label: str | None = None) -> None:
-        """Called by paramiko for a key not in known_hosts: refuse, or record it with --trust-new-host.
-        ``label`` names a hop that is not simply the destination (a jump host, the Proxmox node)."""
-        known = find_known_entries(self.known_hosts_files, name)
-        if known:
-            raise self._changed(name, key, known, label)
-        if not self.trust_new_host:
-            raise HostKeyError(
-                f"unknown host key for {label or name}: {key.get_name()} {fingerprint(key.asbytes())}",
-                hint="verify this fingerprint with the host's owner (ssh-keygen -lf on the host), then rerun "
-                     "with --trust-new-host to record it, or add it with ssh-keyscan / one ssh login")
-        self._record(name, key)
-        client.get_host_keys().add(name, key.get_name(), key)
-
-    def _record(self, name: str, key: Any) -> None:
-        folder = os.path.dirname(self.trust_file) or "."
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        fd = os.open(self.trust_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            fh.write(f"{name} {key.get_name()} {key.get_base64()}\n")
-        os.chmod(self.trust_file, 0o600)
-
-    def _changed(self, name: str, key: Any, known: list[KnownEntry], label: str | None = None) -> HostKeyError:
-        """A changed key is refused always, --trust-new-host or not, naming the line to fix."""
-        first = known[0] if known else KnownEntry("a known_hosts file", 0, "different")
-        return HostKeyError(
-            f"host key for {label or name} CHANGED: it now offers {key.get_name()} {fingerprint(key.asbytes())}, but "
-            f"{first.file} line {first.line} lists a {first.key_type} key for it",
-            hint=f"if the host was really reinstalled, remove that line (ssh-keygen -R '{name}' -f {first.file}) "
-                 "and verify the new key; otherwise someone may be intercepting the connection "
-                 "(--trust-new-host never overrides a changed key)")
 
     def _drop(self) -> None:
         legs, self._legs, self._conn, self._sftp = self._legs, [], None, None
@@ -459,10 +421,42 @@ class SshTransport(Transport):
 
 @dataclass
 class _Leg:
-    """One hop's unopened Connection; ``label`` names it in errors (None: the destination, by address)."""
+    """One hop's unopened Connection; ``label`` names it in errors (None: the destination, by address).
+    The first hop may be reached through a ``ProxyCommand``."""
 
     conn: Any
     label: str | None
+    proxy_command: str | None = None
+
+
+def _start_proxy_command(command: str, timeout: float) -> Any:
+    """The ProxyCommand as a socket-like object, ``%h``/``%p`` already expanded by the SSH config lookup.
+
+    paramiko's own class spins until the timeout once the command has exited; this one reads EOF as
+    EOF, so a refused jump gives its error at once.
+    """
+    import select
+
+    from paramiko.proxy import ProxyCommand
+
+    class Proxy(ProxyCommand):
+        def recv(self, size: int) -> bytes:
+            ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+            if not ready:
+                raise socket.timeout()
+            return os.read(self.process.stdout.fileno(), size)
+
+        def close(self) -> None:
+            if self.process.poll() is None:
+                self.process.terminate()
+
+    try:
+        proxy = Proxy(command)
+    except (OSError, ValueError) as exc:
+        raise TransportError(f"cannot start the ProxyCommand {command!r}: {exc}",
+                             hint="fix the ProxyCommand line in the SSH config") from exc
+    proxy.settimeout(timeout)
+    return proxy
 
 
 def _close(legs: list[_Leg]) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import HostKeyError, InputError
+from orchestrator.errors import HostKeyError, InputError, TransportError
 from orchestrator.transport.hostkeys import fingerprint
 from orchestrator.transport.ssh import SshTransport
 from tests.integration.test_remote import RemoteProject, remote  # noqa: F401  (the fixture)
@@ -158,3 +159,30 @@ def test_cli_pct_checks_the_node_and_a_jump_host_in_front_of_it(remote, testbed,
     res = remote.cli("status", "--ct", "201", "--trust-new-host")
     assert res.exit_code == 3 and f"host key for the Proxmox node {node.name}" in res.output
     assert "CHANGED" in res.output
+
+
+def proxy_command(testbed, known_hosts: Path) -> str:
+    """``ssh -W`` through the node: OpenSSH itself checks the node's key against ``known_hosts``."""
+    node = testbed.node
+    return (f"ssh -i {testbed.key_path} -o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes "
+            f"-o BatchMode=yes -o IdentitiesOnly=yes -p {node.port} -W %h:%p root@{node.address}")
+
+
+def test_through_a_proxy_command_the_destination_is_still_checked(testbed, ct200, tmp_path):
+    openssh_known = tmp_path / "openssh_known_hosts"
+    openssh_known.write_text(testbed.node.host_key_line + "\n")
+    ssh_config(testbed, tmp_path, ct200={"HostName": ct200.address,
+                                         "ProxyCommand": proxy_command(testbed, openssh_known)})
+    with pytest.raises(HostKeyError, match=f"unknown host key for {ct200.address}: "):
+        via(testbed, tmp_path, "ct200", []).run(["true"])
+    (tmp_path / "known_hosts").unlink()
+    with via(testbed, tmp_path, "ct200", [ct200.host_key_line]) as t:
+        assert t.run(["hostname"]).stdout == b"ct200\n"
+    openssh_known.write_text("")  # the hop inside the command is OpenSSH's to check, and it refuses
+    begin = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        via(testbed, tmp_path, "ct200", []).run(["true"])
+    assert not isinstance(info.value, HostKeyError) and time.monotonic() - begin < 3  # not the 5 s timeout
+    assert info.value.message == f"the ProxyCommand for {ct200.address} exited with code 255: " \
+                                 "Host key verification failed."
+    assert "ProxyJump" in info.value.hint
