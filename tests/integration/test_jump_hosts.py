@@ -105,6 +105,14 @@ def test_two_jump_hosts_are_passed_in_order_and_each_is_checked(testbed, ct200, 
     assert key_of(ct201.host_key_line) in recorded and key_of(testbed.node.host_key_line) in recorded
 
 
+def test_a_destination_the_jump_host_cannot_reach_is_a_transport_error_naming_both(testbed, ct200, tmp_path):
+    ssh_config(testbed, tmp_path, ct200={"HostName": ct200.address, "Port": 2999, "ProxyJump": "bastion"})
+    with pytest.raises(TransportError) as info:
+        via(testbed, tmp_path, "ct200", [testbed.node.host_key_line]).run(["true"])
+    assert info.value.message.startswith(f"{BASTION} cannot reach {ct200.address}:2999: ")
+    assert "AllowTcpForwarding" in info.value.hint
+
+
 def test_a_proxy_jump_loop_is_an_input_error(testbed, tmp_path):
     ssh_config(testbed, tmp_path, a={"ProxyJump": "b"}, b={"ProxyJump": "a"})
     with pytest.raises(InputError, match="ProxyJump loops: a -> b -> a"):
