@@ -155,8 +155,9 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
         node_host = px.node_ssh.host or info.node
         target.info.update(node_ssh=f"{px.node_ssh.user}@{node_host}")
         vmid = info.vmid
+        node_kw = dict(ssh_kw, role=f"the Proxmox node {info.node}")
         target.connect = lambda: PctTransport(
-            _ssh(node_host, px.node_ssh.port, px.node_ssh.user, identity, trust_new_host, ssh_kw), vmid)
+            _ssh(node_host, px.node_ssh.port, px.node_ssh.user, identity, trust_new_host, node_kw), vmid)
         return target
     address = spec.address or info.address
     if not address:

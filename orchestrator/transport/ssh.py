@@ -1,11 +1,12 @@
 """The SSH target: one strictly host-key-checked connection per transport, reused for every call.
 
-This module and its known_hosts helpers (``hostkeys.py``) are the only ones that import fabric or
+This module and its known_hosts policy (``hostkeys.py``) are the only ones that import fabric or
 paramiko, always inside functions, so that ``orch --help`` never pays for them. Every paramiko/socket
 exception is translated here:
 
     unknown host key            -> HostKeyError (with the SHA256 fingerprint; --trust-new-host records it)
     changed host key            -> HostKeyError (always; names the known_hosts file and line)
+    (both for every hop: each ProxyJump jump host is opened here, never by fabric's AutoAddPolicy)
     refused / unreachable       -> TransportError (retried with backoff, connecting only)
     no banner / no answer       -> TransportTimeout (within the connect timeout, not retried)
     bad key or user             -> TransportError
@@ -22,11 +23,13 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HostKeyError, InputError, OrchError, TransportError, TransportTimeout
 from .base import Input, Result, Transport, pieces
-from .hostkeys import KnownEntry, find_known_entries, fingerprint, known_hosts_name
+from .hostkeys import KnownHosts, known_hosts_name
+from .jumps import describe_jump, plan_route
 
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.config/orch/known_hosts")
 DEFAULT_TRUST_FILE = "~/.config/orch/known_hosts"
@@ -40,7 +43,9 @@ class SshTransport(Transport):
 
     ``connect_timeout=None`` takes ``ConnectTimeout`` from the SSH config, else 10 s. The same
     limit bounds the TCP connect, the server banner, the key exchange and authentication, so a
-    host that accepts TCP but never answers fails in time.
+    host that accepts TCP but never answers fails in time. Jump hosts from ``ProxyJump`` are opened
+    here too, each checked like the destination; ``role`` (e.g. "the Proxmox node pve1") names the
+    destination in host-key errors.
     """
 
     def __init__(
@@ -59,6 +64,7 @@ class SshTransport(Transport):
         keepalive: int = 5,
         connect_retries: int = 2,
         backoff: float = 0.5,
+        role: str | None = None,
     ) -> None:
         super().__init__()
         self.host = host
@@ -66,25 +72,25 @@ class SshTransport(Transport):
         self.user = user
         self.identity_file = identity_file
         self.ssh_config_file = ssh_config_file
-        self.trust_file = os.path.expanduser(trust_file)
         files = [os.path.expanduser(f) for f in (known_hosts_files or DEFAULT_KNOWN_HOSTS)]
-        self.known_hosts_files = list(dict.fromkeys([*files, self.trust_file]))
-        self.trust_new_host = trust_new_host
+        self.host_keys = KnownHosts(files, os.path.expanduser(trust_file), trust_new_host)
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self.keepalive = keepalive
         self.connect_retries = connect_retries
         self.backoff = backoff
+        self.role = role
         self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
         self._timeout = connect_timeout if connect_timeout is not None else DEFAULT_CONNECT_TIMEOUT
         self._conn: Any = None
+        self._legs: list[_Leg] = []
         self._sftp: Any = None
         self._lock = threading.Lock()
 
     # -- connecting -------------------------------------------------------------------------------
 
     def _connection(self) -> Any:
-        """The open fabric Connection, connecting (with retries) on first use."""
+        """The open fabric Connection to the destination, opening every hop (with retries) on first use."""
         with self._lock:
             if self._conn is not None and self._conn.transport is not None and self._conn.transport.is_active():
                 return self._conn
@@ -92,26 +98,32 @@ class SshTransport(Transport):
                 self._drop()
             attempt = 0
             while True:
-                conn = self._new_connection()
+                legs = self._new_route()
                 try:
-                    self._open(conn)
+                    for index, leg in enumerate(legs):
+                        self._open(leg, self._channel(legs[index - 1], leg) if index else None)
                     break
                 except _Retryable as exc:
-                    conn.close()
+                    _close(legs)
                     if attempt >= self.connect_retries:
                         raise exc.error from exc.__cause__
                     time.sleep(self.backoff * (2 ** attempt))
                     attempt += 1
                 except BaseException:
-                    conn.close()
+                    _close(legs)
                     raise
-            self._conn = conn
+            self._legs = legs
+            self._conn = conn = legs[-1].conn
             self.stats.connections += 1
             if self.keepalive:
-                conn.transport.set_keepalive(self.keepalive)
+                for leg in legs:
+                    leg.conn.transport.set_keepalive(self.keepalive)
             return conn
 
-    def _new_connection(self) -> Any:
+    def _new_route(self) -> list[_Leg]:
+        """One unopened Connection per hop, first hop first: the jump hosts of ``ProxyJump``, then the
+        destination. fabric would build jump hosts itself with paramiko's AutoAddPolicy; here every hop
+        gets the same strict host-key policy, timeouts and key."""
         from fabric import Config, Connection
 
         # paramiko logs every failed handshake with a traceback; our errors already say it all.
@@ -122,60 +134,92 @@ class SshTransport(Transport):
         except FileNotFoundError as exc:
             raise InputError(f"SSH config file {self.ssh_config_file} does not exist",
                              hint="fix the path or leave it unset to use ~/.ssh/config") from exc
-        conn = Connection(self.host, user=self.user, port=self.port, config=config)
-        timeout = self.connect_timeout if self.connect_timeout is not None else float(conn.connect_timeout or DEFAULT_CONNECT_TIMEOUT)
-        self._timeout = timeout
+        route = plan_route(self.host, config.base_ssh_config.lookup)
+        dest = Connection(self.host, user=self.user, port=self.port, config=config, gateway=False)
+        self._timeout = self.connect_timeout if self.connect_timeout is not None else \
+            float(dest.connect_timeout or DEFAULT_CONNECT_TIMEOUT)
+        legs = []
+        for hop in route.hops:
+            conn = Connection(hop.alias, user=hop.user, port=hop.port, config=config, gateway=False)
+            legs.append(self._prepare(conn, describe_jump(hop.alias, conn.host, conn.port)))
+        legs.append(self._prepare(dest, f"{self.role} ({dest.host}:{dest.port})" if self.role else None))
+        legs[0].proxy_command = route.proxy_command
+        self.description = f"{dest.user}@{dest.host}:{dest.port}"
+        return legs
+
+    def _prepare(self, conn: Any, label: str | None) -> _Leg:
         conn.connect_timeout = None
         kwargs = dict(conn.connect_kwargs)
         if self.identity_file:
             kwargs["key_filename"] = [os.path.expanduser(self.identity_file), *(kwargs.get("key_filename") or [])]
+        timeout = self._timeout
         kwargs.update(timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout)
         conn.connect_kwargs = kwargs
-        self.description = f"{conn.user}@{conn.host}:{conn.port}"
-        self._install_host_keys(conn)
-        return conn
+        self.host_keys.install(conn.client, label)
+        return _Leg(conn, label)
 
-    def _install_host_keys(self, conn: Any) -> None:
-        """Strict checking: load every known_hosts file; unknown keys go to our policy, never auto-added."""
+    def _channel(self, via: _Leg, leg: _Leg) -> Any:
+        """A direct-tcpip channel from the previous hop to this one's address (what ``ssh -W`` does)."""
         import paramiko
 
-        client = conn.client
-        keys = client.get_host_keys()
-        for path in self.known_hosts_files:
-            if os.path.isfile(path):
-                try:
-                    keys.load(path)
-                except (OSError, paramiko.SSHException) as exc:
-                    raise HostKeyError(f"cannot read known_hosts file {path}: {exc}",
-                                       hint="fix or remove the broken line") from exc
+        conn, where = leg.conn, f"{leg.conn.host}:{leg.conn.port}"
+        try:
+            return via.conn.transport.open_channel("direct-tcpip", dest_addr=(conn.host, int(conn.port)),
+                                                   src_addr=("", 0), timeout=self._timeout)
+        except paramiko.ChannelException as exc:
+            error = TransportError(f"{via.label} cannot reach {where}: {exc.text}",
+                                   hint="check that the host is up, that the jump host can reach it, and that "
+                                        "the jump host allows TCP forwarding (AllowTcpForwarding)")
+            if exc.code == 1:  # administratively prohibited: retrying cannot help
+                raise error from exc
+            raise _Retryable(error) from exc
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise _Retryable(TransportError(f"{via.label} did not open a channel to {where}: {exc}",
+                                            hint="check the jump host and retry")) from exc
 
-        transport = self
+    def _open(self, leg: _Leg, sock: Any = None) -> None:
+        """One connect attempt, through ``sock`` (a channel from the previous hop), a ProxyCommand, or TCP.
 
-        class Policy(paramiko.MissingHostKeyPolicy):
-            def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-                transport._unknown_host(client, hostname, key)
+        A ProxyCommand is an external program: orch checks the key of the host it leads to, and the
+        command checks whatever it passes through (``ssh -W`` does, with OpenSSH's own known_hosts).
+        """
+        proxy = None
+        if sock is None and leg.proxy_command:
+            sock = proxy = _start_proxy_command(leg.proxy_command, self._timeout)
+        try:
+            self._handshake(leg, sock)
+        except (TransportError, _Retryable) as exc:
+            code = None if proxy is None or isinstance(exc, HostKeyError) else proxy.process.poll()
+            if proxy is not None:
+                proxy.close()
+            if code is None:  # the command still ran: the failure is the far side's, already translated
+                raise
+            tail = proxy.process.stderr.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+            raise TransportError(
+                f"the ProxyCommand for {leg.label or leg.conn.host} exited with code {code}"
+                + (f": {tail[0]}" if tail else ""),
+                hint="run the command by hand to see why; with ssh -W, OpenSSH checks the jump host's key "
+                     "itself (UserKnownHostsFile, StrictHostKeyChecking); ProxyJump lets orch check it") from exc
 
-        client.set_missing_host_key_policy(Policy())
-
-    def _open(self, conn: Any) -> None:
-        """One connect attempt, with every failure translated; retryable ones wrapped in _Retryable."""
+    def _handshake(self, leg: _Leg, sock: Any) -> None:
+        """One SSH handshake, with every failure translated; retryable ones wrapped in _Retryable."""
         import paramiko
         from paramiko.ssh_exception import NoValidConnectionsError
 
-        where = f"{conn.host}:{conn.port}"
+        conn = leg.conn
+        where = leg.label or f"{conn.host}:{conn.port}"
         begin = time.monotonic()
         try:
-            if not conn.gateway:
-                conn.connect_kwargs["sock"] = self._socket(conn.host, conn.port)
+            conn.connect_kwargs["sock"] = sock if sock is not None else self._socket(conn.host, conn.port)
             conn.open()
         except paramiko.BadHostKeyException as exc:
-            name = known_hosts_name(conn.host, conn.port)
-            raise self._changed(name, exc.key, find_known_entries(self.known_hosts_files, name)) from exc
+            raise self.host_keys.changed(known_hosts_name(conn.host, conn.port), exc.key, leg.label) from exc
         except paramiko.AuthenticationException as exc:
+            who = f"{conn.user}@{where}" if leg.label is None else f"{where} (user {conn.user})"
             raise TransportError(
-                f"{conn.user}@{where} refused every key offered ({exc})",
+                f"{who} refused every key offered ({exc})",
                 hint="check the user (User in ~/.ssh/config or --user) and that your public key is in "
-                     "the target's ~/.ssh/authorized_keys; pass the key with IdentityFile",
+                     "the host's ~/.ssh/authorized_keys; pass the key with IdentityFile",
             ) from exc
         except NoValidConnectionsError as exc:
             raise _Retryable(TransportError(
@@ -215,41 +259,9 @@ class SshTransport(Transport):
             hint="the host may be down, frozen or filtered; check it, or raise ConnectTimeout / "
                  "[transport] connect_timeout if it is just slow")
 
-    def _unknown_host(self, client: Any, name: str, key: Any) -> None:
-        """Called by paramiko for a key not in known_hosts: refuse, or record it with --trust-new-host."""
-        known = find_known_entries(self.known_hosts_files, name)
-        if known:
-            raise self._changed(name, key, known)
-        if not self.trust_new_host:
-            raise HostKeyError(
-                f"unknown host key for {name}: {key.get_name()} {fingerprint(key.asbytes())}",
-                hint="verify this fingerprint with the host's owner (ssh-keygen -lf on the host), then rerun "
-                     "with --trust-new-host to record it, or add it with ssh-keyscan / one ssh login")
-        self._record(name, key)
-        client.get_host_keys().add(name, key.get_name(), key)
-
-    def _record(self, name: str, key: Any) -> None:
-        folder = os.path.dirname(self.trust_file) or "."
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        fd = os.open(self.trust_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            fh.write(f"{name} {key.get_name()} {key.get_base64()}\n")
-        os.chmod(self.trust_file, 0o600)
-
-    def _changed(self, name: str, key: Any, known: list[KnownEntry]) -> HostKeyError:
-        """A changed key is refused always, --trust-new-host or not, naming the line to fix."""
-        first = known[0] if known else KnownEntry("a known_hosts file", 0, "different")
-        return HostKeyError(
-            f"host key for {name} CHANGED: it now offers {key.get_name()} {fingerprint(key.asbytes())}, but "
-            f"{first.file} line {first.line} lists a {first.key_type} key for it",
-            hint=f"if the host was really reinstalled, remove that line (ssh-keygen -R '{name}' -f {first.file}) "
-                 "and verify the new key; otherwise someone may be intercepting the connection "
-                 "(--trust-new-host never overrides a changed key)")
-
     def _drop(self) -> None:
-        conn, self._conn, self._sftp = self._conn, None, None
-        if conn is not None:
-            conn.close()
+        legs, self._legs, self._conn, self._sftp = self._legs, [], None, None
+        _close(legs)
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -421,6 +433,52 @@ class SshTransport(Transport):
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+@dataclass
+class _Leg:
+    """One hop's unopened Connection; ``label`` names it in errors (None: the destination, by address).
+    The first hop may be reached through a ``ProxyCommand``."""
+
+    conn: Any
+    label: str | None
+    proxy_command: str | None = None
+
+
+def _start_proxy_command(command: str, timeout: float) -> Any:
+    """The ProxyCommand as a socket-like object, ``%h``/``%p`` already expanded by the SSH config lookup.
+
+    paramiko's own class spins until the timeout once the command has exited; this one reads EOF as
+    EOF, so a refused jump gives its error at once.
+    """
+    import select
+
+    from paramiko.proxy import ProxyCommand
+
+    class Proxy(ProxyCommand):
+        def recv(self, size: int) -> bytes:
+            ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+            if not ready:
+                raise socket.timeout()
+            return os.read(self.process.stdout.fileno(), size)
+
+        def close(self) -> None:
+            if self.process.poll() is None:
+                self.process.terminate()
+
+    try:
+        proxy = Proxy(command)
+    except (OSError, ValueError) as exc:
+        raise TransportError(f"cannot start the ProxyCommand {command!r}: {exc}",
+                             hint="fix the ProxyCommand line in the SSH config") from exc
+    proxy.settimeout(timeout)
+    return proxy
+
+
+def _close(legs: list[_Leg]) -> None:
+    """Close the destination first, then the jump hosts its channel ran through."""
+    for leg in reversed(legs):
+        leg.conn.close()
 
 
 class _Retryable(Exception):
