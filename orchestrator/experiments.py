@@ -100,7 +100,13 @@ class Experiment(BaseModel):
         """The record as ``orch experiments show --json`` prints it."""
         out = self.model_dump(exclude={"revision_files", "git_diff"})
         out["files"] = len(self.revision_files)
+        out["secrets"] = self.secret_names
         return out
+
+    @property
+    def secret_names(self) -> list[str]:
+        """The names of the secrets the run received (their values are never recorded)."""
+        return list((self.config.get("project") or {}).get("secrets") or [])
 
 
 class Registry:

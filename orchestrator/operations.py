@@ -42,6 +42,7 @@ class Launch:
     inputs: Inputs
     revision: Revision | None = None
     env: dict = field(default_factory=dict)
+    secrets: dict = field(default_factory=dict, repr=False)  # name -> value: only ever sent in the agent's stdin
     config: dict = field(default_factory=dict)
     batching_plan: dict | None = None
     inherited: dict = field(default_factory=dict)  # a restart's revision files and git facts, from its parent
@@ -303,7 +304,8 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
         elif isinstance(step, StartRun):
             assert exp is not None
             ops.append(Op("run_start", {"exp_id": exp.id, "project": project, "revision": exp.revision,
-                                        "argv": exp.command, "env": launch.env, "experiment": _experiment_json(exp),
+                                        "argv": exp.command, "env": launch.env, "secrets": dict(launch.secrets),
+                                        "experiment": _experiment_json(exp),
                                         "batching": exp.batching}))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:

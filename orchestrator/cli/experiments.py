@@ -50,7 +50,8 @@ def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")
                                                         else ""))
     for label, value in (("message", exp.message), ("target", exp.target), ("revision", exp.revision),
                          ("git", f"{exp.git_commit or '-'}{' (dirty)' if exp.git_dirty else ''}"),
-                         ("command", shlex.join(exp.command)), ("parent", exp.parent),
+                         ("command", shlex.join(exp.command)), ("secrets", ", ".join(exp.secret_names)),
+                         ("parent", exp.parent),
                          ("created", render.when(exp.created)), ("started", render.when(exp.started)),
                          ("ended", render.when(exp.ended)),
                          ("checkpoints", f"{exp.checkpoints_action or '-'}"

@@ -162,10 +162,11 @@ def register(app: typer.Typer) -> None:
         from .. import prepare
 
         settings = common.settings(ctx, set_)
+        secret = prepare.secret_values(settings)  # a missing secret stops here, before the target is touched
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
         launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
-                                yes=yes, confirm=confirm, echo=render.say)
+                                yes=yes, confirm=confirm, echo=render.say, secret=secret)
         launch.wait = settings.run.wait if wait is None else wait
         _run(launch, settings, dry_run, as_json, (target, ct))
 
@@ -218,8 +219,9 @@ def register(app: typer.Typer) -> None:
         from .. import prepare
 
         settings = common.settings(ctx, set_)
+        secret = prepare.secret_values(settings) if prepare.launches(file) else None
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
         launch = prepare.play(settings, tgt, file, message=message, clean=clean_checkpoints, purge=False, yes=yes,
-                              confirm=confirm, echo=render.say)
+                              confirm=confirm, echo=render.say, secret=secret)
         _run(launch, settings, dry_run, as_json, (target, ct))
