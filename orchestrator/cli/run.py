@@ -182,6 +182,10 @@ def register(app: typer.Typer) -> None:
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
         with common.registry(settings) as reg:
+            if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
+                from ..status import recover
+
+                recover(settings, tgt, reg)
             launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge,
                                      purge=purge, yes=yes, confirm=confirm, echo=render.say)
         launch.wait = settings.run.wait if wait is None else wait
