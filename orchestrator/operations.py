@@ -11,7 +11,8 @@ If phase 2 fails the new experiment is marked ``failed`` with the error, never l
 If it is interrupted (Ctrl-C, SIGTERM, SIGHUP, a dropped link), the agent finishes the step in progress
 and stops at the next one; orch then asks the target what was done, records that, and says it in one
 line (``Interrupted``). If orch itself is killed (SIGKILL), the row's launch lock (``launch_guard``) is
-dropped by the kernel and the next command that reaches the target settles it (``status.recover``). With ``wait`` the run is watched until its first metric line, its end, or the time.
+dropped by the kernel and the next command that reaches the target settles it (``status.recover``).
+With ``wait`` the run is watched until its first metric line, its end, or the time.
 """
 
 from __future__ import annotations

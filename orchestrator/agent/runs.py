@@ -1,8 +1,9 @@
 """Runs in tmux: start, supervise, stop gracefully, and discover how they ended.
 
 Every run lives in ``runs/<id>/``: ``experiment.json`` (the record), ``launch.json`` (argv, cwd,
-env, the names of its secrets; their values pass through a pipe, see ``handover.py``), ``train.log`` (all output), ``pid.json`` and ``exit.json`` (written by the supervisor, because
-tmux 3.3a loses dead panes' exit statuses). The tmux pane runs the supervisor, never a shell string.
+env, the names of its secrets: their values pass through a pipe, see ``handover.py``), ``train.log``
+(all output), ``pid.json`` and ``exit.json`` (written by the supervisor, because tmux 3.3a loses dead
+panes' exit statuses). The tmux pane runs the supervisor, never a shell string.
 """
 
 from __future__ import annotations
