@@ -21,7 +21,7 @@ def _fields(exp: Experiment) -> dict:
     fields: dict = {}
     _flat("batching", exp.batching, fields)
     fields.update({"revision": exp.revision, "command": shlex.join(exp.command), "target": exp.target,
-                   "git_commit": exp.git_commit, "parent": exp.parent})
+                   "git_commit": exp.git_commit, "parent": exp.parent, "secrets": ", ".join(exp.secret_names)})
     env = (exp.config.get("project") or {}).get("env") or {}
     _flat("env", env, fields)
     rest: dict = {}

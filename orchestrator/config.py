@@ -5,7 +5,8 @@
 ``orch.toml`` is found by walking up from the working directory (like git); ``--config PATH`` or
 ``ORCH_CONFIG`` names it explicitly. Every layer is merged into one dict first and validated once by
 pydantic, so an error can name the file (or variable, or flag), the key, the bad value and what is
-allowed. Secrets (the Proxmox API token) are never configuration values: see ``proxmox.load_token``.
+allowed. Secrets are never configuration values: the Proxmox API token (``proxmox.load_token``) and the
+values of ``[project] secrets`` (only their names are settings; ``secrets.collect`` reads the values).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class ProjectSection(_Section):
     sources: list[str] = Field(default_factory=lambda: ["."])
     command: str | list[str] = "python3 train.py"
     env: dict[str, str] = Field(default_factory=dict)
+    secrets: list[str] = Field(default_factory=list)  # names only; values: environment or .orch/secrets.env
     total_steps: int | None = None
 
     @field_validator("name")
@@ -50,6 +52,25 @@ class ProjectSection(_Section):
             if os.path.isabs(s) or ".." in Path(s).parts:
                 raise ValueError(f"{s!r} must be a path inside the project folder")
         return v
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: list[str]) -> list[str]:
+        import re
+
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not an environment variable name (letters, digits, '_')")
+        if len(set(v)) != len(v):
+            raise ValueError("names a secret twice")
+        return v
+
+    @model_validator(mode="after")
+    def _secrets_not_in_env(self) -> "ProjectSection":
+        both = sorted(set(self.secrets) & set(self.env))
+        if both:
+            raise ValueError(f"{', '.join(both)} is both in env (a recorded value) and in secrets; keep it in secrets")
+        return self
 
     @field_validator("env", mode="before")
     @classmethod

@@ -18,7 +18,7 @@ place (``cli/main.py``).
     ├── ConflictError              exit 5   the target is busy (lock held, run in progress)
     ├── SafetyError                exit 6   refused to touch something unsafe (checkpoint paths)
     ├── NotFoundError              exit 7   no such experiment / trash entry / playbook
-    └── Interrupted                exit 130 Ctrl-C: the message says what was done on the target
+    └── Interrupted                exit 130 Ctrl-C (SIGTERM 143, SIGHUP 129): says what was done on the target
 """
 
 from __future__ import annotations
@@ -83,6 +83,11 @@ class NotFoundError(OrchError):
 
 
 class Interrupted(OrchError):
-    """Ctrl-C during an operation; the message is the one-line truth of what the target did."""
+    """Ctrl-C (or SIGTERM, SIGHUP) during an operation; the message is the one-line truth of what the target did."""
 
     exit_code = 130
+
+    def __init__(self, message: str, hint: str | None = None, exit_code: int | None = None) -> None:
+        super().__init__(message, hint)
+        if exit_code is not None:
+            self.exit_code = exit_code

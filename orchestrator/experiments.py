@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .errors import NotFoundError, OrchError
+from .launch_guard import LaunchGuard, forget, launcher_alive
 
 STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed")
 ENDED = ("finished", "crashed", "stopped")  # a run that ran and is over
@@ -100,7 +101,13 @@ class Experiment(BaseModel):
         """The record as ``orch experiments show --json`` prints it."""
         out = self.model_dump(exclude={"revision_files", "git_diff"})
         out["files"] = len(self.revision_files)
+        out["secrets"] = self.secret_names
         return out
+
+    @property
+    def secret_names(self) -> list[str]:
+        """The names of the secrets the run received (their values are never recorded)."""
+        return list((self.config.get("project") or {}).get("secrets") or [])
 
 
 class Registry:
@@ -152,8 +159,11 @@ class Registry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def create(self, min_id: int = 1, **fields: Any) -> Experiment:
-        """A new experiment numbered after every earlier one, and at least ``min_id``."""
+    def create(self, min_id: int = 1, launcher: LaunchGuard | None = None, **fields: Any) -> Experiment:
+        """A new experiment numbered after every earlier one, and at least ``min_id``.
+
+        ``launcher`` takes its lock before the row is visible, so no reader sees the row without it.
+        """
         fields.setdefault("created", time.time())
         fields.setdefault("status", "launching")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
@@ -161,6 +171,8 @@ class Registry:
         try:
             last = self.db.execute("SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'").fetchone()[0]
             row["id"] = max(int(last or 0) + 1, min_id)
+            if launcher is not None:
+                launcher.hold(row["id"])
             cols = ", ".join(row)
             marks = ", ".join("?" for _ in row)
             self.db.execute(f"INSERT INTO experiments ({cols}) VALUES ({marks})", list(row.values()))
@@ -211,16 +223,38 @@ class Registry:
         return [self._from_row(r) for r in self.db.execute(sql, args)]
 
     def latest(self, machine: str, target: str | None = None) -> Experiment | None:
-        """The newest experiment on ``machine`` that reached it (launches that failed do not count).
+        """The newest experiment on ``machine`` that reached it (failed or still launching ones do not count).
 
         A running one comes first: two deploys racing are numbered before they queue for the target's lock,
         so the higher id can be the one the other replaced. Rows recorded before machines were
         (``machine`` NULL) match by their ``target`` name.
         """
         row = self.db.execute("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
-                              "AND status != 'failed' ORDER BY status = 'running' DESC, id DESC LIMIT 1",
-                              (machine, target)).fetchone()
+                              "AND status NOT IN ('failed', 'launching') ORDER BY status = 'running' DESC, id DESC "
+                              "LIMIT 1", (machine, target)).fetchone()
         return self._from_row(row) if row else None
+
+    def orphans(self, machine: str, target: str | None, project: str) -> list[Experiment]:
+        """``launching`` experiments of ``project`` on ``machine`` whose launching process is gone."""
+        rows = self.db.execute("SELECT id FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
+                               "AND project = ? AND status = 'launching' ORDER BY id", (machine, target, project))
+        found = []
+        for (exp_id,) in rows.fetchall():
+            if not launcher_alive(self.path.parent, exp_id):
+                exp = self.get(exp_id)  # read again: its launcher may have recorded it just before leaving
+                if exp.status == "launching":
+                    found.append(exp)
+        return found
+
+    def orphaned(self, exp: Experiment) -> bool:
+        """Whether ``exp`` is a launch whose process is gone and whose target has not been asked yet."""
+        return exp.status == "launching" and not launcher_alive(self.path.parent, exp.id)
+
+    def settle(self, exp_id: int, **fields: Any) -> Experiment:
+        """Record what the target said about an orphaned launch; its lock file goes with it."""
+        exp = self.update(exp_id, **fields)
+        forget(self.path.parent, exp_id)
+        return exp
 
     def save_metrics(self, exp_id: int, log_offset: int, series: dict, summary: dict) -> None:
         self.db.execute(

@@ -53,17 +53,25 @@ def record_wait(registry: Registry, out: Outcome) -> None:
                                          ended=waited.get("ended") or time.time())
 
 
-def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome) -> str:
+def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome,
+              how: str = "interrupted") -> str:
     """After an interrupted apply: ask the target what was done, record it, and say it in one line.
 
     The call waits for the target's lock, so the interrupted agent has finished its step by then.
+    ``how`` says what interrupted it ("interrupted", "interrupted by SIGTERM"); it goes into the record.
     """
     settings, target = launch.settings, launch.target
     old = probe["alive"] if launch.book.has("stop_run") else []
     ids = [*old, *([exp.id] if exp is not None else [])]
     ops = [Op("status", {"project": settings.project.name, "ids": ids, "tail": False, "gpus": False})]
     grace = settings.run.stop_timeout + settings.run.term_timeout + settings.run.lock_timeout + 10
-    launch.echo(f"orch: interrupted; asking {target.label} what was done (Ctrl-C again to leave now)")
+    if exp is not None:  # recorded at once: if orch is killed while asking, the row already says why
+        out.experiment = registry.update(exp.id, status="failed", ended=time.time(),
+                                         error=f"{how}; the target was not yet asked what was done")
+    try:
+        launch.echo(f"orch: {how}; asking {target.label} what was done (Ctrl-C again to leave now)")
+    except OSError:
+        pass  # SIGHUP: the terminal is gone, the record still matters
     try:
         assert target.connect is not None
         with target.connect() as transport:
@@ -72,27 +80,28 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     except (OrchError, KeyboardInterrupt) as exc:
         if exp is not None:
             out.experiment = registry.update(exp.id, status="failed", ended=time.time(),
-                                             error="interrupted; the target could not be asked what was done")
+                                             error=f"{how}; the target could not be asked what was done")
         why = exc.message if isinstance(exc, OrchError) else "interrupted again"
         return f"what the target did is unknown ({why}); orch status tells once it answers"
     runs = {r["id"]: r for r in values[0]["runs"]}
     now = time.time()
     stopped = [i for i in old if runs.get(i, {}).get("state") in ENDED]
     for i in stopped:
-        update_quietly(registry, i, status=runs[i]["state"], exit_code=runs[i].get("exit_code"),
+        update_quietly(registry, i, launch, status=runs[i]["state"], exit_code=runs[i].get("exit_code"),
                         ended=runs[i].get("ended") or now)
     out.stopped = [{"id": i, "state": runs[i]["state"], "exit_code": runs[i].get("exit_code"), "signals": []}
                    for i in stopped]
     new = runs.get(exp.id) if exp is not None else None
     done = []
     if new is not None and exp is not None:
-        fields: dict = {"status": new["state"], "started": new.get("started") or now}
-        if new["state"] in ENDED:
+        state = "running" if new["state"] == "launching" else new["state"]
+        fields: dict = {"status": state, "started": new.get("started") or now, "error": None, "ended": None}
+        if state in ENDED:
             fields.update(exit_code=new.get("exit_code"), ended=new.get("ended") or now)
         out.experiment = registry.update(exp.id, **fields)
         done.append(f"new run {exp.id} started ({new['state']})")
     elif exp is not None:
-        out.experiment = registry.update(exp.id, status="failed", ended=now, error="interrupted before it started")
+        out.experiment = registry.update(exp.id, status="failed", ended=now, error=f"{how} before it started")
     if stopped:
         done.append(f"old run {', '.join(map(str, stopped))} stopped")
     if not done:
@@ -102,8 +111,13 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     return "; ".join(done)
 
 
-def update_quietly(registry: Registry, exp_id: int, **fields: Any) -> None:
+def update_quietly(registry: Registry, exp_id: int, launch: Launch, **fields: Any) -> None:
+    """Record a run the target stopped, if it is this registry's (same machine and project), else nothing."""
+    from .status import belongs
+
     try:
-        registry.update(exp_id, **fields)
+        exp = registry.get(exp_id)
     except OrchError:
-        pass  # a run this registry never recorded (another clone's)
+        return  # a run this registry never recorded (another clone's)
+    if belongs(exp, launch.target, launch.settings.project.name):
+        registry.update(exp_id, **fields)

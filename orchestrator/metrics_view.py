@@ -182,7 +182,7 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
         state["step_seen"] = run.get("log_mtime")
     state["complete"] = run.get("state") in ENDED and offset >= value["size"]
     if run.get("id") == exp.id:
-        sync(registry, [run])
+        sync(registry, [run], target, settings.project.name)
         exp = registry.get(exp.id)
     previous = _previous(settings, target, registry, client, exp, with_previous, budget_s)
     out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)

@@ -9,9 +9,11 @@ Execution has two phases so that nothing changes before everything has been chec
    checkpoint folder is safe, stop the old run, move checkpoints, shell steps, start, verify.
 
 If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``.
-If it is interrupted (Ctrl-C, a dropped link), the agent finishes the step in progress and stops at
-the next one; orch then asks the target what was done, records that, and says it in one line
-(``Interrupted``). With ``wait`` the run is watched until its first metric line, its end, or the time.
+If it is interrupted (Ctrl-C, SIGTERM, SIGHUP, a dropped link), the agent finishes the step in progress
+and stops at the next one; orch then asks the target what was done, records that, and says it in one
+line (``Interrupted``). If orch itself is killed (SIGKILL), the row's launch lock (``launch_guard``) is
+dropped by the kernel and the next command that reaches the target settles it (``status.recover``).
+With ``wait`` the run is watched until its first metric line, its end, or the time.
 """
 
 from __future__ import annotations
@@ -21,15 +23,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import launch_result
+from . import launch_result, signals
 from .agent_client import AgentClient, Op
 from .config import Settings
 from .errors import InputError, Interrupted, OrchError, TransportError
 from .experiments import Experiment, Registry
+from .launch_guard import LaunchGuard
 from .metrics import format_size as _size
 from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
 from .revisions import Revision
+from .status import recover
 from .targets import Target
 
 
@@ -43,6 +47,7 @@ class Launch:
     inputs: Inputs
     revision: Revision | None = None
     env: dict = field(default_factory=dict)
+    secrets: dict = field(default_factory=dict, repr=False)  # name -> value: only ever sent in the agent's stdin
     config: dict = field(default_factory=dict)
     batching_plan: dict | None = None
     inherited: dict = field(default_factory=dict)  # a restart's revision files and git facts, from its parent
@@ -82,18 +87,26 @@ def _experiment_json(exp: Experiment) -> dict:
 
 
 def execute(launch: Launch, registry: Registry) -> Outcome:
+    with signals.as_interrupts():  # SIGTERM, SIGHUP: recorded like Ctrl-C, not left "launching"
+        return _execute(launch, registry)
+
+
+def _execute(launch: Launch, registry: Registry) -> Outcome:
     book, target, inputs = launch.book, launch.target, launch.inputs
     settings = launch.settings
     project = settings.project.name
     out = Outcome()
     assert target.connect is not None
     transport = target.connect()
+    guard = LaunchGuard(registry.path.parent)
     try:
         client = AgentClient(transport, target.root, target.python, timeout=settings.ssh.command_timeout)
         try:
+            recover(settings, target, registry, client)  # launches an earlier orch left behind when it was killed
             probe = _probe(launch, client, project)
-        except KeyboardInterrupt:
-            raise Interrupted("interrupted: nothing was changed on the target") from None
+        except KeyboardInterrupt as exc:
+            how, code = signals.describe(exc)
+            raise Interrupted(f"{how}: nothing was changed on the target", exit_code=code) from None
         action = _checkpoint_action(book, inputs)
         writer = _writer(probe)
         if action != "keep":
@@ -102,37 +115,42 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
             _notice_checkpoints(launch, probe.get("inventory"), writer)
         _push(launch, client, probe, out)
         exp = None
-        if book.has("record"):
-            # ids are per project; a target shared with another clone may hold higher run ids already
-            floor = int(probe["status"].get("max_id") or 0)
-            exp = registry.create(min_id=floor + 1, **_record_fields(launch, probe))
-            out.experiment = exp
         try:
+            if book.has("record"):
+                # ids are per project; a target shared with another clone may hold higher run ids already
+                floor = int(probe["status"].get("max_id") or 0)
+                exp = registry.create(min_id=floor + 1, launcher=guard, **_record_fields(launch, probe))
+                out.experiment = exp
             results = _apply(launch, client, project, probe, action, exp, out, writer)
         except (KeyboardInterrupt, TransportError) as exc:
             transport.close()
-            truth = launch_result.reconcile(launch, registry, probe, exp, out)
+            how, code = signals.describe(exc)
+            truth = launch_result.reconcile(launch, registry, probe, exp, out, how)
             if isinstance(exc, TransportError):
                 raise TransportError(f"{exc.message}; {truth}", hint=exc.hint) from None
-            raise Interrupted(f"interrupted: {truth}") from None
+            raise Interrupted(f"{how}: {truth}", exit_code=code) from None
         except BaseException as exc:
             if exp is not None:
                 registry.update(exp.id, status="failed", ended=time.time(), error=str(exc)[:2000])
                 out.experiment = registry.get(exp.id)
             raise
-        _record_results(registry, results, out)
+        _record_results(launch, registry, results, out)
+        guard.release()
         if launch.wait and out.experiment is not None and out.experiment.status == "running":
             try:
                 out.waited = launch_result.wait_first_metric(launch, client, out.experiment)
-            except KeyboardInterrupt:
-                raise Interrupted(f"interrupted while waiting: experiment {out.experiment.id} was started on "
-                                  f"{target.label} and goes on (orch status, orch logs --follow)") from None
+            except KeyboardInterrupt as exc:
+                how, code = signals.describe(exc)
+                raise Interrupted(f"{how} while waiting: experiment {out.experiment.id} was started on "
+                                  f"{target.label} and goes on (orch status, orch logs --follow)",
+                                  exit_code=code) from None
             launch_result.record_wait(registry, out)
         out.stats = {"agent_calls": client.calls, "agent_pushes": client.pushes,
                      "connections": transport.stats.connections, "commands": transport.stats.commands,
                      "bytes_sent": transport.stats.bytes_sent, "agent_ms": client.timings}
         return out
     finally:
+        guard.release()
         transport.close()
 
 
@@ -145,9 +163,10 @@ def _push(launch: Launch, client: AgentClient, probe: dict, out: Outcome) -> Non
     try:
         out.pushed = push.send(client, launch.revision, probe.get("missing") or {}, show=launch.progress,
                                stall=launch.settings.ssh.command_timeout)
-    except KeyboardInterrupt:
-        raise Interrupted("interrupted during the push: nothing was changed on the target; what was sent is "
-                          "kept, and the next deploy sends only the rest") from None
+    except KeyboardInterrupt as exc:
+        how, code = signals.describe(exc)
+        raise Interrupted(f"{how} during the push: nothing was changed on the target; what was sent is kept, "
+                          "and the next deploy sends only the rest", exit_code=code) from None
     except TransportError as exc:
         raise TransportError(f"{exc.message}; nothing was changed on the target, and what was sent is kept",
                              hint="deploy again: only what is still missing is sent") from None
@@ -320,7 +339,8 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
         elif isinstance(step, StartRun):
             assert exp is not None
             ops.append(Op("run_start", {"exp_id": exp.id, "project": project, "revision": exp.revision,
-                                        "argv": exp.command, "env": launch.env, "experiment": _experiment_json(exp),
+                                        "argv": exp.command, "env": launch.env, "secrets": dict(launch.secrets),
+                                        "experiment": _experiment_json(exp),
                                         "batching": exp.batching}))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
@@ -333,12 +353,12 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
     return list(zip(keys, values))
 
 
-def _record_results(registry: Registry, results: list[tuple[str, Any]], out: Outcome) -> None:
+def _record_results(launch: Launch, registry: Registry, results: list[tuple[str, Any]], out: Outcome) -> None:
     now = time.time()
     for key, value in results:
         if key == "stop":
             for run in value["stopped"]:
-                launch_result.update_quietly(registry, int(run["id"]), status=run["state"],
+                launch_result.update_quietly(registry, int(run["id"]), launch, status=run["state"],
                                              exit_code=run["exit_code"], ended=now)
             out.stopped = value["stopped"]
         elif key == "trash":

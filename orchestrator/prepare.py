@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from . import playbooks, revisions
+from . import playbooks, revisions, secrets
 from .config import Settings
 from .errors import InputError, NotFoundError
 from .experiments import Registry
@@ -42,13 +42,26 @@ def resolve_batching(settings: Settings) -> tuple[dict, dict | None]:
     return out, resolved["planned"]
 
 
-def _env(settings: Settings) -> dict:
-    return dict(settings.project.env)
+def secret_values(settings: Settings, names: list[str] | None = None) -> secrets.SecretValues:
+    """The values of the named secrets (default: ``[project] secrets``); an error before anything changes."""
+    return secrets.collect(settings.project.secrets if names is None else names, settings.state_dir)
+
+
+def _env(env: dict, echo: Callable[[str], None]) -> dict:
+    """``[project] env`` as handed to the run, with one warning for keys that look like secrets."""
+    suspicious = secrets.looks_secret(env)
+    if suspicious:
+        what = "looks like a secret" if len(suspicious) == 1 else "look like secrets"
+        echo(f"warning: [project] env {', '.join(suspicious)} {what}: env values are recorded and written to the "
+             "run folder; name them in [project] secrets and keep the values in the environment or .orch/secrets.env")
+    return dict(env)
 
 
 def deploy(settings: Settings, target: Target, *, message: str | None, clean: bool, purge: bool, yes: bool,
            confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
-           book: Playbook | None = None, progress: bool = False) -> Launch:
+           book: Playbook | None = None, secret: secrets.SecretValues | None = None,
+           progress: bool = False) -> Launch:
+    secret = secret_values(settings) if secret is None else secret
     book = book or playbooks.load("deploy", settings.project_dir)
     rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir, progress=progress)
     batching, planned = resolve_batching(settings)
@@ -56,9 +69,9 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
                     files=len(rev.files), size=rev.size, argv=command_argv(settings.project.command),
                     batching=batching, message=message)
-    return Launch(settings, target, book, inputs, revision=rev, env=_env(settings),
-                  config=_public_config(settings), batching_plan=planned, yes=yes, confirm=confirm, echo=echo,
-                  progress=progress)
+    return Launch(settings, target, book, inputs, revision=rev, env=_env(settings.project.env, echo),
+                  secrets=secret, config=_public_config(settings), batching_plan=planned, yes=yes, confirm=confirm,
+                  echo=echo, progress=progress)
 
 
 def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
@@ -67,14 +80,16 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
     if parent is None:
         raise NotFoundError(f"nothing to restart: no experiment on {target.label}",
                             hint="use orch deploy first (or orch use to pick the target you deployed to)")
+    project = parent.config.get("project") or {}
+    secret = secret_values(settings, list(project.get("secrets") or []))  # the parent's, as its env
     book = playbooks.load("restart", settings.project_dir)
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge),
                     revision=parent.revision, files=len(parent.revision_files),
                     size=sum(f.get("size", 0) for f in parent.revision_files), argv=parent.command,
                     batching=parent.batching, parent=parent.id, message=message or parent.message)
-    env = (parent.config.get("project") or {}).get("env") or {}
-    return Launch(settings, target, book, inputs, revision=None, env=dict(env), config=parent.config,
+    env = _env(project.get("env") or {}, echo)
+    return Launch(settings, target, book, inputs, revision=None, env=env, secrets=secret, config=parent.config,
                   batching_plan=parent.batching_plan, yes=yes, confirm=confirm, echo=echo,
                   inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
                              "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})
@@ -85,6 +100,12 @@ def stop(settings: Settings, target: Target, *, echo: Callable[[str], None]) -> 
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints)
     return Launch(settings, target, book, inputs, echo=echo)
+
+
+def launches(path: Path) -> bool:
+    """Whether the playbook at ``path`` pushes a revision or starts a run (then it is built as a deploy)."""
+    book = playbooks.load_file(path)
+    return book.has("push_revision") or book.has("start_run")
 
 
 def play(settings: Settings, target: Target, path: Path, **kw) -> Launch:
@@ -103,5 +124,5 @@ def _action(clean: bool, purge: bool) -> str:
 
 
 def _public_config(settings: Settings) -> dict:
-    """The fully resolved settings as recorded; secrets are never settings, so this is safe to store."""
+    """The fully resolved settings as recorded; secrets are never settings (only their names), so this is safe."""
     return settings.model_dump(mode="json")

@@ -1,8 +1,9 @@
 """Runs in tmux: start, supervise, stop gracefully, and discover how they ended.
 
 Every run lives in ``runs/<id>/``: ``experiment.json`` (the record), ``launch.json`` (argv, cwd,
-env), ``train.log`` (all output), ``pid.json`` and ``exit.json`` (written by the supervisor, because
-tmux 3.3a loses dead panes' exit statuses). The tmux pane runs the supervisor, never a shell string.
+env, the names of its secrets: their values pass through a pipe, see ``handover.py``), ``train.log``
+(all output), ``pid.json`` and ``exit.json`` (written by the supervisor, because tmux 3.3a loses dead
+panes' exit statuses). The tmux pane runs the supervisor, never a shell string.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from . import handover
 from .layout import Layout, read_json, write_json
 from .protocol import AgentFailure
 
@@ -134,10 +136,11 @@ def _last_line(path: str) -> str | None:
 
 
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
-          experiment: dict, batching: dict, agent_path: str) -> dict:
+          experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session."""
     import libtmux
 
+    secrets = handover.check(secrets or {})
     rev_dir = layout.revision(revision)
     if not os.path.isdir(rev_dir):
         raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
@@ -164,13 +167,21 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         os.makedirs(experiment["checkpoints"], exist_ok=True)
     write_json(os.path.join(run_dir, "experiment.json"), experiment)
     write_json(os.path.join(run_dir, "launch.json"),
-               {"argv": list(argv), "cwd": rev_dir, "env": run_env, "created": time.time()})
+               {"argv": list(argv), "cwd": rev_dir, "env": run_env, "secrets": sorted(secrets),
+                "created": time.time()})
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(project)
     _kill_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
-    server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
-                       start_directory=rev_dir, window_command=command)
+    sender = handover.Sender(run_dir, secrets) if secrets else None
+    try:
+        server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
+                           start_directory=rev_dir, window_command=command)
+        if sender is not None:
+            sender.wait_taken(run_dir)  # if it never comes, the supervisor records why the run did not start
+    finally:
+        if sender is not None:
+            sender.close()
     return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}
 
 
@@ -191,9 +202,18 @@ def supervise(run_dir: str) -> int:
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)
     env = dict(os.environ)
+    secrets = handover.receive(run_dir) if launch.get("secrets") else {}
+    env.update(secrets or {})
     env.update(launch["env"])
     print(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}", flush=True)
     with open(log_path, "ab", buffering=0) as log:
+        if secrets is None:
+            why = "its secrets did not arrive from the agent"
+            log.write(f"orch: not started: {why} ({', '.join(launch['secrets'])})\n".encode())
+            write_json(os.path.join(run_dir, "exit.json"), {"exit_code": 127, "ended": time.time(), "error": why})
+            return 127
+        if launch.get("secrets"):
+            log.write(f"orch: secrets in the environment: {', '.join(launch['secrets'])}\n".encode())
         try:
             child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

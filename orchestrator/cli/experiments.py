@@ -21,15 +21,28 @@ def list_(ctx: typer.Context, as_json: JsonOpt = False,
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
         rows = reg.list(target=target, limit=limit)
+        orphaned = {e.id for e in rows if reg.orphaned(e)}
     if as_json:
-        render.print_json([e.public() for e in rows])
+        render.print_json([e.public() | {"orphaned": e.id in orphaned} for e in rows])
         return
     if not rows:
         render.out("no experiments yet (orch deploy starts one)")
         return
     render.table(None, ["id", "status", "exit", "target", "revision", "batching", "parent", "created", "message"],
-                 [[e.id, e.status, e.exit_code, e.target, e.revision[:10], e.batching.get("strategy"), e.parent,
-                   render.when(e.created), e.message] for e in rows])
+                 [[e.id, _status(e, e.id in orphaned), e.exit_code, e.target, e.revision[:10],
+                   e.batching.get("strategy"), e.parent, render.when(e.created), e.message] for e in rows])
+    if orphaned:
+        render.say("orphaned: the orch that launched it was killed; the next command that reaches its target "
+                   "(orch status) records what became of it")
+
+
+def _status(exp, orphaned: bool) -> str:
+    """A launch that never finished says so: ``orphaned`` (not yet settled) or ``failed (interrupted)``."""
+    if orphaned:
+        return "orphaned"
+    if exp.status == "failed" and "interrupted" in (exp.error or ""):
+        return "failed (interrupted)"
+    return exp.status
 
 
 @app.command()
@@ -50,7 +63,8 @@ def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")
                                                         else ""))
     for label, value in (("message", exp.message), ("target", exp.target), ("revision", exp.revision),
                          ("git", f"{exp.git_commit or '-'}{' (dirty)' if exp.git_dirty else ''}"),
-                         ("command", shlex.join(exp.command)), ("parent", exp.parent),
+                         ("command", shlex.join(exp.command)), ("secrets", ", ".join(exp.secret_names)),
+                         ("parent", exp.parent),
                          ("created", render.when(exp.created)), ("started", render.when(exp.started)),
                          ("ended", render.when(exp.ended)),
                          ("checkpoints", f"{exp.checkpoints_action or '-'}"

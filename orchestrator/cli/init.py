@@ -18,6 +18,7 @@ name = "{name}"
 sources = ["train.py"]                 # files/folders (relative to this file) that make up a revision
 command = "python3 train.py"           # run from the revision's folder on the target
 env = {{ OMP_NUM_THREADS = "4" }}
+# secrets = ["WANDB_API_KEY"]          # values from the environment or .orch/secrets.env (chmod 600); never recorded
 # total_steps = 10000                  # for the ETA, if the log does not print total_steps=
 
 [paths]                                # on the target

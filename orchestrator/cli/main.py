@@ -39,7 +39,10 @@ class OrchGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except Interrupted as exc:  # Ctrl-C: not an error, but the truth of what was done
-            typer.echo(exc.message, err=True)
+            try:
+                typer.echo(exc.message, err=True)
+            except OSError:
+                pass  # SIGHUP: no terminal to say it on; the record says it
             raise typer.Exit(exc.exit_code) from None
         except OrchError as exc:
             typer.echo(f"error: {exc.message}", err=True)

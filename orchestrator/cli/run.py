@@ -164,10 +164,12 @@ def register(app: typer.Typer) -> None:
         from .. import prepare
 
         settings = common.settings(ctx, set_)
+        secret = prepare.secret_values(settings)  # a missing secret stops here, before the target is touched
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
         launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
-                                yes=yes, confirm=confirm, echo=render.say, progress=progress.enabled(as_json))
+                                yes=yes, confirm=confirm, echo=render.say, secret=secret,
+                                progress=progress.enabled(as_json))
         launch.wait = settings.run.wait if wait is None else wait
         _run(launch, settings, dry_run, as_json, (target, ct))
 
@@ -183,6 +185,10 @@ def register(app: typer.Typer) -> None:
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
         with common.registry(settings) as reg:
+            if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
+                from ..status import recover
+
+                recover(settings, tgt, reg)
             launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge,
                                      purge=purge, yes=yes, confirm=confirm, echo=render.say)
         launch.wait = settings.run.wait if wait is None else wait
@@ -220,8 +226,9 @@ def register(app: typer.Typer) -> None:
         from .. import prepare
 
         settings = common.settings(ctx, set_)
+        secret = prepare.secret_values(settings) if prepare.launches(file) else None
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
         launch = prepare.play(settings, tgt, file, message=message, clean=clean_checkpoints, purge=False, yes=yes,
-                              confirm=confirm, echo=render.say, progress=progress.enabled(as_json))
+                              confirm=confirm, echo=render.say, secret=secret, progress=progress.enabled(as_json))
         _run(launch, settings, dry_run, as_json, (target, ct))

@@ -89,13 +89,14 @@ def register(app: typer.Typer) -> None:
         from ..errors import NotFoundError
         from ..logs import follow as follow_log
         from ..metrics_view import as_recorded, target_flags
-        from ..status import sync
+        from ..status import recover, sync
 
         settings = common.settings(ctx)
         with common.registry(settings) as reg:
             if experiment is not None and target is None and ct is None:  # where that experiment ran
                 target, ct = target_flags(settings, reg.get(experiment))
             tgt = common.target(settings, target, ct, trust=trust_new_host)
+            recover(settings, tgt, reg)
             exp = reg.get(experiment) if experiment is not None else reg.latest(tgt.machine, tgt.name)
             if exp is None:
                 raise NotFoundError(f"no experiment on {tgt.label}",
@@ -115,7 +116,7 @@ def register(app: typer.Typer) -> None:
             st = result.state
             if st.get("id") == experiment:
                 with common.registry(settings) as reg:
-                    sync(reg, [st])
+                    sync(reg, [st], tgt, settings.project.name)
             render.say(f"orch: experiment {experiment} {st.get('state')} (exit code {st.get('exit_code')})")
 
 
