@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent.protocol import PROTOCOL, unframe
-from .errors import AgentError, ConflictError, InputError, NotFoundError, SafetyError
+from .errors import AgentError, ConflictError, InputError, NotFoundError, OrchError, SafetyError
 from .transport.base import Transport
 
 _KIND_TO_ERROR = {"input": InputError, "safety": SafetyError, "conflict": ConflictError,
@@ -100,22 +100,25 @@ class AgentClient:
         argv = [self.python, self.agent_path]
         result = self.transport.run(argv, input=stdin, timeout=timeout or self.timeout)
         self.calls += 1
-        envelope = unframe(result.stdout)
+        envelope = _envelope(result.stdout)
         if envelope is None and self._agent_missing(result):
             self.push_agent()
             result = self.transport.run(argv, input=stdin, timeout=timeout or self.timeout)
             self.calls += 1
-            envelope = unframe(result.stdout)
+            envelope = _envelope(result.stdout)
         if envelope is None:
             raise self._no_envelope(result)
-        if "fatal" in envelope:
-            raise _error(envelope["fatal"])
         values = []
-        for op, item in zip(ops, envelope.get("results", [])):
-            if not item.get("ok"):
-                raise _error(item["error"])
-            self.timings[op.name] = self.timings.get(op.name, 0.0) + item.get("ms", 0.0)
+        for op, item in zip(ops, envelope["results"]):
+            if not item["ok"]:
+                raise _error(item["error"], values)
+            self.timings[op.name] = self.timings.get(op.name, 0.0) + item["ms"]
             values.append(item["value"])
+        if "fatal" in envelope:
+            raise _error(envelope["fatal"], values)
+        if len(values) < len(ops):
+            raise AgentError(f"the agent answered {len(values)} of {len(ops)} operations without saying why",
+                             hint=BROKEN_HINT, partial=values)
         return values
 
     def one(self, op: str, /, **args: Any) -> Any:
@@ -135,9 +138,37 @@ class AgentClient:
                           hint="check the target's python3 and free space under its root")
 
 
-def _error(info: dict) -> Exception:
-    cls = _KIND_TO_ERROR.get(info.get("kind", "agent"), AgentError)
-    return cls(info.get("message", "the agent failed"), hint=info.get("hint") or None)
+BROKEN_HINT = "the target's agent or its python may be broken: rerun, and check free space under the target's root"
+
+
+def _envelope(stdout: bytes) -> dict | None:
+    """The agent's envelope, checked for shape; None when there is none (the agent did not run)."""
+    try:
+        envelope = unframe(stdout)
+    except (ValueError, RecursionError):  # markers around garbage: a truncated or corrupted answer
+        raise AgentError("the agent's answer is not valid JSON (truncated or corrupted on the way)",
+                         hint=BROKEN_HINT, detail=stdout[-2000:].decode("utf-8", "replace")) from None
+    if envelope is None:
+        return None
+    results = envelope.get("results", []) if isinstance(envelope, dict) else None
+    ok = isinstance(results, list) and all(
+        isinstance(r, dict) and (r.get("ok") is True and "value" in r and isinstance(r.get("ms", 0), (int, float))
+                                 or r.get("ok") is False and isinstance(r.get("error"), dict)) for r in results)
+    if not ok or not isinstance(envelope.get("fatal", {}), dict):
+        raise AgentError("the agent's answer is not a valid envelope", hint=BROKEN_HINT,
+                         detail=json.dumps(envelope)[:2000])
+    envelope["results"] = [{"ms": 0.0, **r} for r in results]
+    return envelope
+
+
+def _error(info: dict, partial: list) -> OrchError:
+    """The agent's error as orch's exception, with its traceback and the values of the ops done before it."""
+    kind = info.get("kind")
+    cls = _KIND_TO_ERROR.get(kind, AgentError) if isinstance(kind, str) else AgentError
+    message = str(info.get("message") or "the agent failed").replace("\n", " ")
+    detail = info.get("traceback")
+    return cls(message, hint=str(info.get("hint") or "") or None,
+               detail=detail if isinstance(detail, str) else None, partial=partial)
 
 
 def decode_log(value: dict) -> bytes:
