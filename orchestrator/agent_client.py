@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .agent.protocol import PROTOCOL, unframe
+from .agent.protocol import MARK_BEGIN, PROTOCOL, unframe
 from .errors import AgentError, ConflictError, InputError, NotFoundError, OrchError, SafetyError
 from .transport.base import Transport
 
@@ -131,11 +131,15 @@ class AgentClient:
 
     def _no_envelope(self, result: Any) -> AgentError:
         err = result.tail(8)
+        last = err.splitlines()[-1].strip() if err.strip() else "no output"
         if result.exit_code == 127 or ("not found" in err and self.python in err):
             return AgentError(f"{self.python} was not found on the target",
                               hint="install python3 (3.10 or newer) there, or set the target's python = '/path'")
-        return AgentError(f"the agent on the target gave no answer (exit {result.exit_code}): {err or 'no output'}",
-                          hint="check the target's python3 and free space under its root")
+        if MARK_BEGIN in result.stdout:
+            return AgentError("the agent's answer was cut off before its end", hint=BROKEN_HINT,
+                              detail=result.stdout[-2000:].decode("utf-8", "replace"))
+        return AgentError(f"the agent on the target gave no answer (exit {result.exit_code}): {last[:300]}",
+                          hint="check the target's python3 and free space under its root", detail=err or None)
 
 
 BROKEN_HINT = "the target's agent or its python may be broken: rerun, and check free space under the target's root"
@@ -167,7 +171,8 @@ def _error(info: dict, partial: list) -> OrchError:
     cls = _KIND_TO_ERROR.get(kind, AgentError) if isinstance(kind, str) else AgentError
     message = str(info.get("message") or "the agent failed").replace("\n", " ")
     detail = info.get("traceback")
-    return cls(message, hint=str(info.get("hint") or "") or None,
+    hint = str(info.get("hint") or "") or (BROKEN_HINT if cls is AgentError else None)
+    return cls(message, hint=hint,
                detail=detail if isinstance(detail, str) else None, partial=partial)
 
 
