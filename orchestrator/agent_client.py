@@ -20,6 +20,7 @@ from typing import Any
 from .agent.protocol import MARK_BEGIN, PROTOCOL, unframe
 from .errors import AgentError, ConflictError, InputError, NotFoundError, OrchError, SafetyError
 from .transport.base import Transport
+from .transport.local import LocalTransport
 
 _KIND_TO_ERROR = {"input": InputError, "safety": SafetyError, "conflict": ConflictError,
                   "notfound": NotFoundError, "agent": AgentError}
@@ -85,6 +86,34 @@ class AgentClient:
         self.calls = 0
         self.pushes = 0
         self.timings: dict[str, float] = {}  # ms spent in each op on the target, for benchmarks
+        self._checked = not isinstance(transport, LocalTransport)  # remote: the agent's bootstrap checks
+
+    def _check_local(self) -> None:
+        """This machine: refuse a root or agent folder others could write, before running anything from it.
+
+        The bootstrap checks again, but only code that is not under the root can vouch for the agent
+        file itself: a copy that differs from this orch's agent is replaced (the folder is ours).
+        """
+        import shutil
+
+        from .agent import strict
+
+        agent_dir = self.agent_path.rsplit("/", 1)[0]
+        unpacked = self.agent_path[:-4] + ".d"
+        for _ in range(2):  # before creating anything, then with orch's own folders made
+            why = strict.problem(self.root, [agent_dir, self.agent_path, unpacked])
+            if why:
+                raise SafetyError(why, hint=strict.HINT)
+            strict.make_dirs(agent_dir)
+        try:
+            with open(self.agent_path, "rb") as fh:
+                same = fh.read() == agent_zip()[1]
+        except FileNotFoundError:
+            same = True  # pushed on the first call
+        if not same:
+            shutil.rmtree(unpacked, ignore_errors=True)
+            self.push_agent()
+        self._checked = True
 
     def push_agent(self) -> None:
         _, data = agent_zip()
@@ -94,6 +123,8 @@ class AgentClient:
     def call(self, ops: list[Op], *, payload: bytes = b"", lock: float | None = None,
              what: str = "operation", timeout: float | None = None) -> list[Any]:
         """Run ``ops`` in order in one agent process; return their values or raise the first failure."""
+        if not self._checked:
+            self._check_local()
         request = {"v": PROTOCOL, "root": self.root, "ops": [{"op": o.name, "args": o.args} for o in ops],
                    "lock": lock, "what": what, "payload": len(payload)}
         stdin = json.dumps(request, separators=(",", ":")).encode() + b"\n" + payload
