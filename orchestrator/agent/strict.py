@@ -48,6 +48,8 @@ def problem(root: str, below: list[str] = (), uid: int | None = None) -> str | N
 
     >>> problem("/home/me/.local/share/orch/local", ["/home/me/.local/share/orch/local/agent"])
     """
+    if not os.path.isabs(root):
+        return None  # not a root at all: the agent refuses it with an input error
     uid = os.getuid() if uid is None else uid
     root = os.path.normpath(root)
     parent = os.path.dirname(root)

@@ -109,7 +109,7 @@ def name_part(value: Any, name: str = "name") -> str:
 def _env(value: Any, name: str) -> dict:
     for key, item in _dict(value, name).items():
         _str(key, f"{name} name")
-        _str(item, f"{name}[{key}]", 1 << 20)
+        _str(item if type(item) is not int and type(item) is not float else str(item), f"{name}[{key}]", 1 << 20)
     return value
 
 
