@@ -24,9 +24,12 @@ MAX_ID = 1 << 62
 MAX_ARGS = 1 << 16
 
 
-def fail(message: str) -> AgentFailure:
-    return AgentFailure("input", message, "the controller and agent disagree on the wire format: "
-                                          "update orch on the controller (the agent is pushed by it)")
+WIRE_HINT = ("the controller and agent disagree on the wire format: update orch on the controller "
+             "(the agent is pushed by it)")
+
+
+def fail(message: str, hint: str = WIRE_HINT) -> AgentFailure:
+    return AgentFailure("input", message, hint)
 
 
 def _int(value: Any, name: str, low: int = 0, high: int = MAX_ID) -> int:
@@ -104,6 +107,14 @@ def name_part(value: Any, name: str = "name") -> str:
             or not all(c.isalnum() or c in "-_.:" for c in value):
         raise fail(f"{name} {value!r:.80} is not a plain file name")
     return value
+
+
+def trash_name(value: Any, name: str = "name") -> str:
+    """A trash entry name the user typed: the same rule, said in the user's words."""
+    try:
+        return name_part(value, name)
+    except AgentFailure:
+        raise fail(f"{value!r:.80} is not a trash entry name", "see orch checkpoints list") from None
 
 
 def _env(value: Any, name: str) -> dict:
@@ -187,8 +198,8 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                    "keep": _optional(_int), "max_bytes": _optional(_int), "purge": _bool,
                    "moved_by": _optional(exp_id), "retention_allowed": _optional(lambda v, n: _list(v, n, name_part)),
                    "purge_only": _optional(lambda v, n: _list(v, n, _dict))},
-    "ckpt_restore": {"path": _str, "configured": _str, "name": name_part},
-    "ckpt_purge": {"path": _str, "configured": _str, "names": lambda v, n: _list(v, n, name_part)},
+    "ckpt_restore": {"path": _str, "configured": _str, "name": trash_name},
+    "ckpt_purge": {"path": _str, "configured": _str, "names": lambda v, n: _list(v, n, trash_name)},
     "shell": {"argv": _STRINGS, "cwd": _optional(_str), "timeout": _num, "check": _bool},
 }
 
