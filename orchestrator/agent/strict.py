@@ -46,7 +46,7 @@ def _bad(path: str, st: os.stat_result, uid: int, sticky_ok: bool) -> str | None
 def problem(root: str, below: list[str] = (), uid: int | None = None) -> str | None:
     """Why ``root`` (and ``below``: paths under it, checked as far as they exist) is unsafe, or None.
 
-    >>> problem("/home/me/.local/share/orch/local", ["/home/me/.local/share/orch/local/agent"])
+    ``problem("/home/me/.local/share/orch/local", ["/home/me/.local/share/orch/local/agent"])`` -> None
     """
     if not os.path.isabs(root):
         return None  # not a root at all: the agent refuses it with an input error
