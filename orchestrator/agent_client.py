@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .agent.protocol import PROTOCOL, unframe
-from .errors import AgentError, ConflictError, InputError, NotFoundError, SafetyError
+from .agent.protocol import MARK_BEGIN, PROTOCOL, unframe
+from .errors import AgentError, ConflictError, InputError, NotFoundError, OrchError, SafetyError
 from .transport.base import Transport
+from .transport.local import LocalTransport
 
 _KIND_TO_ERROR = {"input": InputError, "safety": SafetyError, "conflict": ConflictError,
                   "notfound": NotFoundError, "agent": AgentError}
@@ -94,6 +95,34 @@ class AgentClient:
         self.calls = 0
         self.pushes = 0
         self.timings: dict[str, float] = {}  # ms spent in each op on the target, for benchmarks
+        self._checked = not isinstance(transport, LocalTransport)  # remote: the agent's bootstrap checks
+
+    def _check_local(self) -> None:
+        """This machine: refuse a root or agent folder others could write, before running anything from it.
+
+        The bootstrap checks again, but only code that is not under the root can vouch for the agent
+        file itself: a copy that differs from this orch's agent is replaced (the folder is ours).
+        """
+        import shutil
+
+        from .agent import strict
+
+        agent_dir = self.agent_path.rsplit("/", 1)[0]
+        unpacked = self.agent_path[:-4] + ".d"
+        for _ in range(2):  # before creating anything, then with orch's own folders made
+            why = strict.problem(self.root, [agent_dir, self.agent_path, unpacked])
+            if why:
+                raise SafetyError(why, hint=strict.HINT)
+            strict.make_dirs(agent_dir)
+        try:
+            with open(self.agent_path, "rb") as fh:
+                same = fh.read() == agent_zip()[1]
+        except FileNotFoundError:
+            same = True  # pushed on the first call
+        if not same:
+            shutil.rmtree(unpacked, ignore_errors=True)
+            self.push_agent()
+        self._checked = True
 
     def push_agent(self) -> None:
         _, data = agent_zip()
@@ -107,6 +136,8 @@ class AgentClient:
         A ``Stream`` payload is sent as it is produced, and ``timeout`` then limits the time without
         progress instead of the whole call.
         """
+        if not self._checked:
+            self._check_local()
         streamed = isinstance(payload, Stream)
         size = payload.size if isinstance(payload, Stream) else len(payload)
         request = {"v": PROTOCOL, "root": self.root, "ops": [{"op": o.name, "args": o.args} for o in ops],
@@ -123,21 +154,24 @@ class AgentClient:
 
         argv = [self.python, self.agent_path]
         result = run()
-        envelope = unframe(result.stdout)
+        envelope = _envelope(result.stdout)
         if envelope is None and self._agent_missing(result):
             self.push_agent()
             result = run()
-            envelope = unframe(result.stdout)
+            envelope = _envelope(result.stdout)
         if envelope is None:
             raise self._no_envelope(result)
-        if "fatal" in envelope:
-            raise _error(envelope["fatal"])
         values = []
-        for op, item in zip(ops, envelope.get("results", [])):
-            if not item.get("ok"):
-                raise _error(item["error"])
-            self.timings[op.name] = self.timings.get(op.name, 0.0) + item.get("ms", 0.0)
+        for op, item in zip(ops, envelope["results"]):
+            if not item["ok"]:
+                raise _error(item["error"], values)
+            self.timings[op.name] = self.timings.get(op.name, 0.0) + item["ms"]
             values.append(item["value"])
+        if "fatal" in envelope:
+            raise _error(envelope["fatal"], values)
+        if len(values) < len(ops):
+            raise AgentError(f"the agent answered {len(values)} of {len(ops)} operations without saying why",
+                             hint=BROKEN_HINT, partial=values)
         return values
 
     def one(self, op: str, /, **args: Any) -> Any:
@@ -150,16 +184,49 @@ class AgentClient:
 
     def _no_envelope(self, result: Any) -> AgentError:
         err = result.tail(8)
+        last = err.splitlines()[-1].strip() if err.strip() else "no output"
         if result.exit_code == 127 or ("not found" in err and self.python in err):
             return AgentError(f"{self.python} was not found on the target",
                               hint="install python3 (3.10 or newer) there, or set the target's python = '/path'")
-        return AgentError(f"the agent on the target gave no answer (exit {result.exit_code}): {err or 'no output'}",
-                          hint="check the target's python3 and free space under its root")
+        if MARK_BEGIN in result.stdout:
+            return AgentError("the agent's answer was cut off before its end", hint=BROKEN_HINT,
+                              detail=result.stdout[-2000:].decode("utf-8", "replace"))
+        return AgentError(f"the agent on the target gave no answer (exit {result.exit_code}): {last[:300]}",
+                          hint="check the target's python3 and free space under its root", detail=err or None)
 
 
-def _error(info: dict) -> Exception:
-    cls = _KIND_TO_ERROR.get(info.get("kind", "agent"), AgentError)
-    return cls(info.get("message", "the agent failed"), hint=info.get("hint") or None)
+BROKEN_HINT = "the target's agent or its python may be broken: rerun, and check free space under the target's root"
+
+
+def _envelope(stdout: bytes) -> dict | None:
+    """The agent's envelope, checked for shape; None when there is none (the agent did not run)."""
+    try:
+        envelope = unframe(stdout)
+    except (ValueError, RecursionError):  # markers around garbage: a truncated or corrupted answer
+        raise AgentError("the agent's answer is not valid JSON (truncated or corrupted on the way)",
+                         hint=BROKEN_HINT, detail=stdout[-2000:].decode("utf-8", "replace")) from None
+    if envelope is None:
+        return None
+    results = envelope.get("results", []) if isinstance(envelope, dict) else None
+    ok = isinstance(results, list) and all(
+        isinstance(r, dict) and (r.get("ok") is True and "value" in r and isinstance(r.get("ms", 0), (int, float))
+                                 or r.get("ok") is False and isinstance(r.get("error"), dict)) for r in results)
+    if not ok or not isinstance(envelope.get("fatal", {}), dict):
+        raise AgentError("the agent's answer is not a valid envelope", hint=BROKEN_HINT,
+                         detail=json.dumps(envelope)[:2000])
+    envelope["results"] = [{"ms": 0.0, **r} for r in results]
+    return envelope
+
+
+def _error(info: dict, partial: list) -> OrchError:
+    """The agent's error as orch's exception, with its traceback and the values of the ops done before it."""
+    kind = info.get("kind")
+    cls = _KIND_TO_ERROR.get(kind, AgentError) if isinstance(kind, str) else AgentError
+    message = str(info.get("message") or "the agent failed").replace("\n", " ")
+    detail = info.get("traceback")
+    hint = str(info.get("hint") or "") or (BROKEN_HINT if cls is AgentError else None)
+    return cls(message, hint=hint,
+               detail=detail if isinstance(detail, str) else None, partial=partial)
 
 
 def decode_log(value: dict) -> bytes:

@@ -192,6 +192,17 @@ class MetricsSection(_Section):
     stall_after: float = Field(300.0, gt=0)
 
 
+def local_root() -> str:
+    """The built-in local target's root: the user's own data folder, never a shared one like /tmp.
+
+    ``$XDG_DATA_HOME/orch/local``, else ``~/.local/share/orch/local``.
+    """
+    data = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data):  # the XDG spec: a relative value is ignored
+        data = os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(data, "orch", "local")
+
+
 class Settings(_Section):
     project: ProjectSection = Field(default_factory=ProjectSection)
     paths: PathsSection = Field(default_factory=PathsSection)
@@ -210,8 +221,8 @@ class Settings(_Section):
     @model_validator(mode="after")
     def _builtin_local(self) -> "Settings":
         if "local" not in self.targets:
-            self.targets["local"] = TargetSection(kind="local", root="/tmp/orch-local",
-                                                  checkpoints="/tmp/orch-local/checkpoints/{project}")
+            root = local_root()
+            self.targets["local"] = TargetSection(kind="local", root=root, checkpoints=root + "/checkpoints/{project}")
         if self.default_target not in self.targets:
             raise ValueError(f"default_target {self.default_target!r} is not one of the [targets]: "
                              f"{', '.join(sorted(self.targets))}")

@@ -25,14 +25,21 @@ from __future__ import annotations
 
 
 class OrchError(Exception):
-    """Base of every error orch reports to a user."""
+    """Base of every error orch reports to a user.
+
+    ``detail`` is longer evidence kept off the one-line message (the agent's traceback), shown with
+    ``orch --verbose``; ``partial`` holds the values of the agent operations that finished before it.
+    """
 
     exit_code = 1
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, detail: str | None = None,
+                 partial: list | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.detail = detail
+        self.partial = list(partial or [])
 
     def __str__(self) -> str:
         return self.message

@@ -105,7 +105,7 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     if stopped:
         done.append(f"old run {', '.join(map(str, stopped))} stopped")
     if not done:
-        return "nothing was changed on the target"
+        done.append("nothing was changed on the target")
     if new is None and exp is not None:
         done.append(f"new run {exp.id} not started")
     return "; ".join(done)

@@ -131,7 +131,9 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             raise Interrupted(f"{how}: {truth}", exit_code=code) from None
         except BaseException as exc:
             if exp is not None:
-                registry.update(exp.id, status="failed", ended=time.time(), error=str(exc)[:2000])
+                moved = {"checkpoints_action": out.checkpoints["action"],  # the trash op ran before the failure
+                         "checkpoints_entry": out.checkpoints.get("entry_path")} if out.checkpoints else {}
+                registry.update(exp.id, status="failed", ended=time.time(), error=str(exc)[:2000], **moved)
                 out.experiment = registry.get(exp.id)
             raise
         _record_results(launch, registry, results, out)
@@ -349,7 +351,11 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
     if not ops:
         return []
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
-    values = client.call(ops, lock=settings.run.lock_timeout, what=book.name, timeout=timeout)
+    try:
+        values = client.call(ops, lock=settings.run.lock_timeout, what=book.name, timeout=timeout)
+    except OrchError as exc:  # what the ops before the failure did happened: keep where the checkpoints went
+        out.checkpoints = dict(zip(keys, exc.partial)).get("trash", out.checkpoints)
+        raise
     return list(zip(keys, values))
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import checkpoints, logs, revisions, runs, system
+from . import checkpoints, logs, revisions, runs, system, validate
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -87,14 +87,24 @@ def _dispatch(layout: Layout, op: str, args: dict, payload: Payload) -> object:
     if op not in OPS:
         raise AgentFailure("input", f"unknown agent operation {op!r}", "the controller and agent versions differ")
     func, wants_payload = OPS[op]
+    validate.op_args(op, args)
     return func(layout, payload, **args) if wants_payload else func(layout, **args)
 
 
-def handle(request: dict, payload: Payload) -> dict:
+def _unexpected(op: str, exc: Exception) -> dict:
+    """An exception no op expects: one line for the user, the traceback as evidence."""
+    line = f"{exc!r}".replace("\n", " ")[:300]
+    return {"kind": "agent", "message": f"agent failure in {op}: {line}",
+            "hint": "rerun with --verbose to see the agent's traceback, and report it",
+            "traceback": traceback.format_exc()[-6000:]}
+
+
+def handle(request: dict, payload: Payload, results: list | None = None) -> dict:
+    """Run the request's ops; ``results`` (given by the caller) keeps what was done if this raises."""
     if request.get("v") != PROTOCOL:
         raise AgentFailure("agent", f"protocol {request.get('v')} is not this agent's ({PROTOCOL})")
     layout = Layout(request.get("root", ""))
-    results: list = []
+    results = [] if results is None else results
     ops = request.get("ops", [])
 
     def run_all() -> None:
@@ -116,6 +126,9 @@ def handle(request: dict, payload: Payload) -> dict:
                 results.append({"ok": False, "error": {"kind": "agent", "hint": "check permissions and disk space",
                                                        "message": f"{item['op']}: {exc}"}})
                 return
+            except Exception as exc:  # a bug: keep the evidence and what the earlier ops did
+                results.append({"ok": False, "error": _unexpected(item["op"], exc)})
+                return
             results.append({"ok": True, "value": value, "ms": round((time.monotonic() - started) * 1000, 1)})
 
     if request.get("lock") is not None:
@@ -127,20 +140,28 @@ def handle(request: dict, payload: Payload) -> dict:
     return {"v": PROTOCOL, "results": results}
 
 
+def read_request(line: bytes) -> object:
+    """The request line as JSON, or a clean input failure (never a traceback)."""
+    try:
+        return json.loads(line or b"{}")
+    except (ValueError, RecursionError) as exc:
+        raise AgentFailure("input", f"the request is not JSON: {str(exc)[:200]}",
+                           "the agent reads one JSON object on its first line of stdin") from None
+
+
 def main() -> int:
     os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
     os.environ.pop("LANGUAGE", None)
     stdin = sys.stdin.buffer
+    results: list = []
     try:
-        request = json.loads(stdin.readline() or b"{}")
-        payload = Payload(stdin, int(request.get("payload") or 0))  # read by the op that takes it, piece by piece
-        response = handle(request, payload)
+        request = validate.request(read_request(stdin.readline()))
+        payload = Payload(stdin, validate.payload_size(request))  # read by the op that takes it, piece by piece
+        response = handle(request, payload, results)
     except AgentFailure as exc:
-        response = {"v": PROTOCOL, "fatal": exc.to_dict()}
-    except Exception as exc:  # the envelope must always come back, with what went wrong
-        response = {"v": PROTOCOL, "fatal": {"kind": "agent", "message": f"agent failure: {exc!r}",
-                                             "hint": "report this with the traceback below",
-                                             "traceback": traceback.format_exc()[-3000:]}}
+        response = {"v": PROTOCOL, "fatal": exc.to_dict(), "results": results}
+    except Exception as exc:  # the envelope must always come back, with what went wrong and what was done
+        response = {"v": PROTOCOL, "fatal": _unexpected("the agent", exc), "results": results}
     sys.stdout.buffer.write(frame(response))
     sys.stdout.buffer.flush()
     return 0

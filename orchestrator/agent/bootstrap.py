@@ -9,11 +9,27 @@ if sys.version_info < (3, 10):
                      "@@END@@\n" % sys.version_info[:2])
     sys.exit(3)
 
+
+def _refuse(message, hint):
+    import json
+
+    sys.stdout.write("\n@@ORCH-ENVELOPE@@" + json.dumps({"v": 1, "fatal": {"kind": "safety", "message": message,
+                                                                         "hint": hint}}) + "@@END@@\n")
+    sys.exit(6)
+
+
 # Unpack once beside the zip (temp + rename) so Python can cache bytecode: imports from a zip are
-# compiled again on every call, which would cost every agent call a few hundred milliseconds.
+# compiled again on every call, which would cost every agent call a few hundred milliseconds. Before
+# anything is unpacked or imported from there, the root, agent folder and unpacked copy are checked
+# (StrictModes, and the copy against the zip's CRCs): another user must not be able to plant code.
 _zip = os.path.abspath(sys.argv[0])
 _dir = _zip[:-4] + ".d" if _zip.endswith(".pyz") else None
 if _dir is not None:
+    from orchestrator.agent import strict  # from the zip itself
+
+    _why = strict.problem(os.path.dirname(os.path.dirname(_zip)), [os.path.dirname(_zip), _zip, _dir])
+    if _why:
+        _refuse(_why, strict.HINT)
     if not os.path.isdir(_dir):
         import shutil
         import zipfile
@@ -22,11 +38,21 @@ if _dir is not None:
         try:
             with zipfile.ZipFile(_zip) as _zf:
                 _zf.extractall(_tmp)
+            for _path, _dirs, _files in os.walk(_tmp):  # whatever the umask: not writable by others
+                os.chmod(_path, 0o755)
+                for _name in _files:
+                    os.chmod(os.path.join(_path, _name), 0o644)
             os.rename(_tmp, _dir)
         except OSError:
             shutil.rmtree(_tmp, ignore_errors=True)
     if os.path.isdir(_dir):
+        _why = strict.problem(os.path.dirname(os.path.dirname(_zip)), [os.path.dirname(_zip), _dir]) \
+            or strict.unpacked_problem(_zip, _dir)
+        if _why:
+            _refuse(_why, "remove %s; orch unpacks the agent again on its next call" % _dir)
         sys.path[0] = _dir
+        for _name in [m for m in sys.modules if m == "orchestrator" or m.startswith("orchestrator.")]:
+            del sys.modules[_name]  # imported from the zip for the check: import the unpacked copy from now on
 
 if len(sys.argv) >= 3 and sys.argv[1] == "supervise":  # the run's supervisor: import no more than it needs
     from orchestrator.agent.runs import supervise  # noqa: E402

@@ -14,6 +14,7 @@ import tempfile
 from . import blob_stream
 from .layout import Layout, write_json
 from .protocol import AgentFailure, manifest_id
+from .validate import manifest
 
 
 def _valid_sha(sha: str) -> bool:
@@ -66,6 +67,7 @@ def revision_assemble(layout: Layout, revision: str, files: list | None = None) 
     if files is None:
         raise AgentFailure("notfound", f"revision {revision} is not on the target",
                            "deploy again to push it")
+    manifest(files)  # blob names, paths and modes are checked before any becomes a file name
     if manifest_id(files) != revision:
         raise AgentFailure("input", f"the manifest does not hash to revision {revision}")
     missing = [f["sha256"] for f in files if not os.path.isfile(layout.blob(f["sha256"]))]

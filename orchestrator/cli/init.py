@@ -43,10 +43,7 @@ term_timeout = 10                      # seconds after SIGTERM before SIGKILL
 [trash]
 # keep = 5                             # keep at most 5 trash entries (older ones are purged)
 
-[targets.local]
-kind = "local"                         # this machine
-root = "/tmp/orch-local"
-checkpoints = "/tmp/orch-local/checkpoints/{{project}}"
+# [targets.local] is built in: this machine, under $XDG_DATA_HOME/orch/local (else ~/.local/share/orch/local)
 
 # [proxmox]
 # host = "pve1.lan"

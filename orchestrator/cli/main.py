@@ -48,6 +48,8 @@ class OrchGroup(TyperGroup):
             typer.echo(f"error: {exc.message}", err=True)
             if exc.hint:
                 typer.echo(f"hint: {exc.hint}", err=True)
+            if exc.detail and (ctx.obj or {}).get("verbose"):
+                typer.echo(exc.detail.rstrip("\n"), err=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
@@ -81,9 +83,11 @@ def _print_version(value: bool) -> None:
 def _root(ctx: typer.Context,
           config: Annotated[Optional[Path], typer.Option("--config", help="orch.toml to use (default: the "
                                                          "nearest one above the working directory)")] = None,
+          verbose: Annotated[bool, typer.Option("--verbose", help="On an error, also print its evidence "
+                                                "(e.g. the agent's traceback)")] = False,
           _version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                                  help="Print orch's version and exit")] = False) -> None:
-    ctx.obj = {"config": config}
+    ctx.obj = {"config": config, "verbose": verbose}
 
 
 def _register() -> None:

@@ -147,3 +147,19 @@ def test_two_concurrent_deploys_serialize(project):
     for e in rows:
         assert (project.root / "runs" / str(e.id) / "experiment.json").is_file()
     assert project.cli("stop").exit_code == 0
+
+
+def test_an_agent_failure_is_one_line_and_verbose_adds_its_traceback(project, monkeypatch):
+    from orchestrator.agent_client import AgentClient
+    from orchestrator.errors import AgentError
+
+    def broken(self, ops, **kwargs):
+        raise AgentError("agent failure in status: KeyError('runs')", hint="rerun with --verbose to see the "
+                         "agent's traceback", detail="Traceback (most recent call last):\nKeyError: 'runs'\n")
+
+    monkeypatch.setattr(AgentClient, "call", broken)
+    quiet = project.cli("status")
+    assert quiet.exit_code == 4 and "Traceback" not in quiet.output
+    assert quiet.output.splitlines()[0] == "error: agent failure in status: KeyError('runs')"
+    loud = project.cli("--verbose", "status")
+    assert loud.exit_code == 4 and "Traceback (most recent call last):\nKeyError: 'runs'" in loud.output

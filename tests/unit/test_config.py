@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config import find_config, load_settings
+from orchestrator.config import Settings, find_config, load_settings, local_root
 from orchestrator.errors import ConfigError
 
 
@@ -66,6 +66,17 @@ def test_builtin_local_target_always_exists(tmp_path):
     assert s.default_target == "local" and s.targets["local"].kind == "local"
 
 
+def test_the_local_root_is_a_per_user_data_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert local_root() == str(tmp_path / "data" / "orch" / "local")
+    s = Settings()
+    assert s.targets["local"].root == local_root()
+    assert s.targets["local"].checkpoints == local_root() + "/checkpoints/{project}"
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/ignored")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert local_root() == str(tmp_path / "home" / ".local" / "share" / "orch" / "local")
+
+
 def test_init_writes_a_config_that_loads(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
@@ -76,6 +87,7 @@ def test_init_writes_a_config_that_loads(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     s = load_settings(tmp_path / "orch.toml", env={})
     assert s.project.name == "demo" and s.batching.strategy == "megabatch"
+    assert s.targets["local"].root == local_root() and "/tmp" not in (tmp_path / "orch.toml").read_text()
     again = CliRunner().invoke(app, ["init"])
     assert again.exit_code == 2 and "already exists" in again.output
 

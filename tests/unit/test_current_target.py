@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator import current
 from orchestrator.cli.main import optional_values
-from orchestrator.config import load_settings
+from orchestrator.config import load_settings, local_root
 from orchestrator.targets import planned_target, target_spec
 
 TOML = """
@@ -41,7 +41,7 @@ def test_two_entries_for_one_ct_are_one_machine_and_an_ambiguous_ct_says_so(tmp_
     assert said == ["CT 311 matches targets a (ssh), b (pct); using a (pass --target NAME to choose)"]
     assert target_spec(s, ct=311, notice=said.append, prefer="b")[0] == "b"
     local = planned_target(s, "local", s.targets["local"])
-    assert local.machine != a.machine and local.checkpoints == "/tmp/orch-local/checkpoints/demo"
+    assert local.machine != a.machine and local.checkpoints == local_root() + "/checkpoints/demo"
     assert a.checkpoints == "/workspace/checkpoints/demo"
 
 

@@ -1,0 +1,129 @@
+"""StrictModes for orch's folders: nothing is run from a place another user could have written.
+
+Like OpenSSH's StrictModes: the target root, its ``agent/`` folder and the agent files in it must be
+owned by the user orch runs as (or root), not group- or world-writable, and not symlinks. The root's
+ancestors are checked through their real path with the same rule, except that a root-owned sticky
+folder (``/tmp``) is fine: nobody else can rename or replace what is ours in it. A symlink above the
+root is followed only when root owns it (``/home -> /data/home`` set up by an administrator).
+
+Used by the controller before it runs a local agent, and by the agent's bootstrap on every target
+before it unpacks or imports anything. Stdlib only; ``problem()`` reports, the callers refuse.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import zipfile
+import zlib
+
+HINT = ("make it yours and not writable by others (chown, chmod go-w), or set the target's root to a "
+        "folder of your own")
+
+
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
+def describe(path: str, st: os.stat_result, why: str) -> str:
+    return (f"refusing to run orch's agent from {path}: {why} (owner {_owner(st.st_uid)}, "
+            f"mode {stat.S_IMODE(st.st_mode):04o})")
+
+
+def _bad(path: str, st: os.stat_result, uid: int, sticky_ok: bool) -> str | None:
+    if st.st_uid not in (uid, 0):
+        return describe(path, st, f"it belongs to another user, not {_owner(uid)} or root")
+    if st.st_mode & 0o022 and not (sticky_ok and st.st_uid == 0 and st.st_mode & stat.S_ISVTX):
+        return describe(path, st, "it is writable by other users")
+    return None
+
+
+def problem(root: str, below: list[str] = (), uid: int | None = None) -> str | None:
+    """Why ``root`` (and ``below``: paths under it, checked as far as they exist) is unsafe, or None.
+
+    ``problem("/home/me/.local/share/orch/local", ["/home/me/.local/share/orch/local/agent"])`` -> None
+    """
+    if not os.path.isabs(root):
+        return None  # not a root at all: the agent refuses it with an input error
+    uid = os.getuid() if uid is None else uid
+    root = os.path.normpath(root)
+    parent = os.path.dirname(root)
+    path = "/"
+    for part in parent.split("/")[1:]:  # symlinks above the root: only an administrator's
+        path = os.path.join(path, part)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            break
+        if stat.S_ISLNK(st.st_mode) and st.st_uid != 0:
+            return describe(path, st, "it is a symlink another user made")
+    real = os.path.realpath(parent)
+    path = "/"
+    for part in ["", *real.split("/")[1:]]:
+        path = os.path.join(path, part) if part else "/"
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None  # created by orch from here on
+        why = _bad(path, st, uid, sticky_ok=True)
+        if why:
+            return why
+    for path in [root, *below]:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return describe(path, st, "it is a symlink")
+        why = _bad(path, st, uid, sticky_ok=False)
+        if why:
+            return why
+    return None
+
+
+def make_dirs(path: str) -> None:
+    """``mkdir -p`` whose new folders are 0755 whatever the umask (0002 would make them refused)."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o755)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o755)
+
+
+def unpacked_problem(zip_path: str, folder: str, uid: int | None = None) -> str | None:
+    """Why the unpacked copy ``folder`` differs from the zip it came from (files, owners, modes, CRCs)."""
+    uid = os.getuid() if uid is None else uid
+    with zipfile.ZipFile(zip_path) as zf:
+        expected = {i.filename: i.CRC for i in zf.infolist() if not i.is_dir()}
+    found = set()
+    for dirpath, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                return describe(full, st, "it is a symlink")
+            why = _bad(full, st, uid, sticky_ok=False)
+            if why:
+                return why
+        for name in files:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, folder)
+            if rel.endswith(".pyc") and "__pycache__" in rel:  # bytecode Python caches beside the sources
+                continue
+            with open(full, "rb") as fh:
+                if expected.get(rel) != zlib.crc32(fh.read()):
+                    return f"the unpacked agent {folder} does not match {os.path.basename(zip_path)}: {rel} differs"
+            found.add(rel)
+    if found != set(expected):
+        return f"the unpacked agent {folder} does not match {os.path.basename(zip_path)}: files are missing"
+    return None

@@ -1,0 +1,237 @@
+"""What the agent accepts on the wire: every request field and op argument is checked here first.
+
+The controller is trusted to send well-formed requests, but the agent never relies on it: a blob name
+becomes a file name, a manifest path a place to link into, an id a run folder. Anything else is an
+``AgentFailure("input", ...)`` before an op touches the disk.
+
+    request({"v": 1, "root": "/r", "ops": [{"op": "hello", "args": {}}], "payload": 0})   # ok
+    manifest([{"path": "a", ...}, {"path": "a/b", ...}])   # refused: "a" is a file and a folder
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Callable
+
+from .protocol import AgentFailure
+
+SHA = re.compile(r"[0-9a-f]{64}")
+REVISION = re.compile(r"[0-9a-f]{16}")
+MODES = (0o644, 0o755)  # what the controller's manifest records: executable or not
+RESERVED = (".orch-manifest.json",)  # written by revision_assemble beside the files
+MAX_ID = 1 << 62
+MAX_ARGS = 1 << 16
+
+
+WIRE_HINT = ("the controller and agent disagree on the wire format: update orch on the controller "
+             "(the agent is pushed by it)")
+
+
+def fail(message: str, hint: str = WIRE_HINT) -> AgentFailure:
+    return AgentFailure("input", message, hint)
+
+
+def _int(value: Any, name: str, low: int = 0, high: int = MAX_ID) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise fail(f"{name} must be an integer in [{low}, {high}], not {value!r:.80}")
+    return value
+
+
+def _num(value: Any, name: str) -> float:
+    if type(value) not in (int, float) or not 0 <= value <= 1e9:
+        raise fail(f"{name} must be a non-negative number, not {value!r:.80}")
+    return float(value)
+
+
+def _str(value: Any, name: str, limit: int = 4096) -> str:
+    if not isinstance(value, str) or len(value) > limit or "\0" in value:
+        raise fail(f"{name} must be a string without NUL of at most {limit} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise fail(f"{name} is not valid UTF-8") from None
+    return value
+
+
+def _list(value: Any, name: str, each: Callable[[Any, str], Any]) -> list:
+    if not isinstance(value, list) or len(value) > MAX_ARGS:
+        raise fail(f"{name} must be a list of at most {MAX_ARGS} items")
+    return [each(v, f"{name}[{i}]") for i, v in enumerate(value)]
+
+
+def _dict(value: Any, name: str) -> dict:
+    if not isinstance(value, dict):
+        raise fail(f"{name} must be an object")
+    return value
+
+
+def _bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise fail(f"{name} must be true or false")
+    return value
+
+
+def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    return lambda value, name: None if value is None else check(value, name)
+
+
+def sha(value: Any, name: str = "blob name") -> str:
+    """A blob name: exactly 64 lowercase hex digits (it becomes a file name under blobs/)."""
+    if not isinstance(value, str) or not SHA.fullmatch(value):
+        raise fail(f"{name} {value!r:.80} is not a sha256 (64 lowercase hex digits)")
+    return value
+
+
+def revision(value: Any, name: str = "revision") -> str:
+    if not isinstance(value, str) or not REVISION.fullmatch(value):
+        raise fail(f"{name} {value!r:.80} is not a revision id (16 lowercase hex digits)")
+    return value
+
+
+def project(value: Any, name: str = "project") -> str:
+    """A project name, as config.py allows it: it names a tmux session and is compared, never joined."""
+    if not isinstance(value, str) or not value or len(value) > 128 \
+            or not all(c.isalnum() or c in "-_" for c in value):
+        raise fail(f"{name} {value!r:.80} must be letters, digits, '-' or '_'")
+    return value
+
+
+def exp_id(value: Any, name: str = "exp_id") -> int:
+    return _int(value, name)
+
+
+def name_part(value: Any, name: str = "name") -> str:
+    """One file name orch makes or looks up (a trash entry, its label): no '/', never '.' or '..'."""
+    if not isinstance(value, str) or not 0 < len(value) <= 200 or value in (".", "..") \
+            or not all(c.isalnum() or c in "-_.:" for c in value):
+        raise fail(f"{name} {value!r:.80} is not a plain file name")
+    return value
+
+
+def trash_name(value: Any, name: str = "name") -> str:
+    """A trash entry name the user typed: the same rule, said in the user's words."""
+    try:
+        return name_part(value, name)
+    except AgentFailure:
+        raise fail(f"{value!r:.80} is not a trash entry name", "see orch checkpoints list") from None
+
+
+def _env(value: Any, name: str) -> dict:
+    for key, item in _dict(value, name).items():
+        _str(key, f"{name} name")
+        _str(item if type(item) is not int and type(item) is not float else str(item), f"{name}[{key}]", 1 << 20)
+    return value
+
+
+def rel_path(value: Any, name: str = "path") -> str:
+    """A manifest path: relative, normalized, no empty, '.' or '..' parts, each part a valid file name."""
+    path = _str(value, name)
+    parts = path.split("/")
+    if not path or path.startswith("/") or os.path.normpath(path) != path \
+            or any(p in ("", ".", "..") for p in parts):
+        raise fail(f"manifest path {path!r:.200} escapes the revision folder or is not normalized")
+    if any(len(p.encode()) > 255 for p in parts) or path in RESERVED:
+        raise fail(f"manifest path {path!r:.200} is not a file name orch can write")
+    return path
+
+
+def blobs(value: Any, name: str = "blobs") -> list:
+    """``blobs_store``'s list: [{"sha256", "size", "offset"}], 0 <= offset <= size."""
+    def entry(item: Any, where: str) -> dict:
+        item = _dict(item, where)
+        sha(item.get("sha256"), f"{where}.sha256")
+        size = _int(item.get("size"), f"{where}.size", 0, 1 << 40)
+        if item.get("offset") is not None:
+            _int(item["offset"], f"{where}.offset", 0, size)
+        return item
+    return _list(value, name, entry)
+
+
+def manifest(files: Any, name: str = "files") -> list:
+    """A revision's files: valid blob names and modes, no duplicate path, no file that is also a folder."""
+    def entry(item: Any, where: str) -> dict:
+        item = _dict(item, where)
+        rel_path(item.get("path"), f"{where}.path")
+        sha(item.get("sha256"), f"{where}.sha256")
+        if type(item.get("mode")) is not int or item["mode"] not in MODES:
+            raise fail(f"{where}.mode {item.get('mode')!r:.40} is not one of {', '.join(map(oct, MODES))}")
+        if "size" in item:
+            _int(item["size"], f"{where}.size", 0, 1 << 40)
+        return item
+    checked = _list(files, name, entry)
+    paths = [f["path"] for f in checked]
+    seen = set(paths)
+    if len(seen) != len(paths):
+        dup = next(p for i, p in enumerate(paths) if p in paths[:i])
+        raise fail(f"manifest path {dup!r:.200} appears more than once")
+    for path in paths:
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in seen:
+                raise fail(f"manifest path {'/'.join(parts[:i])!r:.200} is both a file and the folder of {path!r:.200}")
+    return checked
+
+
+_EXP_IDS = _optional(lambda v, n: _list(v, n, exp_id))
+_STRINGS = lambda v, n: _list(v, n, _str)  # noqa: E731
+_ANY_DICT = _dict
+
+# op -> {argument: check}; an argument not named here is refused (the op would fail on it anyway)
+ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
+    "hello": {},
+    "preflight": {"min_free_mb": lambda v, n: _int(v, n, 0, 1 << 30)},
+    "blobs_missing": {"hashes": lambda v, n: _list(v, n, sha)},
+    "blobs_store": {"blobs": blobs},
+    "revision_assemble": {"revision": revision, "files": _optional(manifest)},
+    "run_start": {"exp_id": exp_id, "project": project, "revision": revision, "argv": _STRINGS,
+                  "env": _env,
+                  "experiment": _ANY_DICT, "batching": _ANY_DICT},
+    "run_stop": {"project": _optional(project), "ids": _EXP_IDS, "stop_timeout": _num, "term_timeout": _num},
+    "run_verify": {"exp_id": exp_id, "wait": _num},
+    "status": {"project": _optional(project), "ids": _EXP_IDS, "last": lambda v, n: _int(v, n, 0, 1 << 20),
+               "tail": _bool, "gpus": _bool},
+    "log_read": {"exp_id": exp_id, "offset": _optional(_int), "tail_lines": _optional(_int),
+                 "max_bytes": lambda v, n: _int(v, n, 0, 1 << 30), "identity": _optional(_str)},
+    "ckpt_check": {"path": _str, "configured": _str, "stopping": _EXP_IDS, "busy_check": _bool},
+    "ckpt_inventory": {"path": _str, "configured": _str, "keep": _optional(_int), "max_bytes": _optional(_int),
+                       "full": _bool},
+    "ckpt_trash": {"path": _str, "configured": _str, "label": name_part, "stopping": _EXP_IDS,
+                   "keep": _optional(_int), "max_bytes": _optional(_int), "purge": _bool,
+                   "moved_by": _optional(exp_id), "retention_allowed": _optional(lambda v, n: _list(v, n, name_part)),
+                   "purge_only": _optional(lambda v, n: _list(v, n, _dict))},
+    "ckpt_restore": {"path": _str, "configured": _str, "name": trash_name},
+    "ckpt_purge": {"path": _str, "configured": _str, "names": lambda v, n: _list(v, n, trash_name)},
+    "shell": {"argv": _STRINGS, "cwd": _optional(_str), "timeout": _num, "check": _bool},
+}
+
+
+def op_args(op: str, args: dict) -> None:
+    """Check the arguments an op names in ``ARGS``; the op's signature refuses unknown ones."""
+    for key, check in ARGS.get(op, {}).items():
+        if key in args:
+            check(args[key], f"{op}.{key}")
+
+
+def request(req: Any) -> dict:
+    """The request line: an object with the protocol fields of the right types."""
+    if not isinstance(req, dict):
+        raise fail(f"the request is a JSON {type(req).__name__}, not an object")
+    _str(req.get("root"), "root")
+    ops = req.get("ops", [])
+    if not isinstance(ops, list) or len(ops) > MAX_ARGS:
+        raise fail("ops must be a list")
+    for i, item in enumerate(ops):
+        if not isinstance(item, dict) or not isinstance(item.get("op"), str):
+            raise fail(f"ops[{i}] must be an object with an op name")
+        if not isinstance(item.get("args", {}), dict):
+            raise fail(f"ops[{i}].args must be an object")
+    _optional(_num)(req.get("lock"), "lock")
+    _optional(_str)(req.get("what"), "what")
+    payload_size(req)
+    return req
+
+
+def payload_size(req: dict) -> int:
+    size = req.get("payload", 0)
+    return 0 if size is None else _int(size, "payload", 0, 1 << 40)
