@@ -2,7 +2,8 @@
 
 Stands up the test suite's LXC testbed (needs root and LXC), builds trees of random data (64 MiB shards
 plus 200 small files), and for each size measures in the same run:
-  - the baseline: `tar c tree | ssh root@ct tar x -C dir` (OpenSSH, no hashing, no durability sync);
+  - the baseline: `tar c tree | ssh root@ct tar x -C dir` (OpenSSH, no hashing, no durability sync),
+    and the same followed by `sync` on the CT (what orch guarantees: the files are on disk when it returns);
   - `orch deploy --target ssh200` of the same tree to an empty root (hashing, streaming, verifying,
     syncing the blobs, assembling the revision, starting the run);
   - the peak resident memory (VmHWM) of the orch process and of the agent on the CT during that deploy.
@@ -98,11 +99,11 @@ def main() -> None:
         finally:
             bed.teardown()
     print(f"\nfirst deploy to CT 200 over the testbed bridge; medians of {a.runs} run(s)")
-    print(f"{'tree':>8} {'tar|ssh s':>10} {'orch s':>8} {'ratio':>6} {'orch MB/s':>10} "
-          f"{'peak RSS orch MiB':>18} {'peak RSS agent MiB':>19}")
-    for size, base, mine, rss, agent in rows:
-        print(f"{size:>7.2f}G {base:10.2f} {mine:8.2f} {mine / base:6.2f} {size * 1024 / mine:10.0f} "
-              f"{rss >> 10:18d} {agent >> 10:19d}")
+    print(f"{'tree':>8} {'tar|ssh s':>10} {'+sync s':>8} {'orch s':>8} {'x tar':>6} {'x tar+sync':>10} "
+          f"{'orch MB/s':>10} {'peak RSS orch MiB':>18} {'peak RSS agent MiB':>19}")
+    for size, base, durable, mine, rss, agent in rows:
+        print(f"{size:>7.2f}G {base:10.2f} {durable:8.2f} {mine:8.2f} {mine / base:6.2f} {mine / durable:10.2f} "
+              f"{size * 1024 / mine:10.0f} {rss >> 10:18d} {agent >> 10:19d}")
 
 
 def measure(bed, work: Path, gib: float, runs: int, agent_name: str) -> tuple:
@@ -130,7 +131,7 @@ user = "root"
     dest = f"root@{ct.address}"
     ssh = ["ssh", *bed.ssh_options(), dest]
     env = dict(os.environ)
-    base_times, orch_times, rss, agent = [], [], 0, 0
+    base_times, durable_times, orch_times, rss, agent = [], [], [], 0, 0
     for _ in range(runs):
         subprocess.run([*ssh, f"rm -rf {ROOT} /root/tarcopy; sync"], check=True)
         begin = time.perf_counter()
@@ -138,6 +139,8 @@ user = "root"
         subprocess.run([*ssh, "mkdir -p /root/tarcopy && tar x -C /root/tarcopy"], stdin=tar.stdout, check=True)
         tar.wait()
         base_times.append(time.perf_counter() - begin)
+        subprocess.run([*ssh, "sync"], check=True)
+        durable_times.append(time.perf_counter() - begin)
         subprocess.run([*ssh, "rm -rf /root/tarcopy; sync"], check=True)
         (proj / ".orch").exists() and subprocess.run(["rm", "-rf", str(proj / ".orch")], check=True)
         seconds, mine, theirs = watched([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--json"],
@@ -147,7 +150,8 @@ user = "root"
         subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "stop"], cwd=proj, env=env,
                        capture_output=True)
     subprocess.run([*ssh, f"rm -rf {ROOT}"], check=True)
-    return total / (1 << 30), statistics.median(base_times), statistics.median(orch_times), rss, agent
+    return (total / (1 << 30), statistics.median(base_times), statistics.median(durable_times),
+            statistics.median(orch_times), rss, agent)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,15 @@ class Bar:
 
 class _RichBar(Bar):
     def __init__(self, progress: Any, task: Any, files: int) -> None:
+        import threading
+
         self.progress, self.task, self.files, self.done = progress, task, files, 0
+        self.lock = threading.Lock()  # files may be hashed on several threads
 
     def advance(self, nbytes: int, files: int = 0) -> None:
-        self.done += files
-        self.progress.update(self.task, advance=nbytes, files=f"{self.done}/{self.files} files")
+        with self.lock:
+            self.done += files
+            self.progress.update(self.task, advance=nbytes, files=f"{self.done}/{self.files} files")
 
 
 def enabled(as_json: bool = False) -> bool:

@@ -22,6 +22,7 @@ from .progress import Bar, bar
 
 ALWAYS_IGNORED = (".git", ".orch", "__pycache__", "*.pyc", ".venv", ".orchignore")
 MAX_DIFF = 1 << 20
+PARALLEL_BYTES = 64 << 20
 
 
 @dataclass
@@ -114,6 +115,16 @@ def _hash_file(path: Path, bar: Bar) -> str:
     return h.hexdigest()
 
 
+def _hash_all(paths: list[Path], total: int, shown: Bar) -> dict[Path, str]:
+    """The files' hashes; a big set is hashed on several cores (hashlib releases the GIL)."""
+    if len(paths) < 2 or total < PARALLEL_BYTES:
+        return {path: _hash_file(path, shown) for path in paths}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+        return dict(zip(paths, pool.map(lambda path: _hash_file(path, shown), paths)))
+
+
 def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, *,
           progress: bool = False) -> Revision:
     """Hash the project's sources into a revision (no network, no writes except the hash cache).
@@ -127,15 +138,17 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
         cache = {}
     files, local_paths, new_cache = [], {}, {}
     found = [(rel, project_dir / rel, (project_dir / rel).stat()) for rel in collect(project_dir, sources)]
-    fresh = [st.st_size for rel, _p, st in found if not cache.get(rel, {}).get(f"{st.st_size}:{st.st_mtime_ns}")]
-    with bar("hashing", sum(fresh), len(fresh), progress, keep=False) as shown:
-        for rel, path, st in found:
-            key = f"{st.st_size}:{st.st_mtime_ns}"
-            sha = cache.get(rel, {}).get(key) or _hash_file(path, shown)
-            new_cache[rel] = {key: sha}
-            mode = 0o755 if st.st_mode & 0o111 else 0o644
-            files.append({"path": rel, "sha256": sha, "mode": mode, "size": st.st_size})
-            local_paths[rel] = path
+    fresh = [(path, st.st_size) for rel, path, st in found
+             if not cache.get(rel, {}).get(f"{st.st_size}:{st.st_mtime_ns}")]
+    with bar("hashing", sum(n for _p, n in fresh), len(fresh), progress, keep=False) as shown:
+        hashed = _hash_all([p for p, _n in fresh], sum(n for _p, n in fresh), shown)
+    for rel, path, st in found:
+        key = f"{st.st_size}:{st.st_mtime_ns}"
+        sha = hashed.get(path) or cache[rel][key]
+        new_cache[rel] = {key: sha}
+        mode = 0o755 if st.st_mode & 0o111 else 0o644
+        files.append({"path": rel, "sha256": sha, "mode": mode, "size": st.st_size})
+        local_paths[rel] = path
     if cache_file and new_cache != cache:
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)

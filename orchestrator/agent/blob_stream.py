@@ -4,8 +4,10 @@ Each blob's bytes go straight from stdin to ``blobs/.part-<sha>`` in 1 MiB piece
 A push cut midway leaves that part file behind; ``blobs_missing`` reports its length, and the next push
 sends only the rest (the kept prefix is hashed again from disk, so the final check covers every byte).
 A verified part is renamed ``.ready-<sha>-…`` at once, freeing the part name, and takes the blob's name
-only after a filesystem sync: a blob name always means complete, durable content. The syncs run in a
-background thread every ``BATCH`` bytes, so the disk writes back while the network keeps streaming.
+only after a filesystem sync: a blob name always means complete, durable content. Writeback of each
+piece starts as soon as it is written (``sync_file_range``, which does not wait), and the syncs run in a
+background thread every ``BATCH`` bytes, so the disk works while the network keeps streaming and the
+final sync has little left to wait for.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from .layout import Layout
 from .protocol import AgentFailure
 
 CHUNK = 1 << 20
-BATCH = 256 << 20
+BATCH = 64 << 20
+WRITEBACK = 8 << 20
 
 
 class Payload:
@@ -67,17 +70,37 @@ def partial_sizes(layout: Layout, hashes: list) -> dict:
     return out
 
 
+_LIBC: list = []
+
+
+def _libc() -> object | None:
+    if not _LIBC:
+        try:
+            import ctypes
+
+            _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        except OSError:
+            _LIBC.append(None)
+    return _LIBC[0]
+
+
+def start_writeback(fd: int) -> None:
+    """Ask the kernel to start writing ``fd``'s dirty pages now, without waiting (Linux; elsewhere a no-op)."""
+    libc = _libc()
+    func = getattr(libc, "sync_file_range", None)
+    if func is not None:
+        import ctypes
+
+        func(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), ctypes.c_uint(2))  # SYNC_FILE_RANGE_WRITE
+
+
 def sync_folder(path: str) -> None:
     """Make everything written under ``path``'s filesystem durable: syncfs(2), else sync(2)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.syncfs(fd) != 0:
+        syncfs = getattr(_libc(), "syncfs", None)
+        if syncfs is None or syncfs(fd) != 0:
             os.sync()
-    except (OSError, AttributeError):
-        os.sync()
     finally:
         os.close(fd)
 
@@ -172,6 +195,9 @@ def _receive(layout: Layout, payload: Payload, sha: str, size: int, offset: int)
             fh.write(data)
             digest.update(data)
             want -= len(data)
+            if fh.tell() % WRITEBACK < len(data) or not want:
+                fh.flush()
+                start_writeback(fh.fileno())
         fh.flush()
         if digest.hexdigest() != sha:
             os.unlink(fh.name)

@@ -107,19 +107,21 @@ def unpacked_problem(zip_path: str, folder: str, uid: int | None = None) -> str 
         expected = {i.filename: i.CRC for i in zf.infolist() if not i.is_dir()}
     found = set()
     for dirpath, dirs, files in os.walk(folder):
+        cache = os.path.basename(dirpath) == "__pycache__"  # Python's own bytecode, written while others run
         for name in dirs + files:
             full = os.path.join(dirpath, name)
-            st = os.lstat(full)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:  # a bytecode temp file another agent call just renamed
+                continue
             if stat.S_ISLNK(st.st_mode):
                 return describe(full, st, "it is a symlink")
             why = _bad(full, st, uid, sticky_ok=False)
             if why:
                 return why
-        for name in files:
+        for name in [] if cache else files:
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, folder)
-            if rel.endswith(".pyc") and "__pycache__" in rel:  # bytecode Python caches beside the sources
-                continue
             with open(full, "rb") as fh:
                 if expected.get(rel) != zlib.crc32(fh.read()):
                     return f"the unpacked agent {folder} does not match {os.path.basename(zip_path)}: {rel} differs"
