@@ -162,3 +162,14 @@ def run_on_pty(argv: list[str], cwd: Path, answers: dict[str, str], timeout: flo
         os.close(fd)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), seen.decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return result

@@ -3,11 +3,9 @@
 Each blob's bytes go straight from stdin to ``blobs/.part-<sha>`` in 1 MiB pieces while they are hashed.
 A push cut midway leaves that part file behind; ``blobs_missing`` reports its length, and the next push
 sends only the rest (the kept prefix is hashed again from disk, so the final check covers every byte).
-A verified part is renamed ``.ready-<sha>-…`` at once, freeing the part name, and takes the blob's name
-only after a filesystem sync: a blob name always means complete, durable content. Writeback of each
-piece starts as soon as it is written (``sync_file_range``, which does not wait), and the syncs run in a
-background thread every ``BATCH`` bytes, so the disk works while the network keeps streaming and the
-final sync has little left to wait for.
+A verified part takes the blob's name at once; durability is settled afterwards without making the
+push wait (``durability``). Writeback of each piece starts as soon as it is written, so the disk works
+while the network keeps streaming.
 """
 
 from __future__ import annotations
@@ -15,15 +13,13 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import tempfile
-import threading
 from typing import BinaryIO
 
+from . import durability
 from .layout import Layout
 from .protocol import AgentFailure
 
 CHUNK = 1 << 20
-BATCH = 64 << 20
 WRITEBACK = 8 << 20
 
 
@@ -70,86 +66,6 @@ def partial_sizes(layout: Layout, hashes: list) -> dict:
     return out
 
 
-_LIBC: list = []
-
-
-def _libc() -> object | None:
-    if not _LIBC:
-        try:
-            import ctypes
-
-            _LIBC.append(ctypes.CDLL(None, use_errno=True))
-        except OSError:
-            _LIBC.append(None)
-    return _LIBC[0]
-
-
-def start_writeback(fd: int) -> None:
-    """Ask the kernel to start writing ``fd``'s dirty pages now, without waiting (Linux; elsewhere a no-op)."""
-    libc = _libc()
-    func = getattr(libc, "sync_file_range", None)
-    if func is not None:
-        import ctypes
-
-        func(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), ctypes.c_uint(2))  # SYNC_FILE_RANGE_WRITE
-
-
-def sync_folder(path: str) -> None:
-    """Make everything written under ``path``'s filesystem durable: syncfs(2), else sync(2)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        syncfs = getattr(_libc(), "syncfs", None)
-        if syncfs is None or syncfs(fd) != 0:
-            os.sync()
-    finally:
-        os.close(fd)
-
-
-class _Publisher:
-    """Gives verified blobs their names after a sync, a batch at a time, in a background thread."""
-
-    def __init__(self, layout: Layout) -> None:
-        self.layout = layout
-        self.pending: list[tuple[str, str]] = []
-        self.pending_bytes = 0
-        self.thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-        self.published = 0
-
-    def add(self, ready: str, sha: str, size: int) -> None:
-        self.pending.append((ready, sha))
-        self.pending_bytes += size
-        if self.pending_bytes >= BATCH:
-            self._flush(background=True)
-
-    def _publish(self, batch: list[tuple[str, str]]) -> None:
-        try:
-            sync_folder(self.layout.blobs)
-            for ready, sha in batch:
-                os.replace(ready, self.layout.blob(sha))
-                self.published += 1
-        except BaseException as exc:  # reported by close()
-            self.error = exc
-
-    def _flush(self, background: bool) -> None:
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
-        batch, self.pending, self.pending_bytes = self.pending, [], 0
-        if not batch:
-            return
-        if background:
-            self.thread = threading.Thread(target=self._publish, args=(batch,), daemon=True)
-            self.thread.start()
-        else:
-            self._publish(batch)
-
-    def close(self) -> None:
-        self._flush(background=False)
-        if self.error is not None:
-            raise self.error
-
-
 def _open_part(layout: Layout, sha: str, offset: int) -> tuple[BinaryIO, "hashlib._Hash"]:
     """The part file for ``sha``, locked, cut to ``offset`` bytes, and a hash over those bytes.
 
@@ -181,8 +97,8 @@ def _open_part(layout: Layout, sha: str, offset: int) -> tuple[BinaryIO, "hashli
     return fh, digest
 
 
-def _receive(layout: Layout, payload: Payload, sha: str, size: int, offset: int) -> str:
-    """Stream one blob into its part file; the path of the verified, read-only copy ready to publish."""
+def _receive(layout: Layout, payload: Payload, sha: str, size: int, offset: int) -> None:
+    """Stream one blob into its part file, verify it, and publish it read-only under its name."""
     fh, digest = _open_part(layout, sha, offset)
     want = size - offset
     try:
@@ -197,17 +113,14 @@ def _receive(layout: Layout, payload: Payload, sha: str, size: int, offset: int)
             want -= len(data)
             if fh.tell() % WRITEBACK < len(data) or not want:
                 fh.flush()
-                start_writeback(fh.fileno())
+                durability.start_writeback(fh.fileno())
         fh.flush()
         if digest.hexdigest() != sha:
             os.unlink(fh.name)
             raise AgentFailure("agent", f"blob {sha[:12]} arrived damaged ({size} bytes that do not match its hash)",
                                "a file may have changed while it was sent; deploy again")
         os.chmod(fh.name, 0o444)
-        fd, ready = tempfile.mkstemp(dir=layout.blobs, prefix=f".ready-{sha[:12]}-")
-        os.close(fd)
-        os.replace(fh.name, ready)  # still under the lock: the part name is free for the next push
-        return ready
+        os.replace(fh.name, layout.blob(sha))  # still under the lock: the part name is free for the next push
     finally:
         fh.close()
 
@@ -220,8 +133,9 @@ def store(layout: Layout, payload: Payload | bytes, blobs: list) -> dict:
 
         payload = Payload(io.BytesIO(payload), len(payload))
     layout.ensure()
-    publisher = _Publisher(layout)
-    received = 0
+    durability.recover(layout)
+    journal = durability.open_journal(layout, [e.get("sha256") for e in blobs]) if blobs else None
+    stored = received = 0
     try:
         for entry in blobs:
             sha, size, offset = entry["sha256"], int(entry["size"]), int(entry.get("offset") or 0)
@@ -230,13 +144,10 @@ def store(layout: Layout, payload: Payload | bytes, blobs: list) -> dict:
             if os.path.isfile(layout.blob(sha)):  # stored meanwhile (another deploy): drop its bytes
                 payload.skip(size - offset)
                 continue
-            publisher.add(_receive(layout, payload, sha, size, offset), sha, size)
+            _receive(layout, payload, sha, size, offset)
+            stored += 1
             received += size - offset
-    except BaseException:
-        try:  # what was verified before the failure still takes its name: a resumed push skips it
-            publisher.close()
-        except Exception:
-            pass
-        raise
-    publisher.close()
-    return {"stored": publisher.published, "bytes": received}
+    finally:
+        if journal is not None:
+            durability.settle_later(layout, journal)
+    return {"stored": stored, "bytes": received}

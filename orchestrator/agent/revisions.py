@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 
-from . import blob_stream
+from . import blob_stream, durability
 from .layout import Layout, write_json
 from .protocol import AgentFailure, manifest_id
 from .validate import manifest
@@ -24,6 +24,7 @@ def _valid_sha(sha: str) -> bool:
 def blobs_missing(layout: Layout, hashes: list) -> dict:
     """Which of ``hashes`` the target lacks: the controller sends only those."""
     layout.ensure()
+    durability.recover(layout)  # blobs a reboot may have damaged before they were synced are sent again
     missing = [h for h in hashes if not (_valid_sha(h) and os.path.isfile(layout.blob(h)))]
     return {"missing": missing, "partial": blob_stream.partial_sizes(layout, missing)}
 

@@ -8,13 +8,17 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from orchestrator.agent.protocol import PROTOCOL, unframe
 from orchestrator.agent_client import AgentClient, Op, Stream
+from orchestrator.agent import durability
+from orchestrator.agent.layout import Layout
 from orchestrator.errors import AgentError
 from orchestrator.transport.local import LocalTransport
+from tests.conftest import wait_for
 
 
 @pytest.fixture
@@ -53,8 +57,9 @@ def test_a_stream_of_blobs_is_stored_each_verified(agent, tmp_path):
     for b in blobs:
         path = tmp_path / "root" / "blobs" / sha(b)
         assert path.read_bytes() == b and (path.stat().st_mode & 0o777) == 0o444
-    leftovers = [p.name for p in (tmp_path / "root" / "blobs").iterdir() if p.name.startswith(".")]
-    assert leftovers == []
+    # the push returned before the disk sync; a detached child syncs, then drops the push's journal
+    wait_for(lambda: not [p.name for p in (tmp_path / "root" / "blobs").iterdir() if p.name.startswith(".")],
+             what="the journal to be settled", timeout=60)
 
 
 def test_a_cut_push_resumes_with_only_the_missing_bytes(agent, tmp_path):
@@ -116,3 +121,45 @@ def test_two_pushes_of_the_same_blob_at_once_store_it_once(agent, tmp_path):
         t.join(120)
     assert errors == []
     assert (tmp_path / "root" / "blobs" / sha(data)).read_bytes() == data
+
+
+def _journal(root, hashes: list[str], boot: str, age: float = 0.0) -> None:
+    path = root / "blobs" / ".pending-test.json"
+    path.write_text(json.dumps({"boot_id": boot, "blobs": hashes, "created": 0}))
+    if age:
+        then = time.time() - age
+        os.utime(path, (then, then))
+
+
+def test_blobs_of_a_push_a_reboot_interrupted_are_sent_again(agent, tmp_path):
+    root = tmp_path / "root"
+    kept, suspect = os.urandom(1000), os.urandom(2000)
+    files = [{"path": "a.py", "sha256": sha(kept), "size": 1000, "mode": 0o644},
+             {"path": "b.bin", "sha256": sha(suspect), "size": 2000, "mode": 0o755}]
+    from orchestrator.agent.protocol import manifest_id
+
+    rev = manifest_id(files)
+    agent.call([Op("blobs_store", {"blobs": [{"sha256": sha(kept), "size": 1000},
+                                             {"sha256": sha(suspect), "size": 2000}]}),
+                Op("revision_assemble", {"revision": rev, "files": files})], payload=kept + suspect)
+    wait_for(lambda: not list((root / "blobs").glob(".pending-*")), what="the sync", timeout=60)
+    # as if the machine had gone down before the sync of the push that stored `suspect`
+    _journal(root, [sha(suspect)], boot="an-earlier-boot")
+    found = agent.one("blobs_missing", hashes=[sha(kept), sha(suspect)])
+    assert found["missing"] == [sha(suspect)]
+    assert not (root / "blobs" / sha(suspect)).exists() and not (root / "blobs" / (sha(suspect) + ".x")).exists()
+    assert not (root / "revisions" / rev).exists()  # its files were links to the suspect blob
+    assert (root / "blobs" / sha(kept)).read_bytes() == kept
+    assert not list((root / "blobs").glob(".pending-*"))
+
+
+def test_a_journal_of_this_boot_keeps_its_blobs(agent, tmp_path):
+    root = tmp_path / "root"
+    data = os.urandom(5000)
+    agent.call([Op("blobs_store", {"blobs": [{"sha256": sha(data), "size": 5000}]})], payload=data)
+    _journal(root, [sha(data)], boot=durability.boot_id())  # a writer killed before its sync: same boot
+    assert agent.one("blobs_missing", hashes=[sha(data)])["missing"] == []
+    assert (root / "blobs" / ".pending-test.json").exists()  # young: its sync may still be running
+    _journal(root, [sha(data)], boot=durability.boot_id(), age=durability.SETTLE_AFTER + 5)
+    assert durability.recover(Layout(str(root))) == []
+    assert not (root / "blobs" / ".pending-test.json").exists() and (root / "blobs" / sha(data)).exists()

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import REPO, STUBBORN, run_on_pty, tmux_socket
+from tests.conftest import REPO, STUBBORN, run_on_pty, tmux_socket, wait_for
 
 TWO_TARGETS = """
 [targets.other]
@@ -28,13 +28,6 @@ checkpoints = "{root}/checkpoints/{{project}}"
 
 def cli_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "orchestrator.cli.main", *args]
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_bare_commands_follow_the_target_of_the_last_launch(project, tmp_path):
