@@ -47,30 +47,17 @@ def make_tree(folder: Path, gib: float) -> int:
     return total
 
 
-def peak_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def watched(argv: list[str], cwd: Path, env: dict, agent_name: str) -> tuple[float, int, int]:
     """Run ``argv``; its wall time and the peak RSS (KiB) of it and of any agent process."""
     begin = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    from tests.testbed.procs import peak_kb, pids_running
+
     mine = agent = 0
     while proc.poll() is None:
         mine = max(mine, peak_kb(proc.pid))
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if agent_name.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                        agent = max(agent, peak_kb(int(entry)))
-                except OSError:
-                    pass
+        for pid in pids_running(agent_name):
+            agent = max(agent, peak_kb(pid))
         time.sleep(0.02)
     out, err = proc.communicate()
     if proc.returncode != 0:

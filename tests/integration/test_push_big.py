@@ -13,40 +13,17 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from orchestrator.agent_client import agent_zip
 from tests.integration.test_remote import ROOT, RemoteProject
+from tests.testbed.procs import peak_kb, pids_running
 
 pytestmark = pytest.mark.testbed
 
 FILES, FILE_MB = 4, 256
 TRAIN = "import time\nwhile True:\n    time.sleep(1)\n"
-
-
-def peak_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def agent_pids(agent_name: str) -> list[int]:
-    """The agent processes (run in the CT, visible from the host's /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if agent_name.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    out.append(int(entry))
-            except OSError:
-                continue
-    return out
 
 
 @pytest.fixture
@@ -77,7 +54,7 @@ def deploy(proj, proxy, cut_at: int | None) -> tuple[subprocess.CompletedProcess
     start_up = proxy.bytes_up
     while proc.poll() is None:
         peaks["controller_kb"] = max(peaks["controller_kb"], peak_kb(proc.pid))
-        for pid in agent_pids(agent_name):
+        for pid in pids_running(agent_name):
             peaks["agent_kb"] = max(peaks["agent_kb"], peak_kb(pid))
         if cut_at is not None and proxy.bytes_up - start_up > cut_at:
             proxy.kill()
