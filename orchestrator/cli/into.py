@@ -17,7 +17,8 @@ def _exit(code: int) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def attach(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
+    def attach(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None,
+               trust_new_host: TrustOpt = False) -> None:
         """Attach this terminal to the run's tmux pane; detach with C-b d (the run goes on)."""
         from .. import into
         from ..transport.interactive import terminal

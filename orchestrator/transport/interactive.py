@@ -82,10 +82,11 @@ def stream(transport: Transport, argv: list[str], cwd: str | None = None) -> int
         chan.close()
         raise TransportError(f"connection to {base.description} lost before {argv[0]} started: {exc}",
                              hint="check the target and rerun") from exc
-    feed = not _isatty(sys.stdin)
+    stdin_fd = _fileno(sys.stdin)
+    feed = stdin_fd is not None and not os.isatty(stdin_fd)  # a pipe or file: pass it on; a terminal: don't wait
     if not feed:
         chan.shutdown_write()
-    return _join_streams(chan, base, feed)
+    return _join_streams(chan, base, stdin_fd if feed else None)
 
 
 def forward(ssh: Transport, host: str, port: int, local_port: int,
@@ -201,11 +202,11 @@ def _join_terminal(chan: Any, ssh: Any) -> int:
     return _exit_code(chan, ssh)
 
 
-def _join_streams(chan: Any, ssh: Any, feed: bool) -> int:
+def _join_streams(chan: Any, ssh: Any, stdin_fd: int | None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     out = [(chan.recv, sys.stdout), (chan.recv_stderr, sys.stderr)]
-    _pump(chan, sys.stdin.fileno() if feed else None, out)
+    _pump(chan, stdin_fd, out)
     return _exit_code(chan, ssh)
 
 
@@ -269,8 +270,9 @@ def _term() -> str:
     return os.environ.get("TERM") or "xterm-256color"
 
 
-def _isatty(stream: Any) -> bool:
+def _fileno(stream: Any) -> int | None:
+    """The stream's file descriptor, or None when it has none (a test runner's in-memory stdin)."""
     try:
-        return os.isatty(stream.fileno())
+        return stream.fileno()
     except (AttributeError, OSError, ValueError):
-        return False
+        return None

@@ -93,6 +93,9 @@ def test_exec_runs_in_the_revision_folder_and_passes_the_exit_code(project):
     assert res.stderr.strip() == "to-stderr"
     ok = subprocess.run(cli_argv("exec", "--", "ls"), cwd=project.path, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "train.py" in ok.stdout.split()
+    piped = subprocess.run(cli_argv("exec", "--", "cat"), cwd=project.path, input="piped\n", capture_output=True,
+                           text=True, timeout=60)
+    assert piped.returncode == 0 and piped.stdout == "piped\n"
 
 
 def test_exec_without_an_experiment_says_so(project):

@@ -47,6 +47,9 @@ def test_attach_exec_and_ssh(remote, name):
     assert res.returncode == 7, res.stderr
     assert res.stdout.strip() == f"{ROOT}/revisions/{exp['revision']}"
     assert res.stderr.strip() == "to-stderr"
+    piped = subprocess.run(cli_argv("exec", "--", "cat"), cwd=remote.path, input="piped\n", capture_output=True,
+                           text=True, timeout=60)
+    assert piped.returncode == 0 and piped.stdout == "piped\n", piped.stderr
     code, screen = drive_pty(cli_argv("ssh"), remote.path,
                              [("# ", b"echo marker-$((6*7))\r"), ("marker-42", b"exit\r")])
     assert code == 0, screen
