@@ -91,11 +91,12 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, experiments, init, run, use, watch
+    from . import batching, checkpoints, experiments, init, into, run, use, watch
 
     run.register(app)
     watch.register(app)
     use.register(app)
+    into.register(app)
     init.register(app)
     app.add_typer(experiments.app, name="experiments")
     app.add_typer(checkpoints.app, name="checkpoints")

@@ -1,0 +1,82 @@
+"""attach, exec, ssh, forward: into the run and the target it runs on."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from . import common, render
+from .common import CtOpt, TargetOpt, TrustOpt
+
+
+def _exit(code: int) -> None:
+    """A command's exit code as orch's own (killed by a signal: 128 + its number, as a shell says)."""
+    raise typer.Exit(128 - code if code < 0 else code)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def attach(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None,
+               trust_new_host: TrustOpt = False) -> None:
+        """Attach this terminal to the run's tmux pane; detach with C-b d (the run goes on)."""
+        from .. import into
+        from ..transport.interactive import terminal
+
+        into.require_terminal("attach")
+        settings = common.settings(ctx)
+        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        with tgt.connect() as transport:
+            into.require_alive(settings, tgt, transport)
+            code = terminal(transport, into.attach_argv(settings, tgt))
+        render.say(f"orch: detached from {tgt.label}; the run goes on" if code == 0 else
+                   f"orch: tmux on {tgt.label} exited with code {code}")
+        _exit(code)
+
+    @app.command("exec", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+    def exec_(ctx: typer.Context,
+              command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
+              target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
+        """Run a command on the target in the run's revision folder; its exit code is orch's."""
+        from .. import into
+        from ..transport.interactive import stream
+
+        settings = common.settings(ctx)
+        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        with tgt.connect() as transport:
+            with common.registry(settings) as reg:
+                folder = into.revision_folder(settings, tgt, reg, transport)
+            code = stream(transport, list(command), cwd=folder)
+        _exit(code)
+
+    @app.command()
+    def ssh(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
+        """An interactive login shell on the target (over SSH, or through the node's pct)."""
+        from .. import into
+        from ..transport.interactive import terminal
+
+        into.require_terminal("ssh")
+        settings = common.settings(ctx)
+        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        with tgt.connect() as transport:
+            _exit(terminal(transport, None))
+
+    @app.command()
+    def forward(ctx: typer.Context,
+                ports: Annotated[str, typer.Argument(metavar="PORT[:LOCAL]", help="The target's port, and the "
+                                                     "local one (default: the same)")],
+                target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
+        """Forward 127.0.0.1:LOCAL here to PORT on the target over SSH (e.g. TensorBoard), until Ctrl-C."""
+        from .. import into
+        from ..transport.interactive import forward as carry
+
+        port, local = into.parse_ports(ports)
+        settings = common.settings(ctx)
+        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        with tgt.connect() as transport:
+            via, host = into.forward_destination(tgt, transport)
+            try:
+                carry(via, host, port, local, into.say_forwarding(tgt, port, host, render.say),
+                      lambda m: render.say(f"orch: {m}"))
+            except KeyboardInterrupt:
+                render.say("orch: stopped forwarding")

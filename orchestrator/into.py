@@ -1,0 +1,107 @@
+"""Into the run: attach to its tmux pane, run a command in its revision folder, a shell, a forwarded port.
+
+Where things are comes from the layout the agent uses (``agent/layout.py``, ``agent/runs.py``): the
+run's tmux session ``orch-<project>`` lives on orch's private socket for the target's root, and a
+revision is unpacked in ``<root>/revisions/<rev>``. The terminal and port plumbing is in
+``transport/interactive.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import sys
+from typing import Callable
+
+from .config import Settings
+from .errors import InputError, NotFoundError
+from .experiments import Registry
+from .targets import Target
+from .transport.base import Transport
+
+
+def tmux_socket(root: str) -> str:
+    """orch's tmux socket name for a target root (the agent's ``runs.socket_name``)."""
+    return "orch-" + hashlib.sha256(posixpath.normpath(root).encode()).hexdigest()[:8]
+
+
+def attach_argv(settings: Settings, target: Target) -> list[str]:
+    return ["tmux", "-L", tmux_socket(target.root), "attach-session", "-t", f"={session(settings)}"]
+
+
+def session(settings: Settings) -> str:
+    return f"orch-{settings.project.name}"
+
+
+def require_terminal(what: str) -> None:
+    """Interactive commands need a terminal on stdin: say so instead of hanging or garbling a pipe."""
+    import os
+
+    try:
+        ok = os.isatty(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError(f"orch {what} needs a terminal, and stdin is not one",
+                         hint="run it from an interactive terminal; without one, `orch logs --follow` "
+                              "shows the run and `orch exec -- CMD` runs a command")
+
+
+def require_alive(settings: Settings, target: Target, transport: Transport) -> None:
+    """The project's tmux session exists on the target: there is a run to attach to."""
+    name = session(settings)
+    result = transport.run(["tmux", "-L", tmux_socket(target.root), "has-session", "-t", f"={name}"])
+    if not result.ok:
+        raise NotFoundError(f"no run of project {settings.project.name} is alive on {target.label}",
+                            hint="`orch status` says how the last one ended; `orch deploy` starts one")
+
+
+def revision_folder(settings: Settings, target: Target, registry: Registry, transport: Transport) -> str:
+    """``<root>/revisions/<rev>`` of the latest experiment on this target; it must still be there."""
+    exp = registry.latest(target.machine, target.name)
+    if exp is None or not exp.revision:
+        raise NotFoundError(f"no experiment on {target.label}, so no revision folder to run in",
+                            hint="`orch deploy` pushes one (or `orch use` picks the target you deployed to)")
+    folder = posixpath.join(target.root, "revisions", exp.revision)
+    if not transport.run(["test", "-d", folder]).ok:
+        raise NotFoundError(f"revision {exp.revision} of experiment {exp.id} is no longer on {target.label}",
+                            hint="`orch deploy` pushes it again")
+    return folder
+
+
+def parse_ports(spec: str) -> tuple[int, int]:
+    """``6006`` -> (6006, 6006); ``6006:16006`` -> (6006, 16006): the target's port, then the local one."""
+    parts = spec.split(":")
+    try:
+        ports = [int(p) for p in parts]
+    except ValueError:
+        ports = []
+    if len(ports) not in (1, 2) or not all(0 < p < 65536 for p in ports):
+        raise InputError(f"bad port {spec!r}", hint="give PORT or PORT:LOCAL, e.g. 6006 or 6006:16006")
+    return ports[0], ports[-1]
+
+
+def forward_destination(target: Target, transport: Transport) -> tuple[Transport, str]:
+    """The SSH transport to carry connections over, and the host to ask it for.
+
+    Over SSH the target itself (its loopback); through pct the node, towards the CT's address.
+    """
+    from .transport.pct import PctTransport
+
+    if not isinstance(transport, PctTransport):
+        return transport, "127.0.0.1"
+    address = target.spec.address or target.info.get("address")
+    if not address:
+        found = transport.run(["hostname", "-I"])
+        address = (found.stdout.decode().split() or [None])[0] if found.ok else None
+    if not address:
+        raise NotFoundError(f"{target.label} has no address the node could forward to",
+                            hint="set address = \"...\" on the target")
+    return transport.node, address
+
+
+def say_forwarding(target: Target, port: int, host: str, say: Callable[[str], None]) -> Callable[[str], None]:
+    def ready(url: str) -> None:
+        where = f"port {port} on {target.label}" if host == "127.0.0.1" else f"{host}:{port} ({target.label})"
+        say(f"forwarding {url} -> {where}; Ctrl-C stops")
+    return ready

@@ -1,0 +1,136 @@
+"""Into the run on the local target: attach on a real pseudo-terminal, exec with its exit code, a shell,
+and the refusals (no terminal, no run, forward to a port that is already local).
+
+Everything is real: the run in tmux on orch's private socket, the CLI as a subprocess on a pty.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.into import parse_ports, tmux_socket
+from tests.conftest import tmux_socket as conftest_socket
+
+DETACH = b"\x02d"  # C-b d
+
+
+def cli_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "orchestrator.cli.main", *args]
+
+
+def drive_pty(argv: list[str], cwd: Path, steps: list[tuple[str, bytes]], timeout: float = 30,
+              env: dict | None = None) -> tuple[int, str]:
+    """Run ``argv`` on a 100x30 pseudo-terminal; for each step, wait for its text, then type its bytes."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(cwd)
+        os.execvpe(argv[0], argv, dict(os.environ, **(env or {})))
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    seen, pending = b"", list(steps)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                raise AssertionError(f"{argv} did not finish in {timeout} s; waiting for {pending[:1]}: {seen!r}")
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            if pending and pending[0][0].encode() in seen:
+                seen += b"\n<typed>\n"  # later expectations match only what came after this answer
+                os.write(fd, pending.pop(0)[1])
+    finally:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), seen.decode("utf-8", "replace")
+
+
+def _deploy(project) -> dict:
+    project.configure(steps=100000, sleep=0.05)
+    res = project.cli("deploy", "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)["experiment"]
+
+
+def test_socket_name_is_the_agents():
+    assert tmux_socket("/a/b/") == conftest_socket("/a/b") == tmux_socket("/a//b")
+
+
+def test_ports_parse_and_bad_ones_are_refused():
+    assert parse_ports("6006") == (6006, 6006)
+    assert parse_ports("6006:16006") == (6006, 16006)
+    for bad in ("x", "0", "70000", "1:2:3", ""):
+        with pytest.raises(Exception) as info:
+            parse_ports(bad)
+        assert info.value.exit_code == 2
+
+
+def test_exec_runs_in_the_revision_folder_and_passes_the_exit_code(project):
+    exp = _deploy(project)
+    res = subprocess.run(cli_argv("exec", "--", "sh", "-c", "pwd; echo to-stderr >&2; exit 7"), cwd=project.path,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 7, res.stderr
+    assert res.stdout.strip() == str(project.root / "revisions" / exp["revision"])
+    assert res.stderr.strip() == "to-stderr"
+    ok = subprocess.run(cli_argv("exec", "--", "ls"), cwd=project.path, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "train.py" in ok.stdout.split()
+    piped = subprocess.run(cli_argv("exec", "--", "cat"), cwd=project.path, input="piped\n", capture_output=True,
+                           text=True, timeout=60)
+    assert piped.returncode == 0 and piped.stdout == "piped\n"
+
+
+def test_exec_without_an_experiment_says_so(project):
+    res = subprocess.run(cli_argv("exec", "--", "true"), cwd=project.path, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 7
+    assert "error: no experiment on local" in res.stderr and "hint:" in res.stderr
+
+
+def test_attach_shows_the_pane_and_detaching_leaves_the_run_running(project):
+    _deploy(project)
+    code, screen = drive_pty(cli_argv("attach"), project.path, [("python3 train.py", DETACH)])
+    assert code == 0, screen
+    assert "orch: experiment run in" in screen and "detached" in screen
+    status = project.cli("status", "--json")
+    assert json.loads(status.stdout)["state"] == "running"
+
+
+def test_attach_refuses_without_a_terminal_or_a_run(project):
+    res = subprocess.run(cli_argv("attach"), cwd=project.path, stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2
+    assert "error: orch attach needs a terminal" in res.stderr and "hint:" in res.stderr
+    code, screen = drive_pty(cli_argv("attach"), project.path, [])
+    assert code == 7, screen
+    assert "no run of project tinylm is alive on local" in screen
+
+
+def test_ssh_opens_a_shell(project):
+    code, screen = drive_pty(cli_argv("ssh"), project.path,
+                             [("", b"echo marker-$((6*7))\r"), ("marker-42", b"exit 3\r")], env={"SHELL": "/bin/sh"})
+    assert code == 3, screen
+
+
+def test_forward_on_the_local_target_says_it_is_already_local(project):
+    res = project.cli("forward", "6006")
+    assert res.exit_code == 2
+    assert "already local" in res.output
