@@ -91,9 +91,10 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, experiments, init, run, use, watch
+    from . import batching, checkpoints, experiments, gc, init, run, use, watch
 
     run.register(app)
+    gc.register(app)
     watch.register(app)
     use.register(app)
     init.register(app)
