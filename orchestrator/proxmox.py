@@ -409,3 +409,39 @@ def _gpus(devices: dict[str, str], mounts: dict[str, str], raw: list[str]) -> li
         if key.endswith("devices.allow") and rule and rule[1] in GPU_CHAR_MAJORS:
             found.append(line)
     return list(dict.fromkeys(found))
+
+
+def gpu_count(gpus: list[str]) -> int | None:
+    """How many GPUs a CT config passes through: ``/dev/nvidiaN`` (else ``/dev/dri/renderDN``) devices.
+
+    Control nodes (``/dev/nvidiactl``, ``/dev/nvidia-uvm``) are not GPUs. A config that grants GPU access
+    without naming a numbered device (only ``c 195:* rwm``, or all of ``/dev/dri``) counts ``None``: some, unknown.
+    """
+    nvidia = {g for g in gpus if re.fullmatch(r"/dev/nvidia\d+", g)}
+    render = {g for g in gpus if re.fullmatch(r"/dev/dri/renderD\d+", g)}
+    if nvidia or render:
+        return len(nvidia) or len(render)
+    return None if gpus else 0
+
+
+def list_cts(client: ProxmoxClient) -> list[dict[str, Any]]:
+    """Every LXC container the token can see: id, name, node, status, address and passed-through GPUs.
+
+    A CT whose node does not answer is listed with what ``/cluster/resources`` says, and ``error``.
+    """
+    out = []
+    for entry in client.get("cluster", "resources", type="vm") or []:
+        if entry.get("type") != "lxc":
+            continue
+        vmid, node = int(entry["vmid"]), str(entry.get("node", ""))
+        row: dict[str, Any] = {"ct": vmid, "name": entry.get("name") or f"CT{vmid}", "node": node,
+                               "status": entry.get("status"), "address": None, "gpus": None, "gpu_devices": []}
+        try:
+            config = client.get("nodes", node, "lxc", vmid, "config") or {}
+            gpus = config_summary(config)["gpus"]
+            live = _live_address(client, node, vmid, 0.0, 0.0) if row["status"] == "running" else None
+            row.update(address=live or static_address(config), gpus=gpu_count(gpus), gpu_devices=gpus)
+        except ProxmoxError as exc:
+            row["error"] = exc.message
+        out.append(row)
+    return sorted(out, key=lambda r: r["ct"])

@@ -91,10 +91,11 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, experiments, gc, init, run, use, watch
+    from . import batching, checkpoints, experiments, gc, init, run, targets, use, watch
 
     run.register(app)
     gc.register(app)
+    targets.register(app)
     watch.register(app)
     use.register(app)
     init.register(app)
