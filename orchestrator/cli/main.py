@@ -57,7 +57,7 @@ class OrchGroup(TyperGroup):
 
 
 app = typer.Typer(cls=OrchGroup, help="Deploy, watch and compare training runs on Proxmox LXC containers.",
-                  no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  no_args_is_help=True, add_completion=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
