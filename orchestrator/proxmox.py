@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError, ProxmoxError, TargetError
+from .errors import ConfigError, InputError, NotFoundError, ProxmoxError, TargetError
 
 TOKEN_ENV = "ORCH_PROXMOX_TOKEN"
 GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel")
@@ -246,10 +246,10 @@ def _find_ct(client: ProxmoxClient, vmid: int) -> dict[str, Any]:
         if entry.get("type") == "lxc" and int(entry.get("vmid", -1)) == vmid:
             return entry
     if any(e.get("type") == "qemu" and int(e.get("vmid", -1)) == vmid for e in resources):
-        raise ProxmoxError(f"{vmid} is a QEMU virtual machine, not an LXC container",
+        raise InputError(f"{vmid} is a QEMU virtual machine, not an LXC container",
                            "orch deploys into LXC containers; pick a CT id from `pct list`")
     seen = "the token sees no guests at all" if not resources else f"the token sees {len(resources)} guest(s)"
-    raise ProxmoxError(
+    raise NotFoundError(
         f"CT {vmid} not found on the Proxmox cluster at {client.url} ({seen})",
         f"a token with privilege separation sees only what its ACLs allow, and lists hide the rest without an "
         f"error: check `pveum acl list` and grant {client.token_id} VM.Audit on /vms/{vmid} "
