@@ -222,8 +222,9 @@ def resolve_ct(
     if status.get("status") != "running":
         question = f"CT {vmid} ({name}) on node {node} is {status.get('status', 'not running')}. Start it?"
         if not (start or (interactive_confirm is not None and interactive_confirm(question))):
-            raise TargetError(f"CT {vmid} is {status.get('status', 'not running')}; pass --start to start it",
-                              f"or start it yourself: `pct start {vmid}` on node {node}")
+            raise TargetError(f"CT {vmid} is {status.get('status', 'not running')}",
+                              f"a launch starts it with --start (orch deploy --start), or start it yourself: "
+                              f"`pct start {vmid}` on node {node}")
         status = _start(client, node, vmid, start_timeout, poll_interval)
         started = True
     config = client.get("nodes", node, "lxc", vmid, "config") or {}

@@ -188,7 +188,7 @@ def test_pct_mode_works_without_sshd_in_the_container(remote, testbed):
 def test_a_stopped_ct_is_started_only_when_asked(remote, testbed):
     testbed.stop(200)
     res = remote.cli("deploy", "--ct", "200")
-    assert res.exit_code == 3 and "is stopped; pass --start" in res.output
+    assert res.exit_code == 3 and "is stopped" in res.output and "orch deploy --start" in res.output
     assert remote.rows() == []
     res = remote.cli("deploy", "--ct", "200", "--start", "--json")
     assert res.exit_code == 0, res.output

@@ -73,7 +73,7 @@ def test_stopped_ct_is_refused_without_start(api: StandIn) -> None:
     questions: list[str] = []
     error = failure(lambda: resolve_ct(client_for(api), 201, interactive_confirm=lambda q: questions.append(q) or False,
                                        **FAST), TargetError)
-    assert "CT 201 is stopped; pass --start" in str(error)
+    assert "CT 201 is stopped" in str(error) and "orch deploy --start" in error.hint
     assert questions and "CT 201" in questions[0] and "Start it?" in questions[0]
     assert api.backend.status(201) == "stopped"
     assert ("POST", "/api2/json/nodes/pve1/lxc/201/status/start") not in api.requests
