@@ -7,9 +7,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 
-from typer._click import exceptions as click  # typer vendors click; its errors are rendered here
 import typer
 from typer.core import TyperGroup
+
+try:  # typer >= 0.22 vendors click; earlier ones depend on it
+    from typer._click import exceptions as click
+except ImportError:  # pragma: no cover
+    from click import exceptions as click  # type: ignore[no-redef]
 
 from ..errors import Interrupted, OrchError
 
