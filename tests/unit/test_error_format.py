@@ -228,3 +228,15 @@ def test_every_node_ssh_key_is_documented():
     text = (REPO / "README.md").read_text()
     section = text[text.index("[proxmox] node_ssh`, an inline table"):]
     assert all(f"| `{key}` |" in section for key in NodeSsh.model_fields), list(NodeSsh.model_fields)
+
+
+@pytest.mark.parametrize("role,setting", [("the Proxmox node pve1", "[proxmox] node_ssh.host"),
+                                          (None, "use an IP address")])
+def test_an_unresolvable_node_names_the_setting_to_change(role, setting):
+    from orchestrator.errors import TransportError
+    from orchestrator.transport.ssh import SshTransport
+
+    transport = SshTransport("no-such-node.invalid", role=role, connect_retries=0, trust_file="/nonexistent")
+    with pytest.raises(TransportError, match="cannot resolve host name") as info:
+        transport.run(["true"])
+    assert setting in (info.value.hint or "")
