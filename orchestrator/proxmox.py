@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError, ProxmoxError, TargetError
+from .errors import ConfigError, InputError, NotFoundError, ProxmoxError, TargetError
 
 TOKEN_ENV = "ORCH_PROXMOX_TOKEN"
 GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel")
@@ -222,8 +222,9 @@ def resolve_ct(
     if status.get("status") != "running":
         question = f"CT {vmid} ({name}) on node {node} is {status.get('status', 'not running')}. Start it?"
         if not (start or (interactive_confirm is not None and interactive_confirm(question))):
-            raise TargetError(f"CT {vmid} is {status.get('status', 'not running')}; pass --start to start it",
-                              f"or start it yourself: `pct start {vmid}` on node {node}")
+            raise TargetError(f"CT {vmid} is {status.get('status', 'not running')}",
+                              f"a launch starts it with --start (orch deploy --start), or start it yourself: "
+                              f"`pct start {vmid}` on node {node}")
         status = _start(client, node, vmid, start_timeout, poll_interval)
         started = True
     config = client.get("nodes", node, "lxc", vmid, "config") or {}
@@ -246,10 +247,10 @@ def _find_ct(client: ProxmoxClient, vmid: int) -> dict[str, Any]:
         if entry.get("type") == "lxc" and int(entry.get("vmid", -1)) == vmid:
             return entry
     if any(e.get("type") == "qemu" and int(e.get("vmid", -1)) == vmid for e in resources):
-        raise ProxmoxError(f"{vmid} is a QEMU virtual machine, not an LXC container",
+        raise InputError(f"{vmid} is a QEMU virtual machine, not an LXC container",
                            "orch deploys into LXC containers; pick a CT id from `pct list`")
     seen = "the token sees no guests at all" if not resources else f"the token sees {len(resources)} guest(s)"
-    raise ProxmoxError(
+    raise NotFoundError(
         f"CT {vmid} not found on the Proxmox cluster at {client.url} ({seen})",
         f"a token with privilege separation sees only what its ACLs allow, and lists hide the rest without an "
         f"error: check `pveum acl list` and grant {client.token_id} VM.Audit on /vms/{vmid} "
@@ -409,3 +410,39 @@ def _gpus(devices: dict[str, str], mounts: dict[str, str], raw: list[str]) -> li
         if key.endswith("devices.allow") and rule and rule[1] in GPU_CHAR_MAJORS:
             found.append(line)
     return list(dict.fromkeys(found))
+
+
+def gpu_count(gpus: list[str]) -> int | None:
+    """How many GPUs a CT config passes through: ``/dev/nvidiaN`` (else ``/dev/dri/renderDN``) devices.
+
+    Control nodes (``/dev/nvidiactl``, ``/dev/nvidia-uvm``) are not GPUs. A config that grants GPU access
+    without naming a numbered device (only ``c 195:* rwm``, or all of ``/dev/dri``) counts ``None``: some, unknown.
+    """
+    nvidia = {g for g in gpus if re.fullmatch(r"/dev/nvidia\d+", g)}
+    render = {g for g in gpus if re.fullmatch(r"/dev/dri/renderD\d+", g)}
+    if nvidia or render:
+        return len(nvidia) or len(render)
+    return None if gpus else 0
+
+
+def list_cts(client: ProxmoxClient) -> list[dict[str, Any]]:
+    """Every LXC container the token can see: id, name, node, status, address and passed-through GPUs.
+
+    A CT whose node does not answer is listed with what ``/cluster/resources`` says, and ``error``.
+    """
+    out = []
+    for entry in client.get("cluster", "resources", type="vm") or []:
+        if entry.get("type") != "lxc":
+            continue
+        vmid, node = int(entry["vmid"]), str(entry.get("node", ""))
+        row: dict[str, Any] = {"ct": vmid, "name": entry.get("name") or f"CT{vmid}", "node": node,
+                               "status": entry.get("status"), "address": None, "gpus": None, "gpu_devices": []}
+        try:
+            config = client.get("nodes", node, "lxc", vmid, "config") or {}
+            gpus = config_summary(config)["gpus"]
+            live = _live_address(client, node, vmid, 0.0, 0.0) if row["status"] == "running" else None
+            row.update(address=live or static_address(config), gpus=gpu_count(gpus), gpu_devices=gpus)
+        except ProxmoxError as exc:
+            row["error"] = exc.message
+        out.append(row)
+    return sorted(out, key=lambda r: r["ct"])

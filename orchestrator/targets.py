@@ -140,10 +140,7 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
     if px is None:
         raise InputError(f"target {tname!r} is a Proxmox CT but orch.toml has no [proxmox] section",
                          hint="add [proxmox] host = \"...\" and token_id = \"user@realm!name\"")
-    token = proxmox.load_token(px.token_id, token_file=_home(px.token_file))
-    client = proxmox.ProxmoxClient(px.host, port=px.port, token_id=px.token_id, token_secret=token,
-                                   verify_ssl=_home(px.verify_ssl) if isinstance(px.verify_ssl, str)
-                                   else px.verify_ssl, timeout=px.timeout)
+    client = proxmox_client(px)
     info = proxmox.resolve_ct(client, int(spec.ct or 0), start=start, interactive_confirm=confirm,
                               start_timeout=px.start_timeout,
                               need_address=spec.access == "ssh" and not spec.address)
@@ -166,6 +163,16 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
     target.info.update(address=address)
     target.connect = lambda: _ssh(address, spec.port, spec.user or "root", identity, trust_new_host, ssh_kw)
     return target
+
+
+def proxmox_client(px):
+    """The API client a ``[proxmox]`` section describes (token from the environment or its file)."""
+    from . import proxmox
+
+    token = proxmox.load_token(px.token_id, token_file=_home(px.token_file))
+    return proxmox.ProxmoxClient(px.host, port=px.port, token_id=px.token_id, token_secret=token,
+                                 verify_ssl=_home(px.verify_ssl) if isinstance(px.verify_ssl, str)
+                                 else px.verify_ssl, timeout=px.timeout)
 
 
 def _ssh(host: str, port: int | None, user: str | None, identity: str | None, trust: bool, kw: dict) -> Transport:

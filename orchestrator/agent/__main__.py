@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import checkpoints, logs, revisions, runs, system, validate
+from . import checkpoints, gc, logs, revisions, runs, system, validate
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -61,6 +61,7 @@ OPS = {
     "ckpt_restore": (checkpoints.restore, False),
     "ckpt_purge": (checkpoints.purge, False),
     "shell": (_shell, False),
+    "gc": (gc.gc, False),
 }
 
 
@@ -78,7 +79,7 @@ def controller_gone() -> bool:
 
 # ops that change what runs or where checkpoints are: none starts once the controller is gone. Storing
 # blobs and assembling a revision still finish, so a push cut midway resumes with only what is missing.
-STOP_BEFORE = ("run_stop", "run_start", "ckpt_trash", "ckpt_restore", "ckpt_purge", "shell")
+STOP_BEFORE = ("run_stop", "run_start", "ckpt_trash", "ckpt_restore", "ckpt_purge", "shell", "gc")
 CANCELLED = {"kind": "cancelled", "message": "the controller went away: the remaining steps were not run",
              "hint": ""}
 

@@ -217,7 +217,7 @@ def restore(layout: Layout, path: str, configured: str, name: str) -> dict:
     os.makedirs(norm, exist_ok=True)
     clash = [c for c in children if os.path.lexists(os.path.join(norm, c))]
     if clash:
-        raise AgentFailure("conflict", f"{len(clash)} name(s) from {name} already exist in {norm}: "
+        raise AgentFailure("safety", f"{len(clash)} name(s) from {name} already exist in {norm}: "
                            + ", ".join(clash[:5]), "move the current checkpoints to the trash first "
                            "(orch checkpoints clean) or restore into an empty folder")
     for child in children:  # an entry from before the folder became a mount point is on another filesystem

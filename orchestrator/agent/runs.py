@@ -151,7 +151,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     run_dir = layout.run_dir(exp_id)
     if os.path.exists(run_dir):
         other = (read_json(os.path.join(run_dir, "experiment.json"), {}) or {}).get("project")
-        raise AgentFailure("conflict", f"run folder {run_dir} already exists (project {other})",
+        raise AgentFailure("safety", f"run folder {run_dir} already exists (project {other})",
                            "give each project its own [paths] root, or remove the stale run folder")
     os.makedirs(run_dir)
     batching_file = os.path.join(run_dir, "batching.json")

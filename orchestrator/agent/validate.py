@@ -203,6 +203,9 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "ckpt_restore": {"path": _str, "configured": _str, "name": trash_name},
     "ckpt_purge": {"path": _str, "configured": _str, "names": lambda v, n: _list(v, n, trash_name)},
     "shell": {"argv": _STRINGS, "cwd": _optional(_str), "timeout": _num, "check": _bool},
+    "gc": {"project": project, "keep": lambda v, n: _int(v, n, 0, 1 << 20),
+           "keep_revisions": lambda v, n: _list(v, n, revision), "checkpoints": _STRINGS, "dry_run": _bool,
+           "grace": _num, "only": _optional(_STRINGS)},
 }
 
 

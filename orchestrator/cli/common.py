@@ -37,7 +37,7 @@ def _selection(settings, name: str | None, ct: int | None, chosen: dict) -> tupl
         return name, ct
     if chosen.get("target") is not None and chosen["target"] not in settings.targets:
         raise InputError(f"the current target {chosen['target']!r} is no longer in orch.toml",
-                         hint="pick another with `orch use NAME` or `orch use --ct N`, or pass --target/--ct")
+                         hint="pass --target/--ct, or pick another with `orch use NAME` or `orch use --ct N`")
     return chosen.get("target"), chosen.get("ct")
 
 

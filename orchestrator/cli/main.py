@@ -10,6 +10,11 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
+try:  # typer >= 0.22 vendors click; earlier ones depend on it
+    from typer._click import exceptions as click
+except ImportError:  # pragma: no cover
+    from click import exceptions as click  # type: ignore[no-redef]
+
 from ..errors import Interrupted, OrchError
 
 
@@ -29,15 +34,45 @@ def optional_values(args: list[str]) -> list[str]:
     return out
 
 
+class UsageProblem(click.ClickException):
+    """Click's own errors (unknown option, bad value), shown as ``error:``/``hint:`` like every other error."""
+
+    def __init__(self, original: click.ClickException) -> None:
+        super().__init__(original.format_message())
+        self.exit_code = original.exit_code
+        ctx = getattr(original, "ctx", None)
+        self.hint = f"see {ctx.command_path} --help" if ctx is not None else "see orch --help"
+
+    def show(self, file=None) -> None:  # type: ignore[override]
+        message = self.message[:1].lower() + self.message[1:] if self.message[1:2].islower() else self.message
+        typer.echo(f"error: {message}", err=True)
+        typer.echo(f"hint: {self.hint}", err=True)
+
+
+def _wrapped(exc: click.ClickException) -> click.ClickException:
+    """A usage error in orch's format; a bare group name (help shown for no arguments) stays as click shows it."""
+    if isinstance(exc, UsageProblem) or type(exc).__name__ == "NoArgsIsHelpError":
+        return exc
+    return UsageProblem(exc)
+
+
 class OrchGroup(TyperGroup):
-    """Turns every ``OrchError`` into ``error:``/``hint:`` lines and its family's exit code."""
+    """Turns every ``OrchError`` (and click's usage errors) into ``error:``/``hint:`` lines and an exit code."""
 
     def parse_args(self, ctx, args):  # type: ignore[override]
         return super().parse_args(ctx, optional_values(list(args)))
 
+    def make_context(self, *args, **kwargs):  # type: ignore[override]
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.ClickException as exc:
+            raise _wrapped(exc) from None
+
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
+        except click.ClickException as exc:
+            raise _wrapped(exc) from None
         except Interrupted as exc:  # Ctrl-C: not an error, but the truth of what was done
             try:
                 typer.echo(exc.message, err=True)
@@ -57,7 +92,7 @@ class OrchGroup(TyperGroup):
 
 
 app = typer.Typer(cls=OrchGroup, help="Deploy, watch and compare training runs on Proxmox LXC containers.",
-                  no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  no_args_is_help=True, add_completion=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
@@ -91,9 +126,11 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, experiments, init, into, run, use, watch
+    from . import batching, checkpoints, experiments, gc, init, into, run, targets, use, watch
 
     run.register(app)
+    gc.register(app)
+    targets.register(app)
     watch.register(app)
     use.register(app)
     into.register(app)

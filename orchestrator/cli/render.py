@@ -67,3 +67,15 @@ def confirm(question: str) -> bool:
 
 def interactive() -> bool:
     return sys.stdin.isatty()
+
+
+def confirm_or_refuse(yes: bool, question: str) -> None:
+    """Go on with ``--yes`` or a "y" at the prompt; off a terminal without ``--yes``, refuse with a hint."""
+    from ..errors import InputError
+
+    if yes:
+        return
+    if not interactive():
+        raise InputError("refusing without confirmation", hint="rerun with --yes, or in a terminal to be asked")
+    if not confirm(question):
+        raise InputError("cancelled: nothing was changed")

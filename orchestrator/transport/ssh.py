@@ -219,18 +219,23 @@ class SshTransport(Transport):
             who = f"{conn.user}@{where}" if leg.label is None else f"{where} (user {conn.user})"
             raise TransportError(
                 f"{who} refused every key offered ({exc})",
-                hint="check the user (User in ~/.ssh/config or --user) and that your public key is in "
-                     "the host's ~/.ssh/authorized_keys; pass the key with IdentityFile",
+                hint="check the user (User in ~/.ssh/config, or user = \"...\" in the target's section of "
+                     "orch.toml) and that your public key is in the host's ~/.ssh/authorized_keys; pass the key "
+                     "with IdentityFile" + _PCT if not self._node(leg) else "check [proxmox] node_ssh.user and that "
+                     "your public key is in the node's ~/.ssh/authorized_keys",
             ) from exc
         except NoValidConnectionsError as exc:
             raise _Retryable(TransportError(
                 f"cannot connect to {where}: connection refused or host unreachable",
-                hint="check that the target is running and that sshd listens on that port")) from exc
+                hint="check that the target is running and that sshd listens on that port"
+                     + ("" if self._node(leg) else _PCT))) from exc
         except socket.timeout as exc:
             raise self._timed_out(where, "no TCP connection") from exc
         except socket.gaierror as exc:
             raise TransportError(f"cannot resolve host name {conn.host!r}: {exc.strerror}",
-                                 hint="check the name or use an IP address") from exc
+                                 hint="set [proxmox] node_ssh.host to the node's address (its name does not "
+                                      "resolve here)" if self._node(leg) else
+                                 "check the name or use an IP address") from exc
         except OSError as exc:
             raise _Retryable(TransportError(f"cannot connect to {where}: {exc.strerror or exc}",
                                             hint="check that the target is running, reachable, and that "
@@ -254,11 +259,16 @@ class SshTransport(Transport):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
+    def _node(self, leg: "_Leg") -> bool:
+        """Whether this hop is the Proxmox node of an ``access = "pct"`` target (set by [proxmox] node_ssh)."""
+        return leg.label is not None and (self.role or "").startswith("the Proxmox node") and \
+            leg.label.startswith(self.role or "")
+
     def _timed_out(self, where: str, what: str) -> TransportTimeout:
         return TransportTimeout(
             f"{what} from {where} within {self._timeout:g} s",
             hint="the host may be down, frozen or filtered; check it, or raise ConnectTimeout / "
-                 "[transport] connect_timeout if it is just slow")
+                 "[ssh] connect_timeout if it is just slow")
 
     def _drop(self) -> None:
         legs, self._legs, self._conn, self._sftp = self._legs, [], None, None
@@ -434,6 +444,9 @@ class SshTransport(Transport):
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+_PCT = '; a Proxmox CT without sshd is reached through its node with access = "pct" in its target section'
 
 
 @dataclass

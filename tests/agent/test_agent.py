@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.agent.protocol import frame, manifest_id, unframe
 from orchestrator.agent_client import AgentClient, Op, agent_zip
-from orchestrator.errors import AgentError, ConflictError, InputError, NotFoundError, SafetyError
+from orchestrator.errors import AgentError, InputError, NotFoundError, SafetyError
 from orchestrator.transport.local import LocalTransport
 
 
@@ -119,7 +119,7 @@ def test_checkpoint_paths_are_checked_before_anything_moves(agent, tmp_path):
     moved = agent.one("ckpt_trash", path=str(ck), configured=str(ck), label="exp1")
     assert moved["action"] == "moved" and not list(ck.iterdir())
     (ck / "a.pt").write_bytes(b"new")
-    with pytest.raises(ConflictError, match="already exist"):
+    with pytest.raises(SafetyError, match="already exist"):
         agent.one("ckpt_restore", path=str(ck), configured=str(ck), name=moved["entry"])
     assert (ck / "a.pt").read_bytes() == b"new"
 

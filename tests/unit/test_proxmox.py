@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from orchestrator.errors import ConfigError, OrchError, ProxmoxError, TargetError
+from orchestrator.errors import ConfigError, InputError, NotFoundError, OrchError, ProxmoxError, TargetError
 from orchestrator.proxmox import (
     ProxmoxApiError, ProxmoxClient, config_summary, load_token, pick_address, resolve_ct, static_address,
 )
@@ -73,7 +73,7 @@ def test_stopped_ct_is_refused_without_start(api: StandIn) -> None:
     questions: list[str] = []
     error = failure(lambda: resolve_ct(client_for(api), 201, interactive_confirm=lambda q: questions.append(q) or False,
                                        **FAST), TargetError)
-    assert "CT 201 is stopped; pass --start" in str(error)
+    assert "CT 201 is stopped" in str(error) and "orch deploy --start" in error.hint
     assert questions and "CT 201" in questions[0] and "Start it?" in questions[0]
     assert api.backend.status(201) == "stopped"
     assert ("POST", "/api2/json/nodes/pve1/lxc/201/status/start") not in api.requests
@@ -116,16 +116,16 @@ def test_static_net0_address_when_interfaces_are_unsupported(api: StandIn) -> No
 
 
 def test_unknown_ct(api: StandIn) -> None:
-    error = failure(lambda: resolve_ct(client_for(api), 999, **FAST))
+    error = failure(lambda: resolve_ct(client_for(api), 999, **FAST), NotFoundError)
     assert "CT 999 not found" in str(error) and "privilege" in error.hint and "pveum acl" in error.hint
 
 
 def test_qemu_vm_is_not_a_ct(api: StandIn) -> None:
-    assert "QEMU" in str(failure(lambda: resolve_ct(client_for(api), 300, **FAST)))
+    assert "QEMU" in str(failure(lambda: resolve_ct(client_for(api), 300, **FAST), InputError))
 
 
 def test_token_that_sees_nothing(api: StandIn) -> None:
-    error = failure(lambda: resolve_ct(client_for(api, "ci@pve!blind"), 200, **FAST))
+    error = failure(lambda: resolve_ct(client_for(api, "ci@pve!blind"), 200, **FAST), NotFoundError)
     assert "CT 200 not found" in str(error) and "sees no guests" in str(error)
     assert "VM.Audit" in error.hint and "privilege separation" in error.hint
 

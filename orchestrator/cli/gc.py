@@ -1,0 +1,65 @@
+"""orch gc: free a target's old revisions, blobs and run folders (never checkpoints or their trash)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from . import common, render
+from .common import CtOpt, JsonOpt, TargetOpt, TrustOpt
+
+KeepOpt = Annotated[int, typer.Option("--keep", min=0, help="Keep this project's last N experiments' runs "
+                                      "and revisions")]
+DryOpt = Annotated[bool, typer.Option("--dry-run", help="List what would be removed, with sizes; change nothing")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
+
+
+def _kept_revisions(settings, tgt, keep: int) -> list[str]:
+    """The revisions of the project's last ``keep`` experiments on this machine, as the registry knows them."""
+    with common.registry(settings) as reg:
+        mine = [e for e in reg.list(machine=tgt.machine) if e.project == settings.project.name]
+    return sorted({e.revision for e in mine[:keep] if e.revision})
+
+
+def _show(res: dict, label: str) -> None:
+    items = res["items"]
+    if not items:
+        render.out(f"nothing to remove on {label}")
+        return
+    render.table(f"{'would remove' if res['dry_run'] else 'removed'} on {label}", ["kind", "name", "size"],
+                 [[i["kind"], i["name"], render.size(i["bytes"])] for i in items])
+    verb = "would free" if res["dry_run"] else "freed"
+    render.out(f"{verb} {render.size(res['freed'])} ({res['freed']} bytes) in {len(items)} item(s)")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def gc(ctx: typer.Context, keep: KeepOpt = 5, dry_run: DryOpt = False, yes: YesOpt = False,
+           target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False,
+           as_json: JsonOpt = False) -> None:
+        """Remove revisions, blobs and run folders that no live run and none of the last N experiments use."""
+        from ..agent_client import Op
+        from ..status import client_for
+
+        settings = common.settings(ctx)
+        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        args = {"project": settings.project.name, "keep": keep, "checkpoints": [tgt.checkpoints],
+                "keep_revisions": _kept_revisions(settings, tgt, keep)}
+        client = client_for(settings, tgt)
+        try:
+            lock = settings.run.lock_timeout
+            plan = client.call([Op("gc", {**args, "dry_run": True})], lock=lock, what="gc (plan)")[0]
+            if dry_run or not plan["items"]:
+                return render.print_json(plan) if as_json else _show(plan, tgt.label)
+            if not as_json:
+                _show(plan, tgt.label)
+            render.confirm_or_refuse(yes, f"remove these {len(plan['items'])} item(s) from {tgt.label}?")
+            only = [f"{i['kind']}:{i['name']}" for i in plan["items"]]
+            res = client.call([Op("gc", {**args, "dry_run": False, "only": only})], lock=lock, what="gc")[0]
+        finally:
+            client.transport.close()
+        if as_json:
+            render.print_json(res)
+        else:
+            render.out(f"freed {render.size(res['freed'])} ({res['freed']} bytes) on {tgt.label}")
