@@ -56,6 +56,9 @@ def drive_pty(argv: list[str], cwd: Path, steps: list[tuple[str, bytes]], timeou
                     break
                 seen += chunk
             if pending and pending[0][0].encode() in seen:
+                # tmux asks the terminal what it is right after drawing and reads keys typed before it gives
+                # up waiting for the answer as part of one: type like a person, a moment after the screen
+                time.sleep(0.5)
                 seen += b"\n<typed>\n"  # later expectations match only what came after this answer
                 os.write(fd, pending.pop(0)[1])
     finally:
