@@ -42,6 +42,9 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
         if not belongs(exp, target, project) or registry.orphaned(exp):
             continue  # another machine's or project's run 7; an orphaned launch is settled by recover()
         state = run["state"]
+        if run.get("attempts") and run["attempts"] != exp.attempts and \
+                not (exp.status in FINAL and state not in FINAL):
+            exp = registry.update(exp.id, attempts=run["attempts"])
         same = state == exp.status and (state not in FINAL or run.get("exit_code") == exp.exit_code)
         if same or (exp.status in FINAL and exp.status != "failed" and state not in FINAL):
             continue

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from . import handover
+from . import attempts, handover
 from .layout import Layout, read_json, write_json
 from .protocol import AgentFailure
 
@@ -69,13 +69,17 @@ def run_state(run_dir: str) -> dict:
         log_size, log_mtime = 0, None
     out = {"id": exp.get("id"), "project": exp.get("project"), "exit_code": None, "started": pid.get("started"),
            "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints")}
+    tried = attempts.summary(run_dir)
+    out.update(tried)
     if isinstance(ended, dict):
         code = ended.get("exit_code")
         out.update(exit_code=code, ended=ended.get("ended"))
         out["state"] = "stopped" if stop_req else ("finished" if code == 0 else "crashed")
-    elif _alive(pid.get("child"), pid.get("child_start")) or \
-            _alive(pid.get("supervisor"), pid.get("supervisor_start")):
-        out["state"] = "running"  # a supervisor still alive is about to record the exit code
+    elif _alive(pid.get("supervisor"), pid.get("supervisor_start")) or \
+            _alive(pid.get("child"), pid.get("child_start")):
+        out["state"] = "running"  # a supervisor still alive is about to record the exit code, or to restart
+        if tried.get("waiting_until") and not _alive(pid.get("child"), pid.get("child_start")):
+            out["phase"] = "restarting"
     elif pid:
         out["state"] = "stopped" if stop_req else "crashed"  # supervisor killed: the exit code is lost
         out["lost"] = True
@@ -136,7 +140,8 @@ def _last_line(path: str) -> str | None:
 
 
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
-          experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None) -> dict:
+          experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None,
+          recovery: dict | None = None) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session."""
     import libtmux
 
@@ -168,7 +173,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     write_json(os.path.join(run_dir, "experiment.json"), experiment)
     write_json(os.path.join(run_dir, "launch.json"),
                {"argv": list(argv), "cwd": rev_dir, "env": run_env, "secrets": sorted(secrets),
-                "created": time.time()})
+                "created": time.time(), "recovery": recovery or {}})
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(project)
     _kill_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
@@ -198,50 +203,121 @@ def _kill_session(server, name: str) -> None:
 
 
 def supervise(run_dir: str) -> int:
-    """The pane's process: run the command, log its output, record its exit code."""
+    """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)
     env = dict(os.environ)
     secrets = handover.receive(run_dir) if launch.get("secrets") else {}
     env.update(secrets or {})
     env.update(launch["env"])
+    policy = attempts.Policy.from_dict(launch.get("recovery"))
+    history = attempts.History(run_dir, policy)
     print(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}", flush=True)
     with open(log_path, "ab", buffering=0) as log:
         if secrets is None:
             why = "its secrets did not arrive from the agent"
             log.write(f"orch: not started: {why} ({', '.join(launch['secrets'])})\n".encode())
-            write_json(os.path.join(run_dir, "exit.json"), {"exit_code": 127, "ended": time.time(), "error": why})
-            return 127
+            return _record_exit(run_dir, 127, None, error=why)
         if launch.get("secrets"):
             log.write(f"orch: secrets in the environment: {', '.join(launch['secrets'])}\n".encode())
-        try:
-            child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            log.write(f"orch: cannot start {launch['argv'][0]!r}: {exc.strerror}\n".encode())
-            write_json(os.path.join(run_dir, "exit.json"), {"exit_code": 127, "ended": time.time(),
-                                                           "error": exc.strerror})
-            return 127
-        write_json(os.path.join(run_dir, "pid.json"), {"supervisor": os.getpid(),
-                                                      "supervisor_start": _proc_start(os.getpid()),
-                                                      "child": child.pid,
-                                                      "child_start": _proc_start(child.pid),
-                                                      "started": time.time()})
+        stopping: list = []  # a SIGINT/SIGTERM/SIGHUP to the supervisor: the run is being stopped
+        child_box: list = []
 
         def forward(signum: int, _frame: object) -> None:
-            try:
-                os.killpg(child.pid, signum)
-            except ProcessLookupError:
-                pass
+            stopping.append(signum)
+            if child_box:
+                try:
+                    os.killpg(child_box[-1].pid, signum)
+                except ProcessLookupError:
+                    pass
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, forward)
-        rc = child.wait()
-    code = rc if rc >= 0 else 128 - rc
-    write_json(os.path.join(run_dir, "exit.json"), {"exit_code": code, "signal": -rc if rc < 0 else None,
-                                                   "ended": time.time()})
+        while True:
+            attempt = len(history.items)
+            resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""),
+                                                     policy.checkpoint_glob)
+            log.write(attempts.marker(attempt, policy, history.items[-1] if history.items else None,
+                                      resume_from).encode())
+            env.update(ORCH_ATTEMPT=str(attempt), ORCH_RESUME_FROM=resume_from)
+            if attempt:
+                env["ORCH_RESUME"] = "1"
+            else:
+                env.pop("ORCH_RESUME", None)
+            history.begin(resume_from)
+            try:
+                child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                log.write(f"orch: cannot start {launch['argv'][0]!r}: {exc.strerror}\n".encode())
+                history.end(127, f"cannot start: {exc.strerror}")
+                return _record_exit(run_dir, 127, None, error=exc.strerror)
+            child_box.append(child)
+            _write_pid(run_dir, child)
+            rc, stalled = _watch(child, log_path, policy, stopping)
+            code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
+            stopped = bool(stopping) or attempts.stop_requested(run_dir)
+            reason = "stopped" if stopped else attempts.reason_for(code, sig, stalled)
+            history.end(code, reason)
+            if stalled:
+                log.write(f"[orch] no new log line for {policy.stall_timeout:g} s: stopped as stalled\n".encode())
+            if not policy.restart_after(attempt, code, reason):
+                break
+            pause = policy.delay(attempt + 1)
+            history.waiting(time.time() + pause)
+            if not attempts.wait_backoff(run_dir, pause, stopping):
+                break
+    _record_exit(run_dir, code, sig)
     print(f"orch: exited with code {code}", flush=True)
     return code
+
+
+def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
+    """The supervisor and the current attempt's process; ``started`` stays the first attempt's start."""
+    path = os.path.join(run_dir, "pid.json")
+    first = (read_json(path, {}) or {}).get("started")
+    write_json(path, {"supervisor": os.getpid(), "supervisor_start": _proc_start(os.getpid()), "child": child.pid,
+                      "child_start": _proc_start(child.pid), "started": first or time.time()})
+
+
+def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = None) -> int:
+    record = {"exit_code": code, "signal": sig, "ended": time.time()}
+    write_json(os.path.join(run_dir, "exit.json"), record | ({"error": error} if error else {}))
+    return code
+
+
+def _watch(child: subprocess.Popen, log_path: str, policy: attempts.Policy, stopping: list) -> tuple[int, bool]:
+    """Wait for the child; with ``stall_timeout``, end it (SIGTERM, then SIGKILL) when its log stops growing."""
+    if policy.stall_timeout is None:
+        return child.wait(), False
+    last_size, last_change = -1, time.monotonic()
+    while True:
+        try:
+            return child.wait(timeout=0.2), False
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            size = os.stat(log_path).st_size
+        except OSError:
+            size = last_size
+        now = time.monotonic()
+        if size != last_size or stopping:
+            last_size, last_change = size, now
+        elif now - last_change >= policy.stall_timeout:
+            return _end_stalled(child, policy.term_timeout), True
+
+
+def _end_stalled(child: subprocess.Popen, term_timeout: float) -> int:
+    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, None)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return child.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return child.wait()
 
 
 def _wait(run_dir: str, seconds: float) -> bool:
