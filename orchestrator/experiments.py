@@ -18,8 +18,9 @@ from pydantic import BaseModel
 from .errors import NotFoundError, OrchError
 from .launch_guard import LaunchGuard, forget, launcher_alive
 
-STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed")
-ENDED = ("finished", "crashed", "stopped")  # a run that ran and is over
+STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed", "lost")
+# a run that ran and is over; "lost" (its container restarted under it) can still resume: see status.sync
+ENDED = ("finished", "crashed", "stopped", "lost")
 FINAL = (*ENDED, "failed")  # an experiment whose record will not change again
 
 MIGRATIONS: list[str] = [

@@ -45,9 +45,12 @@ class Policy:
     def attempts(self) -> int:
         return self.restarts + 1
 
-    def restart_after(self, attempt: int, code: int, reason: str) -> bool:
-        """Whether attempt ``attempt`` (0-based), which ended with ``code`` for ``reason``, is followed by another."""
-        if reason == "stopped" or attempt + 1 >= self.attempts:
+    def restart_after(self, attempt: int, code: int, reason: str, lost: int = 0) -> bool:
+        """Whether attempt ``attempt`` (0-based), which ended with ``code`` for ``reason``, is followed by another.
+
+        ``lost``: attempts cut short by a reboot, which do not count against ``restarts``.
+        """
+        if reason == "stopped" or attempt + 1 >= self.attempts + lost:
             return False
         return self.restart_on == "always" or code != 0 or reason == "stalled"
 
@@ -85,11 +88,12 @@ def reason_for(code: int, sig: int | None, stalled: bool) -> str:
     return f"exit code {code}"
 
 
-def marker(attempt: int, policy: Policy, previous: dict | None, resumed_from: str) -> str:
+def marker(attempt: int, total: int, previous: dict | None, resumed_from: str) -> str:
     """The line written to train.log before attempt ``attempt`` (0-based); the first attempt has none."""
     if not previous:
         return ""
-    line = f"[orch] attempt {attempt + 1} of {policy.attempts} after {previous.get('reason')}"
+    why = "a container restart (lost)" if previous.get("reason") == "lost" else previous.get("reason")
+    line = f"[orch] attempt {attempt + 1} of {total} after {why}"
     line += f"; resuming from {resumed_from}" if resumed_from else "; no checkpoint to resume from"
     return line + "\n"
 
@@ -117,10 +121,16 @@ class History:
         self.path = os.path.join(run_dir, FILE)
         old = read_json(self.path, {}) or {}
         self.data = {"max": policy.attempts, "attempts": list(old.get("attempts") or []), "waiting_until": None}
+        self.close_lost()  # a supervisor started again after a reboot: the open attempt was cut short
+        self.data["max"] = policy.attempts + self.lost  # a reboot is not the run's failure: it costs no restart
 
     @property
     def items(self) -> list[dict]:
         return self.data["attempts"]
+
+    @property
+    def lost(self) -> int:
+        return sum(1 for a in self.items if a.get("reason") == "lost")
 
     def _save(self) -> None:
         write_json(self.path, self.data)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from . import attempts, handover
+from . import attempts, handover, reboot_unit
 from .layout import Layout, read_json, write_json
 from .protocol import AgentFailure
 
@@ -80,8 +80,8 @@ def run_state(run_dir: str) -> dict:
         out["state"] = "running"  # a supervisor still alive is about to record the exit code, or to restart
         if tried.get("waiting_until") and not _alive(pid.get("child"), pid.get("child_start")):
             out["phase"] = "restarting"
-    elif pid:
-        out["state"] = "stopped" if stop_req else "crashed"  # supervisor killed: the exit code is lost
+    elif pid:  # supervisor and command gone without a word: killed, or the container restarted
+        out["state"] = "stopped" if stop_req else "lost"
         out["lost"] = True
     else:
         launched = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
@@ -153,6 +153,8 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     if busy:
         raise AgentFailure("conflict", f"experiment {busy[0]['id']} of project {project} is still running",
                            "stop it first (orch stop) or use orch restart")
+    for _, other in _runs(layout, project):
+        reboot_unit.remove(other)  # a new run replaces the project's lost ones: none comes back at boot
     run_dir = layout.run_dir(exp_id)
     if os.path.exists(run_dir):
         other = (read_json(os.path.join(run_dir, "experiment.json"), {}) or {}).get("project")
@@ -233,11 +235,14 @@ def supervise(run_dir: str) -> int:
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, forward)
+        if policy.resume_after_reboot:
+            why = reboot_unit.install(run_dir, sys.executable, os.path.abspath(sys.argv[0]))
+            log.write(f"[orch] resume_after_reboot: {why}; a reboot leaves this run lost\n".encode() if why else b"")
         while True:
             attempt = len(history.items)
             resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""),
                                                      policy.checkpoint_glob)
-            log.write(attempts.marker(attempt, policy, history.items[-1] if history.items else None,
+            log.write(attempts.marker(attempt, history.data["max"], history.items[-1] if history.items else None,
                                       resume_from).encode())
             env.update(ORCH_ATTEMPT=str(attempt), ORCH_RESUME_FROM=resume_from)
             if attempt:
@@ -261,7 +266,7 @@ def supervise(run_dir: str) -> int:
             history.end(code, reason)
             if stalled:
                 log.write(f"[orch] no new log line for {policy.stall_timeout:g} s: stopped as stalled\n".encode())
-            if not policy.restart_after(attempt, code, reason):
+            if not policy.restart_after(attempt, code, reason, history.lost):
                 break
             pause = policy.delay(attempt + 1)
             history.waiting(time.time() + pause)
@@ -281,6 +286,7 @@ def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
 
 
 def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = None) -> int:
+    reboot_unit.remove(run_dir)  # the run is over: nothing to resume at the next boot
     record = {"exit_code": code, "signal": sig, "ended": time.time()}
     write_json(os.path.join(run_dir, "exit.json"), record | ({"error": error} if error else {}))
     return code
@@ -320,6 +326,32 @@ def _end_stalled(child: subprocess.Popen, term_timeout: float) -> int:
     return child.wait()
 
 
+def resume(run_dir: str) -> int:
+    """After a reboot (the run's systemd unit): start the supervisor of a ``lost`` run again, as a new attempt."""
+    import libtmux
+
+    run_dir = os.path.normpath(run_dir)
+    state = run_state(run_dir)
+    launch = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
+    why = None
+    if state["state"] != "lost":
+        why = f"it is {state['state']}"
+    elif launch.get("secrets"):
+        why = "its secrets are never stored on the target"
+    if why:
+        reboot_unit.remove(run_dir)
+        print(f"orch: not resuming {run_dir}: {why}", flush=True)
+        return 0
+    layout = Layout(os.path.dirname(os.path.dirname(run_dir)))
+    server = libtmux.Server(socket_name=socket_name(layout))
+    name = session_name(str(state["project"]))
+    _kill_session(server, name)
+    command = shlex.join([sys.executable, os.path.abspath(sys.argv[0]), "supervise", run_dir])
+    server.new_session(session_name=name, window_name=f"exp{state['id']}", attach=False,
+                       start_directory=launch.get("cwd") or layout.root, window_command=command)
+    return 0
+
+
 def _wait(run_dir: str, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while True:
@@ -337,6 +369,7 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
     targets = [run_state(d) | {"dir": d} for _, d in _runs(layout, project, ids)]
     stopped = []
     for state in targets:
+        reboot_unit.remove(state["dir"])  # a stopped (or lost) run is never resumed at the next boot
         if state["state"] not in ("running", "launching"):
             continue
         run_dir = state["dir"]

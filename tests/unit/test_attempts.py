@@ -34,7 +34,7 @@ def test_history_is_kept_in_the_run_folder(tmp_path):
     h = History(str(tmp_path), p)
     h.begin("")
     h.end(1, "exit code 1")
-    assert marker(1, p, h.items[-1], "/c/ckpt-4.pt") == \
+    assert marker(1, p.attempts, h.items[-1], "/c/ckpt-4.pt") == \
         "[orch] attempt 2 of 4 after exit code 1; resuming from /c/ckpt-4.pt\n"
     h.begin("/c/ckpt-4.pt")
     again = History(str(tmp_path), p)  # a new supervisor (after a reboot) continues the record
