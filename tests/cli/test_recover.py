@@ -63,6 +63,9 @@ def test_crashes_twice_then_finishes_resuming_from_the_newest_checkpoint(project
     assert [a["reason"] for a in tried] == ["exit code 1", "exit code 1", "exit code 0"]
     assert [a["resumed_from"] for a in tried] == [None, str(ck / "ckpt-0.pt"), str(ck / "ckpt-1.pt")]
     assert all(a["ended"] >= a["started"] for a in tried)
+    gaps = [b["started"] - a["ended"] for a, b in zip(tried, tried[1:])]
+    print(f"crash -> next attempt started: {', '.join(f'{g:.2f}' for g in gaps)} s (backoff 0.2 s)")
+    assert all(0.2 <= g <= 2.2 for g in gaps)
     log = (project.root / "runs" / "1" / "train.log").read_text()
     assert f"[orch] attempt 2 of 4 after exit code 1; resuming from {ck / 'ckpt-0.pt'}" in log
     assert f"[orch] attempt 3 of 4 after exit code 1; resuming from {ck / 'ckpt-1.pt'}" in log

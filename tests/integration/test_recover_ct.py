@@ -50,14 +50,16 @@ for step in range(begin, begin + 100000):
 """
 
 
-def _reboot(remote, testbed) -> None:
-    """The CT powered off under the run (lxc-stop -k) and started again."""
+def _reboot(remote, testbed) -> float:
+    """The CT powered off under the run (lxc-stop -k) and started again; returns when the start was asked."""
     deadline = time.monotonic() + 30
     while "ckpt-000010.pt" not in on_ct(testbed, 200, "ls", CKPT):
         assert time.monotonic() < deadline, "the run never checkpointed"
         time.sleep(0.3)
     testbed.stop(200)
+    asked = time.time()
     testbed.start(200)
+    return asked
 
 
 def test_a_ct_restart_leaves_the_run_lost_never_running(remote, testbed):
@@ -80,9 +82,8 @@ def test_resume_after_reboot_starts_a_new_attempt_from_the_latest_checkpoint(rem
         assert "orch-resume-" not in units and "does not run systemd" in log
         pytest.skip("the CT image does not run systemd: the run is reported lost (see the test above)")
     assert "orch-resume-" in units
-    _reboot(remote, testbed)
-    began = time.monotonic()
-    deadline = began + 60
+    asked = _reboot(remote, testbed)
+    deadline = time.monotonic() + 60
     while True:
         data = wait_state(remote, CT, ("running", "lost"), timeout=30)
         if data["state"] == "running" and data.get("attempt") == 2:
@@ -98,6 +99,7 @@ def test_resume_after_reboot_starts_a_new_attempt_from_the_latest_checkpoint(rem
         assert time.monotonic() < deadline, log[-2000:]
         time.sleep(0.3)
     assert "[orch] attempt 2 of 2 after a container restart (lost)" in log
+    print(f"CT start -> resumed attempt started: {second['started'] - asked:.2f} s")
     stop = remote.cli("stop", *CT)
     assert stop.exit_code == 0, stop.output
     assert "orch-resume-" not in on_ct(testbed, 200, "ls", "/etc/systemd/system")
