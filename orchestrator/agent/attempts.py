@@ -98,6 +98,12 @@ def marker(attempt: int, total: int, previous: dict | None, resumed_from: str) -
     return line + "\n"
 
 
+def attempt_env(attempt: int, resumed_from: str) -> dict:
+    """What the command of attempt ``attempt`` (0-based) is told; ``ORCH_RESUME`` only from the second on."""
+    env = {"ORCH_ATTEMPT": str(attempt), "ORCH_RESUME_FROM": resumed_from}
+    return env | ({"ORCH_RESUME": "1"} if attempt else {})
+
+
 def stop_requested(run_dir: str) -> bool:
     return os.path.exists(os.path.join(run_dir, STOP_FILE))
 

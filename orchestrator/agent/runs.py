@@ -223,13 +223,13 @@ def supervise(run_dir: str) -> int:
         if launch.get("secrets"):
             log.write(f"orch: secrets in the environment: {', '.join(launch['secrets'])}\n".encode())
         stopping: list = []  # a SIGINT/SIGTERM/SIGHUP to the supervisor: the run is being stopped
-        child_box: list = []
+        children: list = []
 
         def forward(signum: int, _frame: object) -> None:
             stopping.append(signum)
-            if child_box:
+            if children:
                 try:
-                    os.killpg(child_box[-1].pid, signum)
+                    os.killpg(children[-1].pid, signum)
                 except ProcessLookupError:
                     pass
 
@@ -239,42 +239,48 @@ def supervise(run_dir: str) -> int:
             why = reboot_unit.install(run_dir, sys.executable, os.path.abspath(sys.argv[0]))
             log.write(f"[orch] resume_after_reboot: {why}; a reboot leaves this run lost\n".encode() if why else b"")
         while True:
-            attempt = len(history.items)
-            resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""),
-                                                     policy.checkpoint_glob)
-            log.write(attempts.marker(attempt, history.data["max"], history.items[-1] if history.items else None,
-                                      resume_from).encode())
-            env.update(ORCH_ATTEMPT=str(attempt), ORCH_RESUME_FROM=resume_from)
-            if attempt:
-                env["ORCH_RESUME"] = "1"
-            else:
-                env.pop("ORCH_RESUME", None)
-            history.begin(resume_from)
-            try:
-                child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-            except OSError as exc:
-                log.write(f"orch: cannot start {launch['argv'][0]!r}: {exc.strerror}\n".encode())
-                history.end(127, f"cannot start: {exc.strerror}")
-                return _record_exit(run_dir, 127, None, error=exc.strerror)
-            child_box.append(child)
-            _write_pid(run_dir, child)
-            rc, stalled = _watch(child, log_path, policy, stopping)
-            code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
-            stopped = bool(stopping) or attempts.stop_requested(run_dir)
-            reason = "stopped" if stopped else attempts.reason_for(code, sig, stalled)
-            history.end(code, reason)
-            if stalled:
-                log.write(f"[orch] no new log line for {policy.stall_timeout:g} s: stopped as stalled\n".encode())
-            if not policy.restart_after(attempt, code, reason, history.lost):
+            ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children)
+            if isinstance(ended, int):
+                return ended  # the command could not be started
+            code, sig, reason = ended
+            if not policy.restart_after(len(history.items) - 1, code, reason, history.lost):
                 break
-            pause = policy.delay(attempt + 1)
+            pause = policy.delay(len(history.items))
             history.waiting(time.time() + pause)
             if not attempts.wait_backoff(run_dir, pause, stopping):
                 break
     _record_exit(run_dir, code, sig)
     print(f"orch: exited with code {code}", flush=True)
     return code
+
+
+def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy, history: attempts.History,
+             stopping: list, children: list) -> tuple[int, int | None, str] | int:
+    """One attempt: mark it in the log, start the command, watch it; (code, signal, reason), or 127 if not started."""
+    attempt = len(history.items)
+    resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""), policy.checkpoint_glob)
+    log.write(attempts.marker(attempt, history.data["max"], history.items[-1] if history.items else None,
+                              resume_from).encode())
+    env.pop("ORCH_RESUME", None)
+    env.update(attempts.attempt_env(attempt, resume_from))
+    history.begin(resume_from)
+    try:
+        child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        log.write(f"orch: cannot start {launch['argv'][0]!r}: {exc.strerror}\n".encode())
+        history.end(127, f"cannot start: {exc.strerror}")
+        return _record_exit(run_dir, 127, None, error=exc.strerror)
+    children.append(child)
+    _write_pid(run_dir, child)
+    rc, stalled = _watch(child, os.path.join(run_dir, LOG), policy, stopping)
+    code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
+    stopped = bool(stopping) or attempts.stop_requested(run_dir)
+    reason = "stopped" if stopped else attempts.reason_for(code, sig, stalled)
+    history.end(code, reason)
+    if stalled:
+        log.write(f"[orch] no new log line for {policy.stall_timeout:g} s: stopped as stalled\n".encode())
+    return code, sig, reason
 
 
 def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
