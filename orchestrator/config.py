@@ -180,6 +180,26 @@ class RunSection(_Section):
     lock_timeout: float = Field(10.0, ge=0, description="seconds to wait for another operation on the target")
     wait: float = Field(0.0, ge=0, description="after a launch, seconds to wait for the run's first metric line "
                                                 "(or its end); 0 returns once it has started")
+    restarts: int = Field(0, ge=0, le=1000, description="times the supervisor relaunches a run that ended")
+    restart_on: Literal["failure", "always"] = "failure"
+    backoff: list[float] = Field(default_factory=lambda: [10.0, 30.0, 60.0],
+                                 description="seconds before each restart; the last value repeats")
+    stall_timeout: float | None = Field(None, gt=0, description="seconds without a new log line: a failure")
+    checkpoint_glob: str | None = Field(None, description="which entries of the checkpoint folder to resume from")
+    resume_after_reboot: bool = False
+
+    @field_validator("backoff")
+    @classmethod
+    def _backoff(cls, v: list[float]) -> list[float]:
+        if not v or any(x < 0 for x in v):
+            raise ValueError("must list at least one number of seconds, none negative, e.g. [10, 30, 60]")
+        return v
+
+    def recovery(self) -> dict:
+        """What the on-target supervisor needs to restart a run by itself (``agent/attempts.Policy``)."""
+        return {"restarts": self.restarts, "restart_on": self.restart_on, "backoff": list(self.backoff),
+                "stall_timeout": self.stall_timeout, "term_timeout": self.term_timeout,
+                "checkpoint_glob": self.checkpoint_glob, "resume_after_reboot": self.resume_after_reboot}
 
 
 class TrashSection(_Section):

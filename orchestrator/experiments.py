@@ -18,8 +18,9 @@ from pydantic import BaseModel
 from .errors import NotFoundError, OrchError
 from .launch_guard import LaunchGuard, forget, launcher_alive
 
-STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed")
-ENDED = ("finished", "crashed", "stopped")  # a run that ran and is over
+STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed", "lost")
+# a run that ran and is over; "lost" (its container restarted under it) can still resume: see status.sync
+ENDED = ("finished", "crashed", "stopped", "lost")
 FINAL = (*ENDED, "failed")  # an experiment whose record will not change again
 
 MIGRATIONS: list[str] = [
@@ -65,9 +66,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE experiments ADD COLUMN machine TEXT;
     CREATE INDEX experiments_machine ON experiments(machine, id);
     """,
+    """
+    ALTER TABLE experiments ADD COLUMN attempts TEXT;
+    """,
 ]
 
-_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan")
+_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts")
 
 
 class Experiment(BaseModel):
@@ -96,6 +100,7 @@ class Experiment(BaseModel):
     status: str = "launching"
     exit_code: int | None = None
     error: str | None = None
+    attempts: list | None = None  # the supervisor's attempts.json entries: start, end, exit code, reason, resumed-from
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""

@@ -343,7 +343,7 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
             ops.append(Op("run_start", {"exp_id": exp.id, "project": project, "revision": exp.revision,
                                         "argv": exp.command, "env": launch.env, "secrets": dict(launch.secrets),
                                         "experiment": _experiment_json(exp),
-                                        "batching": exp.batching}))
+                                        "batching": exp.batching, "recovery": settings.run.recovery()}))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
             ops.append(Op("run_verify", {"exp_id": exp.id, "wait": step.wait}))
@@ -374,6 +374,8 @@ def _record_results(launch: Launch, registry: Registry, results: list[tuple[str,
         elif key == "verify" and out.experiment is not None:
             exp = out.experiment
             fields: dict = {"status": value["state"], "started": value.get("started") or now}
+            if value.get("attempts"):
+                fields["attempts"] = value["attempts"]
             if value["state"] in ("finished", "crashed", "stopped"):
                 fields.update(exit_code=value["exit_code"], ended=value.get("ended") or now)
             if out.checkpoints:

@@ -42,14 +42,19 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
         if not belongs(exp, target, project) or registry.orphaned(exp):
             continue  # another machine's or project's run 7; an orphaned launch is settled by recover()
         state = run["state"]
+        settled = exp.status in FINAL and exp.status not in ("failed", "lost")  # lost: may resume after boot
+        if run.get("attempts") and run["attempts"] != exp.attempts and not (settled and state not in FINAL):
+            exp = registry.update(exp.id, attempts=run["attempts"])
         same = state == exp.status and (state not in FINAL or run.get("exit_code") == exp.exit_code)
-        if same or (exp.status in FINAL and exp.status != "failed" and state not in FINAL):
+        if same or (settled and state not in FINAL):
             continue
         fields: dict = {"status": state}
         if state in FINAL:
             fields.update(exit_code=run.get("exit_code"), ended=run.get("ended") or time.time())
         if run.get("started") and not exp.started:
             fields["started"] = run["started"]
+        if exp.status == "lost" and state not in FINAL:
+            fields.update(ended=None, exit_code=None)  # resumed after a reboot
         if exp.status == "failed" and state != "failed":
             fields["error"] = None  # the launch did reach the target after all
         registry.update(exp.id, **fields)

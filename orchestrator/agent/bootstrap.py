@@ -60,6 +60,12 @@ if len(sys.argv) >= 3 and sys.argv[1] == "supervise":  # the run's supervisor: i
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(supervise(sys.argv[2]))
 
+if len(sys.argv) >= 3 and sys.argv[1] == "resume":  # after a reboot, from the run's systemd unit (reboot_unit)
+    from orchestrator.agent.runs import resume  # noqa: E402
+
+    os.environ["LC_ALL"] = "C.UTF-8"
+    sys.exit(resume(sys.argv[2]))
+
 from orchestrator.agent.__main__ import main  # noqa: E402
 
 sys.exit(main())

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from . import handover
+from . import attempts, handover, reboot_unit
 from .layout import Layout, read_json, write_json
 from .protocol import AgentFailure
 
@@ -69,15 +69,19 @@ def run_state(run_dir: str) -> dict:
         log_size, log_mtime = 0, None
     out = {"id": exp.get("id"), "project": exp.get("project"), "exit_code": None, "started": pid.get("started"),
            "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints")}
+    tried = attempts.summary(run_dir)
+    out.update(tried)
     if isinstance(ended, dict):
         code = ended.get("exit_code")
         out.update(exit_code=code, ended=ended.get("ended"))
         out["state"] = "stopped" if stop_req else ("finished" if code == 0 else "crashed")
-    elif _alive(pid.get("child"), pid.get("child_start")) or \
-            _alive(pid.get("supervisor"), pid.get("supervisor_start")):
-        out["state"] = "running"  # a supervisor still alive is about to record the exit code
-    elif pid:
-        out["state"] = "stopped" if stop_req else "crashed"  # supervisor killed: the exit code is lost
+    elif _alive(pid.get("supervisor"), pid.get("supervisor_start")) or \
+            _alive(pid.get("child"), pid.get("child_start")):
+        out["state"] = "running"  # a supervisor still alive is about to record the exit code, or to restart
+        if tried.get("waiting_until") and not _alive(pid.get("child"), pid.get("child_start")):
+            out["phase"] = "restarting"
+    elif pid:  # supervisor and command gone without a word: killed, or the container restarted
+        out["state"] = "stopped" if stop_req else "lost"
         out["lost"] = True
     else:
         launched = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
@@ -136,7 +140,8 @@ def _last_line(path: str) -> str | None:
 
 
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
-          experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None) -> dict:
+          experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None,
+          recovery: dict | None = None) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session."""
     import libtmux
 
@@ -148,6 +153,8 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     if busy:
         raise AgentFailure("conflict", f"experiment {busy[0]['id']} of project {project} is still running",
                            "stop it first (orch stop) or use orch restart")
+    for _, other in _runs(layout, project):
+        reboot_unit.remove(other)  # a new run replaces the project's lost ones: none comes back at boot
     run_dir = layout.run_dir(exp_id)
     if os.path.exists(run_dir):
         other = (read_json(os.path.join(run_dir, "experiment.json"), {}) or {}).get("project")
@@ -168,7 +175,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     write_json(os.path.join(run_dir, "experiment.json"), experiment)
     write_json(os.path.join(run_dir, "launch.json"),
                {"argv": list(argv), "cwd": rev_dir, "env": run_env, "secrets": sorted(secrets),
-                "created": time.time()})
+                "created": time.time(), "recovery": recovery or {}})
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(project)
     _kill_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
@@ -198,50 +205,157 @@ def _kill_session(server, name: str) -> None:
 
 
 def supervise(run_dir: str) -> int:
-    """The pane's process: run the command, log its output, record its exit code."""
+    """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)
     env = dict(os.environ)
     secrets = handover.receive(run_dir) if launch.get("secrets") else {}
     env.update(secrets or {})
     env.update(launch["env"])
+    policy = attempts.Policy.from_dict(launch.get("recovery"))
+    history = attempts.History(run_dir, policy)
     print(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}", flush=True)
     with open(log_path, "ab", buffering=0) as log:
         if secrets is None:
             why = "its secrets did not arrive from the agent"
             log.write(f"orch: not started: {why} ({', '.join(launch['secrets'])})\n".encode())
-            write_json(os.path.join(run_dir, "exit.json"), {"exit_code": 127, "ended": time.time(), "error": why})
-            return 127
+            return _record_exit(run_dir, 127, None, error=why)
         if launch.get("secrets"):
             log.write(f"orch: secrets in the environment: {', '.join(launch['secrets'])}\n".encode())
-        try:
-            child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            log.write(f"orch: cannot start {launch['argv'][0]!r}: {exc.strerror}\n".encode())
-            write_json(os.path.join(run_dir, "exit.json"), {"exit_code": 127, "ended": time.time(),
-                                                           "error": exc.strerror})
-            return 127
-        write_json(os.path.join(run_dir, "pid.json"), {"supervisor": os.getpid(),
-                                                      "supervisor_start": _proc_start(os.getpid()),
-                                                      "child": child.pid,
-                                                      "child_start": _proc_start(child.pid),
-                                                      "started": time.time()})
+        stopping: list = []  # a SIGINT/SIGTERM/SIGHUP to the supervisor: the run is being stopped
+        children: list = []
 
         def forward(signum: int, _frame: object) -> None:
-            try:
-                os.killpg(child.pid, signum)
-            except ProcessLookupError:
-                pass
+            stopping.append(signum)
+            if children:
+                try:
+                    os.killpg(children[-1].pid, signum)
+                except ProcessLookupError:
+                    pass
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, forward)
-        rc = child.wait()
-    code = rc if rc >= 0 else 128 - rc
-    write_json(os.path.join(run_dir, "exit.json"), {"exit_code": code, "signal": -rc if rc < 0 else None,
-                                                   "ended": time.time()})
+        if policy.resume_after_reboot:
+            why = reboot_unit.install(run_dir, sys.executable, os.path.abspath(sys.argv[0]))
+            log.write(f"[orch] resume_after_reboot: {why}; a reboot leaves this run lost\n".encode() if why else b"")
+        while True:
+            ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children)
+            if isinstance(ended, int):
+                return ended  # the command could not be started
+            code, sig, reason = ended
+            if not policy.restart_after(len(history.items) - 1, code, reason, history.lost):
+                break
+            pause = policy.delay(len(history.items))
+            history.waiting(time.time() + pause)
+            if not attempts.wait_backoff(run_dir, pause, stopping):
+                break
+    _record_exit(run_dir, code, sig)
     print(f"orch: exited with code {code}", flush=True)
     return code
+
+
+def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy, history: attempts.History,
+             stopping: list, children: list) -> tuple[int, int | None, str] | int:
+    """One attempt: mark it in the log, start the command, watch it; (code, signal, reason), or 127 if not started."""
+    attempt = len(history.items)
+    resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""), policy.checkpoint_glob)
+    log.write(attempts.marker(attempt, history.data["max"], history.items[-1] if history.items else None,
+                              resume_from).encode())
+    env.pop("ORCH_RESUME", None)
+    env.update(attempts.attempt_env(attempt, resume_from))
+    history.begin(resume_from)
+    try:
+        child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        log.write(f"orch: cannot start {launch['argv'][0]!r}: {exc.strerror}\n".encode())
+        history.end(127, f"cannot start: {exc.strerror}")
+        return _record_exit(run_dir, 127, None, error=exc.strerror)
+    children.append(child)
+    _write_pid(run_dir, child)
+    rc, stalled = _watch(child, os.path.join(run_dir, LOG), policy, stopping)
+    code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
+    stopped = bool(stopping) or attempts.stop_requested(run_dir)
+    reason = "stopped" if stopped else attempts.reason_for(code, sig, stalled)
+    history.end(code, reason)
+    if stalled:
+        log.write(f"[orch] no new log line for {policy.stall_timeout:g} s: stopped as stalled\n".encode())
+    return code, sig, reason
+
+
+def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
+    """The supervisor and the current attempt's process; ``started`` stays the first attempt's start."""
+    path = os.path.join(run_dir, "pid.json")
+    first = (read_json(path, {}) or {}).get("started")
+    write_json(path, {"supervisor": os.getpid(), "supervisor_start": _proc_start(os.getpid()), "child": child.pid,
+                      "child_start": _proc_start(child.pid), "started": first or time.time()})
+
+
+def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = None) -> int:
+    reboot_unit.remove(run_dir)  # the run is over: nothing to resume at the next boot
+    record = {"exit_code": code, "signal": sig, "ended": time.time()}
+    write_json(os.path.join(run_dir, "exit.json"), record | ({"error": error} if error else {}))
+    return code
+
+
+def _watch(child: subprocess.Popen, log_path: str, policy: attempts.Policy, stopping: list) -> tuple[int, bool]:
+    """Wait for the child; with ``stall_timeout``, end it (SIGTERM, then SIGKILL) when its log stops growing."""
+    if policy.stall_timeout is None:
+        return child.wait(), False
+    last_size, last_change = -1, time.monotonic()
+    while True:
+        try:
+            return child.wait(timeout=0.2), False
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            size = os.stat(log_path).st_size
+        except OSError:
+            size = last_size
+        now = time.monotonic()
+        if size != last_size or stopping:
+            last_size, last_change = size, now
+        elif now - last_change >= policy.stall_timeout:
+            return _end_stalled(child, policy.term_timeout), True
+
+
+def _end_stalled(child: subprocess.Popen, term_timeout: float) -> int:
+    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, None)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return child.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return child.wait()
+
+
+def resume(run_dir: str) -> int:
+    """After a reboot (the run's systemd unit): start the supervisor of a ``lost`` run again, as a new attempt."""
+    import libtmux
+
+    run_dir = os.path.normpath(run_dir)
+    state = run_state(run_dir)
+    launch = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
+    why = None
+    if state["state"] != "lost":
+        why = f"it is {state['state']}"
+    elif launch.get("secrets"):
+        why = "its secrets are never stored on the target"
+    if why:
+        reboot_unit.remove(run_dir)
+        print(f"orch: not resuming {run_dir}: {why}", flush=True)
+        return 0
+    layout = Layout(os.path.dirname(os.path.dirname(run_dir)))
+    server = libtmux.Server(socket_name=socket_name(layout))
+    name = session_name(str(state["project"]))
+    _kill_session(server, name)
+    command = shlex.join([sys.executable, os.path.abspath(sys.argv[0]), "supervise", run_dir])
+    server.new_session(session_name=name, window_name=f"exp{state['id']}", attach=False,
+                       start_directory=launch.get("cwd") or layout.root, window_command=command)
+    return 0
 
 
 def _wait(run_dir: str, seconds: float) -> bool:
@@ -261,6 +375,7 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
     targets = [run_state(d) | {"dir": d} for _, d in _runs(layout, project, ids)]
     stopped = []
     for state in targets:
+        reboot_unit.remove(state["dir"])  # a stopped (or lost) run is never resumed at the next boot
         if state["state"] not in ("running", "launching"):
             continue
         run_dir = state["dir"]

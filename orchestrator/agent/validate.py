@@ -186,7 +186,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "revision_assemble": {"revision": revision, "files": _optional(manifest)},
     "run_start": {"exp_id": exp_id, "project": project, "revision": revision, "argv": _STRINGS,
                   "env": _env,
-                  "experiment": _ANY_DICT, "batching": _ANY_DICT},
+                  "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict)},
     "run_stop": {"project": _optional(project), "ids": _EXP_IDS, "stop_timeout": _num, "term_timeout": _num},
     "run_verify": {"exp_id": exp_id, "wait": _num},
     "status": {"project": _optional(project), "ids": _EXP_IDS, "last": lambda v, n: _int(v, n, 0, 1 << 20),

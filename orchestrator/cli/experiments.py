@@ -72,6 +72,13 @@ def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")
                          ("error", exp.error)):
         if value not in (None, ""):
             render.out(f"  {label:12} {value}")
+    if exp.attempts:
+        render.out("  attempts:")
+        for a in exp.attempts:
+            code = "-" if a.get("exit_code") is None else a["exit_code"]
+            resumed = f", resumed from {a['resumed_from']}" if a.get("resumed_from") and a.get("attempt") else ""
+            render.out(f"    {a.get('attempt', 0) + 1}: {render.when(a.get('started'))}, exit code {code}, "
+                       f"{a.get('reason') or 'running'}{resumed}")
     render.out("  batching:")
     for k, v in exp.batching.items():
         if v is not None:

@@ -21,7 +21,21 @@ def _status_dict(st: dict) -> dict:
             "revision": exp.revision if exp else None, "message": exp.message if exp else None,
             "started": exp.started if exp else None, "last_line": run.get("last_line"),
             "log_age_s": age, "log_bytes": run.get("log_size"), "summary": st.get("summary") or {},
-            "gpus": st.get("gpus", [])}
+            "gpus": st.get("gpus", []), "phase": run.get("phase"), "attempt": run.get("attempt"),
+            "max_attempts": run.get("max_attempts"), "last_reason": run.get("last_reason"),
+            "resumed_from": run.get("resumed_from")}
+
+
+def _attempt_line(d: dict) -> str | None:
+    """``attempt 2/4, resumed from /ckpt/ckpt-40.pt, last failure: exit code 1`` (runs with restarts only)."""
+    if not d.get("max_attempts") or d["max_attempts"] < 2:
+        return None
+    parts = [f"attempt {d['attempt']}/{d['max_attempts']}"]
+    if d.get("resumed_from") and (d.get("attempt") or 0) > 1:
+        parts.append(f"resumed from {d['resumed_from']}")
+    if d.get("last_reason"):
+        parts.append(f"last failure: {d['last_reason']}")
+    return ", ".join(parts)
 
 
 def register(app: typer.Typer) -> None:
@@ -191,8 +205,11 @@ def _print_status(d: dict) -> None:
     if d["experiment"] is None:
         render.out(f"{d['target_label']}: no experiment yet (orch deploy starts one)")
         return
-    code = f" (exit code {d['exit_code']})" if d["state"] in ("crashed", "finished", "stopped", "failed") else ""
-    render.out(f"{d['target_label']}: experiment {d['experiment']} {d['state']}{code}, revision {d['revision']}")
+    code = f" (exit code {d['exit_code']})" if d["state"] in ("crashed", "finished", "stopped", "failed", "lost") else ""
+    state = "restarting" if d["state"] == "running" and d.get("phase") == "restarting" else d["state"]
+    render.out(f"{d['target_label']}: experiment {d['experiment']} {state}{code}, revision {d['revision']}")
+    if (tried := _attempt_line(d)) is not None:
+        render.out(f"  {tried}")
     if d.get("message"):
         render.out(f"  message: {d['message']}")
     s = d.get("summary") or {}
