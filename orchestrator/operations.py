@@ -246,7 +246,8 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         # refuse an unsafe folder, or one a clean would fail on, before anything changes
         ops.append(Op("ckpt_check", {**ckpt, "busy_check": False, "movable": cleaning}))
         # what is there (said before the run sees it); what retention would delete; for --purge every file
-        ops.append(Op("ckpt_inventory", {**ckpt, **_retention(launch.settings), "full": action == "purge"}))
+        ops.append(Op("ckpt_inventory", {**ckpt, **_retention(launch.settings), "full": action == "purge",
+                                         "ignore": launch.settings.checkpoints.ignore}))
         keys += ["ckpt_safe", "inventory"]
     values = client.call(ops, what=f"{book.name} (probe)")
     probe = dict(zip(keys, values))

@@ -244,6 +244,15 @@ def supervise(run_dir: str) -> int:
     return code
 
 
+def _mark_stopping(run_dir: str) -> None:
+    """The marker that makes a stopped run read as ``stopped``; on a full disk, an empty file (no space needed)."""
+    marker = os.path.join(run_dir, "stop_requested")
+    try:
+        write_json(marker, {"time": time.time()})
+    except OSError:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
 def _wait(run_dir: str, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while True:
@@ -264,7 +273,7 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
         if state["state"] not in ("running", "launching"):
             continue
         run_dir = state["dir"]
-        write_json(os.path.join(run_dir, "stop_requested"), {"time": time.time()})
+        _mark_stopping(run_dir)
         pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}
         sent = []
         for sig, wait in ((signal.SIGINT, stop_timeout), (signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0)):

@@ -195,7 +195,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                  "max_bytes": lambda v, n: _int(v, n, 0, 1 << 30), "identity": _optional(_str)},
     "ckpt_check": {"path": _str, "configured": _str, "stopping": _EXP_IDS, "busy_check": _bool},
     "ckpt_inventory": {"path": _str, "configured": _str, "keep": _optional(_int), "max_bytes": _optional(_int),
-                       "full": _bool},
+                       "full": _bool, "ignore": _optional(_STRINGS)},
     "ckpt_trash": {"path": _str, "configured": _str, "label": name_part, "stopping": _EXP_IDS,
                    "keep": _optional(_int), "max_bytes": _optional(_int), "purge": _bool,
                    "moved_by": _optional(exp_id), "retention_allowed": _optional(lambda v, n: _list(v, n, name_part)),
