@@ -71,7 +71,7 @@ def deploy_script(project, name: str, source: str, *sets: str) -> int:
 
 
 def run_dir(project, exp_id: int) -> Path:
-    return project.root / "runs" / str(exp_id)
+    return project.run_dir(exp_id)
 
 
 def wait_for(predicate, what: str, timeout: float = 30.0) -> None:
