@@ -189,7 +189,7 @@ def test_declared_lengths_are_planned_and_recorded(project):
     assert bad.exit_code == 2 and "nope.npy" in bad.output
 
 
-def test_a_target_shared_with_another_clone_gets_unclashing_ids(project, tmp_path):
+def test_a_target_shared_with_another_clone_keeps_its_own_numbering(project, tmp_path):
     import shutil
 
     from tests.conftest import Project
@@ -201,7 +201,8 @@ def test_a_target_shared_with_another_clone_gets_unclashing_ids(project, tmp_pat
     other = Project(other_path, project.root)
     res = other.cli("deploy", "--json")
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["experiment"]["id"] == 2  # the target already had run 1
+    assert json.loads(res.stdout)["experiment"]["id"] == 1  # each registry numbers its own runs
+    assert project.run_dir(1) != other.run_dir(1) and other.run_dir(1).is_dir() and project.run_dir(1).is_dir()
 
 
 def test_git_commit_and_dirty_diff_are_recorded(project):
