@@ -100,6 +100,10 @@ class Project:
 
         return Registry(self.path / ".orch" / "experiments.db")
 
+    def run_key(self, exp_id: int) -> str:
+        """The name of experiment ``exp_id``'s run folder on the target: ``<registry id>-<id>``."""
+        return run_dir_of(self.path, Path("/"), exp_id).name
+
     def run_dir(self, exp_id: int) -> Path:
         """Experiment ``exp_id``'s run folder on the target: ``runs/<registry id>-<id>``."""
         return run_dir_of(self.path, self.root, exp_id)
