@@ -118,7 +118,7 @@ def test_stale_temporary_files_are_cleaned_on_the_next_locked_call(project):
         (project.root / sub).mkdir(parents=True)
     old, new = project.root / "blobs" / ".tmp-old", project.root / "blobs" / ".tmp-new"
     stale_dir = project.root / "revisions" / ".tmp-abc-123"
-    stale_run = project.run_dir(7) / ".tmp-xyz"
+    stale_run = project.root / "runs/7" / ".tmp-xyz"  # a run folder from before registry keys
     part = project.root / "blobs" / (".part-" + "a" * 64)  # a cut push's part: kept so the next push resumes
     for p in (old, new, stale_run, part):
         p.write_bytes(b"x")
