@@ -207,6 +207,12 @@ class TrashSection(_Section):
     max_gb: float | None = Field(None, gt=0, description="keep the trash under this size (oldest purged)")
 
 
+class CheckpointsSection(_Section):
+    ignore: list[str] = Field([".*", "*.tmp", "*.tmp-*"],
+                              description="file name patterns (fnmatch) that are not checkpoints: hidden files and "
+                                          "a training script's temporary files")
+
+
 class MetricsSection(_Section):
     patterns: dict[str, str] = Field(default_factory=dict)
     stall_after: float = Field(300.0, gt=0)
@@ -233,6 +239,7 @@ class Settings(_Section):
     ssh: SshSection = Field(default_factory=SshSection)
     run: RunSection = Field(default_factory=RunSection)
     trash: TrashSection = Field(default_factory=TrashSection)
+    checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
 
     _config_path: Path | None = PrivateAttr(default=None)

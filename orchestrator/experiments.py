@@ -69,6 +69,14 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE experiments ADD COLUMN attempts TEXT;
     """,
+    # this registry's id, the prefix of its run folders on a target (runs/<id>-<n>), so that two clones of a
+    # project sharing a target never collide; experiments numbered below keyed_from have plain runs/<n> folders
+    """
+    CREATE TABLE registry_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO registry_meta VALUES ('id', lower(hex(randomblob(6))));
+    INSERT INTO registry_meta SELECT 'keyed_from', 1 + MAX(COALESCE((SELECT MAX(id) FROM experiments), 0),
+        COALESCE((SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'), 0));
+    """,
 ]
 
 _JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts")
@@ -157,6 +165,22 @@ class Registry:
 
     def close(self) -> None:
         self.db.close()
+
+    def _meta(self, key: str) -> str:
+        return self.db.execute("SELECT value FROM registry_meta WHERE key = ?", (key,)).fetchone()[0]
+
+    @property
+    def registry_id(self) -> str:
+        """12 hex digits, random, made when the registry was: this clone's runs on a target carry it."""
+        return self._meta("id")
+
+    def run_registry(self, exp_id: int) -> str | None:
+        """The registry id in experiment ``exp_id``'s run folder name; None for runs from before the keys."""
+        return None if exp_id < int(self._meta("keyed_from")) else self.registry_id
+
+    def owns(self, run: dict) -> bool:
+        """Whether a run the target reports (its ``id`` and ``registry``) is this registry's experiment."""
+        return run.get("id") is not None and run.get("registry") == self.run_registry(int(run["id"]))
 
     def __enter__(self) -> "Registry":
         return self

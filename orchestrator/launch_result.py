@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .operations import Launch, Outcome
 
 
-def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment) -> dict:
+def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment, registry: str | None) -> dict:
     """Read the run's log until a metric line (step, loss or throughput), its end, or ``launch.wait`` s."""
     from .logparse import Parser
 
@@ -25,7 +25,7 @@ def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment) -> d
     begin = time.monotonic()
     offset, pending = 0, b""
     while True:
-        value = client.one("log_read", exp_id=exp.id, offset=offset, max_bytes=1 << 20)
+        value = client.one("log_read", exp_id=exp.id, registry=registry, offset=offset, max_bytes=1 << 20)
         data = decode_log(value)
         offset = value["offset"]
         *lines, pending = (pending + data).split(b"\n")
@@ -37,7 +37,7 @@ def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment) -> d
                         "seconds": round(time.monotonic() - begin, 1)}
         state = value["state"]
         if state.get("state") in ENDED:
-            tail = client.one("log_read", exp_id=exp.id, tail_lines=15, max_bytes=64 << 10)
+            tail = client.one("log_read", exp_id=exp.id, registry=registry, tail_lines=15, max_bytes=64 << 10)
             return {"state": state["state"], "exit_code": state.get("exit_code"), "ended": state.get("ended"),
                     "tail": decode_log(tail).decode("utf-8", "replace").rstrip().splitlines(),
                     "seconds": round(time.monotonic() - begin, 1)}
@@ -61,7 +61,7 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     ``how`` says what interrupted it ("interrupted", "interrupted by SIGTERM"); it goes into the record.
     """
     settings, target = launch.settings, launch.target
-    old = probe["alive"] if launch.book.has("stop_run") else []
+    old = [r["id"] for r in probe["alive_runs"]] if launch.book.has("stop_run") else []
     ids = [*old, *([exp.id] if exp is not None else [])]
     ops = [Op("status", {"project": settings.project.name, "ids": ids, "tail": False, "gpus": False})]
     grace = settings.run.stop_timeout + settings.run.term_timeout + settings.run.lock_timeout + 10
@@ -83,15 +83,17 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
                                              error=f"{how}; the target could not be asked what was done")
         why = exc.message if isinstance(exc, OrchError) else "interrupted again"
         return f"what the target did is unknown ({why}); orch status tells once it answers"
-    runs = {r["id"]: r for r in values[0]["runs"]}
+    was_alive = {(r["id"], r.get("registry")) for r in probe["alive_runs"]} if launch.book.has("stop_run") \
+        else set()
     now = time.time()
-    stopped = [i for i in old if runs.get(i, {}).get("state") in ENDED]
-    for i in stopped:
-        update_quietly(registry, i, launch, status=runs[i]["state"], exit_code=runs[i].get("exit_code"),
-                        ended=runs[i].get("ended") or now)
-    out.stopped = [{"id": i, "state": runs[i]["state"], "exit_code": runs[i].get("exit_code"), "signals": []}
-                   for i in stopped]
-    new = runs.get(exp.id) if exp is not None else None
+    gone = [r for r in values[0]["runs"] if (r["id"], r.get("registry")) in was_alive and r["state"] in ENDED]
+    for run in gone:
+        update_quietly(registry, run, launch, status=run["state"], exit_code=run.get("exit_code"),
+                       ended=run.get("ended") or now)
+    out.stopped = [{"id": r["id"], "mine": registry.owns(r), "clone": r.get("clone"), "state": r["state"],
+                    "exit_code": r.get("exit_code"), "signals": []} for r in gone]
+    stopped = [r["id"] for r in gone]
+    new = next((r for r in values[0]["runs"] if exp is not None and r["id"] == exp.id and registry.owns(r)), None)
     done = []
     if new is not None and exp is not None:
         state = "running" if new["state"] == "launching" else new["state"]
@@ -111,13 +113,15 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     return "; ".join(done)
 
 
-def update_quietly(registry: Registry, exp_id: int, launch: Launch, **fields: Any) -> None:
-    """Record a run the target stopped, if it is this registry's (same machine and project), else nothing."""
+def update_quietly(registry: Registry, run: dict, launch: Launch, **fields: Any) -> None:
+    """Record a run the target stopped, if it is this registry's (its key, machine and project), else nothing."""
     from .status import belongs
 
+    if not registry.owns(run):
+        return  # another clone's run
     try:
-        exp = registry.get(exp_id)
+        exp = registry.get(int(run["id"]))
     except OrchError:
-        return  # a run this registry never recorded (another clone's)
+        return
     if belongs(exp, launch.target, launch.settings.project.name):
-        registry.update(exp_id, **fields)
+        registry.update(exp.id, **fields)

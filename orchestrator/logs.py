@@ -71,11 +71,12 @@ class _Link:
 def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[bytes], None],
            notice: Callable[[str], None], follow: bool = False, tail_lines: int | None = None,
            poll: float = 0.3, first_backoff: float = 0.5, max_backoff: float = 8.0, max_failures: int = 20,
-           max_bytes: int = 1 << 20, overlap: int = OVERLAP) -> FollowResult:
+           max_bytes: int = 1 << 20, overlap: int = OVERLAP, registry: str | None = None) -> FollowResult:
     """Write the log of ``exp_id`` (from its last ``tail_lines`` lines, or all of it); with ``follow``,
     keep going until the run has ended and every byte it wrote has been written out.
 
-    ``max_failures`` bounds consecutive failed attempts, not reconnects over the whole run.
+    ``max_failures`` bounds consecutive failed attempts, not reconnects over the whole run. ``registry``
+    is the registry id in the run folder's name (``Registry.run_registry``).
     """
     link = _Link(settings, target)
     offset: int | None = None
@@ -100,7 +101,7 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
     try:
         while True:
             back = 0
-            args: dict = {"exp_id": exp_id, "max_bytes": max_bytes, "identity": identity}
+            args: dict = {"exp_id": exp_id, "registry": registry, "max_bytes": max_bytes, "identity": identity}
             if offset is None and tail_lines is not None:
                 args["tail_lines"] = tail_lines
             else:

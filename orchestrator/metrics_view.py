@@ -157,7 +157,8 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
     begin = time.monotonic()
     while True:
         try:
-            value = client.one("log_read", exp_id=exp.id, offset=offset, identity=identity, max_bytes=CHUNK)
+            value = client.one("log_read", exp_id=exp.id, registry=registry.run_registry(exp.id), offset=offset,
+                               identity=identity, max_bytes=CHUNK)
         except NotFoundError:
             if exp.status in FINAL:  # it ended without a run folder here: nothing will ever be read
                 registry.save_metrics(exp.id, 0, {}, {"_state": {"complete": True, "no_run_folder": True}})

@@ -82,6 +82,14 @@ def command_argv(command: str | list[str]) -> list[str]:
     return argv
 
 
+def clone(settings: Settings) -> dict:
+    """Which clone of the project starts a run (recorded in its experiment.json): another clone that stops
+    it can say whose run it stopped."""
+    import socket
+
+    return {"host": socket.gethostname(), "path": str(settings.project_dir)}
+
+
 def _experiment_json(exp: Experiment) -> dict:
     return {k: v for k, v in exp.public().items() if k not in ("config",)} | {"project": exp.project}
 
@@ -117,11 +125,10 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         exp = None
         try:
             if book.has("record"):
-                # ids are per project; a target shared with another clone may hold higher run ids already
-                floor = int(probe["status"].get("max_id") or 0)
-                exp = registry.create(min_id=floor + 1, launcher=guard, **_record_fields(launch, probe))
+                # numbered by this registry alone: its runs' folders on the target carry its id (runs/<id>-<n>)
+                exp = registry.create(launcher=guard, **_record_fields(launch, probe))
                 out.experiment = exp
-            results = _apply(launch, client, project, probe, action, exp, out, writer)
+            results = _apply(launch, client, registry, probe, action, exp, out, writer)
         except (KeyboardInterrupt, TransportError) as exc:
             transport.close()
             how, code = signals.describe(exc)
@@ -140,7 +147,8 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         guard.release()
         if launch.wait and out.experiment is not None and out.experiment.status == "running":
             try:
-                out.waited = launch_result.wait_first_metric(launch, client, out.experiment)
+                out.waited = launch_result.wait_first_metric(launch, client, out.experiment,
+                                                             registry.run_registry(out.experiment.id))
             except KeyboardInterrupt as exc:
                 how, code = signals.describe(exc)
                 raise Interrupted(f"{how} while waiting: experiment {out.experiment.id} was started on "
@@ -246,11 +254,13 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         # refuse an unsafe folder, or one a clean would fail on, before anything changes
         ops.append(Op("ckpt_check", {**ckpt, "busy_check": False, "movable": cleaning}))
         # what is there (said before the run sees it); what retention would delete; for --purge every file
-        ops.append(Op("ckpt_inventory", {**ckpt, **_retention(launch.settings), "full": action == "purge"}))
+        ops.append(Op("ckpt_inventory", {**ckpt, **_retention(launch.settings), "full": action == "purge",
+                                         "ignore": launch.settings.checkpoints.ignore}))
         keys += ["ckpt_safe", "inventory"]
     values = client.call(ops, what=f"{book.name} (probe)")
     probe = dict(zip(keys, values))
-    probe["alive"] = [r["id"] for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
+    probe["alive_runs"] = [r for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
+    probe["alive"] = [r["id"] for r in probe["alive_runs"]]
     return probe
 
 
@@ -303,9 +313,10 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
     return fields
 
 
-def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, action: str,
+def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict, action: str,
            exp: Experiment | None, out: Outcome, writer: int | None) -> list[tuple[str, Any]]:
     book, target, settings, rev = launch.book, launch.target, launch.settings, launch.revision
+    project = settings.project.name
     ckpt = {"path": target.checkpoints, "configured": target.checkpoints}
     ops: list[Op] = []
     keys: list[str] = []
@@ -340,13 +351,15 @@ def _apply(launch: Launch, client: AgentClient, project: str, probe: dict, actio
             keys.append("shell")
         elif isinstance(step, StartRun):
             assert exp is not None
-            ops.append(Op("run_start", {"exp_id": exp.id, "project": project, "revision": exp.revision,
+            ops.append(Op("run_start", {"exp_id": exp.id, "registry": registry.run_registry(exp.id),
+                                        "project": project, "revision": exp.revision,
                                         "argv": exp.command, "env": launch.env, "secrets": dict(launch.secrets),
-                                        "experiment": _experiment_json(exp),
+                                        "experiment": {**_experiment_json(exp), "clone": clone(launch.settings)},
                                         "batching": exp.batching, "recovery": settings.run.recovery()}))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
-            ops.append(Op("run_verify", {"exp_id": exp.id, "wait": step.wait}))
+            ops.append(Op("run_verify", {"exp_id": exp.id, "registry": registry.run_registry(exp.id),
+                                         "wait": step.wait}))
             keys.append("verify")
     if not ops:
         return []
@@ -364,7 +377,8 @@ def _record_results(launch: Launch, registry: Registry, results: list[tuple[str,
     for key, value in results:
         if key == "stop":
             for run in value["stopped"]:
-                launch_result.update_quietly(registry, int(run["id"]), launch, status=run["state"],
+                run["mine"] = registry.owns(run)
+                launch_result.update_quietly(registry, run, launch, status=run["state"],
                                              exit_code=run["exit_code"], ended=now)
             out.stopped = value["stopped"]
         elif key == "trash":

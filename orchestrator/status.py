@@ -1,8 +1,9 @@
 """What runs where: ask the agent, reconcile the registry with what the target says.
 
-A run reported by a target is matched to a row only when the row's machine (or, for old rows, its
-target name) and project are the target's: run ids are per registry, and another clone's run 7 is not
-ours. ``recover`` settles launches whose orch process died (``launch_guard``) the next time a command
+A run reported by a target is matched to a row only when its key is this registry's (run folders are
+``runs/<registry id>-<n>``; plain ``runs/<n>`` ones from before the keys match the registry's older rows)
+and the row's machine (or, for old rows, its target name) and project are the target's: another clone's
+run 7 is not ours. ``recover`` settles launches whose orch process died (``launch_guard``) the next time a command
 reaches their target.
 """
 
@@ -33,8 +34,8 @@ def belongs(exp: Experiment, target: Target, project: str) -> bool:
 def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> None:
     """Record what the target reports: runs that ended on their own, crashed, or were stopped."""
     for run in runs:
-        if run.get("id") is None or run.get("project") not in (None, project):
-            continue
+        if not registry.owns(run) or run.get("project") not in (None, project):
+            continue  # another clone's run (its registry key differs), or another project's
         try:
             exp = registry.get(int(run["id"]))
         except NotFoundError:
@@ -80,7 +81,7 @@ def recover(settings: Settings, target: Target, registry: Registry, client: Agen
     finally:
         if own:
             client.transport.close()
-    found = {r["id"]: r for r in runs if r.get("project") == project}
+    found = {r["id"]: r for r in runs if r.get("project") == project and registry.owns(r)}
     now = time.time()
     settled = []
     for exp in lost:
@@ -99,11 +100,11 @@ def recover(settings: Settings, target: Target, registry: Registry, client: Agen
 def target_status(settings: Settings, target: Target, registry: Registry, client: AgentClient) -> dict:
     """The latest experiment on the target with its live state and the tail of its log."""
     recover(settings, target, registry, client)
-    answer = client.one("status", project=settings.project.name, last=20)
+    answer = client.one("status", project=settings.project.name, last=20, registry=registry.registry_id)
     sync(registry, answer["runs"], target, settings.project.name)
     latest: Experiment | None = registry.latest(target.machine, target.name)
     run = None
     if latest is not None:
-        run = next((r for r in answer["runs"] if r.get("id") == latest.id), None)
+        run = next((r for r in answer["runs"] if r.get("id") == latest.id and registry.owns(r)), None)
     return {"target": target.name, "label": target.label, "info": target.info, "now": answer["now"],
             "experiment": latest, "run": run, "runs": answer["runs"], "gpus": answer.get("gpus", [])}

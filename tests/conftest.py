@@ -100,6 +100,21 @@ class Project:
 
         return Registry(self.path / ".orch" / "experiments.db")
 
+    def run_key(self, exp_id: int) -> str:
+        """The name of experiment ``exp_id``'s run folder on the target: ``<registry id>-<id>``."""
+        return run_dir_of(self.path, Path("/"), exp_id).name
+
+    def run_dir(self, exp_id: int) -> Path:
+        """Experiment ``exp_id``'s run folder on the target: ``runs/<registry id>-<id>``."""
+        return run_dir_of(self.path, self.root, exp_id)
+
+
+def run_dir_of(project_path: Path, root: Path, exp_id: int) -> Path:
+    from orchestrator.experiments import Registry
+
+    with Registry(project_path / ".orch" / "experiments.db") as reg:
+        return root / "runs" / f"{reg.registry_id}-{exp_id}"
+
 
 @pytest.fixture
 def project(tmp_path: Path):

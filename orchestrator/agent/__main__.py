@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import checkpoints, gc, logs, revisions, runs, system, validate
+from . import checkpoints, diskspace, gc, logs, revisions, runs, system, validate
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -124,6 +124,10 @@ def handle(request: dict, payload: Payload, results: list | None = None) -> dict
                                                        "message": f"bad arguments for {item['op']}: {exc}"}})
                 return
             except OSError as exc:
+                if diskspace.is_full(exc):
+                    failure = diskspace.full_failure(exc, item["op"], layout.root)
+                    results.append({"ok": False, "error": failure.to_dict()})
+                    return
                 results.append({"ok": False, "error": {"kind": "agent", "hint": "check permissions and disk space",
                                                        "message": f"{item['op']}: {exc}"}})
                 return
@@ -133,8 +137,14 @@ def handle(request: dict, payload: Payload, results: list | None = None) -> dict
             results.append({"ok": True, "value": value, "ms": round((time.monotonic() - started) * 1000, 1)})
 
     if request.get("lock") is not None:
-        layout.ensure()
+        try:
+            layout.ensure()
+        except OSError as exc:
+            if diskspace.is_full(exc):
+                raise diskspace.full_failure(exc, "preparing the target's root", layout.root) from None
+            raise
         with TargetLock(layout.lock, float(request["lock"]), request.get("what", "operation"), controller_gone):
+            diskspace.clean_stale([layout.blobs, layout.revisions, layout.runs])
             run_all()
     else:
         run_all()

@@ -16,6 +16,7 @@ import os
 from typing import BinaryIO
 
 from . import durability
+from .diskspace import FULL
 from .layout import Layout
 from .protocol import AgentFailure
 
@@ -100,29 +101,45 @@ def _open_part(layout: Layout, sha: str, offset: int) -> tuple[BinaryIO, "hashli
 def _receive(layout: Layout, payload: Payload, sha: str, size: int, offset: int) -> None:
     """Stream one blob into its part file, verify it, and publish it read-only under its name."""
     fh, digest = _open_part(layout, sha, offset)
-    want = size - offset
     try:
-        while want:
-            data = payload.read(min(CHUNK, want))
-            if not data:
-                fh.flush()
-                raise AgentFailure("agent", f"the push was cut: blob {sha[:12]} has {size - want} of {size} bytes",
-                                   "deploy again: only what is still missing is sent")
-            fh.write(data)
-            digest.update(data)
-            want -= len(data)
-            if fh.tell() % WRITEBACK < len(data) or not want:
-                fh.flush()
-                durability.start_writeback(fh.fileno())
-        fh.flush()
-        if digest.hexdigest() != sha:
+        _fill(layout, payload, fh, digest, sha, size, offset)
+    except OSError as exc:
+        if exc.errno not in FULL:
+            raise
+        try:  # a full disk is no cut: the part would only hold space nobody can use until the disk is freed
             os.unlink(fh.name)
-            raise AgentFailure("agent", f"blob {sha[:12]} arrived damaged ({size} bytes that do not match its hash)",
-                               "a file may have changed while it was sent; deploy again")
-        os.chmod(fh.name, 0o444)
-        os.replace(fh.name, layout.blob(sha))  # still under the lock: the part name is free for the next push
+        except OSError:
+            pass
+        raise OSError(exc.errno, exc.strerror, fh.name) from None
     finally:
-        fh.close()
+        try:
+            fh.close()
+        except OSError:  # the flush of what could not be written; already reported
+            pass
+
+
+def _fill(layout: Layout, payload: Payload, fh: BinaryIO, digest: "hashlib._Hash", sha: str, size: int,
+          offset: int) -> None:
+    want = size - offset
+    while want:
+        data = payload.read(min(CHUNK, want))
+        if not data:
+            fh.flush()
+            raise AgentFailure("agent", f"the push was cut: blob {sha[:12]} has {size - want} of {size} bytes",
+                               "deploy again: only what is still missing is sent")
+        fh.write(data)
+        digest.update(data)
+        want -= len(data)
+        if fh.tell() % WRITEBACK < len(data) or not want:
+            fh.flush()
+            durability.start_writeback(fh.fileno())
+    fh.flush()
+    if digest.hexdigest() != sha:
+        os.unlink(fh.name)
+        raise AgentFailure("agent", f"blob {sha[:12]} arrived damaged ({size} bytes that do not match its hash)",
+                           "a file may have changed while it was sent; deploy again")
+    os.chmod(fh.name, 0o444)
+    os.replace(fh.name, layout.blob(sha))  # still under the lock: the part name is free for the next push
 
 
 def store(layout: Layout, payload: Payload | bytes, blobs: list) -> dict:

@@ -9,6 +9,7 @@ runs ``check_path``; a clean also ``check_movable`` before anything is created o
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import time
@@ -23,7 +24,9 @@ SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/l
                 "/sys", "/usr", "/var/lib", "/var/log", "/var/cache", "/var/spool", "/snap")
 EXACT = ("/", "/home", "/root", "/tmp", "/var", "/opt", "/srv", "/mnt", "/media", "/workspace", "/data")
 META = ".orch-trash.json"
-NEW = "\uffff"  # sorts after every entry name: the entry a clean is about to make
+NEW = "\uffff"
+# what a training script writes on its way to a checkpoint, or hides: not checkpoints ([checkpoints] ignore)
+IGNORE = (".*", "*.tmp", "*.tmp-*")  # sorts after every entry name: the entry a clean is about to make
 
 
 def check_path(layout: Layout, path: str, configured: str, stopping: list | None = None,
@@ -74,12 +77,20 @@ def _contents(norm: str) -> list[str]:
     return sorted(c for c in os.listdir(norm) if c not in skip)
 
 
-def _tree(path: str, skip: frozenset[str] = frozenset()) -> tuple[list, int, float | None, str | None]:
+def ignored(name: str, patterns: tuple | list) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _tree(path: str, skip: frozenset[str] = frozenset(), ignore: tuple | list = ()) \
+        -> tuple[list, int, float | None, str | None]:
     files, total, newest, newest_name = [], 0, None, None
     for dirpath, dirs, names in os.walk(path):
         if dirpath == path:
             dirs[:] = [d for d in dirs if d not in skip]
+        dirs[:] = [d for d in dirs if not ignored(d, ignore)]
         for name in names:
+            if ignored(name, ignore):
+                continue
             full = os.path.join(dirpath, name)
             try:
                 st = os.lstat(full)
@@ -108,14 +119,18 @@ def _entries(norm: str) -> list[dict]:
 
 
 def inventory(layout: Layout, path: str, configured: str, keep: int | None = None, max_bytes: int | None = None,
-              full: bool = False) -> dict:
+              full: bool = False, ignore: list | None = None) -> dict:
     """What the folder holds now, and what its trash holds.
 
+    Hidden and temporary files (``ignore``, fnmatch patterns on names) are not counted as checkpoints.
     With ``keep``/``max_bytes``: ``retention``, the entries a clean now would delete (to be confirmed).
-    With ``full``: ``all_files``, every file, for a purge that must delete only what was confirmed.
+    With ``full``: ``all_files``, every file (ignored ones too), for a purge that must delete only what was
+    confirmed.
     """
     norm = check_path(layout, path, configured, busy_check=False)
-    files, total, newest, newest_name = _tree(norm, not_contents(norm)) if os.path.isdir(norm) else ([], 0, None, None)
+    ignore = IGNORE if ignore is None else tuple(ignore)
+    found = os.path.isdir(norm)
+    files, total, newest, newest_name = _tree(norm, not_contents(norm), ignore) if found else ([], 0, None, None)
     entries = []
     for entry in _entries(norm):
         efiles, etotal, _, _ = _tree(entry["path"])
@@ -131,7 +146,7 @@ def inventory(layout: Layout, path: str, configured: str, keep: int | None = Non
         victims = retention_victims(sizes, keep, max_bytes, protect=NEW) if files else []
         out["retention"] = [{"entry": e["name"], "bytes": e["bytes"]} for e in entries if e["name"] in victims]
     if full:
-        out["all_files"] = files
+        out["all_files"] = _tree(norm, not_contents(norm))[0] if found else []
     return out
 
 

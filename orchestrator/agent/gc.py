@@ -90,7 +90,7 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
          checkpoints: list | None = None, grace: float = GRACE) -> dict:
     """What a collection would remove, and why the rest stays; touches nothing."""
     now = time.time()
-    runs = [(exp_id, d, _run_info(d)) for exp_id, d in _runs(layout)]
+    runs = [(os.path.basename(d), d, _run_info(d)) for *_, d in _runs(layout)]  # keyed by folder: unique
     mine = [r for r in runs if r[2]["project"] == project]
     recent = {exp_id for exp_id, _d, _i in mine[-keep:]} if keep > 0 else set()
     doomed_runs, kept_runs = [], []

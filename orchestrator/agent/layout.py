@@ -31,8 +31,24 @@ class Layout:
     def revision(self, rev: str) -> str:
         return os.path.join(self.revisions, rev)
 
-    def run_dir(self, exp_id: int) -> str:
-        return os.path.join(self.runs, str(int(exp_id)))
+    def run_dir(self, exp_id: int, registry: str | None = None) -> str:
+        """``runs/<registry>-<exp_id>``: each registry (clone of a project) numbers its runs on its own, so
+        two clones sharing a target never collide. ``runs/<exp_id>`` is a run from before registry keys."""
+        return os.path.join(self.runs, run_key(exp_id, registry))
+
+
+def run_key(exp_id: int, registry: str | None = None) -> str:
+    return f"{registry}-{int(exp_id)}" if registry else str(int(exp_id))
+
+
+def parse_run_key(name: str) -> tuple[str | None, int] | None:
+    """A run folder's name as (registry, experiment number); None if it is not a run folder."""
+    if name.isdigit():
+        return None, int(name)
+    registry, _, num = name.rpartition("-")
+    if num.isdigit() and len(registry) == 12 and all(c in "0123456789abcdef" for c in registry):
+        return registry, int(num)
+    return None
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:

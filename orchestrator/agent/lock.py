@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+from . import diskspace
 from .protocol import AgentFailure
 
 
@@ -21,7 +22,12 @@ class TargetLock:
         self.fd: int | None = None
 
     def __enter__(self) -> "TargetLock":
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # creating the file may need space; an existing one never does
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if diskspace.is_full(exc):
+                raise diskspace.full_failure(exc, "taking the target's lock", self.path) from None
+            raise
         deadline = time.monotonic() + self.wait
         while True:
             try:
@@ -41,8 +47,11 @@ class TargetLock:
                         f"the target is busy: another orch operation holds its lock ({holder})",
                         "wait for it to finish and retry, or raise [run] lock_timeout")
                 time.sleep(0.05)
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, json.dumps({"pid": os.getpid(), "what": self.what, "since": time.time()}).encode())
+        try:  # best effort: on a full disk the lock must still be taken, so that stop and purge can run
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, json.dumps({"pid": os.getpid(), "what": self.what, "since": time.time()}).encode(), 0)
+        except OSError:
+            pass
         return self
 
     def _holder(self) -> str:
@@ -56,7 +65,10 @@ class TargetLock:
 
     def __exit__(self, *exc: object) -> None:
         if self.fd is not None:
-            os.ftruncate(self.fd, 0)
+            try:
+                os.ftruncate(self.fd, 0)
+            except OSError:
+                pass
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None

@@ -35,13 +35,13 @@ def _tail_offset(fh, size: int, lines: int) -> int:
 
 
 def read(layout: Layout, exp_id: int, offset: int | None = None, tail_lines: int | None = None,
-         max_bytes: int = 1 << 20, identity: str | None = None) -> dict:
+         max_bytes: int = 1 << 20, identity: str | None = None, registry: str | None = None) -> dict:
     """Bytes from ``offset`` (or the last ``tail_lines`` lines), plus what the follower needs to resume.
 
     ``identity`` is the log's (device, inode) from the previous read: if it changed, or the file is
     now shorter than ``offset``, the log was rotated or truncated and reading starts over (``reset``).
     """
-    run_dir = layout.run_dir(exp_id)
+    run_dir = layout.run_dir(exp_id, registry)
     if not os.path.isdir(run_dir):
         raise AgentFailure("notfound", f"experiment {exp_id} has no run folder on this target",
                            "check the experiment id and target (orch experiments list)")

@@ -38,9 +38,14 @@ def _linked(layout: Layout, sha: str, mode: int) -> str:
     if not os.path.isfile(twin):
         fd, tmp = tempfile.mkstemp(dir=layout.blobs, prefix=".tmp-")
         os.close(fd)
-        shutil.copyfile(blob, tmp)
-        os.chmod(tmp, 0o555)
-        os.replace(tmp, twin)
+        try:
+            shutil.copyfile(blob, tmp)
+            os.chmod(tmp, 0o555)
+            os.replace(tmp, twin)
+        except BaseException:  # a full disk: no half copy left behind
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
     return twin
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 
 from . import attempts, handover, reboot_unit
-from .layout import Layout, read_json, write_json
+from .layout import Layout, parse_run_key, read_json, write_json
 from .protocol import AgentFailure
 
 LOG = "train.log"
@@ -67,7 +67,9 @@ def run_state(run_dir: str) -> dict:
         log_size, log_mtime = st.st_size, st.st_mtime
     except OSError:
         log_size, log_mtime = 0, None
-    out = {"id": exp.get("id"), "project": exp.get("project"), "exit_code": None, "started": pid.get("started"),
+    key = parse_run_key(os.path.basename(run_dir)) or (None, exp.get("id"))
+    out = {"id": key[1], "registry": key[0], "clone": exp.get("clone"), "project": exp.get("project"),
+           "exit_code": None, "started": pid.get("started"),
            "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints")}
     tried = attempts.summary(run_dir)
     out.update(tried)
@@ -90,41 +92,48 @@ def run_state(run_dir: str) -> dict:
     return out
 
 
-def _runs(layout: Layout, project: str | None = None, ids: list | None = None) -> list[tuple[int, str]]:
+def _runs(layout: Layout, project: str | None = None, ids: list | None = None,
+          registry: str | None = None) -> list[tuple[float, int, str]]:
+    """This project's run folders, oldest first: every clone's, or with ``registry`` that registry's and
+    those from before registry keys. ``ids`` are experiment numbers (of any registry: the caller matches)."""
     try:
         names = os.listdir(layout.runs)
     except FileNotFoundError:
         return []
     found = []
     for name in names:
-        if not name.isdigit() or (ids is not None and int(name) not in ids):
+        key = parse_run_key(name)
+        if key is None or (ids is not None and key[1] not in ids) or (registry and key[0] not in (None, registry)):
             continue
         run_dir = os.path.join(layout.runs, name)
         if project is not None:
             exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
             if exp.get("project") != project:
                 continue
-        found.append((int(name), run_dir))
+        try:  # written once at the start: the order runs were started in, whichever clone started them
+            born = os.stat(os.path.join(run_dir, "experiment.json")).st_mtime
+        except OSError:
+            born = 0.0
+        found.append((born, key[1], run_dir))
     return sorted(found)
 
 
 def alive_runs(layout: Layout, project: str | None = None) -> list[dict]:
-    return [s for _, d in _runs(layout, project) if (s := run_state(d))["state"] in ("running", "launching")]
+    return [s for *_, d in _runs(layout, project) if (s := run_state(d))["state"] in ("running", "launching")]
 
 
 def status(layout: Layout, project: str | None = None, ids: list | None = None, last: int = 20,
-           tail: bool = True) -> dict:
-    runs = _runs(layout, project, ids)
+           tail: bool = True, registry: str | None = None) -> dict:
+    runs = _runs(layout, project, ids, registry)
     if ids is None:
         runs = runs[-last:]
     out = []
-    for _, run_dir in runs:
+    for *_, run_dir in runs:
         state = run_state(run_dir)
         if tail:
             state["last_line"] = _last_line(os.path.join(run_dir, LOG))
         out.append(state)
-    everything = _runs(layout)
-    return {"runs": out, "now": time.time(), "max_id": everything[-1][0] if everything else 0}
+    return {"runs": out, "now": time.time()}
 
 
 def _last_line(path: str) -> str | None:
@@ -141,7 +150,7 @@ def _last_line(path: str) -> str | None:
 
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
           experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None,
-          recovery: dict | None = None) -> dict:
+          registry: str | None = None, recovery: dict | None = None) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session."""
     import libtmux
 
@@ -153,9 +162,10 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     if busy:
         raise AgentFailure("conflict", f"experiment {busy[0]['id']} of project {project} is still running",
                            "stop it first (orch stop) or use orch restart")
-    for _, other in _runs(layout, project):
+    for *_, other in _runs(layout, project):
         reboot_unit.remove(other)  # a new run replaces the project's lost ones: none comes back at boot
-    run_dir = layout.run_dir(exp_id)
+    run_dir = layout.run_dir(exp_id, registry)
+    experiment = {**experiment, "registry": registry}
     if os.path.exists(run_dir):
         other = (read_json(os.path.join(run_dir, "experiment.json"), {}) or {}).get("project")
         raise AgentFailure("safety", f"run folder {run_dir} already exists (project {other})",
@@ -358,6 +368,15 @@ def resume(run_dir: str) -> int:
     return 0
 
 
+def _mark_stopping(run_dir: str) -> None:
+    """The marker that makes a stopped run read as ``stopped``; on a full disk, an empty file (no space needed)."""
+    marker = os.path.join(run_dir, "stop_requested")
+    try:
+        write_json(marker, {"time": time.time()})
+    except OSError:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
 def _wait(run_dir: str, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while True:
@@ -372,14 +391,14 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
     """SIGINT, wait; SIGTERM, wait; SIGKILL. Each stopped run is marked so it reads as ``stopped``."""
     import libtmux
 
-    targets = [run_state(d) | {"dir": d} for _, d in _runs(layout, project, ids)]
+    targets = [run_state(d) | {"dir": d} for *_, d in _runs(layout, project, ids)]
     stopped = []
     for state in targets:
         reboot_unit.remove(state["dir"])  # a stopped (or lost) run is never resumed at the next boot
         if state["state"] not in ("running", "launching"):
             continue
         run_dir = state["dir"]
-        write_json(os.path.join(run_dir, "stop_requested"), {"time": time.time()})
+        _mark_stopping(run_dir)
         pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}
         sent = []
         for sig, wait in ((signal.SIGINT, stop_timeout), (signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0)):
@@ -396,16 +415,16 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
             if _wait(run_dir, wait):
                 break
         final = run_state(run_dir)
-        stopped.append({"id": final["id"], "state": final["state"], "exit_code": final["exit_code"],
-                        "signals": sent})
+        stopped.append({"id": final["id"], "registry": final["registry"], "clone": final["clone"],
+                        "state": final["state"], "exit_code": final["exit_code"], "signals": sent})
     if project is not None and not alive_runs(layout, project):
         _kill_session(libtmux.Server(socket_name=socket_name(layout)), session_name(project))
     return {"stopped": stopped}
 
 
-def verify_started(layout: Layout, exp_id: int, wait: float = 1.0) -> dict:
+def verify_started(layout: Layout, exp_id: int, wait: float = 1.0, registry: str | None = None) -> dict:
     """Wait until the supervisor has started the command, then a moment more to catch instant crashes."""
-    run_dir = layout.run_dir(exp_id)
+    run_dir = layout.run_dir(exp_id, registry)
     deadline = time.monotonic() + 30.0  # generous: a loaded machine can be slow to start Python
     while not os.path.exists(os.path.join(run_dir, "pid.json")) and \
             not os.path.exists(os.path.join(run_dir, "exit.json")):

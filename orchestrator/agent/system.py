@@ -46,7 +46,7 @@ def prune_agents(layout: Layout, current: str, min_age_s: float = 86400.0) -> li
         return []
     keep = {os.path.basename(current)[:-4]}
     for run in alive_runs(layout):
-        launch = read_json(os.path.join(layout.run_dir(run["id"]), "launch.json"), {}) or {}
+        launch = read_json(os.path.join(layout.run_dir(run["id"], run.get("registry")), "launch.json"), {}) or {}
         for part in str((launch.get("env") or {}).get("PYTHONPATH", "")).split(os.pathsep):
             keep.add(os.path.basename(part).rsplit(".", 1)[0])
     removed = []

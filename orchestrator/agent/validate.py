@@ -174,6 +174,16 @@ def manifest(files: Any, name: str = "files") -> list:
 
 
 _EXP_IDS = _optional(lambda v, n: _list(v, n, exp_id))
+
+
+def registry_id(value: Any, name: str = "registry") -> str | None:
+    """A registry's id (12 hex digits), part of its runs' folder names; None for runs from before keys."""
+    if value is not None and not (isinstance(value, str) and len(value) == 12
+                                  and all(c in "0123456789abcdef" for c in value)):
+        raise fail(f"{name} must be 12 lowercase hex digits, not {value!r:.80}")
+    return value
+
+
 _STRINGS = lambda v, n: _list(v, n, _str)  # noqa: E731
 _ANY_DICT = _dict
 
@@ -184,18 +194,18 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "blobs_missing": {"hashes": lambda v, n: _list(v, n, sha)},
     "blobs_store": {"blobs": blobs},
     "revision_assemble": {"revision": revision, "files": _optional(manifest)},
-    "run_start": {"exp_id": exp_id, "project": project, "revision": revision, "argv": _STRINGS,
-                  "env": _env,
+    "run_start": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
+                  "argv": _STRINGS, "env": _env,
                   "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict)},
     "run_stop": {"project": _optional(project), "ids": _EXP_IDS, "stop_timeout": _num, "term_timeout": _num},
-    "run_verify": {"exp_id": exp_id, "wait": _num},
+    "run_verify": {"exp_id": exp_id, "registry": registry_id, "wait": _num},
     "status": {"project": _optional(project), "ids": _EXP_IDS, "last": lambda v, n: _int(v, n, 0, 1 << 20),
-               "tail": _bool, "gpus": _bool},
-    "log_read": {"exp_id": exp_id, "offset": _optional(_int), "tail_lines": _optional(_int),
+               "tail": _bool, "gpus": _bool, "registry": registry_id},
+    "log_read": {"exp_id": exp_id, "registry": registry_id, "offset": _optional(_int), "tail_lines": _optional(_int),
                  "max_bytes": lambda v, n: _int(v, n, 0, 1 << 30), "identity": _optional(_str)},
     "ckpt_check": {"path": _str, "configured": _str, "stopping": _EXP_IDS, "busy_check": _bool},
     "ckpt_inventory": {"path": _str, "configured": _str, "keep": _optional(_int), "max_bytes": _optional(_int),
-                       "full": _bool},
+                       "full": _bool, "ignore": _optional(_STRINGS)},
     "ckpt_trash": {"path": _str, "configured": _str, "label": name_part, "stopping": _EXP_IDS,
                    "keep": _optional(_int), "max_bytes": _optional(_int), "purge": _bool,
                    "moved_by": _optional(exp_id), "retention_allowed": _optional(lambda v, n: _list(v, n, name_part)),

@@ -28,7 +28,8 @@ class _Checkpoints:
     def inventory(self, retention: bool = False) -> dict:
         max_gb = self.settings.trash.max_gb
         keep = {"keep": self.settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
-        return self.client.one("ckpt_inventory", **self.base, **(keep if retention else {}))
+        return self.client.one("ckpt_inventory", **self.base, ignore=self.settings.checkpoints.ignore,
+                               **(keep if retention else {}))
 
     def change(self, op: str, **args: object) -> dict:
         from ..agent_client import Op

@@ -115,14 +115,14 @@ def register(app: typer.Typer) -> None:
             if exp is None:
                 raise NotFoundError(f"no experiment on {tgt.label}",
                                     hint="orch deploy starts one (or orch use picks the target you deployed to)")
-            experiment = exp.id
+            experiment, run_registry = exp.id, reg.run_registry(exp.id)
         if follow:
             render.say(f"orch: following experiment {experiment} on {tgt.label} (Ctrl-C stops following, "
                        "not the run)")
         write = _metrics_writer(as_recorded(settings, exp)) if metrics else _raw_writer()
         try:
             result = follow_log(settings, tgt, experiment, write=write, notice=lambda m: render.say(f"orch: {m}"),
-                                follow=follow, tail_lines=lines)
+                                follow=follow, tail_lines=lines, registry=run_registry)
         except KeyboardInterrupt:
             render.say("orch: stopped following (the run goes on)")
             raise typer.Exit(0) from None

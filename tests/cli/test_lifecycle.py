@@ -38,7 +38,7 @@ def test_deploy_runs_to_finished_and_records_everything(project):
     assert show["batching"]["strategy"] == "megabatch" and show["batching"]["token_budget"] == 4096
     assert show["checkpoints_action"] == "kept" and show["parent"] is None
     # the target describes itself without the controller's database
-    run_dir = project.root / "runs" / "1"
+    run_dir = project.run_dir(1)
     on_target = json.loads((run_dir / "experiment.json").read_text())
     assert on_target["id"] == 1 and on_target["revision"] == show["revision"]
     batching = json.loads((run_dir / "batching.json").read_text())
@@ -60,10 +60,10 @@ def test_run_environment_is_handed_to_the_command(project):
                       "--set", "batching.seed=7")
     assert res.exit_code == 0, res.output
     wait_status(project, 1, ("finished",))
-    lines = (project.root / "runs" / "1" / "train.log").read_text().splitlines()
+    lines = (project.run_dir(1) / "train.log").read_text().splitlines()
     env, batching = json.loads(lines[0]), json.loads(lines[1])
     assert env["ORCH_EXPERIMENT_ID"] == "1"
-    assert env["ORCH_RUN_DIR"] == str(project.root / "runs" / "1")
+    assert env["ORCH_RUN_DIR"] == str(project.run_dir(1))
     assert env["ORCH_CHECKPOINT_DIR"] == str(project.checkpoints)
     assert batching["seed"] == 7 and batching["strategy"] == "megabatch"
 
@@ -183,13 +183,13 @@ def test_declared_lengths_are_planned_and_recorded(project):
     text = project.cli("experiments", "show", "1").stdout
     assert "planned (from the sample lengths)" in text and "efficiency" in text
     # the run receives the resolved table, optimized boundaries included
-    handed = json.loads((project.root / "runs" / "1" / "batching.json").read_text())
+    handed = json.loads((project.run_dir(1) / "batching.json").read_text())
     assert handed["buckets"] == buckets
     bad = project.cli("deploy", "--set", "batching.lengths=nope.npy")
     assert bad.exit_code == 2 and "nope.npy" in bad.output
 
 
-def test_a_target_shared_with_another_clone_gets_unclashing_ids(project, tmp_path):
+def test_a_target_shared_with_another_clone_keeps_its_own_numbering(project, tmp_path):
     import shutil
 
     from tests.conftest import Project
@@ -201,7 +201,8 @@ def test_a_target_shared_with_another_clone_gets_unclashing_ids(project, tmp_pat
     other = Project(other_path, project.root)
     res = other.cli("deploy", "--json")
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["experiment"]["id"] == 2  # the target already had run 1
+    assert json.loads(res.stdout)["experiment"]["id"] == 1  # each registry numbers its own runs
+    assert project.run_dir(1) != other.run_dir(1) and other.run_dir(1).is_dir() and project.run_dir(1).is_dir()
 
 
 def test_git_commit_and_dirty_diff_are_recorded(project):

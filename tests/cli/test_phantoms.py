@@ -73,7 +73,7 @@ def kill_at(project, path: Path, marker: Path | None, sig: int = signal.SIGKILL)
 
 def target_state(project, exp_id: int) -> str | None:
     """What the target's own files say about a run (None: the target never started it)."""
-    run_dir = project.root / "runs" / str(exp_id)
+    run_dir = project.run_dir(exp_id)
     if not run_dir.exists():
         return None
     if (run_dir / "exit.json").exists():

@@ -122,7 +122,7 @@ def test_a_held_target_lock_refuses_a_deploy_and_leaves_no_trace(project):
     assert res.exit_code == 5 and "busy" in res.output
     exp = project.registry().get(1)
     assert exp.status == "failed" and "busy" in (exp.error or "")
-    assert not (project.root / "runs" / "1").exists()
+    assert not (project.run_dir(1)).exists()
     assert not any((project.root / "revisions").iterdir())
     ok = project.cli("deploy")
     assert ok.exit_code == 0, ok.output
@@ -145,7 +145,7 @@ def test_two_concurrent_deploys_serialize(project):
     assert statuses == ["running", "stopped"], statuses
     assert st["state"] == "running"
     for e in rows:
-        assert (project.root / "runs" / str(e.id) / "experiment.json").is_file()
+        assert (project.run_dir(e.id) / "experiment.json").is_file()
     assert project.cli("stop").exit_code == 0
 
 

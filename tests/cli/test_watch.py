@@ -71,7 +71,7 @@ def deploy_script(project, name: str, source: str, *sets: str) -> int:
 
 
 def run_dir(project, exp_id: int) -> Path:
-    return project.root / "runs" / str(exp_id)
+    return project.run_dir(exp_id)
 
 
 def wait_for(predicate, what: str, timeout: float = 30.0) -> None:
@@ -129,7 +129,8 @@ def test_follow_across_dropped_connections_loses_and_repeats_nothing(project):
     target = dataclasses.replace(resolve_target(settings), connect=lambda: DroppingLink(drop_at=4))
     out, notices = bytearray(), []
     result = follow(settings, target, exp_id, write=out.extend, notice=notices.append, follow=True,
-                    tail_lines=10**9, poll=0.05, first_backoff=0.05, max_bytes=64 << 10)
+                    tail_lines=10**9, poll=0.05, first_backoff=0.05, max_bytes=64 << 10,
+                    registry=project.registry().registry_id)
     log = (run_dir(project, exp_id) / "train.log").read_bytes()
     assert bytes(out) == log and result.bytes == len(log)
     assert result.state["state"] == "finished" and result.state["exit_code"] == 0
@@ -143,6 +144,7 @@ def test_follow_across_dropped_connections_loses_and_repeats_nothing(project):
 def test_follow_survives_truncation_and_rotation_and_holds_back_partial_lines(project):
     exp_id = deploy_script(project, "rotate.py", ROTATE)
     folder = run_dir(project, exp_id)
+    registry_id = project.registry().registry_id
     settings = load_settings(project.path / "orch.toml")
     target = resolve_target(settings)
     chunks: list[bytes] = []
@@ -151,7 +153,7 @@ def test_follow_survives_truncation_and_rotation_and_holds_back_partial_lines(pr
 
     def run() -> None:
         done["result"] = follow(settings, target, exp_id, write=chunks.append, notice=notices.append,
-                                follow=True, tail_lines=10**9, poll=0.05)
+                                follow=True, tail_lines=10**9, poll=0.05, registry=registry_id)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

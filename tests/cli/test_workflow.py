@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import REPO, STUBBORN, run_on_pty, tmux_socket, wait_for
+from tests.conftest import REPO, STUBBORN, run_dir_of, run_on_pty, tmux_socket, wait_for
 
 TWO_TARGETS = """
 [targets.other]
@@ -126,7 +126,7 @@ def test_ctrl_c_while_waiting_for_the_target_changes_nothing(project):
     assert "interrupted: nothing was changed on the target" in err
     assert project.registry().get(1).status == "failed"
     time.sleep(1.0)  # the cancelled agent must not run the deploy once the lock is free
-    assert not (project.root / "runs" / "1").exists()
+    assert not (project.run_dir(1)).exists()
 
 
 def test_ctrl_c_while_the_old_run_stops_says_what_was_done(project):
@@ -135,14 +135,14 @@ def test_ctrl_c_while_the_old_run_stops_says_what_was_done(project):
     args = ["--set", "project.sources=['stubborn.py']", "--set", "project.command=python3 stubborn.py"]
     assert project.run("deploy", *args).returncode == 0
     proc = _deploy_proc(project, *args)
-    wait_for(lambda: (project.root / "runs" / "1" / "stop_requested").exists(), what="the stop of run 1")
+    wait_for(lambda: (project.run_dir(1) / "stop_requested").exists(), what="the stop of run 1")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted: old run 1 stopped; new run 2 not started" in err
     reg = project.registry()
     assert reg.get(1).status == "stopped" and reg.get(2).status == "failed"
-    assert not (project.root / "runs" / "2").exists()
+    assert not (project.run_dir(2)).exists()
 
 
 def test_ctrl_c_during_wait_leaves_the_new_run_running_and_recorded(project):
@@ -150,7 +150,7 @@ def test_ctrl_c_during_wait_leaves_the_new_run_running_and_recorded(project):
     project.configure()
     proc = _deploy_proc(project, "--set", "project.sources=['quiet.py']", "--set",
                         "project.command=python3 quiet.py", "--wait=60")
-    wait_for(lambda: (project.root / "runs" / "1" / "pid.json").exists(), what="the run to start")
+    wait_for(lambda: (project.run_dir(1) / "pid.json").exists(), what="the run to start")
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -210,7 +210,7 @@ def test_two_projects_on_one_target_keep_their_checkpoints_apart(tmp_path):
         assert beta["checkpoints"] != str(alpha_ckpt) and beta["checkpoints"].endswith("/beta")
         assert "checkpoints:" not in res.stderr  # nothing of alpha's was offered to beta's run
         time.sleep(1.0)
-        log = (root / "runs" / str(beta["id"]) / "train.log").read_text()
+        log = (run_dir_of(projects[1], root, beta["id"]) / "train.log").read_text()
         assert "resumed from" not in log
         # the same project deployed again is told its run will see what is there, and who wrote it
         again = orch(projects[0], "deploy")

@@ -145,7 +145,7 @@ def test_restart_clean_on_a_mount_point_keeps_every_checkpoint_and_restore_bring
     assert exp2.status == "running" and exp2.checkpoints_action == "moved"
     assert status(project)["experiment"] == 2
     wait_for("a checkpoint of the new run", lambda: checkpoints_in(volume))
-    log = on_ct("cat", f"{ROOT}/runs/2/train.log").stdout.decode()
+    log = on_ct("cat", f"{ROOT}/runs/{project.run_key(2)}/train.log").stdout.decode()
     assert "resumed from" not in log  # it started fresh: the trash inside the folder is not its to read
     assert project.cli("stop").exit_code == 0
 
@@ -170,7 +170,8 @@ def test_a_clean_that_cannot_move_on_a_read_only_mount_point_is_refused_before_t
     assert on_ct("touch", f"{CKPT}/probe", check=False).returncode != 0  # really read-only inside the CT
     res = project.cli("deploy", "--ct", str(VMID))
     assert res.exit_code == 0, res.output
-    wait_for("the run's first steps", lambda: " loss=" in on_ct("cat", f"{ROOT}/runs/1/train.log").stdout.decode())
+    log = f"{ROOT}/runs/{project.run_key(1)}/train.log"
+    wait_for("the run's first steps", lambda: " loss=" in on_ct("cat", log).stdout.decode())
     before = digests(volume)
 
     res = project.run("restart", "--clean-checkpoints", "--yes")  # as a subprocess: the exit code a shell sees

@@ -58,7 +58,7 @@ def test_follow_survives_a_cut_connection_byte_for_byte(cut_project, testbed):
     reader.join(timeout=30)
     out = b"".join(chunks)
     assert follower.returncode == 0, err.decode()
-    on_target = testbed.ct(200).attach("cat", f"{ROOT}/runs/1/train.log").stdout
+    on_target = testbed.ct(200).attach("cat", f"{ROOT}/runs/{proj.run_key(1)}/train.log").stdout
     assert len(on_target) > 500_000
     assert out == on_target
     assert b"connection lost" in err and b"resuming at byte" in err

@@ -132,7 +132,7 @@ def test_deploy_by_ct_id_over_ssh_restart_logs_status_stop(remote, testbed):
     # the run really is in the container, in tmux, and its record is there too
     alive = testbed.ct(200).attach("tmux", "-L", tmux_socket(ROOT), "has-session", "-t", "orch-tinylm", check=False)
     assert alive.returncode == 0  # the run is in the project's tmux session on orch's socket
-    record = json.loads(on_ct(testbed, 200, "cat", f"{ROOT}/runs/1/experiment.json"))
+    record = json.loads(on_ct(testbed, 200, "cat", f"{ROOT}/runs/{remote.run_key(1)}/experiment.json"))
     assert record["id"] == 1 and record["revision"] == exp["revision"]
     deadline = time.monotonic() + 30
     while "ckpt-" not in on_ct(testbed, 200, "ls", CKPT):
@@ -143,7 +143,7 @@ def test_deploy_by_ct_id_over_ssh_restart_logs_status_stop(remote, testbed):
     logs = remote.cli("logs", "--ct", "200", "-n", "2")
     assert logs.exit_code == 0 and "step=" in logs.stdout
     # the run imported orch's batching library, shipped inside the agent; no fallback
-    assert "not importable" not in on_ct(testbed, 200, "cat", f"{ROOT}/runs/1/train.log")
+    assert "not importable" not in on_ct(testbed, 200, "cat", f"{ROOT}/runs/{remote.run_key(1)}/train.log")
     res = remote.cli("restart", "--ct", "200", "--clean-checkpoints", "--yes", "--json")
     assert res.exit_code == 0, res.output
     exp2 = json.loads(res.stdout)["experiment"]
@@ -174,7 +174,7 @@ def test_pct_mode_works_without_sshd_in_the_container(remote, testbed):
     assert res.exit_code == 0, res.output
     exp = json.loads(res.stdout)["experiment"]
     assert exp["target_info"]["access"] == "pct" and exp["status"] == "running"
-    assert json.loads(on_ct(testbed, 201, "cat", f"{ROOT}/runs/1/experiment.json"))["id"] == 1
+    assert json.loads(on_ct(testbed, 201, "cat", f"{ROOT}/runs/{remote.run_key(1)}/experiment.json"))["id"] == 1
     data = wait_state(remote, ["--ct", "201"], ("running",))
     assert data["experiment"] == 1
     res = remote.cli("restart", "--ct", "201", "--clean-checkpoints", "--yes")

@@ -47,7 +47,7 @@ def test_a_secret_reaches_only_the_runs_environment_in_the_ct(remote, testbed):
         outputs += [res.stdout, res.stderr]
         assert res.returncode == 0, res.stderr
         exp_id = max(rows(remote))
-        log_path = f"{ROOT}/runs/{exp_id}/train.log"
+        log_path = f"{ROOT}/runs/{remote.run_key(exp_id)}/train.log"
         deadline = time.monotonic() + 30
         while "HF_TOKEN" not in (log := on_ct(testbed, vmid, "cat", log_path)):
             assert time.monotonic() < deadline, log
@@ -57,9 +57,9 @@ def test_a_secret_reaches_only_the_runs_environment_in_the_ct(remote, testbed):
         ct = testbed.ct(vmid)
         cmdlines.append(ct.attach("sh", "-c", "cat /proc/[0-9]*/cmdline").stdout)
         cmdlines += every_cmdline()
-        pid = json.loads(on_ct(testbed, vmid, "cat", f"{ROOT}/runs/{exp_id}/pid.json"))["child"]
+        pid = json.loads(on_ct(testbed, vmid, "cat", f"{ROOT}/runs/{remote.run_key(exp_id)}/pid.json"))["child"]
         assert token.encode() in ct.attach("cat", f"/proc/{pid}/environ").stdout
-        assert "secrets.pipe" not in on_ct(testbed, vmid, "ls", f"{ROOT}/runs/{exp_id}")
+        assert "secrets.pipe" not in on_ct(testbed, vmid, "ls", f"{ROOT}/runs/{remote.run_key(exp_id)}")
         for args in (["status", "--target", target], ["experiments", "show", str(exp_id)],
                      ["logs", "--target", target, "-n", "50"], ["stop", "--target", target]):
             res = remote.run(*args)

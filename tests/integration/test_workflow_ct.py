@@ -108,7 +108,7 @@ def test_a_second_project_on_the_ct_never_sees_the_first_ones_checkpoints(remote
     assert exp["checkpoints"] == "/workspace/checkpoints/second"
     assert "holds" not in res.output
     deadline = time.monotonic() + 30
-    while " loss=" not in (log := on_ct(testbed, 200, "cat", f"{ROOT}/runs/{exp['id']}/train.log")):
+    while " loss=" not in (log := on_ct(testbed, 200, "cat", f"{ROOT}/runs/{other.run_key(exp['id'])}/train.log")):
         assert time.monotonic() < deadline, log
         time.sleep(0.5)
     assert "resumed from" not in log
@@ -127,7 +127,7 @@ def test_ctrl_c_during_a_deploy_over_ssh_says_what_was_done(remote, testbed):
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy"], cwd=remote.path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
-    while on_ct(testbed, 200, "ls", f"{ROOT}/runs/1").count("stop_requested") == 0:
+    while on_ct(testbed, 200, "ls", f"{ROOT}/runs/{remote.run_key(1)}").count("stop_requested") == 0:
         assert time.monotonic() < deadline, "the old run was never asked to stop"
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
