@@ -90,12 +90,12 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
          checkpoints: list | None = None, grace: float = GRACE) -> dict:
     """What a collection would remove, and why the rest stays; touches nothing."""
     now = time.time()
-    runs = [(os.path.basename(d), d, _run_info(d)) for *_, d in _runs(layout)]  # keyed by folder: unique
+    runs = [(exp_id, d, _run_info(d)) for _when, exp_id, d in _runs(layout)]
     mine = [r for r in runs if r[2]["project"] == project]
-    recent = {exp_id for exp_id, _d, _i in mine[-keep:]} if keep > 0 else set()
+    recent = {d for _e, d, _i in mine[-keep:]} if keep > 0 else set()  # by folder: numbers repeat across clones
     doomed_runs, kept_runs = [], []
     for exp_id, run_dir, info in runs:
-        if info["project"] == project and exp_id not in recent \
+        if info["project"] == project and run_dir not in recent \
                 and run_state(run_dir)["state"] not in ("running", "launching"):
             doomed_runs.append((exp_id, run_dir, info))
         else:

@@ -73,21 +73,21 @@ def test_gc_frees_what_it_listed_and_keeps_the_live_run_and_checkpoints(project)
     assert {("revision", r) for r in revisions} <= listed and ("revision", live_rev) not in listed
     assert ("stale", "blobs/.part-" + "a" * 64) in listed and ("stale", "blobs/.part-" + "b" * 64) not in listed
     assert any(kind == "blob" for kind, _ in listed) and plan["freed"] > 0
-    assert (root / "runs" / "1").exists()  # a dry run changes nothing
+    assert project.run_dir(1).exists()  # a dry run changes nothing
 
     human = project.cli("gc", "--keep", "1", "--dry-run")
     assert human.exit_code == 0 and "would free" in human.stdout and "revision" in human.stdout
     refused = project.cli("gc", "--keep", "1")  # not a terminal, no --yes
     assert refused.exit_code == 2 and "error: refusing without confirmation" in refused.output
-    assert "hint: rerun with --yes" in refused.output and (root / "runs" / "1").exists()
+    assert "hint: rerun with --yes" in refused.output and project.run_dir(1).exists()
 
-    before = _disk(root, root / "runs" / str(live))
+    before = _disk(root, project.run_dir(live))
     res = project.cli("gc", "--keep", "1", "--yes", "--json")
     assert res.exit_code == 0, res.output
     done = json.loads(res.stdout)
     assert {(i["kind"], i["name"]) for i in done["items"]} == listed and done["freed"] == plan["freed"]
-    assert before - _disk(root, root / "runs" / str(live)) == done["freed"]
-    assert not (root / "runs" / "1").exists() and (root / "runs" / str(live)).exists()
+    assert before - _disk(root, project.run_dir(live)) == done["freed"]
+    assert not project.run_dir(1).exists() and (project.run_dir(live)).exists()
     assert not any((root / "revisions" / r).exists() for r in revisions)
     assert (root / "revisions" / live_rev / "train.py").read_text() == LIVE
     assert snapshot(project.checkpoints, root / "checkpoints.trash") == ckpt
