@@ -362,7 +362,8 @@ def load_settings(config_path: Path | str | None = None, *, overrides: list[str]
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax; `orch init` shows a sample") from exc
+            raise ConfigError(f"{path}: not valid TOML: {exc}",
+                              hint="fix the syntax; `orch init` shows a sample") from exc
     for dotted, value, source in _env_overrides(env):
         _assign(data, dotted, _parse_value(value), source, sources)
     for item in overrides:

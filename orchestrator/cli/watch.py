@@ -205,7 +205,8 @@ def _print_status(d: dict) -> None:
     if d["experiment"] is None:
         render.out(f"{d['target_label']}: no experiment yet (orch deploy starts one)")
         return
-    code = f" (exit code {d['exit_code']})" if d["state"] in ("crashed", "finished", "stopped", "failed", "lost") else ""
+    ended = d["state"] in ("crashed", "finished", "stopped", "failed", "lost")
+    code = f" (exit code {d['exit_code']})" if ended else ""
     state = "restarting" if d["state"] == "running" and d.get("phase") == "restarting" else d["state"]
     render.out(f"{d['target_label']}: experiment {d['experiment']} {state}{code}, revision {d['revision']}")
     if (tried := _attempt_line(d)) is not None:

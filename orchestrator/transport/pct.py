@@ -73,7 +73,8 @@ class PctTransport(Transport):
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         result = self.run(["sh", "-c", PUT_SCRIPT, "sh", path, format(mode, "o")], input=data)
         if not result.ok:
-            raise TransportError(f"cannot write {path} in {self.description}: {result.tail(3) or 'exit ' + str(result.exit_code)}",
+            why = result.tail(3) or f"exit {result.exit_code}"
+            raise TransportError(f"cannot write {path} in {self.description}: {why}",
                                  hint="check the permissions and free space inside the CT")
 
     def close(self) -> None:

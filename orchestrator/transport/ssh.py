@@ -130,7 +130,8 @@ class SshTransport(Transport):
         logging.getLogger("paramiko").addHandler(_NULL_HANDLER)
 
         try:
-            config = Config(runtime_ssh_path=os.path.expanduser(self.ssh_config_file)) if self.ssh_config_file else Config()
+            path = os.path.expanduser(self.ssh_config_file) if self.ssh_config_file else None
+            config = Config(runtime_ssh_path=path) if path else Config()
         except FileNotFoundError as exc:
             raise InputError(f"SSH config file {self.ssh_config_file} does not exist",
                              hint="fix the path or leave it unset to use ~/.ssh/config") from exc

@@ -66,10 +66,10 @@ def test_crashes_twice_then_finishes_resuming_from_the_newest_checkpoint(project
     gaps = [b["started"] - a["ended"] for a, b in zip(tried, tried[1:])]
     print(f"crash -> next attempt started: {', '.join(f'{g:.2f}' for g in gaps)} s (backoff 0.2 s)")
     assert all(0.2 <= g <= 2.2 for g in gaps)
-    log = (project.root / "runs" / "1" / "train.log").read_text()
+    log = (project.run_dir(1) / "train.log").read_text()
     assert f"[orch] attempt 2 of 4 after exit code 1; resuming from {ck / 'ckpt-0.pt'}" in log
     assert f"[orch] attempt 3 of 4 after exit code 1; resuming from {ck / 'ckpt-1.pt'}" in log
-    on_target = json.loads((project.root / "runs" / "1" / "attempts.json").read_text())
+    on_target = json.loads((project.run_dir(1) / "attempts.json").read_text())
     assert on_target["max"] == 4 and len(on_target["attempts"]) == 3
     text = project.cli("experiments", "show", "1").output
     assert "attempts:" in text and "resumed from" in text
@@ -88,7 +88,7 @@ def test_restarts_exhausted_is_crashed_with_every_attempt(project):
 
 def test_stop_during_backoff_is_final(project):
     _deploy(project, FLAKY.replace("{ok_at}", "99"), "run.restarts=3", "run.backoff=[30]")
-    run_dir = project.root / "runs" / "1"
+    run_dir = project.run_dir(1)
     deadline = time.monotonic() + 30
     while not (json.loads((run_dir / "attempts.json").read_text() or "{}") if (run_dir / "attempts.json").exists()
                else {}).get("waiting_until"):
@@ -114,5 +114,5 @@ def test_a_stalled_run_is_ended_and_restarted(project):
     assert [a["reason"] for a in tried] == ["stalled", "exit code 0"]
     assert tried[0]["exit_code"] == 143  # SIGTERM
     assert tried[1]["resumed_from"] == str(project.checkpoints / "ckpt-0.pt")
-    log = (project.root / "runs" / "1" / "train.log").read_text()
+    log = (project.run_dir(1) / "train.log").read_text()
     assert "stopped as stalled" in log and "[orch] attempt 2 of 3 after stalled" in log

@@ -40,7 +40,7 @@ def test_attach_exec_and_ssh(remote, name):
     exp = _deploy(remote, name)
     code, screen = drive_pty(cli_argv("attach"), remote.path, [("python3 train.py", DETACH)])
     assert code == 0, screen
-    assert f"orch: experiment run in {ROOT}/runs/1" in screen and "detached" in screen
+    assert f"orch: experiment run in {ROOT}/runs/{remote.run_key(1)}" in screen and "detached" in screen
     status = remote.cli("status", "--json")
     assert json.loads(status.stdout)["state"] == "running", status.output
     res = remote.run("exec", "--", "sh", "-c", "pwd; echo to-stderr >&2; exit 7")

@@ -31,7 +31,7 @@ def test_a_crash_is_restarted_in_the_ct_and_recorded(remote, testbed):
     show = json.loads(remote.cli("experiments", "show", "1", "--json").stdout)
     assert [a["exit_code"] for a in show["attempts"]] == [1, 0]
     assert show["attempts"][1]["resumed_from"] == f"{CKPT}/ckpt-0.pt"
-    log = on_ct(testbed, 200, "cat", f"{ROOT}/runs/1/train.log")
+    log = on_ct(testbed, 200, "cat", f"{ROOT}/runs/{remote.run_key(1)}/train.log")
     assert f"[orch] attempt 2 of 3 after exit code 1; resuming from {CKPT}/ckpt-0.pt" in log
 
 
@@ -78,7 +78,7 @@ def test_resume_after_reboot_starts_a_new_attempt_from_the_latest_checkpoint(rem
     wait_state(remote, CT, ("running",))
     units = on_ct(testbed, 200, "ls", "/etc/systemd/system")
     if systemd != "yes":
-        log = on_ct(testbed, 200, "cat", f"{ROOT}/runs/1/train.log")
+        log = on_ct(testbed, 200, "cat", f"{ROOT}/runs/{remote.run_key(1)}/train.log")
         assert "orch-resume-" not in units and "does not run systemd" in log
         pytest.skip("the CT image does not run systemd: the run is reported lost (see the test above)")
     assert "orch-resume-" in units
@@ -95,7 +95,8 @@ def test_resume_after_reboot_starts_a_new_attempt_from_the_latest_checkpoint(rem
     assert first["reason"] == "lost" and second["resumed_from"].startswith(f"{CKPT}/ckpt-")
     saved = int(on_ct(testbed, 200, "cat", second["resumed_from"]))
     deadline = time.monotonic() + 20
-    while f"attempt 1 from step {saved}" not in (log := on_ct(testbed, 200, "cat", f"{ROOT}/runs/1/train.log")):
+    log_path = f"{ROOT}/runs/{remote.run_key(1)}/train.log"
+    while f"attempt 1 from step {saved}" not in (log := on_ct(testbed, 200, "cat", log_path)):
         assert time.monotonic() < deadline, log[-2000:]
         time.sleep(0.3)
     assert "[orch] attempt 2 of 2 after a container restart (lost)" in log
