@@ -65,9 +65,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE experiments ADD COLUMN machine TEXT;
     CREATE INDEX experiments_machine ON experiments(machine, id);
     """,
+    """
+    ALTER TABLE experiments ADD COLUMN nodes TEXT;
+    """,
 ]
 
-_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan")
+_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "nodes")
 
 
 class Experiment(BaseModel):
@@ -96,6 +99,7 @@ class Experiment(BaseModel):
     status: str = "launching"
     exit_code: int | None = None
     error: str | None = None
+    nodes: list | None = None  # a job over several nodes: one record per node (multinode.py), node 0 first
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""
