@@ -123,3 +123,16 @@ def test_launcher_none_and_a_group_target(remote, testbed):  # noqa: F811
     for rank, node in enumerate(data["nodes"]):
         assert f"node {rank} of 2 10.77.0.200 10.77.0.200 10.77.0.201" in _log(testbed, node)
     assert json.loads((remote.path / ".orch" / "current-target.json").read_text()) == {"target": "pair"}
+
+
+def test_a_node_failing_preflight_starts_nothing_anywhere(remote, testbed, ct201):  # noqa: F811
+    _job_project(remote, f"python3 -c {json.dumps(RANK)}", 'OMP_NUM_THREADS = "1"',
+                 extra='\n[distributed]\nlauncher = "none"\n')
+    ct201.attach("mv", "/usr/bin/tmux", "/usr/bin/tmux.off")
+    res = remote.run("deploy", "--ct", "200", "--ct", "201")
+    assert res.returncode != 0
+    assert "node 1 (CT 201" in res.stderr and "tmux is not installed" in res.stderr
+    assert "nothing was started on any node" in res.stderr
+    exp = remote.registry().get(1)
+    assert exp.status == "failed" and "node 1 (CT 201" in exp.error
+    assert on_ct(testbed, 200, "sh", "-c", "ls /workspace/orch/runs 2>/dev/null || true").strip() == ""
