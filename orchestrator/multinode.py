@@ -314,7 +314,7 @@ def _settled(settings, group: Group, registry: Registry, exp: Experiment, answer
         rec["reachable"] = True
         if got:
             rec.update(state=got.get("state"), exit_code=got.get("exit_code"), last_line=got.get("last_line"),
-                       log_mtime=got.get("log_mtime"))
+                       log_mtime=got.get("log_mtime"), started=got.get("started"), ended=got.get("ended"))
     if not all(r.get("reachable") for r in records):
         return registry.update(exp.id, nodes=records)
     status = job_state([r.get("state") for r in records], [r.get("exit_code") for r in records])

@@ -80,6 +80,7 @@ def test_a_two_node_torchrun_job_trains_and_finishes(remote, testbed, torch_cts)
     data = _until(remote, ("finished", "crashed"), 180)
     print(f"deploy of 2 nodes {launched:.1f} s; finished {time.monotonic() - begin:.1f} s after the deploy began")
     nodes = data["nodes"]
+    print("node runs (launcher start to exit):", [f"{n['ended'] - n['started']:.1f} s" for n in nodes])
     assert data["state"] == "finished", [(n["state"], n["exit_code"]) for n in nodes]
     assert [(n["rank"], n["state"], n["exit_code"]) for n in nodes] == [(0, "finished", 0), (1, "finished", 0)]
     for node in nodes:
