@@ -118,7 +118,7 @@ class BatchingSection(_Section):
 
 
 class TargetSection(_Section):
-    kind: Literal["local", "ssh", "proxmox"] = "local"
+    kind: Literal["local", "ssh", "proxmox", "group"] = "local"
     root: str | None = None
     checkpoints: str | None = None
     python: str = "python3"
@@ -129,14 +129,36 @@ class TargetSection(_Section):
     ct: int | None = Field(None, ge=100, le=999999999)
     access: Literal["ssh", "pct"] = "ssh"
     address: str | None = None
+    members: list[str] = Field(default_factory=list)  # kind = "group": names of other targets; node 0 first
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "TargetSection":
+        if self.kind == "group" and len(self.members) < 1:
+            raise ValueError("a group target needs members = [\"name\", ...] (node 0 first)")
+        if self.kind != "group" and self.members:
+            raise ValueError("only a kind = \"group\" target has members")
         if self.kind == "ssh" and not self.host:
             raise ValueError("an ssh target needs host = \"...\"")
         if self.kind == "proxmox" and self.ct is None:
             raise ValueError("a proxmox target needs ct = <CT id>")
         return self
+
+
+class DistributedSection(_Section):
+    """How a job over several nodes is launched (``orchestrator.distributed``)."""
+
+    launcher: Literal["torchrun", "none"] | None = None  # None: torchrun with more than one node
+    nproc_per_node: Literal["auto"] | int = "auto"  # auto: the GPUs nvidia-smi lists on that node, else 1
+    port: int = Field(29400, ge=1, le=65535)
+    interface: str | None = None  # None: the interface that routes to node 0's address, on each node
+    max_restarts: int = Field(0, ge=0)
+
+    @field_validator("nproc_per_node")
+    @classmethod
+    def _nproc(cls, v: object) -> object:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be \"auto\" or a number of processes >= 1")
+        return v
 
 
 class NodeSsh(_Section):
@@ -241,6 +263,7 @@ class Settings(_Section):
     trash: TrashSection = Field(default_factory=TrashSection)
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
+    distributed: DistributedSection = Field(default_factory=DistributedSection)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _project_dir: Path = PrivateAttr(default_factory=Path.cwd)
@@ -250,6 +273,11 @@ class Settings(_Section):
         if "local" not in self.targets:
             root = local_root()
             self.targets["local"] = TargetSection(kind="local", root=root, checkpoints=root + "/checkpoints/{project}")
+        for name, spec in self.targets.items():
+            unknown = [m for m in spec.members if m not in self.targets or self.targets[m].kind == "group"]
+            if unknown:
+                raise ValueError(f"targets.{name}.members: {', '.join(unknown)} is not a single target "
+                                 f"(configured: {', '.join(sorted(self.targets))})")
         if self.default_target not in self.targets:
             raise ValueError(f"default_target {self.default_target!r} is not one of the [targets]: "
                              f"{', '.join(sorted(self.targets))}")

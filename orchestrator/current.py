@@ -16,7 +16,7 @@ FILE = "current-target.json"
 
 
 def load(state_dir: Path) -> dict | None:
-    """``{"target": NAME}`` or ``{"ct": N}``, or None when nothing was chosen yet."""
+    """``{"target": NAME}``, ``{"ct": N}`` or ``{"nodes": [...]}`` (several), or None when nothing was chosen."""
     try:
         data = json.loads((state_dir / FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -25,12 +25,17 @@ def load(state_dir: Path) -> dict | None:
         return {"target": data["target"]}
     if isinstance(data, dict) and isinstance(data.get("ct"), int):
         return {"ct": data["ct"]}
+    if isinstance(data, dict) and isinstance(data.get("nodes"), list) and data["nodes"]:
+        return {"nodes": [n for n in data["nodes"] if isinstance(n, dict)]}
     return None
 
 
-def save(state_dir: Path, name: str | None, ct: int | None) -> None:
-    """Record the flags that named the target (atomically: temp file, then rename)."""
-    data = {"target": name} if name else {"ct": ct}
+def save(state_dir: Path, name: str | None, ct: int | None, nodes: list[dict] | None = None) -> None:
+    """Record the flags that named the target (atomically: temp file, then rename).
+
+    ``nodes`` (``[{"ct": 200}, {"target": "gpu-b"}]``) records a job's nodes named by repeated flags.
+    """
+    data = {"nodes": nodes} if nodes else {"target": name} if name else {"ct": ct}
     state_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_dir / f".{FILE}.{os.getpid()}"
     tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")

@@ -77,9 +77,12 @@ MIGRATIONS: list[str] = [
     INSERT INTO registry_meta SELECT 'keyed_from', 1 + MAX(COALESCE((SELECT MAX(id) FROM experiments), 0),
         COALESCE((SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'), 0));
     """,
+    """
+    ALTER TABLE experiments ADD COLUMN nodes TEXT;
+    """,
 ]
 
-_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts")
+_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes")
 
 
 class Experiment(BaseModel):
@@ -109,6 +112,7 @@ class Experiment(BaseModel):
     exit_code: int | None = None
     error: str | None = None
     attempts: list | None = None  # the supervisor's attempts.json entries: start, end, exit code, reason, resumed-from
+    nodes: list | None = None  # a job over several nodes: one record per node (multinode.py), node 0 first
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""

@@ -80,6 +80,9 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
     if parent is None:
         raise NotFoundError(f"nothing to restart: no experiment on {target.label}",
                             hint="use orch deploy first (or orch use to pick the target you deployed to)")
+    if parent.nodes:
+        raise InputError(f"experiment {parent.id} is a job over {len(parent.nodes)} nodes: restart relaunches "
+                         "one target", hint="deploy the job again naming its nodes (orch deploy --ct A --ct B)")
     project = parent.config.get("project") or {}
     secret = secret_values(settings, list(project.get("secrets") or []))  # the parent's, as its env
     book = playbooks.load("restart", settings.project_dir)

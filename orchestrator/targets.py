@@ -96,6 +96,8 @@ def target_spec(settings: Settings, name: str | None = None, ct: int | None = No
     name = name or settings.default_target
     if name not in settings.targets:
         raise InputError(f"unknown target {name!r}", hint="configured targets: " + ", ".join(sorted(settings.targets)))
+    if settings.targets[name].kind == "group":  # a command about one target acts on the job's node 0
+        name = settings.targets[name].members[0]
     return name, settings.targets[name]
 
 

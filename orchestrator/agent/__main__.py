@@ -46,6 +46,7 @@ def _hello(layout: Layout) -> dict:
 OPS = {
     "hello": (_hello, False),
     "preflight": (system.preflight, False),
+    "net_route": (system.net_route, False),
     "blobs_missing": (revisions.blobs_missing, False),
     "blobs_store": (revisions.blobs_store, True),
     "revision_assemble": (revisions.revision_assemble, False),

@@ -387,8 +387,12 @@ def _wait(run_dir: str, seconds: float) -> bool:
         time.sleep(0.01)
 
 
-def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: float, term_timeout: float) -> dict:
-    """SIGINT, wait; SIGTERM, wait; SIGKILL. Each stopped run is marked so it reads as ``stopped``."""
+def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: float, term_timeout: float,
+         term_first: bool = False) -> dict:
+    """SIGINT, wait; SIGTERM, wait; SIGKILL. Each stopped run is marked so it reads as ``stopped``.
+
+    ``term_first`` starts at SIGTERM: what torchrun's launcher takes as "stop the job" on every node.
+    """
     import libtmux
 
     targets = [run_state(d) | {"dir": d} for *_, d in _runs(layout, project, ids)]
@@ -401,7 +405,8 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
         _mark_stopping(run_dir)
         pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}
         sent = []
-        for sig, wait in ((signal.SIGINT, stop_timeout), (signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0)):
+        ladder = ((signal.SIGINT, stop_timeout), (signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0))
+        for sig, wait in ladder[1:] if term_first else ladder:
             if not pid.get("child"):
                 _wait(run_dir, 2.0)
                 pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}

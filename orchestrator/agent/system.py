@@ -86,3 +86,59 @@ def preflight(layout: Layout, min_free_mb: int = 50) -> dict:
     return {"python": ".".join(map(str, sys.version_info[:3])), "executable": sys.executable, "tmux": version,
             "free_mb": free_mb, "gpus": gpus(), "hostname": os.uname().nodename,
             "pruned_agents": prune_agents(layout, os.path.abspath(sys.argv[0]))}
+
+
+def _route_table() -> list[tuple[str, int, int, int]]:
+    """(interface, destination, mask, metric) from /proc/net/route, as host-order integers."""
+    import socket
+    import struct
+
+    rows = []
+    try:
+        with open("/proc/net/route", encoding="ascii") as fh:
+            next(fh, None)
+            for line in fh:
+                f = line.split()
+                if len(f) >= 8 and int(f[3], 16) & 1:  # RTF_UP
+                    dest, mask = (struct.unpack("!I", socket.inet_aton(socket.inet_ntoa(
+                        struct.pack("<I", int(x, 16)))))[0] for x in (f[1], f[7]))
+                    rows.append((f[0], dest, mask, int(f[6])))
+    except OSError:
+        return []
+    return rows
+
+
+def _if_address(name: str) -> str | None:
+    """The IPv4 address of an interface (SIOCGIFADDR), or None."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def net_route(layout: Layout, peer: str | None = None) -> dict:
+    """The interface that routes to ``peer`` (default route without one) and this node's address on it.
+
+    Read from /proc/net/route, which has no local table: a node asking about its own address gets the
+    interface that holds it, not ``lo``.
+    """
+    import socket
+    import struct
+
+    target = 0
+    if peer:
+        try:
+            target = struct.unpack("!I", socket.inet_aton(socket.gethostbyname(peer)))[0]
+        except OSError:
+            raise AgentFailure("input", f"cannot resolve {peer!r} on this node", "give the node's IP address") from None
+    routes = [r for r in _route_table() if target & r[2] == r[1]]
+    if not routes:
+        return {"interface": None, "address": None}
+    name = max(routes, key=lambda r: (bin(r[2]).count("1"), -r[3]))[0]
+    return {"interface": name, "address": _if_address(name)}

@@ -9,6 +9,11 @@ import typer
 
 TargetOpt = Annotated[Optional[str], typer.Option("--target", "-t", help="Target name from orch.toml")]
 CtOpt = Annotated[Optional[int], typer.Option("--ct", help="Proxmox CT id (needs a [proxmox] section)")]
+TargetsOpt = Annotated[Optional[list[str]], typer.Option(
+    "--target", "-t", help="Target name from orch.toml; repeat it (or name a kind = \"group\" target) for a job "
+                           "over several nodes, node 0 first")]
+CtsOpt = Annotated[Optional[list[int]], typer.Option(
+    "--ct", help="Proxmox CT id (needs a [proxmox] section); repeat it for a job over several CTs, node 0 first")]
 StartOpt = Annotated[bool, typer.Option("--start", help="Start the CT if it is stopped")]
 TrustOpt = Annotated[bool, typer.Option("--trust-new-host", help="Accept and record an unknown SSH host key "
                                         "(a changed key is always refused)")]
@@ -35,6 +40,9 @@ def _selection(settings, name: str | None, ct: int | None, chosen: dict) -> tupl
 
     if name or ct is not None:
         return name, ct
+    if chosen.get("nodes"):  # after a job over several nodes, a one-target command acts on node 0
+        first = chosen["nodes"][0]
+        return first.get("target"), first.get("ct")
     if chosen.get("target") is not None and chosen["target"] not in settings.targets:
         raise InputError(f"the current target {chosen['target']!r} is no longer in orch.toml",
                          hint="pass --target/--ct, or pick another with `orch use NAME` or `orch use --ct N`")
@@ -77,3 +85,36 @@ def registry(settings):
     from ..prepare import registry_for
 
     return registry_for(settings)
+
+
+def group(settings, names: list[str] | None, cts: list[int] | None, *, start: bool = False, trust: bool = False,
+          resolve: bool = True):
+    """The nodes of a job when the flags (or the current target) name several, else None.
+
+    Repeated flags name them in order, ``--target`` ones first; so does a ``kind = "group"`` target.
+    """
+    from .. import current
+    from ..multinode import group_for
+
+    names, cts, recorded = list(names or []), list(cts or []), None
+    if not names and not cts:
+        chosen = current.load(settings.state_dir) or {}
+        recorded = chosen.get("nodes")
+        names = [chosen["target"]] if chosen.get("target") in settings.targets else []
+    return group_for(settings, names, cts,
+                     lambda n, c: target(settings, n, c, start=start, trust=trust, resolve=resolve), recorded)
+
+
+def single(names: list[str] | None, cts: list[int] | None) -> tuple[str | None, int | None]:
+    """The one ``--target``/``--ct`` a one-target command got (a group target stands for its node 0)."""
+    return (names or [None])[0], (cts or [None])[0]
+
+
+def remember_group(settings, grp) -> None:
+    """After a successful job launch: its nodes become the project's current target."""
+    from .. import current
+
+    if grp.configured:
+        current.save(settings.state_dir, grp.name, None)
+    else:
+        current.save(settings.state_dir, None, None, nodes=grp.flags)

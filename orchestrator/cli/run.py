@@ -9,7 +9,7 @@ import typer
 
 from .. import progress
 from . import common, render
-from .common import CtOpt, JsonOpt, SetOpt, StartOpt, TargetOpt, TrustOpt
+from .common import CtOpt, CtsOpt, JsonOpt, SetOpt, StartOpt, TargetOpt, TargetsOpt, TrustOpt
 
 MessageOpt = Annotated[Optional[str], typer.Option("--message", "-m", help="What this experiment tries")]
 CleanOpt = Annotated[bool, typer.Option("--clean-checkpoints", help="Move the checkpoints to the trash first "
@@ -165,22 +165,28 @@ def _say_outcome(outcome, target) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def deploy(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, message: MessageOpt = None,
+    def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
                set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
                yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
                trust_new_host: TrustOpt = False, wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
         """Push the code as a new revision and start it as a new experiment."""
         from .. import prepare
 
+        from . import job
+
         settings = common.settings(ctx, set_)
         secret = prepare.secret_values(settings)  # a missing secret stops here, before the target is touched
-        tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
+        grp = job.group(settings, target, ct, start, trust_new_host, dry_run)
+        one = common.single(target, ct)
+        tgt = grp.members[0] if grp is not None else _target(settings, *one, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
         launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
                                 yes=yes, confirm=confirm, echo=render.say, secret=secret,
                                 progress=progress.enabled(as_json))
         launch.wait = settings.run.wait if wait is None else wait
-        _run(launch, settings, dry_run, as_json, (target, ct))
+        if grp is not None:
+            return job.deploy(launch, grp, settings, dry_run, as_json)
+        _run(launch, settings, dry_run, as_json, one)
 
     @app.command()
     def restart(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, message: MessageOpt = None,
@@ -204,13 +210,17 @@ def register(app: typer.Typer) -> None:
         _run(launch, settings, dry_run, as_json, (target, ct))
 
     @app.command()
-    def stop(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, dry_run: DryOpt = False,
+    def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_run: DryOpt = False,
              trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
-        """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL)."""
+        """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); a job: every node at once."""
         from .. import prepare
+        from . import job
 
         settings = common.settings(ctx)
-        tgt = _target(settings, target, ct, False, trust_new_host, dry_run)
+        grp = None if dry_run else job.group(settings, target, ct, False, trust_new_host, False)
+        if grp is not None:
+            return job.stop(settings, grp, as_json)
+        tgt = _target(settings, *common.single(target, ct), False, trust_new_host, dry_run)
         launch = prepare.stop(settings, tgt, echo=render.say)
         if dry_run:
             return _run(launch, settings, True, as_json)

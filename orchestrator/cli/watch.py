@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import common, render
-from .common import CtOpt, JsonOpt, TargetOpt, TrustOpt
+from .common import CtOpt, CtsOpt, JsonOpt, TargetOpt, TargetsOpt, TrustOpt
 
 
 def _status_dict(st: dict) -> dict:
@@ -40,7 +40,7 @@ def _attempt_line(d: dict) -> str | None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def status(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_json: JsonOpt = False,
+    def status(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_json: JsonOpt = False,
                watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every 2 s")] = False,
                metrics: Annotated[bool, typer.Option("--metrics/--no-metrics", help="Read what is new in the "
                                                      "log for step, loss, throughput, ETA")] = True,
@@ -55,7 +55,12 @@ def register(app: typer.Typer) -> None:
         settings = common.settings(ctx)
         if all_:
             return _status_all(settings, metrics, as_json, trust_new_host)
-        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        grp = common.group(settings, target, ct, trust=trust_new_host)
+        if grp is not None:
+            from . import job
+
+            return job.status(settings, grp, as_json)
+        tgt = common.target(settings, *common.single(target, ct), trust=trust_new_host)
         client = None
         try:
             while True:

@@ -1,0 +1,100 @@
+"""Pure: what each node of a job over several containers runs (command and environment).
+
+Given what the nodes reported (address, interface, GPUs), every node gets the same launcher line but its
+own rank facts; the recipe is the one measured to work whatever a container's /etc/hosts holds::
+
+    python3 -m torch.distributed.run --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d
+      --rdzv-endpoint=10.77.0.200:29400 --rdzv-id=tinylm-exp7 --rdzv-conf=is_host=1
+      --local-addr=10.77.0.200 train.py
+
+With ``launcher = "none"`` the project's command runs as it is, with the ``ORCH_*`` rank variables.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .config import DistributedSection
+
+PYTHONS = ("python", "python3")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What one node is, as the controller and the node's agent know it."""
+
+    rank: int
+    name: str
+    address: str | None = None
+    interface: str | None = None
+    gpus: int = 0
+
+
+@dataclass
+class NodeRun:
+    rank: int
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def launcher(dist: DistributedSection, nnodes: int) -> str:
+    return dist.launcher or ("torchrun" if nnodes > 1 else "none")
+
+
+def nproc(dist: DistributedSection, node: NodeFacts) -> int:
+    return (node.gpus or 1) if dist.nproc_per_node == "auto" else int(dist.nproc_per_node)
+
+
+def _is_python(word: str) -> bool:
+    base = os.path.basename(word)
+    return base in PYTHONS or (base.startswith("python3.") and base[len("python3."):].isdigit())
+
+
+def script_args(argv: list[str]) -> list[str]:
+    """The project's command as torchrun takes it: its interpreter word dropped, else ``--no-python``.
+
+    ``python3 -u train.py --lr 1`` -> ``train.py --lr 1``; ``python3 -m pkg.train`` -> ``-m pkg.train``;
+    ``./train.sh`` -> ``--no-python ./train.sh``.
+    """
+    if not argv or not _is_python(argv[0]):
+        return ["--no-python", *argv]
+    rest = list(argv[1:])
+    while rest and rest[0].startswith("-") and rest[0] != "-m":
+        rest.pop(0)  # interpreter flags (-u, -O): torchrun starts workers with its own interpreter
+    return rest
+
+
+def rdzv_id(project: str, exp_id: int | None) -> str:
+    return f"{project}-exp{exp_id if exp_id is not None else 'N'}"
+
+
+def plan(nodes: list[NodeFacts], argv: list[str], dist: DistributedSection, project: str,
+         exp_id: int | None) -> list[NodeRun]:
+    """One ``NodeRun`` per node, in rank order; node 0 hosts the rendezvous."""
+    n = len(nodes)
+    master = nodes[0].address or "<node0-address>"
+    addrs = " ".join(x.address or f"<node{x.rank}-address>" for x in nodes)
+    how = launcher(dist, n)
+    runs = []
+    for node in nodes:
+        env = {"ORCH_NNODES": str(n), "ORCH_NODE_RANK": str(node.rank), "ORCH_NODE_ADDRS": addrs,
+               "ORCH_MASTER_ADDR": master, "ORCH_MASTER_PORT": str(dist.port)}
+        iface = dist.interface or node.interface
+        if how == "none":
+            runs.append(NodeRun(node.rank, node.name, list(argv), env))
+            continue
+        if iface:
+            env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
+        if dist.max_restarts > 0:
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+        python = argv[0] if argv and _is_python(argv[0]) else "python3"
+        cmd = [python, "-m", "torch.distributed.run", f"--nnodes={n}", f"--nproc-per-node={nproc(dist, node)}",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint={master}:{dist.port}", f"--rdzv-id={rdzv_id(project, exp_id)}",
+               f"--rdzv-conf=is_host={1 if node.rank == 0 else 0}",
+               f"--local-addr={node.address or f'<node{node.rank}-address>'}"]
+        if dist.max_restarts > 0:
+            cmd.append(f"--max-restarts={dist.max_restarts}")
+        runs.append(NodeRun(node.rank, node.name, cmd + script_args(argv), env))
+    return runs

@@ -1,0 +1,364 @@
+"""A job over several nodes: gang deploy, stop and status, each node reached in parallel.
+
+Composes the single-target pieces (``operations._probe``, ``push.send``, the agent's ``run_start``,
+``run_stop`` and ``status``) with one transport per node::
+
+    probe + push on every node (parallel) --any failed--> row "failed" naming the node; nothing started
+        |
+    row "launching" (one id for every node) -> start node 0 (it hosts the rendezvous) -> start the others
+        |
+    row "running" with ``nodes``: one record per node (rank, target, CT, address, state, exit code)
+
+The launcher lines come from ``distributed.plan`` (pure).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from . import distributed
+from .agent_client import AgentClient, Op
+from .errors import InputError, NotFoundError, OrchError
+from .experiments import Experiment, Registry
+from .operations import Launch, _experiment_json, _probe, _record_fields
+from .targets import Target
+
+MAX_PARALLEL = 16
+
+
+@dataclass
+class Group:
+    """The nodes of a job, node 0 first; ``flags`` is how they were named (for the current target)."""
+
+    name: str
+    members: list[Target]
+    flags: list[dict] = field(default_factory=list)
+    configured: bool = False  # named by a kind = "group" target
+
+    @property
+    def label(self) -> str:
+        return f"{len(self.members)} nodes: " + ", ".join(m.label for m in self.members)
+
+
+@dataclass
+class Node:
+    rank: int
+    target: Target
+    settings: Any
+    launch: Launch | None = None
+    client: AgentClient | None = None
+    probe: dict = field(default_factory=dict)
+    route: dict = field(default_factory=dict)
+    pushed: dict = field(default_factory=dict)
+    error: OrchError | None = None
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.transport.close()
+            self.client = None
+
+
+def node_specs(settings, names: list[str], cts: list[int]) -> tuple[str, list[dict], bool] | None:
+    """The nodes repeated ``--target``/``--ct`` flags (or one group target) name; None for one target."""
+    if len(names) == 1 and not cts and settings.targets.get(names[0]) is not None \
+            and settings.targets[names[0]].kind == "group":
+        return names[0], [{"target": m} for m in settings.targets[names[0]].members], True
+    specs = [{"target": n} for n in names] + [{"ct": c} for c in cts]
+    if len(specs) < 2:
+        return None
+    return "+".join(s.get("target") or f"ct{s['ct']}" for s in specs), specs, False
+
+
+def group_for(settings, names: list[str], cts: list[int],
+              resolve: Callable[[str | None, int | None], Target], recorded: list[dict] | None = None) -> Group | None:
+    """The group the flags name; ``recorded``: the current target's nodes, in their order."""
+    found = node_specs(settings, names, cts)
+    if recorded and len(recorded) > 1:
+        found = ("+".join(s.get("target") or f"ct{s.get('ct')}" for s in recorded), recorded, False)
+    if found is None:
+        return None
+    name, specs, configured = found
+    members = [resolve(s.get("target"), s.get("ct")) for s in specs]
+    machines = [m.machine for m in members]
+    if len(set(machines)) != len(machines):
+        raise InputError(f"{name}: a machine is named twice ({', '.join(machines)})",
+                         hint="name each node once; one node runs several processes with nproc_per_node")
+    return Group(name, members, specs, configured)
+
+
+def _parallel(fn: Callable[[Node], None], nodes: list[Node]) -> None:
+    """Run ``fn`` on every node at once; a node's OrchError is kept on it, never raised here."""
+    def guarded(node: Node) -> None:
+        try:
+            fn(node)
+        except OrchError as exc:
+            node.error = exc
+
+    if len(nodes) == 1:
+        return guarded(nodes[0])
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(nodes))) as pool:
+        list(pool.map(guarded, nodes))
+
+
+def _connect(node: Node) -> AgentClient:
+    settings = node.settings
+    if node.client is None:
+        assert node.target.connect is not None
+        node.client = AgentClient(node.target.connect(), node.target.root, node.target.python,
+                                  timeout=settings.ssh.command_timeout)
+    return node.client
+
+
+def address_of(target: Target) -> str | None:
+    """The address other nodes reach ``target`` at, as far as the configuration and the API say."""
+    spec = target.spec
+    return target.info.get("address") or spec.address or (spec.host if spec.kind == "ssh" else None) or \
+        ("127.0.0.1" if spec.kind == "local" else None)
+
+
+def _failure(node: Node, exc: OrchError, what: str) -> str:
+    return f"node {node.rank} ({node.target.label}): {what}: {exc.message}"
+
+
+def job_state(states: list[str | None], codes: list[int | None]) -> str:
+    """A job's state from its nodes': running while any runs, finished when all exited 0."""
+    if any(s in ("running", "launching") for s in states):
+        return "running"
+    if all(s == "finished" and c == 0 for s, c in zip(states, codes)):
+        return "finished"
+    if any(s == "stopped" for s in states) and all(s in ("stopped", "finished") for s in states):
+        return "stopped"
+    return "crashed"
+
+
+def prepare_nodes(launch: Launch, group: Group) -> list[Node]:
+    """One ``Launch`` per node: the same revision, command and settings, each node's own paths."""
+    nodes = []
+    for rank, tgt in enumerate(group.members):
+        inputs = replace(launch.inputs, target=tgt.name, root=tgt.root, checkpoints=tgt.checkpoints)
+        nodes.append(Node(rank, tgt, launch.settings, replace(launch, target=tgt, inputs=inputs, progress=False)))
+    return nodes
+
+
+def plan_runs(launch: Launch, nodes: list[Node], exp_id: int | None) -> list[distributed.NodeRun]:
+    facts = [distributed.NodeFacts(n.rank, n.target.name, n.route.get("address") or address_of(n.target),
+                                   n.route.get("interface"), len((n.probe.get("preflight") or {}).get("gpus") or []))
+             for n in nodes]
+    if nodes and address_of(nodes[0].target):  # peers reach node 0 at the address the configuration names
+        facts[0] = replace(facts[0], address=address_of(nodes[0].target))
+    return distributed.plan(facts, launch.inputs.argv or [], launch.settings.distributed,
+                            launch.settings.project.name, exp_id)
+
+
+def _probe_and_push(node: Node, master: str | None) -> None:
+    from . import push
+
+    launch = node.launch
+    assert launch is not None
+    settings = launch.settings
+    client = _connect(node)
+    node.probe = _probe(launch, client, settings.project.name)
+    node.route = client.one("net_route", peer=master)
+    if launch.revision is not None and launch.book.has("push_revision"):
+        node.pushed = push.send(client, launch.revision, node.probe.get("missing") or {}, show=False,
+                                stall=settings.ssh.command_timeout)
+
+
+def preview(launch: Launch, group: Group) -> list[dict]:
+    """What each node would run (``--dry-run``): reached read-only where possible."""
+    nodes = prepare_nodes(launch, group)
+    master = address_of(group.members[0])
+
+    def look(node: Node) -> None:
+        if node.target.connect is None:
+            return
+        client = _connect(node)
+        node.probe = _probe(node.launch, client, launch.settings.project.name)  # type: ignore[arg-type]
+        node.route = client.one("net_route", peer=master)
+
+    try:
+        _parallel(look, nodes)
+    finally:
+        for n in nodes:
+            n.close()
+    return [{"rank": r.rank, "target": n.target.label, "argv": r.argv, "env": r.env,
+             "unreachable": n.error.message if n.error else None}
+            for n, r in zip(nodes, plan_runs(launch, nodes, None))]
+
+
+def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
+    """Gang launch: nothing starts anywhere unless every node passed its preflight and push."""
+    from .launch_guard import LaunchGuard
+
+    if launch.inputs.checkpoint_action != "keep":
+        raise InputError("--clean-checkpoints and --purge act on one target at a time for now",
+                         hint="run orch checkpoints on each node first, then deploy the job")
+    settings = launch.settings
+    nodes = prepare_nodes(launch, group)
+    guard = LaunchGuard(registry.path.parent)
+    try:
+        master = address_of(group.members[0])
+        _parallel(lambda n: _probe_and_push(n, master), nodes)
+        if master is None and nodes[0].error is None:  # node 0's address from its own routes: ask the rest again
+            master = nodes[0].route.get("address")
+            _parallel(lambda n: n.route.update(_connect(n).one("net_route", peer=master)), nodes[1:])
+        failed = [n for n in nodes if n.error is not None]
+        fields = _record_fields(nodes[0].launch, nodes[0].probe) if nodes[0].probe else \
+            _record_fields(nodes[0].launch, {})  # type: ignore[arg-type]
+        fields.update(target=group.name, target_info={**fields["target_info"], "group": group.name,
+                                                       "members": [m.name for m in group.members]})
+        if failed:
+            why = "; ".join(_failure(n, n.error, "preflight or push") for n in failed)  # type: ignore[arg-type]
+            exp = registry.create(**fields, status="failed", ended=time.time(),
+                                  error=why[:2000], nodes=_records(nodes, None, []))
+            err = failed[0].error
+            raise type(err)(f"{why}; nothing was started on any node (experiment {exp.id} failed)",
+                            hint=err.hint)
+        exp = registry.create(launcher=guard, **fields)
+        key = registry.run_registry(exp.id)  # the run folders are runs/<registry id>-<id>, like a single run's
+        runs = plan_runs(launch, nodes, exp.id)
+        started: dict = {}
+        _parallel(lambda n: started.update({0: _start_one(n, runs[0], exp, key)}), nodes[:1])  # it hosts the rendezvous
+        if nodes[0].error is None:
+            _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key)}), nodes[1:])
+        failed = [n for n in nodes if n.error is not None]
+        if failed:
+            _parallel(lambda n: _stop_one(n, exp.id), [n for n in nodes if n.rank in started])
+            why = "; ".join(_failure(n, n.error, "start") for n in failed)  # type: ignore[arg-type]
+            registry.update(exp.id, status="failed", ended=time.time(), error=why[:2000],
+                            nodes=_records(nodes, runs, [started.get(n.rank) for n in nodes]))
+            raise type(failed[0].error)(f"{why}; the nodes that had started were stopped",
+                                        hint=failed[0].error.hint)  # type: ignore[union-attr]
+        states = [started[n.rank] for n in nodes]
+        records = _records(nodes, runs, states)
+        status = job_state([r["state"] for r in records], [r["exit_code"] for r in records])
+        exp = registry.update(exp.id, status=status, started=time.time(), nodes=records, checkpoints_action="kept",
+                              **({"ended": time.time(), "exit_code": _job_code(records)}
+                                 if status != "running" else {}))
+        return exp
+    finally:
+        guard.release()
+        for n in nodes:
+            n.close()
+
+
+def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str | None) -> dict:
+    launch = node.launch
+    assert launch is not None
+    settings, rev = launch.settings, launch.revision
+    project = settings.project.name
+    client = _connect(node)
+    assemble = {"revision": rev.id, "files": rev.files} if rev is not None else {"revision": exp.revision}
+    ops = [Op("revision_assemble", assemble),
+           Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
+                           "term_timeout": settings.run.term_timeout}),
+           Op("run_start", {"exp_id": exp.id, "registry": key, "project": project, "revision": exp.revision, "argv": run.argv,
+                            "env": {**launch.env, **run.env}, "secrets": dict(launch.secrets),
+                            "experiment": _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
+                            "batching": exp.batching}),
+           Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": 0.5})]
+    timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
+    values = client.call(ops, lock=settings.run.lock_timeout, what=f"start node {node.rank}", timeout=timeout)
+    return values[-1] | {"run_dir": values[2].get("run_dir")}
+
+
+def _stop_one(node: Node, exp_id: int) -> dict:
+    settings = node.settings
+    client = _connect(node)
+    timeout = settings.ssh.command_timeout + settings.run.term_timeout + 10
+    return client.call([Op("run_stop", {"project": settings.project.name, "ids": [exp_id], "stop_timeout": 0,
+                                        "term_timeout": settings.run.term_timeout, "term_first": True})],
+                       lock=settings.run.lock_timeout, what=f"stop node {node.rank}", timeout=timeout)[0]
+
+
+def _records(nodes: list[Node], runs: list | None, states: list) -> list[dict]:
+    out = []
+    for i, n in enumerate(nodes):
+        st = (states[i] if i < len(states) else None) or {}
+        out.append({"rank": n.rank, "target": n.target.name, "ct": n.target.info.get("ct") or n.target.spec.ct,
+                    "label": n.target.label, "machine": n.target.machine,
+                    "address": n.route.get("address") or address_of(n.target), "interface": n.route.get("interface"),
+                    "gpus": len((n.probe.get("preflight") or {}).get("gpus") or []),
+                    "argv": runs[i].argv if runs else None, "state": st.get("state"),
+                    "exit_code": st.get("exit_code"), "run_dir": st.get("run_dir"),
+                    "error": n.error.message if n.error else None})
+    return out
+
+
+def _job_code(records: list[dict]) -> int | None:
+    codes = [r["exit_code"] for r in records if r.get("exit_code") is not None]
+    return next((c for c in codes if c != 0), codes[0] if codes else None)
+
+
+def job(registry: Registry, group: Group) -> Experiment:
+    """The group's latest job: the newest row on node 0's machine that has a record for every node."""
+    want = [m.machine for m in group.members]
+    for exp in registry.list(machine=group.members[0].machine, limit=50):
+        if exp.nodes and [n.get("machine") for n in exp.nodes] == want and exp.status != "failed":
+            return exp
+    raise NotFoundError(f"no job on {group.label}", hint="start one with orch deploy naming these nodes")
+
+
+def _settled(settings, group: Group, registry: Registry, exp: Experiment, answers: list[Node],
+             key: str) -> Experiment:
+    records = [dict(r) for r in exp.nodes or []]
+    for node in answers:
+        got = node.probe.get(key)
+        rec = records[node.rank]
+        if node.error is not None:
+            rec["reachable"] = False
+            continue
+        rec["reachable"] = True
+        if got:
+            rec.update(state=got.get("state"), exit_code=got.get("exit_code"), last_line=got.get("last_line"),
+                       log_mtime=got.get("log_mtime"), started=got.get("started"), ended=got.get("ended"))
+    if not all(r.get("reachable") for r in records):
+        return registry.update(exp.id, nodes=records)
+    status = job_state([r.get("state") for r in records], [r.get("exit_code") for r in records])
+    fields: dict = {"status": status, "nodes": records}
+    if status != "running" and exp.ended is None:
+        fields.update(ended=time.time(), exit_code=_job_code(records))
+    return registry.update(exp.id, **fields)
+
+
+def _nodes_of(settings, group: Group) -> list[Node]:
+    return [Node(rank, tgt, settings) for rank, tgt in enumerate(group.members)]
+
+
+def stop(settings, group: Group, registry: Registry) -> Experiment:
+    """SIGTERM to every node's launcher at once; each node's state and exit code recorded."""
+    exp = job(registry, group)
+    nodes = _nodes_of(settings, group)
+    try:
+        def one(n: Node) -> None:
+            got = _stop_one(n, exp.id)["stopped"]
+            if got:
+                n.probe["run"] = got[0]
+            else:  # it had ended already: read how
+                runs = _connect(n).one("status", project=settings.project.name, ids=[exp.id],
+                                                 registry=registry.run_registry(exp.id), gpus=False)["runs"]
+                n.probe["run"] = runs[0] if runs else None
+        _parallel(one, nodes)
+    finally:
+        for n in nodes:
+            n.close()
+    return _settled(settings, group, registry, exp, nodes, "run")
+
+
+def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list[Node]]:
+    """The job and each node's run as the node reports it (all asked at once)."""
+    exp = job(registry, group)
+    nodes = _nodes_of(settings, group)
+    try:
+        def one(n: Node) -> None:
+            runs = _connect(n).one("status", project=settings.project.name, ids=[exp.id],
+                                             registry=registry.run_registry(exp.id), gpus=False)["runs"]
+            n.probe["run"] = runs[0] if runs else None
+        _parallel(one, nodes)
+    finally:
+        for n in nodes:
+            n.close()
+    return _settled(settings, group, registry, exp, nodes, "run"), nodes
