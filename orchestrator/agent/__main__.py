@@ -101,6 +101,19 @@ def _unexpected(op: str, exc: Exception) -> dict:
             "traceback": traceback.format_exc()[-6000:]}
 
 
+def _save_evidence(layout: Layout, args: dict, error: dict) -> None:
+    """An unexpected failure of an op about one run: its traceback goes into that run's folder too."""
+    if not isinstance(args.get("exp_id"), int):
+        return
+    run_dir = layout.run_dir(args["exp_id"], args.get("registry"))
+    if os.path.isdir(run_dir):
+        try:
+            with open(os.path.join(run_dir, "agent-failure.txt"), "a") as fh:
+                fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {error['message']}\n{error['traceback']}\n")
+        except OSError:
+            pass  # the envelope still carries it
+
+
 def handle(request: dict, payload: Payload, results: list | None = None) -> dict:
     """Run the request's ops; ``results`` (given by the caller) keeps what was done if this raises."""
     if request.get("v") != PROTOCOL:
@@ -133,7 +146,9 @@ def handle(request: dict, payload: Payload, results: list | None = None) -> dict
                                                        "message": f"{item['op']}: {exc}"}})
                 return
             except Exception as exc:  # a bug: keep the evidence and what the earlier ops did
-                results.append({"ok": False, "error": _unexpected(item["op"], exc)})
+                error = _unexpected(item["op"], exc)
+                _save_evidence(layout, item.get("args") or {}, error)
+                results.append({"ok": False, "error": error})
                 return
             results.append({"ok": True, "value": value, "ms": round((time.monotonic() - started) * 1000, 1)})
 

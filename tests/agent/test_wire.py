@@ -287,3 +287,16 @@ def test_an_unexpected_failure_keeps_its_traceback_and_what_was_done(tmp_path):
         client.call([Op("ckpt_trash", {**base, "label": "exp2"}), Op("shell", {"argv": ["false"]})])
     moved = info.value.partial[0]
     assert moved["action"] == "moved" and Path(moved["entry_path"], "step2.pt").is_file()
+
+
+def test_an_unexpected_failure_about_a_run_leaves_its_traceback_in_the_run_folder(tmp_path):
+    run = tmp_path / "root" / "runs" / "5"
+    run.mkdir(parents=True)
+    (run / "experiment.json").write_text("{}")
+    (run / "pid.json").write_text("[1, 2]")  # damaged by hand: not the object the agent writes
+    client = AgentClient(LocalTransport(), str(tmp_path / "root"), sys.executable)
+    with pytest.raises(AgentError) as info:
+        client.call([Op("run_verify", {"exp_id": 5, "wait": 0})])
+    assert "\n" not in info.value.message and "Traceback" in info.value.detail
+    saved = (run / "agent-failure.txt").read_text()
+    assert info.value.message in saved and "Traceback" in saved
