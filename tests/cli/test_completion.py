@@ -21,7 +21,10 @@ def env(tmp_path: Path) -> dict:
 
 
 def bash(script: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    """``script`` in bash, with bash staying orch's parent (never exec'd away), as in a user's terminal:
+    typer finds the shell to complete for by walking up the process tree."""
+    return subprocess.run(["bash", "-c", script + "\nexit $?"], capture_output=True, text=True, env=env,
+                          timeout=60)
 
 
 def test_show_completion_prints_a_bash_script_that_completes_commands_and_flags(env):
