@@ -331,6 +331,7 @@ def _nodes_of(settings, group: Group) -> list[Node]:
 def stop(settings, group: Group, registry: Registry) -> Experiment:
     """SIGTERM to every node's launcher at once; each node's state and exit code recorded."""
     exp = job(registry, group)
+    key = registry.run_registry(exp.id)  # read here: the registry belongs to this thread
     nodes = _nodes_of(settings, group)
     try:
         def one(n: Node) -> None:
@@ -339,7 +340,7 @@ def stop(settings, group: Group, registry: Registry) -> Experiment:
                 n.probe["run"] = got[0]
             else:  # it had ended already: read how
                 runs = _connect(n).one("status", project=settings.project.name, ids=[exp.id],
-                                                 registry=registry.run_registry(exp.id), gpus=False)["runs"]
+                                                 registry=key, gpus=False)["runs"]
                 n.probe["run"] = runs[0] if runs else None
         _parallel(one, nodes)
     finally:
@@ -351,11 +352,12 @@ def stop(settings, group: Group, registry: Registry) -> Experiment:
 def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list[Node]]:
     """The job and each node's run as the node reports it (all asked at once)."""
     exp = job(registry, group)
+    key = registry.run_registry(exp.id)  # read here: the registry belongs to this thread
     nodes = _nodes_of(settings, group)
     try:
         def one(n: Node) -> None:
             runs = _connect(n).one("status", project=settings.project.name, ids=[exp.id],
-                                             registry=registry.run_registry(exp.id), gpus=False)["runs"]
+                                             registry=key, gpus=False)["runs"]
             n.probe["run"] = runs[0] if runs else None
         _parallel(one, nodes)
     finally:

@@ -72,10 +72,18 @@ def test_ctrl_c_stops_following_not_the_run(cut_project, testbed):
     assert proj.cli("deploy", "--target", "cut").exit_code == 0
     follower = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "logs", "--target", "cut", "-f"],
                                 cwd=proj.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(2)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: follower.stdout.read1(4096), b"")))
+    reader.start()
+    deadline = time.monotonic() + 60
+    while b"tick" not in b"".join(chunks):  # following for real before the Ctrl-C
+        assert time.monotonic() < deadline and follower.poll() is None, b"".join(chunks)
+        time.sleep(0.1)
     follower.send_signal(signal.SIGINT)
-    out, err = follower.communicate(timeout=30)
-    assert follower.returncode == 0 and b"tick" in out and b"the run goes on" in err
+    err = follower.stderr.read()
+    follower.wait(timeout=30)
+    reader.join(timeout=30)
+    assert follower.returncode == 0 and b"the run goes on" in err, err
     status = proj.cli("status", "--target", "cut", "--json")
     assert '"state": "running"' in status.stdout
     assert proj.cli("stop", "--target", "cut").exit_code == 0

@@ -46,7 +46,7 @@ def test_gc_on_a_ct_frees_what_it_listed_and_keeps_the_live_run(remote, testbed)
     done = json.loads(res.stdout)
     assert {(i["kind"], i["name"]) for i in done["items"]} == listed and done["freed"] == plan["freed"]
     left = on_ct(testbed, 200, "ls", f"{ROOT}/revisions", f"{ROOT}/runs").split()
-    assert live["revision"] in left and str(live["id"]) in left and not set(old) & set(left)
+    assert live["revision"] in left and remote.run_key(live["id"]) in left and not set(old) & set(left)
     assert on_ct(testbed, 200, "find", CKPT, f"{CKPT}.trash", "-printf", "%p %s\n") == checkpoints
     assert wait_state(remote, [], ("running",))["experiment"] == live["id"]
     res = remote.cli("restart", "--json")

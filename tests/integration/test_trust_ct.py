@@ -105,7 +105,7 @@ def test_sigkill_of_a_deploy_to_a_ct_leaves_no_launching_row(remote, testbed, tm
     assert now[1].status == "failed" and "launch interrupted" in now[1].error
     assert now[2].status == "running"
     runs = on_ct(testbed, 200, "ls", f"{ROOT}/runs").split()
-    assert "1" not in runs and "2" in runs
+    assert remote.run_key(1) not in runs and remote.run_key(2) in runs
     restart = remote.run("restart", "--json")
     assert restart.returncode == 0, restart.stderr
     assert json.loads(restart.stdout)["experiment"]["parent"] == 2
