@@ -10,7 +10,8 @@ Environment (all optional, so the script also runs alone):
     ORCH_CHECKPOINT_DIR  checkpoints (default: ``$ORCH_RUN_DIR/checkpoints`` or ``./checkpoints``)
     ORCH_BATCHING_FILE   JSON of the ``[batching]`` table (strategy, token_budget, max_seq_len, seed, ...)
     TINYLM_STEPS, TINYLM_CKPT_EVERY, TINYLM_LOG_EVERY, TINYLM_SAMPLES, TINYLM_SLEEP,
-    TINYLM_CRASH_AT_STEP (exit code 3 once that step is done: for crash tests)
+    TINYLM_CRASH_AT_STEP (exit code 3 once that step is done, on the first attempt only: for crash tests)
+    ORCH_RESUME_FROM     the checkpoint to resume from (orch's restarts set it; default: the newest one)
 
 Output, one line every ``log_every`` steps, flushed:  ``step=12 loss=3.2141 tok/s=15234 epoch=0 tokens=51234``
 """
@@ -235,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     params = init_params()
     opt = Adam(params)
     step, seen = 0, 0
-    latest = latest_checkpoint(ckpt_dir)
+    given = Path(os.environ["ORCH_RESUME_FROM"]) if os.environ.get("ORCH_RESUME_FROM") else None
+    latest = given if given is not None and CKPT_NAME.match(given.name) and given.is_file() \
+        else latest_checkpoint(ckpt_dir)
     if latest is not None:
         step, seen = load_checkpoint(latest, params, opt)
         print(f"resumed from step={step} checkpoint={latest.name}", flush=True)
@@ -272,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             window_tokens += batch_tokens
             if args.sleep:
                 time.sleep(args.sleep)
-            if step == args.crash_at_step:
+            if step == args.crash_at_step and not int(os.environ.get("ORCH_ATTEMPT") or 0):
                 print(f"simulated crash at step={step}", file=sys.stderr, flush=True)
                 return CRASH_EXIT
             if step % args.log_every == 0 or step == args.steps:

@@ -116,3 +116,22 @@ def test_a_stalled_run_is_ended_and_restarted(project):
     assert tried[1]["resumed_from"] == str(project.checkpoints / "ckpt-0.pt")
     log = (project.run_dir(1) / "train.log").read_text()
     assert "stopped as stalled" in log and "[orch] attempt 2 of 3 after stalled" in log
+
+
+def test_the_example_crashes_then_resumes_from_its_checkpoint_and_finishes(project):
+    """tinylm end to end: a crash at step 25, a restart from ckpt 20, the steps go on from there to the end."""
+    project.configure(steps=40, ckpt_every=10)
+    toml = project.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('TINYLM_SAMPLES = "600"', 'TINYLM_SAMPLES = "600", '
+                                             'TINYLM_CRASH_AT_STEP = "25", TINYLM_LOG_EVERY = "5"'))
+    res = project.cli("deploy", "--set", "run.restarts=2", "--set", "run.backoff=[0.2]")
+    assert res.exit_code == 0, res.output
+    final = wait_status(project, 1, ("finished", "crashed"))
+    log = (project.run_dir(1) / "train.log").read_text()
+    assert final["state"] == "finished", log[-3000:]
+    assert "simulated crash" in log or "exit code 3" in log
+    assert "resumed from step=20 checkpoint=ckpt-000020.npz" in log
+    after = log.split("resumed from step=20")[1]
+    steps = [int(line.split("step=")[1].split()[0]) for line in after.splitlines() if line.startswith("step=")]
+    assert steps[0] == 25 and steps[-1] == 40  # the sequence goes on from the checkpoint
+    assert [a["exit_code"] for a in project.registry().get(1).attempts] == [3, 0]
