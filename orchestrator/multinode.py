@@ -339,14 +339,19 @@ def stop(settings, group: Group, registry: Registry) -> Experiment:
             if got:
                 n.probe["run"] = got[0]
             else:  # it had ended already: read how
-                runs = _connect(n).one("status", project=settings.project.name, ids=[exp.id],
-                                                 registry=key, gpus=False)["runs"]
-                n.probe["run"] = runs[0] if runs else None
+                n.probe["run"] = _run_on(n, settings, exp.id, key)
         _parallel(one, nodes)
     finally:
         for n in nodes:
             n.close()
     return _settled(settings, group, registry, exp, nodes, "run")
+
+
+def _run_on(node: Node, settings, exp_id: int, key: str | None) -> dict | None:
+    """The job's run on ``node`` as that node reports it."""
+    runs = _connect(node).one("status", project=settings.project.name, ids=[exp_id], registry=key,
+                              gpus=False)["runs"]
+    return runs[0] if runs else None
 
 
 def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list[Node]]:
@@ -355,11 +360,7 @@ def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list
     key = registry.run_registry(exp.id)  # read here: the registry belongs to this thread
     nodes = _nodes_of(settings, group)
     try:
-        def one(n: Node) -> None:
-            runs = _connect(n).one("status", project=settings.project.name, ids=[exp.id],
-                                             registry=key, gpus=False)["runs"]
-            n.probe["run"] = runs[0] if runs else None
-        _parallel(one, nodes)
+        _parallel(lambda n: n.probe.update(run=_run_on(n, settings, exp.id, key)), nodes)
     finally:
         for n in nodes:
             n.close()

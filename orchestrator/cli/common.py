@@ -87,6 +87,21 @@ def registry(settings):
     return registry_for(settings)
 
 
+def for_plan(resolve, *, dry_run: bool, start: bool, trust: bool, where: str):
+    """``resolve(start=, trust=, resolve=)``'s answer; a dry run that cannot reach ``where`` still shows the plan."""
+    from ..errors import OrchError
+
+    if not dry_run:
+        return resolve(start=start, trust=trust)
+    try:
+        return resolve(trust=trust)
+    except OrchError as exc:
+        if exc.exit_code != 3:
+            raise
+        render.say(f"orch: {exc.message}: showing the plan without what is on {where}")
+        return resolve(resolve=False)
+
+
 def group(settings, names: list[str] | None, cts: list[int] | None, *, start: bool = False, trust: bool = False,
           resolve: bool = True):
     """The nodes of a job when the flags (or the current target) name several, else None.

@@ -9,17 +9,8 @@ from . import common, render
 
 def group(settings, names, cts, start: bool, trust: bool, dry_run: bool):
     """The job's nodes, or None for one target; a dry run that cannot reach them still shows the plan."""
-    from ..errors import OrchError
-
-    if not dry_run:
-        return common.group(settings, names, cts, start=start, trust=trust)
-    try:
-        return common.group(settings, names, cts, trust=trust)
-    except OrchError as exc:
-        if exc.exit_code != 3:
-            raise
-        render.say(f"orch: {exc.message}: showing the plan without what is on the nodes")
-        return common.group(settings, names, cts, resolve=False)
+    return common.for_plan(lambda **kw: common.group(settings, names, cts, **kw), dry_run=dry_run, start=start,
+                           trust=trust, where="the nodes")
 
 
 def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:

@@ -26,17 +26,8 @@ WaitOpt = Annotated[Optional[float], typer.Option(
 
 def _target(settings, name, ct, start, trust, dry_run):
     """The target to act on; a dry run that cannot resolve it still shows the plan."""
-    from ..errors import OrchError
-
-    if not dry_run:
-        return common.target(settings, name, ct, start=start, trust=trust)
-    try:
-        return common.target(settings, name, ct, trust=trust)
-    except OrchError as exc:
-        if exc.exit_code != 3:
-            raise
-        render.say(f"orch: {exc.message}: showing the plan without what is on the target")
-        return common.target(settings, name, ct, resolve=False)
+    return common.for_plan(lambda **kw: common.target(settings, name, ct, **kw), dry_run=dry_run, start=start,
+                           trust=trust, where="the target")
 
 
 def _run(launch, settings, dry_run: bool, as_json: bool, flags: tuple = (None, None)) -> None:
