@@ -90,6 +90,7 @@ def registry(settings):
 def for_plan(resolve, *, dry_run: bool, start: bool, trust: bool, where: str):
     """``resolve(start=, trust=, resolve=)``'s answer; a dry run that cannot reach ``where`` still shows the plan."""
     from ..errors import OrchError
+    from . import render
 
     if not dry_run:
         return resolve(start=start, trust=trust)
