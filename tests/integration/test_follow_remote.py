@@ -53,8 +53,8 @@ def test_follow_survives_a_cut_connection_byte_for_byte(cut_project, testbed):
         time.sleep(0.8)
         proxy.kill()
         time.sleep(1.0)
+    follower.wait(timeout=180)  # a follower that never ends fails the test instead of hanging it
     err = follower.stderr.read()
-    follower.wait(timeout=120)
     reader.join(timeout=30)
     out = b"".join(chunks)
     assert follower.returncode == 0, err.decode()
@@ -80,8 +80,8 @@ def test_ctrl_c_stops_following_not_the_run(cut_project, testbed):
         assert time.monotonic() < deadline and follower.poll() is None, b"".join(chunks)
         time.sleep(0.1)
     follower.send_signal(signal.SIGINT)
-    err = follower.stderr.read()
     follower.wait(timeout=30)
+    err = follower.stderr.read()
     reader.join(timeout=30)
     assert follower.returncode == 0 and b"the run goes on" in err, err
     status = proj.cli("status", "--target", "cut", "--json")
