@@ -225,9 +225,6 @@ def supervise(run_dir: str) -> int:
     policy = attempts.Policy.from_dict(launch.get("recovery"))
     history = attempts.History(run_dir, policy)
     print(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}", flush=True)
-    import threading
-
-    threading.Thread(target=_echo, args=(log_path,), daemon=True).start()  # `orch attach` shows the training
     with open(log_path, "ab", buffering=0) as log:
         if secrets is None:
             why = "its secrets did not arrive from the agent"
@@ -265,25 +262,6 @@ def supervise(run_dir: str) -> int:
     _record_exit(run_dir, code, sig)
     print(f"orch: exited with code {code}", flush=True)
     return code
-
-
-def _echo(log_path: str) -> None:
-    """Follow the run's log into the pane, so that attaching shows the training as it goes; the log stays
-    the record (the command writes there, not through this thread, which may die with the pane)."""
-    try:
-        with open(log_path, "ab+") as fh:
-            end = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, end - (64 << 10)))
-            out = sys.stdout.buffer
-            while True:
-                data = fh.read(64 << 10)
-                if data:
-                    out.write(data)
-                    out.flush()
-                else:
-                    time.sleep(0.2)
-    except (OSError, ValueError):
-        return  # the pane is gone (tmux killed) or the log was removed: the run goes on without it
 
 
 def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy, history: attempts.History,
