@@ -53,6 +53,7 @@ class Node:
     probe: dict = field(default_factory=dict)
     route: dict = field(default_factory=dict)
     pushed: dict = field(default_factory=dict)
+    trash: dict | None = None  # where --clean-checkpoints moved this node's checkpoints
     error: OrchError | None = None
 
     def close(self) -> None:
@@ -153,18 +154,33 @@ def plan_runs(launch: Launch, nodes: list[Node], exp_id: int | None) -> list[dis
                             launch.settings.project.name, exp_id)
 
 
-def _probe_and_push(node: Node, master: str | None) -> None:
+def _probe_node(node: Node, master: str | None) -> None:
+    launch = node.launch
+    assert launch is not None
+    client = _connect(node)
+    node.probe = _probe(launch, client, launch.settings.project.name)
+    node.route = client.one("net_route", peer=master)
+
+
+def _push_node(node: Node) -> None:
     from . import push
 
     launch = node.launch
     assert launch is not None
-    settings = launch.settings
-    client = _connect(node)
-    node.probe = _probe(launch, client, settings.project.name)
-    node.route = client.one("net_route", peer=master)
     if launch.revision is not None and launch.book.has("push_revision"):
-        node.pushed = push.send(client, launch.revision, node.probe.get("missing") or {}, show=False,
-                                stall=settings.ssh.command_timeout)
+        node.pushed = push.send(_connect(node), launch.revision, node.probe.get("missing") or {}, show=False,
+                                stall=launch.settings.ssh.command_timeout)
+
+
+def _confirm_clean(nodes: list[Node], action: str) -> None:
+    """One question per node whose checkpoint folder holds files (none with --yes)."""
+    from .operations import _confirm_checkpoints, checkpoint_writer
+
+    for n in nodes:
+        inv = n.probe.get("inventory")
+        if inv:
+            _confirm_checkpoints(n.launch, inv, action,  # type: ignore[arg-type]
+                                 checkpoint_writer(n.probe["status"]["runs"], inv))
 
 
 def preview(launch: Launch, group: Group) -> list[dict]:
@@ -193,15 +209,14 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
     """Gang launch: nothing starts anywhere unless every node passed its preflight and push."""
     from .launch_guard import LaunchGuard
 
-    if launch.inputs.checkpoint_action != "keep":
-        raise InputError("--clean-checkpoints and --purge act on one target at a time for now",
-                         hint="run orch checkpoints on each node first, then deploy the job")
-    settings = launch.settings
     nodes = prepare_nodes(launch, group)
     guard = LaunchGuard(registry.path.parent)
     try:
         master = address_of(group.members[0])
-        _parallel(lambda n: _probe_and_push(n, master), nodes)
+        _parallel(lambda n: _probe_node(n, master), nodes)
+        if launch.inputs.checkpoint_action != "keep" and not any(n.error for n in nodes):
+            _confirm_clean(nodes, launch.inputs.checkpoint_action)
+        _parallel(_push_node, [n for n in nodes if n.error is None])
         if master is None and nodes[0].error is None:  # node 0's address from its own routes: ask the rest again
             master = nodes[0].route.get("address")
             _parallel(lambda n: n.route.update(_connect(n).one("net_route", peer=master)), nodes[1:])
@@ -217,6 +232,7 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
             err = failed[0].error
             raise type(err)(f"{why}; nothing was started on any node (experiment {exp.id} failed)",
                             hint=err.hint)
+        previous = _current_job(registry, group)
         exp = registry.create(launcher=guard, **fields)
         key = registry.run_registry(exp.id)  # the run folders are runs/<registry id>-<id>, like a single run's
         runs = plan_runs(launch, nodes, exp.id)
@@ -228,6 +244,9 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
         if failed:
             _parallel(lambda n: _stop_one(n, exp.id), [n for n in nodes if n.rank in started])
             why = "; ".join(_failure(n, n.error, "start") for n in failed)  # type: ignore[arg-type]
+            why += "".join(f"; node {n.rank}'s checkpoints were moved to {n.trash['entry_path']} (orch checkpoints "
+                           f"restore {n.trash['entry']} --ct/--target of that node brings them back)"
+                           for n in nodes if n.trash and n.trash.get("entry_path"))
             registry.update(exp.id, status="failed", ended=time.time(), error=why[:2000],
                             nodes=_records(nodes, runs, [started.get(n.rank) for n in nodes]))
             raise type(failed[0].error)(f"{why}; the nodes that had started were stopped",
@@ -235,9 +254,16 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
         states = [started[n.rank] for n in nodes]
         records = _records(nodes, runs, states)
         status = job_state([r["state"] for r in records], [r["exit_code"] for r in records])
-        exp = registry.update(exp.id, status=status, started=time.time(), nodes=records, checkpoints_action="kept",
+        acted = [r for r in records if r.get("checkpoints_action") not in (None, "kept")]
+        exp = registry.update(exp.id, status=status, started=time.time(), nodes=records,
+                              checkpoints_action=acted[0]["checkpoints_action"] if acted else "kept",
+                              checkpoints_entry=acted[0]["checkpoints_entry"] if acted else None,
                               **({"ended": time.time(), "exit_code": _job_code(records)}
                                  if status != "running" else {}))
+        if previous is not None:  # the job this one replaced: how each of its nodes ended
+            prev_key = registry.run_registry(previous.id)
+            _parallel(lambda n: n.probe.update(previous=_run_on(n, n.settings, previous.id, prev_key)), nodes)
+            _settled(launch.settings, group, registry, previous, nodes, "previous")
         return exp
     finally:
         guard.release()
@@ -254,15 +280,48 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
     assemble = {"revision": rev.id, "files": rev.files} if rev is not None else {"revision": exp.revision}
     ops = [Op("revision_assemble", assemble),
            Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
-                           "term_timeout": settings.run.term_timeout}),
-           Op("run_start", {"exp_id": exp.id, "registry": key, "project": project, "revision": exp.revision, "argv": run.argv,
-                            "env": {**launch.env, **run.env}, "secrets": dict(launch.secrets),
-                            "experiment": _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
-                            "batching": exp.batching}),
-           Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": 0.5})]
+                           "term_timeout": settings.run.term_timeout})]
+    ops += _clean_ops(node, exp)
+    ops += [Op("run_start", {"exp_id": exp.id, "registry": key, "project": project, "revision": exp.revision,
+                             "argv": run.argv, "env": {**launch.env, **run.env}, "secrets": dict(launch.secrets),
+                             "experiment": _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
+                             "batching": exp.batching, "recovery": _node_recovery(settings)}),
+            Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": 0.5})]
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
-    values = client.call(ops, lock=settings.run.lock_timeout, what=f"start node {node.rank}", timeout=timeout)
-    return values[-1] | {"run_dir": values[2].get("run_dir")}
+    try:
+        values = client.call(ops, lock=settings.run.lock_timeout, what=f"start node {node.rank}", timeout=timeout)
+    except OrchError as exc:  # the checkpoints moved before the failure: say where they are
+        node.trash = next((v for op, v in zip(ops, exc.partial or []) if op.name == "ckpt_trash"), None)
+        raise
+    node.trash = next((v for op, v in zip(ops, values) if op.name == "ckpt_trash"), None)
+    return values[-1] | {"run_dir": values[-2].get("run_dir")}
+
+
+def _node_recovery(settings) -> dict:
+    """Each node's supervisor watches for stalls; restarts are the launcher's (``[distributed] max_restarts``):
+    one node relaunched alone would wait for a rendezvous that has gone."""
+    return {**settings.run.recovery(), "restarts": 0, "resume_after_reboot": False}
+
+
+def _clean_ops(node: Node, exp: Experiment) -> list[Op]:
+    """``--clean-checkpoints``/``--purge``: move (or delete) this node's checkpoints once its old run stopped."""
+    launch = node.launch
+    assert launch is not None
+    action = launch.inputs.checkpoint_action
+    if action == "keep":
+        return []
+    from .operations import _retention, checkpoint_writer
+
+    inv = node.probe.get("inventory") or {}
+    stopping = [r["id"] for r in node.probe.get("alive_runs", [])]
+    owner = checkpoint_writer(node.probe["status"]["runs"], inv) if inv else None
+    owner = owner if owner is not None else (max(stopping) if stopping else launch.inputs.parent)
+    ckpt = {"path": node.target.checkpoints, "configured": node.target.checkpoints}
+    return [Op("ckpt_check", {**ckpt, "stopping": stopping, "movable": True}),
+            Op("ckpt_trash", {**ckpt, "label": f"exp{owner}" if owner is not None else "unknown",
+                              "moved_by": exp.id, "stopping": stopping, **_retention(launch.settings),
+                              "purge": action == "purge", "purge_only": inv.get("all_files"),
+                              "retention_allowed": [d["entry"] for d in inv.get("retention", [])]})]
 
 
 def _stop_one(node: Node, exp_id: int) -> dict:
@@ -284,6 +343,8 @@ def _records(nodes: list[Node], runs: list | None, states: list) -> list[dict]:
                     "gpus": len((n.probe.get("preflight") or {}).get("gpus") or []),
                     "argv": runs[i].argv if runs else None, "state": st.get("state"),
                     "exit_code": st.get("exit_code"), "run_dir": st.get("run_dir"),
+                    "checkpoints_action": (n.trash or {}).get("action"),
+                    "checkpoints_entry": (n.trash or {}).get("entry_path"),
                     "error": n.error.message if n.error else None})
     return out
 
@@ -302,6 +363,14 @@ def job(registry: Registry, group: Group) -> Experiment:
     raise NotFoundError(f"no job on {group.label}", hint="start one with orch deploy naming these nodes")
 
 
+def _current_job(registry: Registry, group: Group) -> Experiment | None:
+    try:
+        exp = job(registry, group)
+    except NotFoundError:
+        return None
+    return exp if exp.status in ("running", "launching") else None
+
+
 def _settled(settings, group: Group, registry: Registry, exp: Experiment, answers: list[Node],
              key: str) -> Experiment:
     records = [dict(r) for r in exp.nodes or []]
@@ -314,7 +383,8 @@ def _settled(settings, group: Group, registry: Registry, exp: Experiment, answer
         rec["reachable"] = True
         if got:
             rec.update(state=got.get("state"), exit_code=got.get("exit_code"), last_line=got.get("last_line"),
-                       log_mtime=got.get("log_mtime"), started=got.get("started"), ended=got.get("ended"))
+                       log_mtime=got.get("log_mtime"), started=got.get("started"), ended=got.get("ended"),
+                       reason=got.get("last_reason"))
     if not all(r.get("reachable") for r in records):
         return registry.update(exp.id, nodes=records)
     status = job_state([r.get("state") for r in records], [r.get("exit_code") for r in records])

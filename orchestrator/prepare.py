@@ -8,7 +8,7 @@ from typing import Callable
 from . import playbooks, revisions, secrets
 from .config import Settings
 from .errors import InputError, NotFoundError
-from .experiments import Registry
+from .experiments import Experiment, Registry
 from .operations import Launch, command_argv
 from .playbooks import Inputs, Playbook
 from .targets import Target
@@ -75,12 +75,15 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
 
 
 def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
-            purge: bool, yes: bool, confirm: Callable[[str], bool] | None, echo: Callable[[str], None]) -> Launch:
-    parent = registry.latest(target.machine, target.name)
+            purge: bool, yes: bool, confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
+            parent: Experiment | None = None) -> Launch:
+    """Relaunch ``parent`` (default: the target's latest experiment); a job's row is given by the caller."""
+    job = parent is not None
+    parent = parent or registry.latest(target.machine, target.name)
     if parent is None:
         raise NotFoundError(f"nothing to restart: no experiment on {target.label}",
                             hint="use orch deploy first (or orch use to pick the target you deployed to)")
-    if parent.nodes:
+    if parent.nodes and not job:
         raise InputError(f"experiment {parent.id} is a job over {len(parent.nodes)} nodes: restart relaunches "
                          "one target", hint="deploy the job again naming its nodes (orch deploy --ct A --ct B)")
     project = parent.config.get("project") or {}

@@ -121,6 +121,17 @@ def group(settings, names: list[str] | None, cts: list[int] | None, *, start: bo
                      lambda n, c: target(settings, n, c, start=start, trust=trust, resolve=resolve), recorded)
 
 
+def job_group(settings, exp, *, trust: bool = False):
+    """The nodes a recorded job ran on, named as it named them."""
+    from ..multinode import group_for
+
+    if exp.target in settings.targets:  # a kind = "group" target
+        return group(settings, [exp.target], None, trust=trust)
+    recorded = [{"target": n["target"]} if n.get("target") in settings.targets or n.get("ct") is None
+                else {"ct": n["ct"]} for n in exp.nodes]
+    return group_for(settings, [], [], lambda n, c: target(settings, n, c, trust=trust), recorded)
+
+
 def single(names: list[str] | None, cts: list[int] | None) -> tuple[str | None, int | None]:
     """The one ``--target``/``--ct`` a one-target command got (a group target stands for its node 0)."""
     return (names or [None])[0], (cts or [None])[0]

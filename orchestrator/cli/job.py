@@ -37,8 +37,23 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
     render.out(f"experiment {exp.id}: {'started' if exp.status == 'running' else exp.status} on {grp.label} "
                f"(revision {exp.revision})")
     for node in exp.nodes or []:
-        render.out(f"  node {node['rank']} {node['label']} {node['address']}: {node['state']}")
+        moved = {"moved": f"; checkpoints moved to {node.get('checkpoints_entry')}",
+                 "purged": "; checkpoints deleted (--purge)"}.get(node.get("checkpoints_action") or "", "")
+        render.out(f"  node {node['rank']} {node['label']} {node['address']}: {node['state']}{moved}")
     return None
+
+
+def restart(settings, grp, *, message, clean: bool, purge: bool, yes: bool, confirm, dry_run: bool,
+            as_json: bool) -> None:
+    """Relaunch the job's revision and command on its nodes as a new job (the old one stops first)."""
+    from .. import multinode, prepare
+
+    with common.registry(settings) as reg:
+        parent = multinode.job(reg, grp)
+        launch = prepare.restart(settings, grp.members[0], reg, message=message, clean=clean, purge=purge,
+                                 yes=yes, confirm=confirm, echo=render.say, parent=parent)
+    launch.wait = False
+    return deploy(launch, grp, settings, dry_run, as_json)
 
 
 def stop(settings, grp, as_json: bool) -> None:
@@ -63,13 +78,73 @@ def status(settings, grp, as_json: bool) -> None:
                                   "exit_code": exp.exit_code, "nodes": exp.nodes})
     render.out(f"{grp.name}: experiment {exp.id} {exp.status}" +
                (f" (exit {exp.exit_code})" if exp.exit_code is not None else ""))
-    _node_lines(exp)
+    _node_lines(exp, settings)
     return None
 
 
-def _node_lines(exp) -> None:
+def _node_lines(exp, settings=None) -> None:
+    """One line per node: state, exit code, reason, step and throughput of its last line, line age, GPUs."""
+    import time
+
+    parser = None
+    if settings is not None:
+        from ..logparse import Parser
+
+        parser = Parser(settings.metrics.patterns or None)
+    now = time.time()
     for node in exp.nodes or []:
         code = f" (exit {node['exit_code']})" if node.get("exit_code") is not None else ""
+        code += f" [{node['reason']}]" if node.get("reason") and node.get("state") != "running" else ""
         reach = "" if node.get("reachable", True) else " [unreachable]"
+        facts = []
+        event = (parser.parse_line(node["last_line"]) if parser and node.get("last_line") else None) or {}
+        if "step" in event:
+            facts.append(f"step {event['step']:g}")
+        if "tok_s" in event:
+            facts.append(f"{event['tok_s']:,.0f} tok/s")
+        if node.get("log_mtime") and node.get("state") == "running":
+            facts.append(f"last line {max(0.0, now - node['log_mtime']):.0f} s ago")
+        if node.get("gpus"):
+            facts.append(f"{node['gpus']} GPU(s)")
+        more = f", {', '.join(facts)}" if facts else ""
         last = f"  | {node['last_line']}" if node.get("last_line") else ""
-        render.out(f"  node {node['rank']} {node['label']} {node['address']}: {node['state']}{code}{reach}{last}")
+        render.out(f"  node {node['rank']} {node['label']} {node['address']}: {node['state']}{code}{reach}{more}"
+                   f"{last}")
+
+
+def logs(settings, grp, experiment, *, write, lines: int, follow: bool, node) -> None:
+    """Every node's log merged (each line prefixed ``[rank]``), or one node's with ``--node``."""
+    from .. import multinode
+    from ..errors import InputError
+    from ..job_logs import follow_nodes
+
+    with common.registry(settings) as reg:
+        exp = reg.get(experiment) if experiment is not None else multinode.job(reg, grp)
+        key = reg.run_registry(exp.id)
+    ranks = range(len(grp.members))
+    if node is not None and node not in ranks:
+        raise InputError(f"--node {node}: experiment {exp.id} has nodes 0 to {len(grp.members) - 1}",
+                         hint="see orch status for the job's nodes")
+    targets = {r: grp.members[r] for r in ([node] if node is not None else ranks)}
+    where = grp.label if node is None else f"node {node} ({grp.members[node].label})"
+    if follow:
+        render.say(f"orch: following experiment {exp.id} on {where} (Ctrl-C stops following, not the run)")
+    try:
+        nodes = follow_nodes(settings, targets, exp.id, write=write, notice=lambda m: render.say(f"orch: {m}"),
+                             follow=follow, tail_lines=lines, registry=key, prefix=node is None)
+    except KeyboardInterrupt:
+        import typer
+
+        render.say("orch: stopped following (the run goes on)")
+        raise typer.Exit(0) from None
+    failed = [n for n in nodes if n.error is not None]
+    if follow and not failed:
+        with common.registry(settings) as reg:
+            if experiment is None:  # the latest job: settle its row from every node's record
+                exp, _ = multinode.status(settings, grp, reg)
+            else:
+                exp = reg.get(exp.id)
+        codes = ", ".join(f"node {n['rank']}: {n.get('exit_code')}" for n in exp.nodes or [])
+        render.say(f"orch: experiment {exp.id} {exp.status} (exit codes {codes})")
+    if failed:
+        raise failed[0].error

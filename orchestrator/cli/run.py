@@ -180,16 +180,24 @@ def register(app: typer.Typer) -> None:
         _run(launch, settings, dry_run, as_json, one)
 
     @app.command()
-    def restart(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, message: MessageOpt = None,
+    def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
                 clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
                 dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
                 wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
-        """Stop the latest experiment and relaunch its revision and settings as a new experiment."""
+        """Stop the latest experiment and relaunch its revision and settings as a new experiment; a job: on
+        every node."""
         from .. import prepare
 
+        from . import job
+
         settings = common.settings(ctx)
-        tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         confirm = render.confirm if render.interactive() else None
+        grp = job.group(settings, target, ct, start, trust_new_host, dry_run)
+        if grp is not None:
+            return job.restart(settings, grp, message=message, clean=clean_checkpoints or purge, purge=purge,
+                               yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json)
+        target, ct = common.single(target, ct)
+        tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         with common.registry(settings) as reg:
             if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
                 from ..status import recover

@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
                 client.transport.close()
 
     @app.command()
-    def logs(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None,
+    def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
              experiment: Annotated[Optional[int], typer.Option("--experiment", "-e", help="Experiment id "
                                                                "(default: the target's latest)")] = None,
              lines: Annotated[int, typer.Option("-n", "--lines", help="Start with the last N lines")] = 20,
@@ -103,14 +103,30 @@ def register(app: typer.Typer) -> None:
                                                   "across dropped connections")] = False,
              metrics: Annotated[bool, typer.Option("--metrics", help="Print parsed metrics instead of raw lines")]
              = False,
+             node: Annotated[Optional[int], typer.Option("--node", help="A job's node: only its log (rank)")]
+             = None,
              trust_new_host: TrustOpt = False) -> None:
-        """Print a run's log; --follow keeps going until it ends (Ctrl-C stops following, not the run)."""
+        """Print a run's log; --follow keeps going until it ends (Ctrl-C stops following, not the run). A job's
+        nodes are merged, each line prefixed with its node's rank."""
         from ..errors import NotFoundError
         from ..logs import follow as follow_log
         from ..metrics_view import as_recorded, target_flags
         from ..status import recover, sync
 
         settings = common.settings(ctx)
+        grp = _job_of(settings, target, ct, experiment, trust_new_host)
+        if grp is not None:
+            from . import job
+
+            write = _metrics_writer(settings) if metrics else _raw_writer()
+            return job.logs(settings, grp, experiment, write=write, lines=lines, follow=follow,
+                            node=0 if metrics and node is None else node)
+        if node is not None:
+            from ..errors import InputError
+
+            raise InputError("--node names a node of a job over several nodes, and this is one target",
+                             hint="drop --node (or name the job's nodes: orch logs --ct A --ct B --node 1)")
+        target, ct = common.single(target, ct)
         with common.registry(settings) as reg:
             if experiment is not None and target is None and ct is None:  # where that experiment ran
                 target, ct = target_flags(settings, reg.get(experiment))
@@ -139,45 +155,75 @@ def register(app: typer.Typer) -> None:
             render.say(f"orch: experiment {experiment} {st.get('state')} (exit code {st.get('exit_code')})")
 
 
+def _job_of(settings, target, ct, experiment, trust: bool):
+    """The job's nodes when the flags, the current target or ``-e N`` name a job over several nodes."""
+    if experiment is not None and not target and not ct:
+        with common.registry(settings) as reg:
+            exp = reg.get(experiment)
+        return common.job_group(settings, exp, trust=trust) if exp.nodes else None
+    return common.group(settings, target, ct, trust=trust)
+
+
 def _status_all(settings, metrics: bool, as_json: bool, trust: bool) -> None:
-    """One status per target with experiments; a target that cannot be reached says why and the rest go on."""
-    from .. import metrics_view
-    from ..errors import OrchError
-    from ..status import client_for, target_status
+    """One status per target with experiments, all reached at once: an unreachable one costs its own timeout
+    and says why, and the rest go on."""
+    from concurrent.futures import ThreadPoolExecutor
 
     with common.registry(settings) as reg:
         latest: dict = {}
         for exp in reg.list(limit=500):
             latest.setdefault(exp.machine or exp.target, exp)
-    results = []
-    for name, exp in sorted(latest.items()):
-        client = None
-        try:
-            target, ct = metrics_view.target_flags(settings, exp)
-            tgt = common.target(settings, target, ct, trust=trust)
-            client = client_for(settings, tgt)
-            with common.registry(settings) as reg:
-                st = target_status(settings, tgt, reg, client)
-                if metrics:
-                    st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"], now=st["now"])
-            results.append(_status_dict(st))
-        except OrchError as exc:
-            results.append({"target": exp.target, "target_label": exp.target, "experiment": exp.id,
-                            "state": exp.status, "exit_code": exp.exit_code, "error": exc.message})
-        finally:
-            if client is not None:
-                client.transport.close()
+    exps = [exp for _, exp in sorted(latest.items())]
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(exps)))) as pool:
+        results = list(pool.map(lambda exp: _status_one(settings, exp, metrics, trust), exps))
     if as_json:
-        render.print_json(results)
+        render.print_json([{k: v for k, v in d.items() if k != "job"} for d in results])
         return
     if not results:
         render.out("no experiments yet (orch deploy starts one)")
     for data in results:
-        if "error" in data:
+        if data.get("error"):
             render.out(f"{data['target_label']}: unreachable ({data['error']}); last recorded: experiment "
                        f"{data['experiment']} {data['state']}")
+        elif data.get("nodes") is not None:
+            from . import job
+
+            render.out(f"{data['target_label']}: experiment {data['experiment']} {data['state']}")
+            job._node_lines(data["job"], settings)
         else:
             _print_status(data)
+
+
+def _status_one(settings, exp, metrics: bool, trust: bool) -> dict:
+    """``_status_dict`` of the target ``exp`` ran on (a job: its nodes), or what is recorded and why not."""
+    from .. import metrics_view
+    from ..errors import OrchError
+    from ..status import client_for, target_status
+
+    client = None
+    try:
+        if exp.nodes:
+            from .. import multinode
+
+            grp = common.job_group(settings, exp, trust=trust)
+            with common.registry(settings) as reg:
+                job_exp, _ = multinode.status(settings, grp, reg)
+            return {"target": grp.name, "target_label": grp.label, "experiment": job_exp.id,
+                    "state": job_exp.status, "exit_code": job_exp.exit_code, "nodes": job_exp.nodes, "job": job_exp}
+        target, ct = metrics_view.target_flags(settings, exp)
+        tgt = common.target(settings, target, ct, trust=trust)
+        client = client_for(settings, tgt)
+        with common.registry(settings) as reg:
+            st = target_status(settings, tgt, reg, client)
+            if metrics:
+                st["summary"] = metrics_view.refresh(settings, tgt, reg, client, st["experiment"], now=st["now"])
+        return _status_dict(st)
+    except OrchError as exc:
+        return {"target": exp.target, "target_label": exp.target, "experiment": exp.id,
+                "state": exp.status, "exit_code": exp.exit_code, "error": exc.message}
+    finally:
+        if client is not None:
+            client.transport.close()
 
 
 def _raw_writer():

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -137,3 +140,169 @@ def test_a_node_failing_preflight_starts_nothing_anywhere(remote, testbed, ct201
     exp = remote.registry().get(1)
     assert exp.status == "failed" and "node 1 (CT 201" in exp.error
     assert on_ct(testbed, 200, "sh", "-c", "ls /workspace/orch/runs 2>/dev/null || true").strip() == ""
+
+
+def _until_steps(testbed, nodes: list[dict], step: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(f"step={step} " in _log(testbed, n) for n in nodes):
+        assert time.monotonic() < deadline, [_log(testbed, n)[-500:] for n in nodes]
+        time.sleep(0.5)
+
+
+def _job_processes(testbed, vmid: int) -> str:
+    return on_ct(testbed, vmid, "sh", "-c", "pgrep -af '[t]orch.distributed.run|[d]dp_tiny' || true").strip()
+
+
+LONG = 'OMP_NUM_THREADS = "1", DDP_STEPS = "100000", DDP_SLEEP = "0.2"'
+
+
+def test_bare_restart_clean_checkpoints_relaunches_the_job_and_logs_merge(remote, testbed, torch_cts):  # noqa: F811
+    _job_project(remote, "python3 ddp_tiny.py", LONG)
+    assert remote.run("deploy", "--ct", "200", "--ct", "201").returncode == 0
+    _until_steps(testbed, remote.registry().get(1).nodes, 2)
+    for vmid in (200, 201):  # what an earlier run of the job left in each node's checkpoint folder
+        on_ct(testbed, vmid, "sh", "-c", f"mkdir -p /workspace/checkpoints && echo ckpt-{vmid} "
+                                         "> /workspace/checkpoints/step-2.pt")
+    res = remote.run("restart", "--clean-checkpoints", "--yes", "-m", "again")  # bare: the job is the current target
+    assert res.returncode == 0, res.stderr
+    assert "experiment 2: started on 2 nodes" in res.stdout and res.stdout.count("checkpoints moved to") == 2
+    reg = remote.registry()
+    old, new = reg.get(1), reg.get(2)
+    assert old.status == "stopped" and [n["state"] for n in old.nodes] == ["stopped", "stopped"], old.nodes
+    assert new.status == "running" and new.parent == 1 and new.message == "again"
+    assert new.checkpoints_action == "moved" and new.revision == old.revision
+    for vmid, node in zip((200, 201), new.nodes):
+        assert on_ct(testbed, vmid, "ls", "-A", "/workspace/checkpoints").strip() == ""
+        assert on_ct(testbed, vmid, "cat", f"{node['checkpoints_entry']}/step-2.pt").strip() == f"ckpt-{vmid}"
+    _until_steps(testbed, new.nodes, 3)
+    merged = remote.run("logs", "-n", "3")
+    assert merged.returncode == 0, merged.stderr
+    lines = merged.stdout.splitlines()
+    assert {line[:4] for line in lines} == {"[0] ", "[1] "} and len(lines) == 6, merged.stdout
+    assert all("step=" in line and f"node={line[1]}" in line for line in lines), merged.stdout
+    one = remote.run("logs", "-n", "2", "--node", "1")
+    assert one.returncode == 0 and len(one.stdout.splitlines()) == 2 and "node=1" in one.stdout, one.stdout
+    bad = remote.run("logs", "--node", "5")
+    assert bad.returncode != 0 and "--node 5" in bad.stderr and "0 to 1" in bad.stderr
+    every = remote.run("status", "--all")
+    assert every.returncode == 0 and "experiment 2 running" in every.stdout and "  node 1 " in every.stdout, \
+        every.stdout
+    assert remote.run("stop").returncode == 0
+
+
+def test_kill_9_on_one_node_brings_the_job_down_everywhere(remote, testbed, torch_cts):  # noqa: F811
+    _job_project(remote, "python3 ddp_tiny.py", LONG)
+    assert remote.run("deploy", "--ct", "200", "--ct", "201").returncode == 0
+    nodes = remote.registry().get(1).nodes
+    _until_steps(testbed, nodes, 2)
+    follower = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "logs", "--follow", "-n", "1"],
+                                cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    begin = time.monotonic()
+    on_ct(testbed, 201, "pkill", "-9", "-f", "[d]dp_tiny.py")  # no controller involved from here on
+    while _job_processes(testbed, 200) or _job_processes(testbed, 201):
+        assert time.monotonic() - begin < 10, (_job_processes(testbed, 200), _job_processes(testbed, 201))
+        time.sleep(0.2)
+    print(f"node 1's worker killed -> every process of the job gone in {time.monotonic() - begin:.1f} s")
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err
+    assert "[0] step=" in out and "[1] step=" in out, out
+    assert "experiment 1 crashed" in err, err
+    data = _status(remote)
+    assert data["state"] == "crashed", data
+    codes = [n["exit_code"] for n in data["nodes"]]
+    assert all(c not in (None, 0) for c in codes), data["nodes"]
+
+
+def test_a_frozen_node_is_noticed_by_the_stall_watchdog(remote, testbed, torch_cts, ct201):  # noqa: F811
+    _job_project(remote, "python3 ddp_tiny.py", LONG)
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace("[run]\n", "[run]\nstall_timeout = 25\n", 1))
+    assert remote.run("deploy", "--ct", "200", "--ct", "201").returncode == 0
+    nodes = remote.registry().get(1).nodes
+    _until_steps(testbed, nodes, 2)
+    ct201.freeze()
+    try:
+        begin = time.monotonic()
+        while _job_processes(testbed, 200):
+            assert time.monotonic() - begin < 60, _log(testbed, nodes[0])[-800:]
+            time.sleep(0.5)
+        print(f"node 1 frozen -> node 0 down in {time.monotonic() - begin:.1f} s (stall_timeout 25 s)")
+        assert "no new log line for 25 s" in _log(testbed, nodes[0])
+    finally:
+        ct201.thaw()
+    begin = time.monotonic()
+    while _job_processes(testbed, 201):  # thawed: its rendezvous store is gone
+        assert time.monotonic() - begin < 60, _job_processes(testbed, 201)
+        time.sleep(0.5)
+    data = _status(remote)
+    assert data["state"] == "crashed", data
+    assert data["nodes"][0]["reason"] == "stalled", data["nodes"]
+    human = remote.run("status").stdout
+    assert "[stalled]" in human, human
+
+
+WRITER = """\
+import os, sys, time
+rank = os.environ["ORCH_NODE_RANK"]
+for i in range(20000):
+    sys.stdout.write(f"node={rank} line={i} pad={'x' * (i % 40)}\\n")
+    if i % 400 == 0:
+        sys.stdout.flush()
+        time.sleep(0.05)
+"""
+
+
+def test_merged_follow_across_a_cut_to_one_node_loses_and_repeats_nothing(remote, testbed):  # noqa: F811
+    (remote.path / "writer.py").write_text(WRITER)
+    proxy = testbed.proxy("10.77.0.201", 22)  # node 1 is reached through a proxy the test kills
+    host_key = testbed.ct(201).host_key_line.split(" ", 1)[1]
+    remote.write(sources='["train.py", "writer.py"]', extra=f'\n[targets.cut1]\nkind = "proxmox"\nct = 201\n'
+                 f'address = "127.0.0.1"\nport = {proxy.port}\n\n[distributed]\nlauncher = "none"\n')
+    remote.known_hosts.write_text(remote.known_hosts.read_text() + f"[127.0.0.1]:{proxy.port} {host_key}\n")
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('command = "python3 train.py"', 'command = "python3 writer.py"'))
+    res = remote.run("deploy", "--target", "ct200", "--target", "cut1")
+    assert res.returncode == 0, res.stderr
+    follower = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "logs", "-f", "-n", "100000"],
+                                cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: follower.stdout.read(65536), b"")))
+    reader.start()
+    time.sleep(1.5)
+    for _ in range(2):
+        proxy.stall()
+        time.sleep(0.8)
+        proxy.kill()
+        time.sleep(1.0)
+    follower.wait(timeout=180)
+    err = follower.stderr.read().decode()
+    reader.join(timeout=30)
+    assert follower.returncode == 0, err
+    assert "node 1: connection lost" in err and "node 0: connection lost" not in err, err
+    out = b"".join(chunks).splitlines(keepends=True)
+    nodes = remote.registry().get(1).nodes
+    for rank, vmid in ((0, 200), (1, 201)):
+        mine = b"".join(line[4:] for line in out if line.startswith(f"[{rank}] ".encode()))
+        full = testbed.ct(vmid).attach("cat", f"{nodes[rank]['run_dir']}/train.log").stdout
+        assert mine == full, (rank, len(mine), len(full))
+    assert len(out) == 40000 + sum(1 for line in out if not line.startswith((b"[0] node=", b"[1] node="))), \
+        [line for line in out if not line.startswith((b"[0] node=", b"[1] node="))][:5]
+
+
+def test_a_push_failing_on_one_node_starts_nothing_anywhere(remote, testbed, ct201):  # noqa: F811
+    import hashlib
+
+    _job_project(remote, f"python3 -c {json.dumps(RANK)}", 'OMP_NUM_THREADS = "1"',
+                 extra='\n[distributed]\nlauncher = "none"\n')
+    body = f"# a file only this deploy sends {time.time()}\n".encode()
+    (remote.path / "ddp_tiny.py").write_bytes(body)
+    sha = hashlib.sha256(body).hexdigest()
+    ct201.attach("mkdir", "-p", f"/workspace/orch/blobs/.part-{sha}")  # node 1 cannot write this blob
+    res = remote.run("deploy", "--ct", "200", "--ct", "201")
+    assert res.returncode != 0
+    assert "node 1 (CT 201" in res.stderr and "nothing was started on any node" in res.stderr, res.stderr
+    exp = remote.registry().get(1)
+    assert exp.status == "failed" and "node 1 (CT 201" in exp.error
+    for vmid in (200, 201):
+        assert on_ct(testbed, vmid, "sh", "-c", "ls /workspace/orch/runs 2>/dev/null || true").strip() == ""
