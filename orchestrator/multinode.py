@@ -242,7 +242,7 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
             _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key)}), nodes[1:])
         failed = [n for n in nodes if n.error is not None]
         if failed:
-            _parallel(lambda n: _stop_one(n, exp.id), [n for n in nodes if n.rank in started])
+            _parallel(lambda n: _stop_one(n, exp.id, key), [n for n in nodes if n.rank in started])
             why = "; ".join(_failure(n, n.error, "start") for n in failed)  # type: ignore[arg-type]
             why += "".join(f"; node {n.rank}'s checkpoints were moved to {n.trash['entry_path']} (orch checkpoints "
                            f"restore {n.trash['entry']} --ct/--target of that node brings them back)"
@@ -324,12 +324,13 @@ def _clean_ops(node: Node, exp: Experiment) -> list[Op]:
                               "retention_allowed": [d["entry"] for d in inv.get("retention", [])]})]
 
 
-def _stop_one(node: Node, exp_id: int) -> dict:
+def _stop_one(node: Node, exp_id: int, key: str | None) -> dict:
     settings = node.settings
     client = _connect(node)
     timeout = settings.ssh.command_timeout + settings.run.term_timeout + 10
     return client.call([Op("run_stop", {"project": settings.project.name, "ids": [exp_id], "stop_timeout": 0,
-                                        "term_timeout": settings.run.term_timeout, "term_first": True})],
+                                        "term_timeout": settings.run.term_timeout, "term_first": True,
+                                        "registry": key})],
                        lock=settings.run.lock_timeout, what=f"stop node {node.rank}", timeout=timeout)[0]
 
 
@@ -405,7 +406,7 @@ def stop(settings, group: Group, registry: Registry) -> Experiment:
     nodes = _nodes_of(settings, group)
     try:
         def one(n: Node) -> None:
-            got = _stop_one(n, exp.id)["stopped"]
+            got = _stop_one(n, exp.id, key)["stopped"]
             if got:
                 n.probe["run"] = got[0]
             else:  # it had ended already: read how

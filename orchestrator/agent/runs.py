@@ -388,14 +388,15 @@ def _wait(run_dir: str, seconds: float) -> bool:
 
 
 def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: float, term_timeout: float,
-         term_first: bool = False) -> dict:
+         term_first: bool = False, registry: str | None = None) -> dict:
     """SIGINT, wait; SIGTERM, wait; SIGKILL. Each stopped run is marked so it reads as ``stopped``.
 
     ``term_first`` starts at SIGTERM: what torchrun's launcher takes as "stop the job" on every node.
+    ``registry`` keeps ``ids`` to that registry's runs (another clone's experiment 5 is not ours).
     """
     import libtmux
 
-    targets = [run_state(d) | {"dir": d} for *_, d in _runs(layout, project, ids)]
+    targets = [run_state(d) | {"dir": d} for *_, d in _runs(layout, project, ids, registry)]
     stopped = []
     for state in targets:
         reboot_unit.remove(state["dir"])  # a stopped (or lost) run is never resumed at the next boot

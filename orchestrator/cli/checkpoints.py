@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import common, render
-from .common import CtOpt, JsonOpt, TargetOpt, TrustOpt
+from .common import CtsOpt, JsonOpt, TargetsOpt, TrustOpt
 
 app = typer.Typer(help="Checkpoints on a target, and the trash that makes cleaning undoable.",
                   no_args_is_help=True)
@@ -45,31 +45,44 @@ class _Checkpoints:
 
 
 @app.command("list")
-def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_json: JsonOpt = False,
+def list_(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_json: JsonOpt = False,
           trust_new_host: TrustOpt = False) -> None:
-    """What the checkpoint folder and its trash hold."""
-    with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
-        inv = ck.inventory()
+    """What the checkpoint folder and its trash hold; of each node, for a job's nodes."""
+    named = [(t, None) for t in target or []] + [(None, c) for c in ct or []]
+    if len(named) > 1:
+        invs = [_list_one(ctx, name, num, as_json, trust_new_host) for name, num in named]
+        if as_json:
+            render.print_json(invs)
+        return
+    inv = _list_one(ctx, *common.single(target, ct), as_json, trust_new_host)
     if as_json:
         render.print_json(inv)
-        return
+
+
+def _list_one(ctx: typer.Context, target: str | None, ct: int | None, as_json: bool, trust: bool) -> dict:
+    with _Checkpoints(ctx, target, ct, trust) as ck:
+        inv = ck.inventory()
+    inv["target_label"] = ck.target.label
+    if as_json:
+        return inv
     render.out(f"{inv['path']} on {ck.target.label}: {inv['files']} file(s), {render.size(inv['bytes'])}, "
                f"newest {inv['newest'] or '-'}")
     where = ", ".join(inv.get("trash_dirs") or [inv["trash"]])
     if not inv["entries"]:
         render.out(f"trash ({where}): empty")
-        return
+        return inv
     render.table(f"trash ({where})", ["entry", "files", "size", "holds", "moved by", "moved"],
                  [[e["name"], e["files"], render.size(e["bytes"]), e["experiment"],
                    f"exp{e['moved_by']}" if e.get("moved_by") is not None else "-", render.when(e["created"])]
                   for e in inv["entries"]])
+    return inv
 
 
 @app.command()
-def clean(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, yes: YesOpt = False,
+def clean(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, yes: YesOpt = False,
           trust_new_host: TrustOpt = False) -> None:
     """Move the checkpoints to the trash now (refused while a run writes to them)."""
-    with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
+    with _Checkpoints(ctx, *common.one_node(target, ct, "checkpoints clean"), trust_new_host) as ck:
         inv = ck.inventory(retention=True)
         if not inv["files"]:
             render.out(f"{inv['path']} is empty: nothing to move")
@@ -96,9 +109,9 @@ def clean(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, yes: Y
 
 @app.command()
 def restore(ctx: typer.Context, entry: Annotated[str, typer.Argument(help="Trash entry name (see list)")],
-            target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
+            target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
     """Move a trash entry's files back into the checkpoint folder (never overwrites)."""
-    with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
+    with _Checkpoints(ctx, *common.one_node(target, ct, "checkpoints restore"), trust_new_host) as ck:
         res = ck.change("ckpt_restore", name=entry)
     render.out(f"restored {res['restored']} item(s) from {entry} into {res['path']} on {ck.target.label}")
 
@@ -106,11 +119,11 @@ def restore(ctx: typer.Context, entry: Annotated[str, typer.Argument(help="Trash
 @app.command()
 def purge(ctx: typer.Context, entries: Annotated[Optional[list[str]], typer.Argument(help="Trash entries")] = None,
           all_: Annotated[bool, typer.Option("--all", help="Every trash entry")] = False,
-          target: TargetOpt = None, ct: CtOpt = None, yes: YesOpt = False, trust_new_host: TrustOpt = False) -> None:
+          target: TargetsOpt = None, ct: CtsOpt = None, yes: YesOpt = False, trust_new_host: TrustOpt = False) -> None:
     """Delete trash entries for good (asks first)."""
     from ..errors import InputError
 
-    with _Checkpoints(ctx, target, ct, trust_new_host) as ck:
+    with _Checkpoints(ctx, *common.one_node(target, ct, "checkpoints purge"), trust_new_host) as ck:
         inv = ck.inventory()
         names = [e["name"] for e in inv["entries"]] if all_ else list(entries or [])
         if not names:

@@ -132,6 +132,16 @@ def job_group(settings, exp, *, trust: bool = False):
     return group_for(settings, [], [], lambda n, c: target(settings, n, c, trust=trust), recorded)
 
 
+def one_node(names: list[str] | None, cts: list[int] | None, what: str) -> tuple[str | None, int | None]:
+    """The one ``--target``/``--ct`` of a command that acts on one machine; several are refused, not guessed."""
+    if len(names or []) + len(cts or []) > 1:
+        from ..errors import InputError
+
+        raise InputError(f"orch {what} acts on one node at a time, and several were named",
+                         hint=f"name one of them, e.g. orch {what} --ct {(cts or [201])[-1]}")
+    return single(names, cts)
+
+
 def single(names: list[str] | None, cts: list[int] | None) -> tuple[str | None, int | None]:
     """The one ``--target``/``--ct`` a one-target command got (a group target stands for its node 0)."""
     return (names or [None])[0], (cts or [None])[0]

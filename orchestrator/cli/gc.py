@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from . import common, render
-from .common import CtOpt, JsonOpt, TargetOpt, TrustOpt
+from .common import CtsOpt, JsonOpt, TargetsOpt, TrustOpt
 
 KeepOpt = Annotated[int, typer.Option("--keep", min=0, help="Keep this project's last N experiments' runs "
                                       "and revisions")]
@@ -36,14 +36,14 @@ def _show(res: dict, label: str) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def gc(ctx: typer.Context, keep: KeepOpt = 5, dry_run: DryOpt = False, yes: YesOpt = False,
-           target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False,
+           target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False,
            as_json: JsonOpt = False) -> None:
         """Remove revisions, blobs and run folders that no live run and none of the last N experiments use."""
         from ..agent_client import Op
         from ..status import client_for
 
         settings = common.settings(ctx)
-        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        tgt = common.target(settings, *common.one_node(target, ct, "gc"), trust=trust_new_host)
         args = {"project": settings.project.name, "keep": keep, "checkpoints": [tgt.checkpoints],
                 "keep_revisions": _kept_revisions(settings, tgt, keep)}
         client = client_for(settings, tgt)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from . import common, render
-from .common import CtOpt, TargetOpt, TrustOpt
+from .common import CtsOpt, TargetsOpt, TrustOpt
 
 
 def _exit(code: int) -> None:
@@ -17,7 +17,7 @@ def _exit(code: int) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def attach(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None,
+    def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
                trust_new_host: TrustOpt = False) -> None:
         """Attach this terminal to the run's tmux pane; detach with C-b d (the run goes on)."""
         from .. import into
@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
         into.require_terminal("attach")
         settings = common.settings(ctx)
-        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        tgt = common.target(settings, *common.one_node(target, ct, "attach"), trust=trust_new_host)
         with tgt.connect() as transport:
             into.require_alive(settings, tgt, transport)
             code = terminal(transport, into.attach_argv(settings, tgt))
@@ -36,13 +36,13 @@ def register(app: typer.Typer) -> None:
     @app.command("exec", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
     def exec_(ctx: typer.Context,
               command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
-              target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
+              target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
         """Run a command on the target in the run's revision folder; its exit code is orch's."""
         from .. import into
         from ..transport.interactive import stream
 
         settings = common.settings(ctx)
-        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        tgt = common.target(settings, *common.one_node(target, ct, "exec"), trust=trust_new_host)
         with tgt.connect() as transport:
             with common.registry(settings) as reg:
                 folder = into.revision_folder(settings, tgt, reg, transport)
@@ -50,14 +50,14 @@ def register(app: typer.Typer) -> None:
         _exit(code)
 
     @app.command()
-    def ssh(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
+    def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
         """An interactive login shell on the target (over SSH, or through the node's pct)."""
         from .. import into
         from ..transport.interactive import terminal
 
         into.require_terminal("ssh")
         settings = common.settings(ctx)
-        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        tgt = common.target(settings, *common.one_node(target, ct, "ssh"), trust=trust_new_host)
         with tgt.connect() as transport:
             _exit(terminal(transport, None))
 
@@ -65,14 +65,14 @@ def register(app: typer.Typer) -> None:
     def forward(ctx: typer.Context,
                 ports: Annotated[str, typer.Argument(metavar="PORT[:LOCAL]", help="The target's port, and the "
                                                      "local one (default: the same)")],
-                target: TargetOpt = None, ct: CtOpt = None, trust_new_host: TrustOpt = False) -> None:
+                target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
         """Forward 127.0.0.1:LOCAL here to PORT on the target over SSH (e.g. TensorBoard), until Ctrl-C."""
         from .. import into
         from ..transport.interactive import forward as carry
 
         port, local = into.parse_ports(ports)
         settings = common.settings(ctx)
-        tgt = common.target(settings, target, ct, trust=trust_new_host)
+        tgt = common.target(settings, *common.one_node(target, ct, "forward"), trust=trust_new_host)
         with tgt.connect() as transport:
             via, host = into.forward_destination(tgt, transport)
             try:

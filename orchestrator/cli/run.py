@@ -9,7 +9,7 @@ import typer
 
 from .. import progress
 from . import common, render
-from .common import CtOpt, CtsOpt, JsonOpt, SetOpt, StartOpt, TargetOpt, TargetsOpt, TrustOpt
+from .common import CtsOpt, JsonOpt, SetOpt, StartOpt, TargetsOpt, TrustOpt
 
 MessageOpt = Annotated[Optional[str], typer.Option("--message", "-m", help="What this experiment tries")]
 CleanOpt = Annotated[bool, typer.Option("--clean-checkpoints", help="Move the checkpoints to the trash first "
@@ -237,12 +237,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def play(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A playbook .yaml")],
-             target: TargetOpt = None, ct: CtOpt = None, message: MessageOpt = None, set_: SetOpt = None,
+             target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None, set_: SetOpt = None,
              clean_checkpoints: CleanOpt = False, yes: YesOpt = False, dry_run: DryOpt = False,
              start: StartOpt = False, trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
         """Run any playbook (a YAML list of steps) against a target."""
         from .. import prepare
 
+        target, ct = common.one_node(target, ct, "play")
         settings = common.settings(ctx, set_)
         secret = prepare.secret_values(settings) if prepare.launches(file) else None
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)

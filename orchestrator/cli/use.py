@@ -7,19 +7,30 @@ from typing import Annotated, Optional
 import typer
 
 from . import common, render
-from .common import CtOpt
+from .common import CtsOpt
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def use(ctx: typer.Context,
             name: Annotated[Optional[str], typer.Argument(help="Target name from orch.toml")] = None,
-            ct: CtOpt = None) -> None:
-        """Make a target the current one (a deploy with --ct/--target does this too); alone: show it."""
+            ct: CtsOpt = None) -> None:
+        """Make a target the current one (a deploy with --ct/--target does this too); alone: show it. Several
+        CTs (repeated --ct) make a job's nodes current."""
         from .. import current
 
         settings = common.settings(ctx)
+        if name is None and len(ct or []) > 1:
+            grp = common.group(settings, None, ct, resolve=False)
+            common.remember_group(settings, grp)
+            render.out(f"current target: {grp.label}; bare status, logs, restart and stop act on the job")
+            return
+        ct = (ct or [None])[0]
         if name is None and ct is None:
+            grp = common.group(settings, None, None, resolve=False)
+            if grp is not None:
+                render.out(f"current target: {grp.label} (a job's nodes, chosen by a deploy or orch use)")
+                return
             tgt = common.target(settings, None, None, resolve=False)
             why = "chosen by a deploy or orch use" if current.load(settings.state_dir) else \
                 "default_target in orch.toml"

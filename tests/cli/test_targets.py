@@ -96,3 +96,24 @@ def test_targets_with_a_token_that_sees_nothing(project, api, monkeypatch):
     res = project.cli("targets")
     assert res.exit_code == 0, res.output
     assert "sees no containers" in res.stdout
+
+
+@pytest.mark.parametrize("argv", [["exec", "--ct", "200", "--ct", "201", "--", "true"], ["forward", "8000",
+                                  "--ct", "200", "--ct", "201"], ["gc", "--ct", "200", "--target", "local"],
+                                  ["checkpoints", "purge", "--ct", "200", "--ct", "201", "--yes"]])
+def test_one_node_commands_refuse_several_nodes_instead_of_picking_one(project, api, argv):
+    _configure(project, api)
+    res = project.run(*argv)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "acts on one node at a time" in res.stderr and "hint: name one of them" in res.stderr
+
+
+def test_use_with_several_cts_makes_the_job_current(project, api, monkeypatch):
+    _configure(project, api)
+    monkeypatch.setenv("ORCH_PROXMOX_TOKEN", SECRET)
+    res = project.run("use", "--ct", "200", "--ct", "203")
+    assert res.returncode == 0, res.stderr
+    assert json.loads((project.path / ".orch" / "current-target.json").read_text()) == \
+        {"nodes": [{"ct": 200}, {"ct": 203}]}
+    shown = project.run("use")
+    assert "current target: 2 nodes: CT 200" in shown.stdout and "CT 203" in shown.stdout, shown.stdout
