@@ -233,6 +233,14 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
             raise type(err)(f"{why}; nothing was started on any node (experiment {exp.id} failed)",
                             hint=err.hint)
         previous = _current_job(registry, group)
+        if previous is not None:  # the job this one replaces stops on every node at once, like orch stop
+            _halt(launch.settings, group, registry, previous, nodes)
+            stuck = [n for n in nodes if n.error is not None]
+            if stuck:
+                why = "; ".join(_failure(n, n.error, f"stopping experiment {previous.id}")  # type: ignore[arg-type]
+                                for n in stuck)
+                raise type(stuck[0].error)(f"{why}; nothing was started on any node",  # type: ignore[misc]
+                                           hint=stuck[0].error.hint)  # type: ignore[union-attr]
         exp = registry.create(launcher=guard, **fields)
         key = registry.run_registry(exp.id)  # the run folders are runs/<registry id>-<id>, like a single run's
         runs = plan_runs(launch, nodes, exp.id)
@@ -260,10 +268,6 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
                               checkpoints_entry=acted[0]["checkpoints_entry"] if acted else None,
                               **({"ended": time.time(), "exit_code": _job_code(records)}
                                  if status != "running" else {}))
-        if previous is not None:  # the job this one replaced: how each of its nodes ended
-            prev_key = registry.run_registry(previous.id)
-            _parallel(lambda n: n.probe.update(previous=_run_on(n, n.settings, previous.id, prev_key)), nodes)
-            _settled(launch.settings, group, registry, previous, nodes, "previous")
         return exp
     finally:
         guard.release()
@@ -399,23 +403,28 @@ def _nodes_of(settings, group: Group) -> list[Node]:
     return [Node(rank, tgt, settings) for rank, tgt in enumerate(group.members)]
 
 
+def _halt(settings, group: Group, registry: Registry, exp: Experiment, nodes: list[Node]) -> Experiment:
+    """SIGTERM to every node's launcher of ``exp`` at once; each node's state and exit code recorded.
+
+    A node that fails to answer keeps its error (``node.error``)."""
+    key = registry.run_registry(exp.id)  # read here: the registry belongs to this thread
+
+    def one(n: Node) -> None:
+        got = _stop_one(n, exp.id, key)["stopped"]
+        n.probe["halted"] = got[0] if got else _run_on(n, settings, exp.id, key)  # ended already: read how
+    _parallel(one, nodes)
+    return _settled(settings, group, registry, exp, nodes, "halted")
+
+
 def stop(settings, group: Group, registry: Registry) -> Experiment:
     """SIGTERM to every node's launcher at once; each node's state and exit code recorded."""
     exp = job(registry, group)
-    key = registry.run_registry(exp.id)  # read here: the registry belongs to this thread
     nodes = _nodes_of(settings, group)
     try:
-        def one(n: Node) -> None:
-            got = _stop_one(n, exp.id, key)["stopped"]
-            if got:
-                n.probe["run"] = got[0]
-            else:  # it had ended already: read how
-                n.probe["run"] = _run_on(n, settings, exp.id, key)
-        _parallel(one, nodes)
+        return _halt(settings, group, registry, exp, nodes)
     finally:
         for n in nodes:
             n.close()
-    return _settled(settings, group, registry, exp, nodes, "run")
 
 
 def _run_on(node: Node, settings, exp_id: int, key: str | None) -> dict | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_on_pty
 from tests.integration.test_remote import on_ct, remote  # noqa: F401  (the fixture)
 from tests.testbed import torchsite
 
@@ -163,9 +164,11 @@ def test_bare_restart_clean_checkpoints_relaunches_the_job_and_logs_merge(remote
     for vmid in (200, 201):  # what an earlier run of the job left in each node's checkpoint folder
         on_ct(testbed, vmid, "sh", "-c", f"mkdir -p /workspace/checkpoints && echo ckpt-{vmid} "
                                          "> /workspace/checkpoints/step-2.pt")
-    res = remote.run("restart", "--clean-checkpoints", "--yes", "-m", "again")  # bare: the job is the current target
-    assert res.returncode == 0, res.stderr
-    assert "experiment 2: started on 2 nodes" in res.stdout and res.stdout.count("checkpoints moved to") == 2
+    node = testbed.node.name  # bare, on a terminal: the job is the current target, and each node's folder is asked
+    argv = [sys.executable, "-m", "orchestrator.cli.main", "restart", "--clean-checkpoints", "-m", "again"]
+    code, screen = run_on_pty(argv, remote.path, {f"on CT 200 on {node}?": "y", f"on CT 201 on {node}?": "y"})
+    assert code == 0, screen
+    assert "experiment 2: started on 2 nodes" in screen and screen.count("checkpoints moved to") == 2, screen
     reg = remote.registry()
     old, new = reg.get(1), reg.get(2)
     assert old.status == "stopped" and [n["state"] for n in old.nodes] == ["stopped", "stopped"], old.nodes
