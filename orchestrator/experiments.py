@@ -80,6 +80,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE experiments ADD COLUMN nodes TEXT;
     """,
+    # how a run ended, in words: who stopped it, which signal and why, "end time unknown, noticed at ..."
+    """
+    ALTER TABLE experiments ADD COLUMN end_reason TEXT;
+    """,
 ]
 
 _JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes")
@@ -113,6 +117,7 @@ class Experiment(BaseModel):
     error: str | None = None
     attempts: list | None = None  # the supervisor's attempts.json entries: start, end, exit code, reason, resumed-from
     nodes: list | None = None  # a job over several nodes: one record per node (multinode.py), node 0 first
+    end_reason: str | None = None  # "stopped by experiment 7", "SIGHUP: the tmux server went away", ...
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import launch_result, signals
+from . import launch_result, signals, way_back
 from .agent_client import AgentClient, Op
 from .config import Settings
 from .errors import InputError, Interrupted, OrchError, TransportError
@@ -67,6 +67,7 @@ class Outcome:
     shell: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     waited: dict | None = None  # what --wait saw: the first metric line, or how the run ended
+    undo: dict = field(default_factory=dict)  # registry fields after a failed apply (checkpoints put back)
 
 
 def command_argv(command: str | list[str]) -> list[str]:
@@ -140,6 +141,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             if exp is not None:
                 moved = {"checkpoints_action": out.checkpoints["action"],  # the trash op ran before the failure
                          "checkpoints_entry": out.checkpoints.get("entry_path")} if out.checkpoints else {}
+                moved.update(out.undo)
                 registry.update(exp.id, status="failed", ended=time.time(), error=str(exc)[:2000], **moved)
                 out.experiment = registry.get(exp.id)
             raise
@@ -332,8 +334,9 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
             ops.append(Op("revision_assemble", {"revision": launch.inputs.revision}))
             keys.append("revision")
         elif isinstance(step, StopRun):
+            by = {"experiment": exp.id if exp else None, "registry": registry.registry_id, "clone": clone(settings)}
             ops.append(Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
-                                       "term_timeout": settings.run.term_timeout}))
+                                       "term_timeout": settings.run.term_timeout, "by": by}))
             keys.append("stop")
         elif isinstance(step, Checkpoints) and action != "keep":
             # the entry is named after the experiment whose checkpoints it holds, and records who moved them
@@ -363,24 +366,42 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
             keys.append("verify")
     if not ops:
         return []
+    if exp is not None and "start" in keys:
+        _check_start_first(launch, registry, exp, ops, keys)
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     try:
         values = client.call(ops, lock=settings.run.lock_timeout, what=book.name, timeout=timeout)
+    except TransportError:
+        raise  # what the target did is asked under its lock: launch_result.reconcile
     except OrchError as exc:  # what the ops before the failure did happened: keep where the checkpoints went
-        out.checkpoints = dict(zip(keys, exc.partial)).get("trash", out.checkpoints)
+        done = dict(zip(keys, exc.partial))
+        out.checkpoints = done.get("trash", out.checkpoints)
+        failed = keys[len(exc.partial)] if len(exc.partial) < len(keys) else None
+        note, out.undo = way_back.after_failed_start(launch, client, registry, exp, done, failed)
+        out.stopped = (done.get("stop") or {}).get("stopped", [])
+        if note:
+            exc.message = f"{exc.message}; {note}"
         raise
     return list(zip(keys, values))
+
+
+def _check_start_first(launch: Launch, registry: Registry, exp: Experiment, ops: list[Op], keys: list[str]) -> None:
+    """Put ``run_check`` before the first op that changes what runs or where checkpoints are."""
+    first = next((i for i, k in enumerate(keys) if k in ("stop", "trash", "shell", "start")), len(keys))
+    pending = "revision" in keys[first:]
+    ops.insert(first, Op("run_check", {"exp_id": exp.id, "registry": registry.run_registry(exp.id),
+                                       "project": launch.settings.project.name, "revision": exp.revision,
+                                       "secrets": sorted(launch.secrets), "checkpoints": launch.target.checkpoints,
+                                       "stops_runs": "stop" in keys, "revision_pending": pending}))
+    keys.insert(first, "start_check")
 
 
 def _record_results(launch: Launch, registry: Registry, results: list[tuple[str, Any]], out: Outcome) -> None:
     now = time.time()
     for key, value in results:
         if key == "stop":
-            for run in value["stopped"]:
-                run["mine"] = registry.owns(run)
-                launch_result.update_quietly(registry, run, launch, status=run["state"],
-                                             exit_code=run["exit_code"], ended=now)
-            out.stopped = value["stopped"]
+            by = out.experiment.id if out.experiment is not None else None
+            out.stopped = way_back.record_stopped(launch, registry, value, by)
         elif key == "trash":
             out.checkpoints = value
         elif key == "shell":
