@@ -284,6 +284,13 @@ class Registry:
                     found.append(exp)
         return found
 
+    def unsettled(self, machine: str, target: str | None, project: str) -> list[Experiment]:
+        """Every experiment of ``project`` on ``machine`` whose record can still change (launching, running, lost)."""
+        rows = self.db.execute("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
+                               "AND project = ? AND status IN ('launching', 'running', 'lost') ORDER BY id",
+                               (machine, target, project))
+        return [self._from_row(r) for r in rows.fetchall()]
+
     def orphaned(self, exp: Experiment) -> bool:
         """Whether ``exp`` is a launch whose process is gone and whose target has not been asked yet."""
         return exp.status == "launching" and not launcher_alive(self.path.parent, exp.id)

@@ -33,7 +33,7 @@ from .metrics import format_size as _size
 from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
 from .revisions import Revision
-from .status import recover
+from .status import reconcile
 from .targets import Target
 
 
@@ -111,8 +111,9 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
     try:
         client = AgentClient(transport, target.root, target.python, timeout=settings.ssh.command_timeout)
         try:
-            recover(settings, target, registry, client)  # launches an earlier orch left behind when it was killed
-            probe = _probe(launch, client, project)
+            # every unsettled row of this registry on the target (launches an earlier orch left behind too),
+            # in the probe's call
+            probe = _probe(launch, client, project, registry)
         except KeyboardInterrupt as exc:
             how, code = signals.describe(exc)
             raise Interrupted(f"{how}: nothing was changed on the target", exit_code=code) from None
@@ -235,7 +236,7 @@ def _checkpoint_action(book: Playbook, inputs: Inputs) -> str:
     return checkpoint_action(steps[0], inputs) if steps else "keep"
 
 
-def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
+def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry | None = None) -> dict:
     book, target = launch.book, launch.target
     ops: list[Op] = []
     keys: list[str] = []
@@ -259,7 +260,10 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         ops.append(Op("ckpt_inventory", {**ckpt, **_retention(launch.settings), "full": action == "purge",
                                          "ignore": launch.settings.checkpoints.ignore}))
         keys += ["ckpt_safe", "inventory"]
-    values = client.call(ops, what=f"{book.name} (probe)")
+    if registry is not None:
+        values = reconcile(launch.settings, target, registry, client, also=ops)
+    else:
+        values = client.call(ops, what=f"{book.name} (probe)")
     probe = dict(zip(keys, values))
     probe["alive_runs"] = [r for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
     probe["alive"] = [r["id"] for r in probe["alive_runs"]]

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from . import attempts, handover, reboot_unit
+from . import attempts, causes, handover, reboot_unit
 from .layout import Layout, parse_run_key, read_json, write_json
 from .protocol import AgentFailure
 
@@ -89,6 +89,7 @@ def run_state(run_dir: str) -> dict:
     elif pid:  # supervisor and command gone without a word: killed, or the container restarted
         out["state"] = "stopped" if stop_req else "lost"
         out["lost"] = True
+        out["cause"] = causes.lost_cause(pid)
     else:
         launched = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
         young = time.time() - float(launched.get("created", 0)) < 30
@@ -275,7 +276,7 @@ def supervise(run_dir: str) -> int:
             history.waiting(time.time() + pause)
             if not attempts.wait_backoff(run_dir, pause, stopping):
                 break
-    _record_exit(run_dir, code, sig)
+    _record_exit(run_dir, code, sig, cause=causes.hangup_cause(stopping, run_dir))
     print(f"orch: exited with code {code}", flush=True)
     return code
 
@@ -314,12 +315,14 @@ def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
     path = os.path.join(run_dir, "pid.json")
     first = (read_json(path, {}) or {}).get("started")
     write_json(path, {"supervisor": os.getpid(), "supervisor_start": _proc_start(os.getpid()), "child": child.pid,
-                      "child_start": _proc_start(child.pid), "started": first or time.time()})
+                      "child_start": _proc_start(child.pid), "started": first or time.time(),
+                      "boot_id": causes.boot_id()})
 
 
-def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = None) -> int:
+def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = None,
+                 cause: str | None = None) -> int:
     reboot_unit.remove(run_dir)  # the run is over: nothing to resume at the next boot
-    record = {"exit_code": code, "signal": sig, "ended": time.time()}
+    record = {"exit_code": code, "signal": sig, "ended": time.time()} | ({"cause": cause} if cause else {})
     write_json(os.path.join(run_dir, "exit.json"), record | ({"error": error} if error else {}))
     return code
 

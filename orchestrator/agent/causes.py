@@ -1,0 +1,82 @@
+"""Why a run ended, as far as the target can tell: a hang-up from tmux, a container or machine restart.
+
+    hangup_cause([signal.SIGHUP], run_dir)  # -> "the tmux server went away" (the supervisor got SIGHUP)
+    lost_cause(pid_record)                  # -> "the container stopped" (its init is younger than the run)
+    boot_id()                               # recorded in pid.json, to tell a machine restart apart
+
+A cause is a few words for ``status``; None when nothing is known.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+STOP_FILE = "stop_requested"
+
+
+def boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def hangup_cause(stopping: list, run_dir: str, tmux: str | None = None, wait: float = 1.0) -> str | None:
+    """The supervisor got SIGHUP without a stop being asked: tmux took its pane away. Which way: the server
+    (``$TMUX`` names its pid) exited, or only the session or pane was killed."""
+    if signal.SIGHUP not in stopping or os.path.exists(os.path.join(run_dir, STOP_FILE)):
+        return None
+    parts = (tmux if tmux is not None else os.environ.get("TMUX", "")).split(",")
+    server = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    if server is None:
+        return "its terminal hung up"
+    deadline = time.monotonic() + wait  # the server may still be exiting when its pane's process is told
+    while not _gone(server):
+        if time.monotonic() >= deadline:
+            return "its tmux session was killed"
+        time.sleep(0.02)
+    return "the tmux server went away"
+
+
+def lost_cause(pid: dict) -> str:
+    """A run whose supervisor vanished without recording an exit: what took it away."""
+    then = pid.get("boot_id")
+    if then and boot_id() and then != boot_id():
+        return "the machine restarted"
+    init, supervisor = _start_ticks(1), pid.get("supervisor_start")
+    try:
+        if init is not None and supervisor is not None and init > int(supervisor):
+            return "the container stopped"
+    except (TypeError, ValueError):
+        pass
+    return "its supervisor was killed"
+
+
+def signal_name(sig: int | None) -> str | None:
+    if not sig:
+        return None
+    try:
+        return signal.Signals(int(sig)).name
+    except ValueError:
+        return f"signal {sig}"
