@@ -82,11 +82,14 @@ class Op:
     args: dict = field(default_factory=dict)
 
 
+TIMEOUT_SETTING = "[ssh] command_timeout (read-only commands: [ssh] read_timeout)"
+
+
 class AgentClient:
     """Runs batches of agent operations on one target over one transport."""
 
     def __init__(self, transport: Transport, root: str, python: str = "python3",
-                 timeout: float | None = 300.0, timeout_setting: str = "[ssh] command_timeout (read-only commands: [ssh] read_timeout)") -> None:
+                 timeout: float | None = 300.0, timeout_setting: str = TIMEOUT_SETTING) -> None:
         self.transport = transport
         self.root = root
         self.python = python
