@@ -32,14 +32,15 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _gone(pid: int, socket: str) -> bool:
+    """Whether the tmux server ``pid`` has exited (a zombie nobody reaped yet counts) or its socket is gone."""
+    if socket and not os.path.exists(socket):
         return True
-    except OSError:
-        return False
-    return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def hangup_cause(stopping: list, run_dir: str, tmux: str | None = None, wait: float = 1.0) -> str | None:
@@ -52,7 +53,7 @@ def hangup_cause(stopping: list, run_dir: str, tmux: str | None = None, wait: fl
     if server is None:
         return "its terminal hung up"
     deadline = time.monotonic() + wait  # the server may still be exiting when its pane's process is told
-    while not _gone(server):
+    while not _gone(server, parts[0]):
         if time.monotonic() >= deadline:
             return "its tmux session was killed"
         time.sleep(0.02)
