@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from . import attempts, causes, handover, reboot_unit
+from . import attempts, causes, grace, handover, reboot_unit
 from .layout import Layout, parse_run_key, read_json, write_json
 from .protocol import AgentFailure
 
@@ -397,12 +397,14 @@ def _mark_stopping(run_dir: str, by: dict | None = None) -> None:
         os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
 
 
-def _wait(run_dir: str, seconds: float) -> bool:
+def _wait(run_dir: str, seconds: float, pid: int | None = None) -> bool:
+    """Wait for the run to end; with ``pid`` (the signalled process) only its own time counts (``grace``)."""
+    clock = grace.Grace(seconds, pid) if pid else None
     deadline = time.monotonic() + seconds
     while True:
         if run_state(run_dir)["state"] not in ("running", "launching"):
             return True
-        if time.monotonic() >= deadline:
+        if clock.tick() if clock is not None else time.monotonic() >= deadline:
             return False
         time.sleep(0.01)
 
@@ -437,7 +439,7 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
                 sent.append(signal.Signals(sig).name)
             except ProcessLookupError:
                 pass
-            if _wait(run_dir, wait):
+            if _wait(run_dir, wait, int(pid["child"])):
                 break
         final = run_state(run_dir)
         stopped.append({"id": final["id"], "registry": final["registry"], "clone": final["clone"],
