@@ -95,3 +95,28 @@ def test_a_failed_start_that_cannot_put_them_back_says_where_they_are(project, t
     with project.registry() as reg:
         new = reg.get(2)
     assert new.status == "failed" and new.checkpoints_action == "moved" and new.checkpoints_entry == str(entry)
+
+
+def test_an_interrupted_launch_that_moved_the_checkpoints_and_started_nothing_puts_them_back(project, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    before = _running_with_checkpoints(project)
+    marker = tmp_path / "marker"
+    book = project.path / "pause.yaml"
+    steps = ["preflight", "push_revision", "stop_run", "checkpoints", "record"]
+    book.write_text("name: pause\nsteps:\n" + "".join(f"  - step: {s}\n" for s in steps)
+                    + f'  - {{step: shell, argv: ["sh", "-c", "touch {marker}; sleep 2"]}}\n'
+                    + "  - step: start_run\n  - step: verify_started\n")
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "play", str(book), "--clean-checkpoints",
+                             "--yes"], cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(marker.exists, what="the pause after the checkpoints were moved")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "old run 1 stopped" in err and "new run 2 not started" in err, err
+    assert f"the checkpoints it moved aside were put back in {project.checkpoints}" in err, err
+    assert before <= _names(project) and _trash_entries(project) == []
+    with project.registry() as reg:
+        assert reg.get(2).status == "failed" and reg.get(2).checkpoints_action == "restored"
