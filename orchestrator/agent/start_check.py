@@ -19,9 +19,11 @@ from .protocol import AgentFailure
 from .runs import alive_runs
 
 
-def _creatable(path: str) -> bool:
-    """Whether ``path`` exists as a folder, or its nearest existing parent lets us create it."""
+def _creatable(path: str, write_in: bool) -> bool:
+    """Whether ``path`` is a folder (one we can write in, with ``write_in``) or can be created."""
     probe = os.path.normpath(path)
+    if os.path.isdir(probe) and not write_in:
+        return True
     while not os.path.exists(probe):
         parent = os.path.dirname(probe)
         if parent == probe:
@@ -49,8 +51,9 @@ def check(layout: Layout, exp_id: int, project: str, revision: str, registry: st
     if shutil.which("tmux") is None:
         raise AgentFailure("agent", "tmux is not installed on the target; nothing was stopped",
                            "install tmux there (apt-get install tmux)")
-    for what, path in (("run folder", layout.runs), ("checkpoint folder", checkpoints)):
-        if path and not _creatable(path):
+    # the run's folder is made in runs/; the checkpoint folder only has to exist (a read-only one is the run's affair)
+    for what, path, write_in in (("runs folder", layout.runs, True), ("checkpoint folder", checkpoints, False)):
+        if path and not _creatable(path, write_in):
             raise AgentFailure("safety", f"the {what} {path} cannot be created or written; nothing was stopped",
                                "check its owner and permissions on the target")
     busy = [] if stops_runs else alive_runs(layout, project)
