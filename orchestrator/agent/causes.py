@@ -1,8 +1,8 @@
 """Why a run ended, as far as the target can tell: a hang-up from tmux, a container or machine restart.
 
     hangup_cause([signal.SIGHUP], run_dir)  # -> "the tmux server went away" (the supervisor got SIGHUP)
-    lost_cause(pid_record)                  # -> "the container stopped" (its init is younger than the run)
-    boot_id()                               # recorded in pid.json, to tell a machine restart apart
+    lost_cause(pid_record)                  # -> "the container stopped" (a new boot id, or an init younger
+                                            #    than the run), "the machine restarted", "its supervisor was killed"
 
 A cause is a few words for ``status``; None when nothing is known.
 """
@@ -60,17 +60,31 @@ def hangup_cause(stopping: list, run_dir: str, tmux: str | None = None, wait: fl
     return "the tmux server went away"
 
 
+def in_container() -> bool:
+    """Whether this is a container (LXC gives it a boot id of its own: a new one at each container start)."""
+    try:
+        with open("/run/systemd/container") as fh:
+            if fh.read().strip():
+                return True
+    except OSError:
+        pass
+    try:
+        with open("/proc/1/environ", "rb") as fh:
+            return any(v.startswith(b"container=") for v in fh.read().split(b"\0"))
+    except OSError:
+        return False
+
+
 def lost_cause(pid: dict) -> str:
     """A run whose supervisor vanished without recording an exit: what took it away."""
-    then = pid.get("boot_id")
-    if then and boot_id() and then != boot_id():
-        return "the machine restarted"
+    then, now = pid.get("boot_id"), boot_id()
     init, supervisor = _start_ticks(1), pid.get("supervisor_start")
     try:
-        if init is not None and supervisor is not None and init > int(supervisor):
-            return "the container stopped"
+        younger_init = init is not None and supervisor is not None and init > int(supervisor)
     except (TypeError, ValueError):
-        pass
+        younger_init = False
+    if (then and now and then != now) or younger_init:
+        return "the container stopped" if in_container() else "the machine restarted"
     return "its supervisor was killed"
 
 
