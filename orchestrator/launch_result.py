@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .agent_client import AgentClient, Op, decode_log
+from .end_reason import describe
 from .errors import OrchError
 from .experiments import ENDED, Experiment, Registry
 
@@ -97,7 +98,7 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     gone = [r for r in values[0]["runs"] if (r["id"], r.get("registry")) in was_alive and r["state"] in ENDED]
     for run in gone:
         update_quietly(registry, run, launch, status=run["state"], exit_code=run.get("exit_code"),
-                       ended=run.get("ended") or now)
+                       ended=run.get("ended") or now, end_reason=describe(run, registry.registry_id, now))
     out.stopped = [{"id": r["id"], "mine": registry.owns(r), "clone": r.get("clone"), "state": r["state"],
                     "exit_code": r.get("exit_code"), "signals": []} for r in gone]
     stopped = [r["id"] for r in gone]

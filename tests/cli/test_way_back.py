@@ -120,3 +120,4 @@ def test_an_interrupted_launch_that_moved_the_checkpoints_and_started_nothing_pu
     assert before <= _names(project) and _trash_entries(project) == []
     with project.registry() as reg:
         assert reg.get(2).status == "failed" and reg.get(2).checkpoints_action == "restored"
+        assert reg.get(1).status == "stopped" and reg.get(1).end_reason == "stopped by experiment 2"
