@@ -6,13 +6,15 @@ Execution has two phases so that nothing changes before everything has been chec
    checkpoint folder holds. Then, locally: confirmation; the blobs the target lacks are streamed
    (``push``, unlocked: storing them changes nothing visible); the experiment row (``launching``).
 2. **apply** (one agent call holding the target's lock): assemble the revision, check the
-   checkpoint folder is safe, stop the old run, move checkpoints, shell steps, start, verify.
+   checkpoint folder is safe and that the new run can start (``run_check``), stop the old run, move
+   checkpoints, shell steps, start, verify.
 
-If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``.
+If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``; if it
+failed at the start, after the old run was stopped, the checkpoints it moved are put back (``way_back``).
 If it is interrupted (Ctrl-C, SIGTERM, SIGHUP, a dropped link), the agent finishes the step in progress
 and stops at the next one; orch then asks the target what was done, records that, and says it in one
 line (``Interrupted``). If orch itself is killed (SIGKILL), the row's launch lock (``launch_guard``) is
-dropped by the kernel and the next command that reaches the target settles it (``status.recover``).
+dropped by the kernel and the next command that reaches the target settles it (``status.reconcile``).
 With ``wait`` the run is watched until its first metric line, its end, or the time.
 """
 
