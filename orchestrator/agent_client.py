@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .agent.protocol import MARK_BEGIN, PROTOCOL, unframe
-from .errors import AgentError, ConflictError, InputError, NotFoundError, OrchError, SafetyError
+from .errors import (AgentError, ConflictError, InputError, NotFoundError, OrchError, SafetyError,
+                     TransportTimeout)
 from .transport.base import Transport
 from .transport.local import LocalTransport
 
@@ -81,15 +82,19 @@ class Op:
     args: dict = field(default_factory=dict)
 
 
+TIMEOUT_SETTING = "[ssh] command_timeout (read-only commands: [ssh] read_timeout)"
+
+
 class AgentClient:
     """Runs batches of agent operations on one target over one transport."""
 
     def __init__(self, transport: Transport, root: str, python: str = "python3",
-                 timeout: float | None = 300.0) -> None:
+                 timeout: float | None = 300.0, timeout_setting: str = TIMEOUT_SETTING) -> None:
         self.transport = transport
         self.root = root
         self.python = python
         self.timeout = timeout
+        self.timeout_setting = timeout_setting  # named in the hint when a call runs out of time
         digest, _ = agent_zip()
         self.agent_path = f"{root.rstrip('/')}/agent/agent-{digest}.pyz"
         self.calls = 0
@@ -153,7 +158,14 @@ class AgentClient:
             return self.transport.run(argv, input=stdin, timeout=limit)
 
         argv = [self.python, self.agent_path]
-        result = run()
+        try:
+            result = run()
+        except TransportTimeout as exc:
+            if timeout is not None or streamed:
+                raise
+            raise TransportTimeout(f"{exc.message} ({what})", hint=f"the target may be frozen or overloaded: "
+                                   f"check it, or raise {self.timeout_setting} in orch.toml if it is just slow") \
+                from None
         envelope = _envelope(result.stdout)
         if envelope is None and self._agent_missing(result):
             self.push_agent()

@@ -192,6 +192,7 @@ class SshSection(_Section):
     identity_file: str | None = None
     connect_timeout: float | None = Field(None, gt=0)  # None: ConnectTimeout from the SSH config, else 10 s
     command_timeout: float = Field(300.0, gt=0)
+    read_timeout: float = Field(15.0, gt=0)  # status, logs (first read), checkpoints list: a frozen target fails fast
     keepalive: int = Field(5, ge=0)
     connect_retries: int = Field(2, ge=0, le=10)
 

@@ -80,6 +80,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE experiments ADD COLUMN nodes TEXT;
     """,
+    # how a run ended, in words: who stopped it, which signal and why, "end time unknown, noticed at ..."
+    """
+    ALTER TABLE experiments ADD COLUMN end_reason TEXT;
+    """,
 ]
 
 _JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes")
@@ -113,6 +117,7 @@ class Experiment(BaseModel):
     error: str | None = None
     attempts: list | None = None  # the supervisor's attempts.json entries: start, end, exit code, reason, resumed-from
     nodes: list | None = None  # a job over several nodes: one record per node (multinode.py), node 0 first
+    end_reason: str | None = None  # "stopped by experiment 7", "SIGHUP: the tmux server went away", ...
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""
@@ -278,6 +283,13 @@ class Registry:
                 if exp.status == "launching":
                     found.append(exp)
         return found
+
+    def unsettled(self, machine: str, target: str | None, project: str) -> list[Experiment]:
+        """Every experiment of ``project`` on ``machine`` whose record can still change (launching, running, lost)."""
+        rows = self.db.execute("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
+                               "AND project = ? AND status IN ('launching', 'running', 'lost') ORDER BY id",
+                               (machine, target, project))
+        return [self._from_row(r) for r in rows.fetchall()]
 
     def orphaned(self, exp: Experiment) -> bool:
         """Whether ``exp`` is a launch whose process is gone and whose target has not been asked yet."""

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .agent_client import AgentClient, Op, decode_log
+from .end_reason import describe
 from .errors import OrchError
 from .experiments import ENDED, Experiment, Registry
 
@@ -64,6 +65,9 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     old = [r["id"] for r in probe["alive_runs"]] if launch.book.has("stop_run") else []
     ids = [*old, *([exp.id] if exp is not None else [])]
     ops = [Op("status", {"project": settings.project.name, "ids": ids, "tail": False, "gpus": False})]
+    cleaning = exp is not None and launch.inputs.checkpoint_action != "keep" and launch.book.has("checkpoints")
+    if cleaning:  # where this launch moved the checkpoints, if it got that far
+        ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints}))
     grace = settings.run.stop_timeout + settings.run.term_timeout + settings.run.lock_timeout + 10
     if exp is not None:  # recorded at once: if orch is killed while asking, the row already says why
         out.experiment = registry.update(exp.id, status="failed", ended=time.time(),
@@ -82,14 +86,19 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
             out.experiment = registry.update(exp.id, status="failed", ended=time.time(),
                                              error=f"{how}; the target could not be asked what was done")
         why = exc.message if isinstance(exc, OrchError) else "interrupted again"
-        return f"what the target did is unknown ({why}); orch status tells once it answers"
+        where = ""
+        if cleaning:
+            trash = (probe.get("ckpt_safe") or {}).get("trash") or "the checkpoint trash"
+            where = (f"; if it moved the checkpoints aside they are in an entry of {trash} (orch checkpoints list), "
+                     "and orch checkpoints restore ENTRY puts them back")
+        return f"what the target did is unknown ({why}); orch status tells once it answers{where}"
     was_alive = {(r["id"], r.get("registry")) for r in probe["alive_runs"]} if launch.book.has("stop_run") \
         else set()
     now = time.time()
     gone = [r for r in values[0]["runs"] if (r["id"], r.get("registry")) in was_alive and r["state"] in ENDED]
     for run in gone:
         update_quietly(registry, run, launch, status=run["state"], exit_code=run.get("exit_code"),
-                       ended=run.get("ended") or now)
+                       ended=run.get("ended") or now, end_reason=describe(run, registry.registry_id, now))
     out.stopped = [{"id": r["id"], "mine": registry.owns(r), "clone": r.get("clone"), "state": r["state"],
                     "exit_code": r.get("exit_code"), "signals": []} for r in gone]
     stopped = [r["id"] for r in gone]
@@ -106,11 +115,35 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
         out.experiment = registry.update(exp.id, status="failed", ended=now, error=f"{how} before it started")
     if stopped:
         done.append(f"old run {', '.join(map(str, stopped))} stopped")
+    moved = next((e for e in (values[1]["entries"] if cleaning else []) if e.get("moved_by") == exp.id), None)
+    if moved is not None and exp is not None:
+        done.append(_moved(launch, registry, exp, out, moved, put_back=new is None or new["state"] == "failed"))
     if not done:
         done.append("nothing was changed on the target")
     if new is None and exp is not None:
         done.append(f"new run {exp.id} not started")
     return "; ".join(done)
+
+
+def _moved(launch: Launch, registry: Registry, exp: Experiment, out: Outcome, entry: dict, put_back: bool) -> str:
+    """The trash entry this launch made: recorded; put back when its new run never started."""
+    target = launch.target
+    path = f"{entry['trash'].rstrip('/')}/{entry['name']}"
+    if put_back:
+        try:
+            with target.connect() as transport:  # type: ignore[misc]
+                client = AgentClient(transport, target.root, target.python, timeout=launch.settings.ssh.command_timeout)
+                client.call([Op("ckpt_restore", {"path": target.checkpoints, "configured": target.checkpoints,
+                                                 "name": entry["name"]})], lock=launch.settings.run.lock_timeout,
+                            what="put the checkpoints back after an interrupted launch")
+            out.experiment = registry.update(exp.id, checkpoints_action="restored", checkpoints_entry=None)
+            return f"the checkpoints it moved aside were put back in {target.checkpoints}"
+        except OrchError as exc:
+            out.experiment = registry.update(exp.id, checkpoints_action="moved", checkpoints_entry=path)
+            return (f"the checkpoints it moved aside are in {path} (putting them back failed: {exc.message}); "
+                    f"orch checkpoints restore {entry['name']} puts them back")
+    out.experiment = registry.update(exp.id, checkpoints_action="moved", checkpoints_entry=path)
+    return f"checkpoints moved to {path} (orch checkpoints restore {entry['name']})"
 
 
 def update_quietly(registry: Registry, run: dict, launch: Launch, **fields: Any) -> None:

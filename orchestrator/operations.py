@@ -6,13 +6,15 @@ Execution has two phases so that nothing changes before everything has been chec
    checkpoint folder holds. Then, locally: confirmation; the blobs the target lacks are streamed
    (``push``, unlocked: storing them changes nothing visible); the experiment row (``launching``).
 2. **apply** (one agent call holding the target's lock): assemble the revision, check the
-   checkpoint folder is safe, stop the old run, move checkpoints, shell steps, start, verify.
+   checkpoint folder is safe and that the new run can start (``run_check``), stop the old run, move
+   checkpoints, shell steps, start, verify.
 
-If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``.
+If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``; if it
+failed at the start, after the old run was stopped, the checkpoints it moved are put back (``way_back``).
 If it is interrupted (Ctrl-C, SIGTERM, SIGHUP, a dropped link), the agent finishes the step in progress
 and stops at the next one; orch then asks the target what was done, records that, and says it in one
 line (``Interrupted``). If orch itself is killed (SIGKILL), the row's launch lock (``launch_guard``) is
-dropped by the kernel and the next command that reaches the target settles it (``status.recover``).
+dropped by the kernel and the next command that reaches the target settles it (``status.reconcile``).
 With ``wait`` the run is watched until its first metric line, its end, or the time.
 """
 
@@ -23,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import launch_result, signals
+from . import launch_result, signals, way_back
 from .agent_client import AgentClient, Op
 from .config import Settings
 from .errors import InputError, Interrupted, OrchError, TransportError
@@ -33,7 +35,7 @@ from .metrics import format_size as _size
 from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
 from .revisions import Revision
-from .status import recover
+from .status import reconcile
 from .targets import Target
 
 
@@ -67,6 +69,7 @@ class Outcome:
     shell: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     waited: dict | None = None  # what --wait saw: the first metric line, or how the run ended
+    undo: dict = field(default_factory=dict)  # registry fields after a failed apply (checkpoints put back)
 
 
 def command_argv(command: str | list[str]) -> list[str]:
@@ -110,8 +113,9 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
     try:
         client = AgentClient(transport, target.root, target.python, timeout=settings.ssh.command_timeout)
         try:
-            recover(settings, target, registry, client)  # launches an earlier orch left behind when it was killed
-            probe = _probe(launch, client, project)
+            # every unsettled row of this registry on the target (launches an earlier orch left behind too),
+            # in the probe's call
+            probe = _probe(launch, client, project, registry)
         except KeyboardInterrupt as exc:
             how, code = signals.describe(exc)
             raise Interrupted(f"{how}: nothing was changed on the target", exit_code=code) from None
@@ -140,6 +144,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             if exp is not None:
                 moved = {"checkpoints_action": out.checkpoints["action"],  # the trash op ran before the failure
                          "checkpoints_entry": out.checkpoints.get("entry_path")} if out.checkpoints else {}
+                moved.update(out.undo)
                 registry.update(exp.id, status="failed", ended=time.time(), error=str(exc)[:2000], **moved)
                 out.experiment = registry.get(exp.id)
             raise
@@ -233,7 +238,7 @@ def _checkpoint_action(book: Playbook, inputs: Inputs) -> str:
     return checkpoint_action(steps[0], inputs) if steps else "keep"
 
 
-def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
+def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry | None = None) -> dict:
     book, target = launch.book, launch.target
     ops: list[Op] = []
     keys: list[str] = []
@@ -257,7 +262,10 @@ def _probe(launch: Launch, client: AgentClient, project: str) -> dict:
         ops.append(Op("ckpt_inventory", {**ckpt, **_retention(launch.settings), "full": action == "purge",
                                          "ignore": launch.settings.checkpoints.ignore}))
         keys += ["ckpt_safe", "inventory"]
-    values = client.call(ops, what=f"{book.name} (probe)")
+    if registry is not None:
+        values = reconcile(launch.settings, target, registry, client, also=ops)
+    else:
+        values = client.call(ops, what=f"{book.name} (probe)")
     probe = dict(zip(keys, values))
     probe["alive_runs"] = [r for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
     probe["alive"] = [r["id"] for r in probe["alive_runs"]]
@@ -332,8 +340,9 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
             ops.append(Op("revision_assemble", {"revision": launch.inputs.revision}))
             keys.append("revision")
         elif isinstance(step, StopRun):
+            by = {"experiment": exp.id if exp else None, "registry": registry.registry_id, "clone": clone(settings)}
             ops.append(Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
-                                       "term_timeout": settings.run.term_timeout}))
+                                       "term_timeout": settings.run.term_timeout, "by": by}))
             keys.append("stop")
         elif isinstance(step, Checkpoints) and action != "keep":
             # the entry is named after the experiment whose checkpoints it holds, and records who moved them
@@ -363,24 +372,42 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
             keys.append("verify")
     if not ops:
         return []
+    if exp is not None and "start" in keys:
+        _check_start_first(launch, registry, exp, ops, keys)
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     try:
         values = client.call(ops, lock=settings.run.lock_timeout, what=book.name, timeout=timeout)
+    except TransportError:
+        raise  # what the target did is asked under its lock: launch_result.reconcile
     except OrchError as exc:  # what the ops before the failure did happened: keep where the checkpoints went
-        out.checkpoints = dict(zip(keys, exc.partial)).get("trash", out.checkpoints)
+        done = dict(zip(keys, exc.partial))
+        out.checkpoints = done.get("trash", out.checkpoints)
+        failed = keys[len(exc.partial)] if len(exc.partial) < len(keys) else None
+        note, out.undo = way_back.after_failed_start(launch, client, registry, exp, done, failed)
+        out.stopped = (done.get("stop") or {}).get("stopped", [])
+        if note:
+            exc.message = f"{exc.message}; {note}"
         raise
     return list(zip(keys, values))
+
+
+def _check_start_first(launch: Launch, registry: Registry, exp: Experiment, ops: list[Op], keys: list[str]) -> None:
+    """Put ``run_check`` before the first op that changes what runs or where checkpoints are."""
+    first = next((i for i, k in enumerate(keys) if k in ("stop", "trash", "shell", "start")), len(keys))
+    pending = "revision" in keys[first:]
+    ops.insert(first, Op("run_check", {"exp_id": exp.id, "registry": registry.run_registry(exp.id),
+                                       "project": launch.settings.project.name, "revision": exp.revision,
+                                       "secrets": sorted(launch.secrets), "checkpoints": launch.target.checkpoints,
+                                       "stops_runs": "stop" in keys, "revision_pending": pending}))
+    keys.insert(first, "start_check")
 
 
 def _record_results(launch: Launch, registry: Registry, results: list[tuple[str, Any]], out: Outcome) -> None:
     now = time.time()
     for key, value in results:
         if key == "stop":
-            for run in value["stopped"]:
-                run["mine"] = registry.owns(run)
-                launch_result.update_quietly(registry, run, launch, status=run["state"],
-                                             exit_code=run["exit_code"], ended=now)
-            out.stopped = value["stopped"]
+            by = out.experiment.id if out.experiment is not None else None
+            out.stopped = way_back.record_stopped(launch, registry, value, by)
         elif key == "trash":
             out.checkpoints = value
         elif key == "shell":

@@ -3,25 +3,32 @@
 A run reported by a target is matched to a row only when its key is this registry's (run folders are
 ``runs/<registry id>-<n>``; plain ``runs/<n>`` ones from before the keys match the registry's older rows)
 and the row's machine (or, for old rows, its target name) and project are the target's: another clone's
-run 7 is not ours. ``recover`` settles launches whose orch process died (``launch_guard``) the next time a command
-reaches their target.
+run 7 is not ours. Every command that reaches a target calls ``reconcile`` first: one agent call brings every
+row of this registry on that machine and project that is not final yet (no window of recent runs) up to date
+with the target: its state, exit code or signal, real end time and how it ended (``end_reason``), and settles
+launches whose orch process died (``launch_guard``).
 """
 
 from __future__ import annotations
 
 import time
 
+from . import end_reason
 from .agent_client import AgentClient, Op
 from .config import Settings
-from .errors import ConflictError, NotFoundError
+from .errors import ConflictError, NotFoundError, OrchError
 from .experiments import FINAL, Experiment, Registry
 from .targets import Target
 
 INTERRUPTED = "launch interrupted: orch stopped before the run was started on the target"
 
 
-def client_for(settings: Settings, target: Target) -> AgentClient:
+def client_for(settings: Settings, target: Target, read_only: bool = False) -> AgentClient:
+    """An agent client; ``read_only`` calls are bounded by ``[ssh] read_timeout`` (a frozen target fails fast)."""
     assert target.connect is not None
+    if read_only:
+        return AgentClient(target.connect(), target.root, target.python, timeout=settings.ssh.read_timeout,
+                           timeout_setting="[ssh] read_timeout")
     return AgentClient(target.connect(), target.root, target.python, timeout=settings.ssh.command_timeout)
 
 
@@ -51,7 +58,7 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
             continue
         fields: dict = {"status": state}
         if state in FINAL:
-            fields.update(exit_code=run.get("exit_code"), ended=run.get("ended") or time.time())
+            fields.update(ended_fields(run, registry.registry_id))
         if run.get("started") and not exp.started:
             fields["started"] = run["started"]
         if exp.status == "lost" and state not in FINAL:
@@ -61,29 +68,56 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
         registry.update(exp.id, **fields)
 
 
-def recover(settings: Settings, target: Target, registry: Registry, client: AgentClient | None = None) -> list:
-    """Settle this target's orphaned launches: failed if the target never started them, else their real state.
+def ended_fields(run: dict, registry_id: str | None, now: float | None = None) -> dict:
+    """exit code, end time and how it ended; an end time the target does not know is None, never the check's."""
+    now = time.time() if now is None else now
+    reason = end_reason.describe(run, registry_id, now)
+    ended = None if run.get("state") == "lost" else run.get("ended")
+    if ended is None and run.get("state") != "lost":
+        reason = (f"{reason}; " if reason else "") + f"end time unknown, noticed at {end_reason.noticed(now)}"
+    return {"exit_code": run.get("exit_code"), "ended": ended, "end_reason": reason}
 
-    Costs nothing when there are none. The target's lock is taken, so an agent the dead orch left behind
-    has finished its step first; if another operation holds the lock, they wait for the next command.
+
+def reconcile(settings: Settings, target: Target, registry: Registry, client: AgentClient | None = None,
+              also: list[Op] | tuple = ()) -> list:
+    """Bring every non-final row of this registry on the target's machine and project up to date, in one
+    agent call together with the ops ``also`` (whose values are returned).
+
+    Orphaned launches need the target's lock (an agent the dead orch left behind finishes its step first);
+    if another operation holds it, they wait for the next command and the rest is read without it.
     """
     project = settings.project.name
-    lost = registry.orphans(target.machine, target.name, project)
-    if not lost:
+    rows = registry.unsettled(target.machine, target.name, project)
+    ops = [Op("status", {"project": project, "ids": [e.id for e in rows], "tail": False, "gpus": False,
+                         "registry": registry.registry_id})] if rows else []
+    ops += list(also)
+    if not ops:
         return []
+    lost = [e for e in rows if registry.orphaned(e)]
     own = client is None
     client = client or client_for(settings, target)
     try:
-        op = Op("status", {"project": project, "ids": [e.id for e in lost], "tail": False, "gpus": False})
-        runs = client.call([op], lock=settings.run.lock_timeout, what="check interrupted launches")[0]["runs"]
-    except ConflictError:
-        return []
+        try:
+            values = client.call(ops, lock=settings.run.lock_timeout if lost else None, what="check the runs")
+        except ConflictError:
+            if not lost:
+                raise
+            lost = []
+            values = client.call(ops, what="check the runs")
     finally:
         if own:
             client.transport.close()
-    found = {r["id"]: r for r in runs if r.get("project") == project and registry.owns(r)}
+    if rows:
+        runs = values.pop(0)["runs"]
+        _settle(registry, lost, runs, project)
+        sync(registry, runs, target, project)
+    return values
+
+
+def _settle(registry: Registry, lost: list[Experiment], runs: list[dict], project: str) -> None:
+    """Orphaned launches: failed if the target never started them, else their real state."""
+    found = {r["id"]: r for r in runs if r.get("project") in (None, project) and registry.owns(r)}
     now = time.time()
-    settled = []
     for exp in lost:
         run = found.get(exp.id)
         if run is None:
@@ -92,15 +126,28 @@ def recover(settings: Settings, target: Target, registry: Registry, client: Agen
             state = "running" if run["state"] == "launching" else run["state"]
             fields = {"status": state, "started": run.get("started") or now}
             if state in FINAL:
-                fields.update(exit_code=run.get("exit_code"), ended=run.get("ended") or now)
-        settled.append(registry.settle(exp.id, **fields))
-    return settled
+                fields.update(ended_fields(run, registry.registry_id, now))
+        registry.settle(exp.id, **fields)
+
+
+def recover(settings: Settings, target: Target, registry: Registry, client: AgentClient | None = None) -> None:
+    """``reconcile`` alone, for a command about to reach the target."""
+    reconcile(settings, target, registry, client)
+
+
+def reconcile_quietly(settings: Settings, target: Target, registry: Registry, client: AgentClient) -> str | None:
+    """``reconcile`` for commands whose own work must not depend on it (exec, attach): the error, or None."""
+    try:
+        reconcile(settings, target, registry, client)
+    except OrchError as exc:
+        return exc.message
+    return None
 
 
 def target_status(settings: Settings, target: Target, registry: Registry, client: AgentClient) -> dict:
     """The latest experiment on the target with its live state and the tail of its log."""
-    recover(settings, target, registry, client)
-    answer = client.one("status", project=settings.project.name, last=20, registry=registry.registry_id)
+    latest20 = Op("status", {"project": settings.project.name, "last": 20, "registry": registry.registry_id})
+    answer = reconcile(settings, target, registry, client, also=[latest20])[0]
     sync(registry, answer["runs"], target, settings.project.name)
     latest: Experiment | None = registry.latest(target.machine, target.name)
     run = None

@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import checkpoints, diskspace, gc, logs, revisions, runs, system, validate
+from . import checkpoints, diskspace, gc, logs, revisions, runs, start_check, system, validate
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -51,6 +51,7 @@ OPS = {
     "blobs_store": (revisions.blobs_store, True),
     "revision_assemble": (revisions.revision_assemble, False),
     "run_start": (lambda layout, **a: runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **a), False),
+    "run_check": (start_check.check, False),
     "run_stop": (runs.stop, False),
     "run_verify": (runs.verify_started, False),
     "status": (lambda layout, gpus=True, **a: {**runs.status(layout, **a), "gpus": system.gpus() if gpus else []},

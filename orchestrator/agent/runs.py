@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from . import attempts, handover, reboot_unit
+from . import attempts, causes, grace, handover, reboot_unit
 from .layout import Layout, parse_run_key, read_json, write_json
 from .protocol import AgentFailure
 
@@ -73,9 +73,13 @@ def run_state(run_dir: str) -> dict:
            "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints")}
     tried = attempts.summary(run_dir)
     out.update(tried)
-    if isinstance(ended, dict):
+    if stop_req:
+        out["stopped_by"] = (read_json(os.path.join(run_dir, "stop_requested"), {}) or {}).get("by")
+    if isinstance(ended, dict) and ended.get("not_started"):  # the start failed: it never ran
+        out.update(state="failed", ended=ended.get("ended"), error=ended.get("error"))
+    elif isinstance(ended, dict):
         code = ended.get("exit_code")
-        out.update(exit_code=code, ended=ended.get("ended"))
+        out.update(exit_code=code, ended=ended.get("ended"), signal=ended.get("signal"), cause=ended.get("cause"))
         out["state"] = "stopped" if stop_req else ("finished" if code == 0 else "crashed")
     elif _alive(pid.get("supervisor"), pid.get("supervisor_start")) or \
             _alive(pid.get("child"), pid.get("child_start")):
@@ -85,6 +89,7 @@ def run_state(run_dir: str) -> dict:
     elif pid:  # supervisor and command gone without a word: killed, or the container restarted
         out["state"] = "stopped" if stop_req else "lost"
         out["lost"] = True
+        out["cause"] = causes.lost_cause(pid)
     else:
         launched = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
         young = time.time() - float(launched.get("created", 0)) < 30
@@ -196,6 +201,9 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                            start_directory=rev_dir, window_command=command)
         if sender is not None:
             sender.wait_taken(run_dir)  # if it never comes, the supervisor records why the run did not start
+    except Exception as exc:
+        not_started(run_dir, f"tmux could not start it: {exc!r}"[:300])
+        raise
     finally:
         if sender is not None:
             sender.close()
@@ -214,8 +222,17 @@ def _kill_session(server, name: str) -> None:
             raise
 
 
+def not_started(run_dir: str, why: str) -> None:
+    """Record that a run's start failed, so it reads as ``failed`` (never ``launching``, never "still running")."""
+    if not os.path.exists(os.path.join(run_dir, "exit.json")):
+        write_json(os.path.join(run_dir, "exit.json"), {"exit_code": None, "signal": None, "ended": time.time(),
+                                                        "error": why, "not_started": True})
+
+
 def supervise(run_dir: str) -> int:
     """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
+    if os.path.exists(os.path.join(run_dir, "exit.json")):
+        return 0  # too late: its start was already given up (``not_started``)
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)
     env = dict(os.environ)
@@ -259,7 +276,7 @@ def supervise(run_dir: str) -> int:
             history.waiting(time.time() + pause)
             if not attempts.wait_backoff(run_dir, pause, stopping):
                 break
-    _record_exit(run_dir, code, sig)
+    _record_exit(run_dir, code, sig, cause=causes.hangup_cause(stopping, run_dir))
     print(f"orch: exited with code {code}", flush=True)
     return code
 
@@ -298,12 +315,14 @@ def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
     path = os.path.join(run_dir, "pid.json")
     first = (read_json(path, {}) or {}).get("started")
     write_json(path, {"supervisor": os.getpid(), "supervisor_start": _proc_start(os.getpid()), "child": child.pid,
-                      "child_start": _proc_start(child.pid), "started": first or time.time()})
+                      "child_start": _proc_start(child.pid), "started": first or time.time(),
+                      "boot_id": causes.boot_id()})
 
 
-def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = None) -> int:
+def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = None,
+                 cause: str | None = None) -> int:
     reboot_unit.remove(run_dir)  # the run is over: nothing to resume at the next boot
-    record = {"exit_code": code, "signal": sig, "ended": time.time()}
+    record = {"exit_code": code, "signal": sig, "ended": time.time()} | ({"cause": cause} if cause else {})
     write_json(os.path.join(run_dir, "exit.json"), record | ({"error": error} if error else {}))
     return code
 
@@ -368,27 +387,30 @@ def resume(run_dir: str) -> int:
     return 0
 
 
-def _mark_stopping(run_dir: str) -> None:
-    """The marker that makes a stopped run read as ``stopped``; on a full disk, an empty file (no space needed)."""
+def _mark_stopping(run_dir: str, by: dict | None = None) -> None:
+    """The marker that makes a stopped run read as ``stopped``, and says who stopped it (``by``: the experiment
+    and registry of the launch, or none for ``orch stop``, and the clone); on a full disk, an empty file."""
     marker = os.path.join(run_dir, "stop_requested")
     try:
-        write_json(marker, {"time": time.time()})
+        write_json(marker, {"time": time.time(), "by": by})
     except OSError:
         os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
 
 
-def _wait(run_dir: str, seconds: float) -> bool:
+def _wait(run_dir: str, seconds: float, pid: int | None = None) -> bool:
+    """Wait for the run to end; with ``pid`` (the signalled process) only its own time counts (``grace``)."""
+    clock = grace.Grace(seconds, pid) if pid else None
     deadline = time.monotonic() + seconds
     while True:
         if run_state(run_dir)["state"] not in ("running", "launching"):
             return True
-        if time.monotonic() >= deadline:
+        if clock.tick() if clock is not None else time.monotonic() >= deadline:
             return False
         time.sleep(0.01)
 
 
 def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: float, term_timeout: float,
-         term_first: bool = False, registry: str | None = None) -> dict:
+         term_first: bool = False, by: dict | None = None, registry: str | None = None) -> dict:
     """SIGINT, wait; SIGTERM, wait; SIGKILL. Each stopped run is marked so it reads as ``stopped``.
 
     ``term_first`` starts at SIGTERM: what torchrun's launcher takes as "stop the job" on every node.
@@ -403,7 +425,7 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
         if state["state"] not in ("running", "launching"):
             continue
         run_dir = state["dir"]
-        _mark_stopping(run_dir)
+        _mark_stopping(run_dir, by)
         pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}
         sent = []
         ladder = ((signal.SIGINT, stop_timeout), (signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0))
@@ -418,11 +440,12 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
                 sent.append(signal.Signals(sig).name)
             except ProcessLookupError:
                 pass
-            if _wait(run_dir, wait):
+            if _wait(run_dir, wait, int(pid["child"])):
                 break
         final = run_state(run_dir)
         stopped.append({"id": final["id"], "registry": final["registry"], "clone": final["clone"],
-                        "state": final["state"], "exit_code": final["exit_code"], "signals": sent})
+                        "state": final["state"], "exit_code": final["exit_code"], "signals": sent,
+                        "ended": final.get("ended")})
     if project is not None and not alive_runs(layout, project):
         _kill_session(libtmux.Server(socket_name=socket_name(layout)), session_name(project))
     return {"stopped": stopped}
@@ -435,6 +458,7 @@ def verify_started(layout: Layout, exp_id: int, wait: float = 1.0, registry: str
     while not os.path.exists(os.path.join(run_dir, "pid.json")) and \
             not os.path.exists(os.path.join(run_dir, "exit.json")):
         if time.monotonic() >= deadline:
+            not_started(run_dir, "its supervisor did not come up within 30 s")
             raise AgentFailure("agent", f"experiment {exp_id} did not start within 30 s",
                                "check that tmux works on the target: orch status shows the run's state")
         time.sleep(0.02)

@@ -17,19 +17,29 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confir
 class _Checkpoints:
     """One connection to the target for the whole command: read the folder, then change it under the lock."""
 
-    def __init__(self, ctx: typer.Context, target: str | None, ct: int | None, trust: bool) -> None:
+    def __init__(self, ctx: typer.Context, target: str | None, ct: int | None, trust: bool,
+                 read_only: bool = False) -> None:
         from ..status import client_for
 
         self.settings = common.settings(ctx)
         self.target = common.target(self.settings, target, ct, trust=trust)
-        self.client = client_for(self.settings, self.target)
+        self.client = client_for(self.settings, self.target, read_only=read_only)
         self.base = {"path": self.target.checkpoints, "configured": self.target.checkpoints}
 
+    def reconcile(self, *also: object) -> list:
+        """The registry's unsettled rows brought up to date, in one agent call with the ops ``also``."""
+        from ..status import reconcile
+
+        with common.registry(self.settings) as reg:
+            return reconcile(self.settings, self.target, reg, self.client, also=list(also))  # type: ignore[arg-type]
+
     def inventory(self, retention: bool = False) -> dict:
+        from ..agent_client import Op
+
         max_gb = self.settings.trash.max_gb
         keep = {"keep": self.settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
-        return self.client.one("ckpt_inventory", **self.base, ignore=self.settings.checkpoints.ignore,
-                               **(keep if retention else {}))
+        return self.reconcile(Op("ckpt_inventory", {**self.base, "ignore": self.settings.checkpoints.ignore,
+                                                    **(keep if retention else {})}))[0]
 
     def change(self, op: str, **args: object) -> dict:
         from ..agent_client import Op
@@ -60,7 +70,7 @@ def list_(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_j
 
 
 def _list_one(ctx: typer.Context, target: str | None, ct: int | None, as_json: bool, trust: bool) -> dict:
-    with _Checkpoints(ctx, target, ct, trust) as ck:
+    with _Checkpoints(ctx, target, ct, trust, read_only=True) as ck:
         inv = ck.inventory()
     inv["target_label"] = ck.target.label
     if as_json:
@@ -112,6 +122,7 @@ def restore(ctx: typer.Context, entry: Annotated[str, typer.Argument(help="Trash
             target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
     """Move a trash entry's files back into the checkpoint folder (never overwrites)."""
     with _Checkpoints(ctx, *common.one_node(target, ct, "checkpoints restore"), trust_new_host) as ck:
+        ck.reconcile()
         res = ck.change("ckpt_restore", name=entry)
     render.out(f"restored {res['restored']} item(s) from {entry} into {res['path']} on {ck.target.label}")
 

@@ -34,6 +34,12 @@ def settings(ctx: typer.Context, overrides: list[str] | None = None):
     return settings
 
 
+def read_only(settings):
+    """The settings for a read-only command: its agent calls are bounded by ``[ssh] read_timeout``."""
+    ssh = settings.ssh.model_copy(update={"command_timeout": settings.ssh.read_timeout})
+    return settings.model_copy(update={"ssh": ssh})
+
+
 def _selection(settings, name: str | None, ct: int | None, chosen: dict) -> tuple[str | None, int | None]:
     """The flags a command acts on: those given, else the project's current target, else the default."""
     from ..errors import InputError

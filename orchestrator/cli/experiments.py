@@ -66,7 +66,7 @@ def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")
                          ("command", shlex.join(exp.command)), ("secrets", ", ".join(exp.secret_names)),
                          ("parent", exp.parent),
                          ("created", render.when(exp.created)), ("started", render.when(exp.started)),
-                         ("ended", render.when(exp.ended)),
+                         ("ended", render.when(exp.ended)), ("how", exp.end_reason),
                          ("checkpoints", f"{exp.checkpoints_action or '-'}"
                                          + (f" -> {exp.checkpoints_entry}" if exp.checkpoints_entry else "")),
                          ("error", exp.error)):

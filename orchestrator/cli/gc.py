@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
            as_json: JsonOpt = False) -> None:
         """Remove revisions, blobs and run folders that no live run and none of the last N experiments use."""
         from ..agent_client import Op
-        from ..status import client_for
+        from ..status import client_for, reconcile
 
         settings = common.settings(ctx)
         tgt = common.target(settings, *common.one_node(target, ct, "gc"), trust=trust_new_host)
@@ -48,6 +48,8 @@ def register(app: typer.Typer) -> None:
                 "keep_revisions": _kept_revisions(settings, tgt, keep)}
         client = client_for(settings, tgt)
         try:
+            with common.registry(settings) as reg:
+                reconcile(settings, tgt, reg, client)
             lock = settings.run.lock_timeout
             plan = client.call([Op("gc", {**args, "dry_run": True})], lock=lock, what="gc (plan)")[0]
             if dry_run or not plan["items"]:

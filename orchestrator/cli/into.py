@@ -15,6 +15,19 @@ def _exit(code: int) -> None:
     raise typer.Exit(128 - code if code < 0 else code)
 
 
+def _reconcile(settings, tgt, transport) -> None:
+    """The registry's unsettled rows brought up to date; a failure is said, and the command goes on."""
+    from ..agent_client import AgentClient
+    from ..status import reconcile_quietly
+
+    client = AgentClient(transport, tgt.root, tgt.python, timeout=settings.ssh.read_timeout,
+                         timeout_setting="[ssh] read_timeout")
+    with common.registry(settings) as reg:
+        why = reconcile_quietly(settings, tgt, reg, client)
+    if why:
+        render.say(f"orch: the registry was not brought up to date ({why})")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
@@ -27,6 +40,7 @@ def register(app: typer.Typer) -> None:
         settings = common.settings(ctx)
         tgt = common.target(settings, *common.one_node(target, ct, "attach"), trust=trust_new_host)
         with tgt.connect() as transport:
+            _reconcile(settings, tgt, transport)
             into.require_alive(settings, tgt, transport)
             code = terminal(transport, into.attach_argv(settings, tgt))
         render.say(f"orch: detached from {tgt.label}; the run goes on" if code == 0 else
@@ -44,6 +58,7 @@ def register(app: typer.Typer) -> None:
         settings = common.settings(ctx)
         tgt = common.target(settings, *common.one_node(target, ct, "exec"), trust=trust_new_host)
         with tgt.connect() as transport:
+            _reconcile(settings, tgt, transport)
             with common.registry(settings) as reg:
                 folder = into.revision_folder(settings, tgt, reg, transport)
             code = stream(transport, list(command), cwd=folder)

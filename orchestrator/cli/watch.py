@@ -18,6 +18,7 @@ def _status_dict(st: dict) -> dict:
     return {"target": st["target"], "target_label": st["label"], "target_info": st["info"],
             "experiment": exp.id if exp else None,
             "state": (exp.status if exp else None), "exit_code": exp.exit_code if exp else None,
+            "end_reason": exp.end_reason if exp else None, "ended": exp.ended if exp else None,
             "revision": exp.revision if exp else None, "message": exp.message if exp else None,
             "started": exp.started if exp else None, "last_line": run.get("last_line"),
             "log_age_s": age, "log_bytes": run.get("log_size"), "summary": st.get("summary") or {},
@@ -65,7 +66,7 @@ def register(app: typer.Typer) -> None:
         try:
             while True:
                 try:
-                    client = client or client_for(settings, tgt)
+                    client = client or client_for(settings, tgt, read_only=True)
                     with common.registry(settings) as reg:
                         st = target_status(settings, tgt, reg, client)
                         if metrics:
@@ -114,6 +115,7 @@ def register(app: typer.Typer) -> None:
         from ..status import recover, sync
 
         settings = common.settings(ctx)
+        settings = settings if follow else common.read_only(settings)  # a first read is bounded by read_timeout
         grp = _job_of(settings, target, ct, experiment, trust_new_host)
         if grp is not None:
             from . import job
@@ -212,7 +214,7 @@ def _status_one(settings, exp, metrics: bool, trust: bool) -> dict:
                     "state": job_exp.status, "exit_code": job_exp.exit_code, "nodes": job_exp.nodes, "job": job_exp}
         target, ct = metrics_view.target_flags(settings, exp)
         tgt = common.target(settings, target, ct, trust=trust)
-        client = client_for(settings, tgt)
+        client = client_for(settings, tgt, read_only=True)
         with common.registry(settings) as reg:
             st = target_status(settings, tgt, reg, client)
             if metrics:
@@ -252,12 +254,23 @@ def _metrics_writer(settings):
     return write
 
 
+def _how_it_ended(d: dict) -> str:
+    """`` (exit code 0)``, `` (SIGHUP: the tmux server went away)``, `` (exit code 130; stopped by experiment 7)``."""
+    if d["state"] not in ("crashed", "finished", "stopped", "failed", "lost"):
+        return ""
+    reason = d.get("end_reason")
+    if not reason or reason == f"exit code {d['exit_code']}":
+        return f" (exit code {d['exit_code']})"
+    if d["state"] == "stopped":
+        return f" (exit code {d['exit_code']}; {reason})"
+    return f" ({reason})"
+
+
 def _print_status(d: dict) -> None:
     if d["experiment"] is None:
         render.out(f"{d['target_label']}: no experiment yet (orch deploy starts one)")
         return
-    ended = d["state"] in ("crashed", "finished", "stopped", "failed", "lost")
-    code = f" (exit code {d['exit_code']})" if ended else ""
+    code = _how_it_ended(d)
     state = "restarting" if d["state"] == "running" and d.get("phase") == "restarting" else d["state"]
     render.out(f"{d['target_label']}: experiment {d['experiment']} {state}{code}, revision {d['revision']}")
     if (tried := _attempt_line(d)) is not None:

@@ -111,8 +111,10 @@ def test_sigkill_at_any_point_of_a_deploy_leaves_no_phantom(project, tmp_path):
         on_target = target_state(project, exp_id)
         assert (exp.status, on_target) in (("failed", None), ("running", "running")), (exp_id, exp.status)
     assert not list((project.path / ".orch" / "launching").iterdir())
-    # a phantom newer than the real run: logs and restart take the run that is there
-    assert kill_at(project, after_record, marker).returncode == -signal.SIGKILL
+    # a phantom newer than the real run: logs and restart take the run that is there (a playbook that would
+    # start a second run beside it is refused before its first step, so this one only records)
+    only_record = book(project, "only-record", ["preflight", "push_revision", "record", "pause"], marker)
+    assert kill_at(project, only_record, marker).returncode == -signal.SIGKILL
     logs = project.run("logs", "-n", "200")
     assert logs.returncode == 0, logs.stderr
     assert "exp=3" in logs.stdout

@@ -1,0 +1,97 @@
+"""Why a run ended, as far as the target can tell: a hang-up from tmux, a container or machine restart.
+
+    hangup_cause([signal.SIGHUP], run_dir)  # -> "the tmux server went away" (the supervisor got SIGHUP)
+    lost_cause(pid_record)                  # -> "the container stopped" (a new boot id, or an init younger
+                                            #    than the run), "the machine restarted", "its supervisor was killed"
+
+A cause is a few words for ``status``; None when nothing is known.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+STOP_FILE = "stop_requested"
+
+
+def boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _gone(pid: int, socket: str) -> bool:
+    """Whether the tmux server ``pid`` has exited (a zombie nobody reaped yet counts) or its socket is gone."""
+    if socket and not os.path.exists(socket):
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def hangup_cause(stopping: list, run_dir: str, tmux: str | None = None, wait: float = 1.0) -> str | None:
+    """The supervisor got SIGHUP without a stop being asked: tmux took its pane away. Which way: the server
+    (``$TMUX`` names its pid) exited, or only the session or pane was killed."""
+    if signal.SIGHUP not in stopping or os.path.exists(os.path.join(run_dir, STOP_FILE)):
+        return None
+    parts = (tmux if tmux is not None else os.environ.get("TMUX", "")).split(",")
+    server = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    if server is None:
+        return "its terminal hung up"
+    deadline = time.monotonic() + wait  # the server may still be exiting when its pane's process is told
+    while not _gone(server, parts[0]):
+        if time.monotonic() >= deadline:
+            return "its tmux session was killed"
+        time.sleep(0.02)
+    return "the tmux server went away"
+
+
+def in_container() -> bool:
+    """Whether this is a container (LXC gives it a boot id of its own: a new one at each container start)."""
+    try:
+        with open("/run/systemd/container") as fh:
+            if fh.read().strip():
+                return True
+    except OSError:
+        pass
+    try:
+        with open("/proc/1/environ", "rb") as fh:
+            return any(v.startswith(b"container=") for v in fh.read().split(b"\0"))
+    except OSError:
+        return False
+
+
+def lost_cause(pid: dict) -> str:
+    """A run whose supervisor vanished without recording an exit: what took it away."""
+    then, now = pid.get("boot_id"), boot_id()
+    init, supervisor = _start_ticks(1), pid.get("supervisor_start")
+    try:
+        younger_init = init is not None and supervisor is not None and init > int(supervisor)
+    except (TypeError, ValueError):
+        younger_init = False
+    if (then and now and then != now) or younger_init:
+        return "the container stopped" if in_container() else "the machine restarted"
+    return "its supervisor was killed"
+
+
+def signal_name(sig: int | None) -> str | None:
+    if not sig:
+        return None
+    try:
+        return signal.Signals(int(sig)).name
+    except ValueError:
+        return f"signal {sig}"

@@ -1,0 +1,60 @@
+"""How a run ended, in words for the registry and ``status``, from what the target reports (pure).
+
+    describe({"state": "crashed", "exit_code": 129, "signal": 1, "cause": "the tmux server went away"})
+        -> "SIGHUP: the tmux server went away"
+    describe({"state": "stopped", "stopped_by": {"experiment": 7, "registry": "ab12…"}}, registry_id="ab12…")
+        -> "stopped by experiment 7"
+    describe({"state": "lost", "cause": "the container stopped"}, now=t)
+        -> "the container stopped; end time unknown, noticed at 2026-11-30 15:20:11"
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+
+def signal_name(sig: object) -> str | None:
+    try:
+        return signal.Signals(int(sig)).name if sig else None  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return f"signal {sig}"
+
+
+def stopped_by(by: dict | None, registry_id: str | None) -> str | None:
+    """``stopped by experiment 7``; ``… of another clone of this project (host, path)``; ``by orch stop``."""
+    if not isinstance(by, dict):
+        return None
+    exp = by.get("experiment")
+    mine = by.get("registry") == registry_id
+    clone = by.get("clone") or {}
+    other = f" of another clone of this project ({clone.get('host', '?')}, {clone.get('path', '?')})" \
+        if not mine else ""
+    if exp is None:
+        return "stopped by orch stop" + (f" from another clone ({clone.get('host', '?')}, {clone.get('path', '?')})"
+                                          if not mine else "")
+    return f"stopped by experiment {exp}{other}"
+
+
+def noticed(now: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+
+
+def describe(run: dict, registry_id: str | None = None, now: float | None = None) -> str | None:
+    """The end of a run in a few words, or None for a run that is not over or finished cleanly."""
+    state = run.get("state")
+    if state == "stopped":
+        return stopped_by(run.get("stopped_by"), registry_id)
+    if state == "failed":
+        return f"not started: {run['error']}" if run.get("error") else None
+    if state == "lost":
+        cause = run.get("cause") or "its supervisor vanished"
+        return f"{cause}; end time unknown, noticed at {noticed(now or time.time())}"
+    if state == "crashed":
+        name = signal_name(run.get("signal"))
+        if name:
+            return f"{name}: {run['cause']}" if run.get("cause") else name
+        if run.get("exit_code") is None:
+            return "no exit code recorded"
+        return f"exit code {run['exit_code']}"
+    return None

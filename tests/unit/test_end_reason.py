@@ -1,0 +1,32 @@
+"""How a run ended, in words, from what the target reports (pure)."""
+
+from __future__ import annotations
+
+import time
+
+from orchestrator.end_reason import describe
+
+ME, OTHER = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
+
+
+def test_signals_are_named_with_their_cause():
+    assert describe({"state": "crashed", "exit_code": 129, "signal": 1, "cause": "the tmux server went away"}) \
+        == "SIGHUP: the tmux server went away"
+    assert describe({"state": "crashed", "exit_code": 137, "signal": 9}) == "SIGKILL"
+    assert describe({"state": "crashed", "exit_code": 3}) == "exit code 3"
+    assert describe({"state": "finished", "exit_code": 0}) is None
+
+
+def test_who_stopped_a_run():
+    mine = {"experiment": 7, "registry": ME, "clone": {"host": "h", "path": "/p"}}
+    assert describe({"state": "stopped", "stopped_by": mine}, ME) == "stopped by experiment 7"
+    assert describe({"state": "stopped", "stopped_by": mine}, OTHER) == \
+        "stopped by experiment 7 of another clone of this project (h, /p)"
+    assert describe({"state": "stopped", "stopped_by": {**mine, "experiment": None}}, ME) == "stopped by orch stop"
+    assert describe({"state": "stopped"}, ME) is None  # a marker from an older agent: nobody named
+
+
+def test_a_lost_run_has_no_end_time_only_when_it_was_noticed():
+    now = time.mktime((2026, 11, 30, 15, 20, 11, 0, 0, -1))
+    assert describe({"state": "lost", "cause": "the container stopped"}, ME, now) == \
+        "the container stopped; end time unknown, noticed at 2026-11-30 15:20:11"
