@@ -122,3 +122,30 @@ def test_the_check_sees_a_module_loaded_late():
     """The rule matches submodules too, so a lazy ``import numpy.linalg`` deep in a command is caught."""
     assert offending({"numpy.linalg", "json"}, "status") == [f"numpy ({NUMPY})"]
     assert offending({"orchestrator.batching.sampler"}, "help") == [f"orchestrator.batching ({NUMPY})"]
+
+
+HELPS = (["--help"], ["experiments", "--help"], ["deploy", "--help"], ["checkpoints", "--help"])
+
+
+@pytest.mark.parametrize("args", HELPS, ids=lambda a: " ".join(a))
+def test_the_lazy_command_table_prints_the_same_help_as_typer(args):
+    eager = ("import sys, typer\nfrom orchestrator.cli.main import app\n"
+             "typer.main.get_command(app).main(args=sys.argv[1:], prog_name='orch')\n")
+    shown = [subprocess.run([sys.executable, *how, *args], capture_output=True, text=True, timeout=60)
+             for how in (["-c", eager], ["-m", "orchestrator.cli.main"])]
+    assert shown[0].returncode == shown[1].returncode == 0, shown[1].stderr
+    assert shown[1].stdout == shown[0].stdout
+
+
+def test_help_builds_no_sub_command_and_a_call_builds_only_its_own():
+    from orchestrator.cli.main import LazyCommands, app, lazy_command
+
+    root = lazy_command(app)
+    assert isinstance(root.commands, LazyCommands)
+    with pytest.raises(SystemExit) as shown:
+        root.main(["--help"], prog_name="orch", standalone_mode=True)
+    assert shown.value.code == 0
+    assert root.commands._built == {}
+    with pytest.raises(SystemExit):
+        root.main(["experiments", "--help"], prog_name="orch")
+    assert list(root.commands._built) == ["experiments"]
