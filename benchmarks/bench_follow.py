@@ -1,8 +1,9 @@
 """Following and reading logs on the local target: latency, bytes per line, and status on a big log.
 
 1. Latency from a line being written to the run's log to it being printed, for ``orch logs
-   --follow`` (the real CLI, default poll), the follower in-process at a shorter poll, and
-   ``tail -F`` on the same file as the baseline; all three follow the same paced run at once.
+   --follow`` (the real CLI: streamed), the follower in-process streamed and polling (a transport
+   that cannot stream, at the old CLI poll of 0.3 s and at 0.1 s), and ``tail -F`` on the same file
+   as the baseline; all follow the same paced run at once.
 2. Bytes the transport carried per followed line: a high-rate run and the paced run, against the
    log's own bytes per line.
 3. ``orch status`` on a run with a 1M-line log: without the metrics refresh, the calls needed to
@@ -89,57 +90,87 @@ def _read_lines(stream, sink: list, stop_after: int | None = None, on_stop=None)
             on_stop()
 
 
+def run_dir(work: Path, exp: int) -> Path:
+    from orchestrator.experiments import Registry
+
+    with Registry(work / ".orch" / "experiments.db") as reg:
+        return work / "target" / "runs" / f"{reg.registry_id}-{exp}"
+
+
+def polling(target):
+    """The target, reached by a local transport that cannot stream: the follower polls."""
+    import dataclasses
+
+    from orchestrator.transport.local import LocalTransport
+
+    class Polled(LocalTransport):
+        streams = False
+
+    return dataclasses.replace(target, connect=Polled)
+
+
 def latency(work: Path, settings, target, n: int, interval: float) -> tuple[list, dict]:
+    from orchestrator.experiments import Registry
     from orchestrator.logs import follow
 
     exp = deploy(work, "pace.py", str(n), str(interval))
-    run = work / "target" / "runs" / str(exp)
+    run = run_dir(work, exp)
     log = run / "train.log"
+    with Registry(work / ".orch" / "experiments.db") as reg:
+        registry = reg.registry_id
     cli = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "logs", "--follow", "-n", "0"], cwd=work,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     tail = subprocess.Popen(["tail", "-F", "-n", "+1", str(log)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     got_cli: list = []
     got_tail: list = []
-    got_inproc: list = []
-    buf = bytearray()
-
-    def write(data: bytes) -> None:
-        now = time.time()
-        buf.extend(data)
-        *lines, rest = bytes(buf).split(b"\n")
-        buf[:] = rest
-        got_inproc.extend((now, line + b"\n") for line in lines)
-
+    followers = {"streamed": (target, 0.3), "poll 0.3 s": (polling(target), 0.3),
+                 "poll 0.1 s": (polling(target), 0.1)}
+    got: dict[str, list] = {name: [] for name in followers}
     result: dict = {}
+
+    def follower(name: str) -> None:
+        buf = bytearray()
+
+        def write(data: bytes) -> None:
+            now = time.time()
+            buf.extend(data)
+            *lines, rest = bytes(buf).split(b"\n")
+            buf[:] = rest
+            got[name].extend((now, line + b"\n") for line in lines)
+
+        how, poll = followers[name]
+        result[name] = follow(settings, how, exp, write=write, notice=lambda m: None, follow=True, tail_lines=0,
+                              poll=poll, registry=registry)
+
     threads = [threading.Thread(target=_read_lines, args=(cli.stdout, got_cli)),
                threading.Thread(target=_read_lines, args=(tail.stdout, got_tail, n, tail.terminate)),
-               threading.Thread(target=lambda: result.update(r=follow(settings, target, exp, write=write,
-                                                                      notice=lambda m: None, follow=True,
-                                                                      tail_lines=0, poll=0.1)))]
+               *(threading.Thread(target=follower, args=(name,)) for name in followers)]
     for t in threads:
         t.start()
-    time.sleep(1.0)  # every follower is running before the first line
+    time.sleep(3.0)  # every follower is up (its first read made, its stream started) before the first line
     (run / "go").touch()
     for t in threads:
         t.join(n * interval * 3 + 60)
     cli.wait(30)
-    rows = [("tail -F (baseline)", _stamps(got_tail)), ("orch logs --follow (CLI, poll 0.3 s)", _stamps(got_cli)),
-            ("follow() in-process, poll 0.1 s", _stamps(got_inproc))]
-    return rows, {"lines": n, "log_bytes": log.stat().st_size, "result": result["r"]}
+    rows = [("tail -F (baseline)", _stamps(got_tail)), ("orch logs --follow (CLI, streamed)", _stamps(got_cli)),
+            *((f"follow() in-process, {name}", _stamps(got[name])) for name in followers)]
+    return rows, {"lines": n, "log_bytes": log.stat().st_size, "result": result["streamed"],
+                  "polled": result["poll 0.1 s"]}
 
 
 def high_rate(work: Path, settings, target, n: int) -> dict:
     from orchestrator.logs import follow
 
     exp = deploy(work, "spew.py", str(n))
-    run = work / "target" / "runs" / str(exp)
+    run = run_dir(work, exp)
     count = [0]
 
     def write(data: bytes) -> None:
         count[0] += data.count(b"\n")
 
     t0 = time.perf_counter()
-    res = follow(settings, target, exp, write=write, notice=lambda m: None, follow=True, tail_lines=10**9)
+    res = follow(settings, target, exp, write=write, notice=lambda m: None, follow=True, tail_lines=10**9,
+                 registry=run.name.rsplit("-", 1)[0])
     took = time.perf_counter() - t0
     return {"lines": count[0], "log_bytes": (run / "train.log").stat().st_size, "result": res, "seconds": took}
 
@@ -149,7 +180,7 @@ def status_on_big_log(work: Path, n: int) -> dict:
 
     orch(work, "experiments", "compare", "1", "2")  # the earlier runs' metrics complete: status reads only this one
     exp = deploy(work, "spew.py", str(n))
-    run = work / "target" / "runs" / str(exp)
+    run = run_dir(work, exp)
     wait_ended(run)
     log = run / "train.log"
 
@@ -205,7 +236,7 @@ def main() -> None:
 
     base = statistics.median(rows[0][1])
     print(f"\n1. follow latency, {a.lines} lines at ~{a.interval * 1000:.0f} ms intervals (write -> printed)")
-    print(f"{'follower':38} {'lines':>6} {'median ms':>10} {'p95 ms':>8} {'max ms':>8} {'x tail':>7}")
+    print(f"{'follower':38} {'lines':>6} {'median ms':>10} {'p95 ms':>8} {'max ms':>8} {'x tail':>7}  (bar: 50 / 200)")
     for label, lat in rows:
         print(f"{label:38} {len(lat):6d} {statistics.median(lat):10.1f} {pct(lat, 0.95):8.1f} {max(lat):8.1f} "
               f"{statistics.median(lat) / base:7.1f}")
@@ -214,7 +245,8 @@ def main() -> None:
     print(f"{'run':34} {'lines':>8} {'log B/line':>11} {'recv B/line':>12} {'sent B/line':>12} "
           f"{'x log':>6} {'reads':>6}")
     for label, d in ((f"high rate ({fast['lines'] / fast['seconds']:.0f} lines/s followed)", fast),
-                     (f"paced (~{1 / a.interval:.0f} lines/s, poll 0.1 s)", paced)):
+                     (f"paced (~{1 / a.interval:.0f} lines/s, streamed)", paced),
+                     (f"paced (~{1 / a.interval:.0f} lines/s, poll 0.1 s)", {**paced, "result": paced["polled"]})):
         r, n = d["result"], max(1, d["lines"])
         print(f"{label:34} {d['lines']:8d} {d['log_bytes'] / n:11.1f} {r.received / n:12.1f} {r.sent / n:12.2f} "
               f"{r.received / max(1, d['log_bytes']):6.2f} {r.reads:6d}")

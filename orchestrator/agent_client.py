@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .agent.protocol import MARK_BEGIN, PROTOCOL, unframe
+from .agent.protocol import MARK_BEGIN, MARK_FRAME, PROTOCOL, unframe
 from .errors import (AgentError, ConflictError, InputError, NotFoundError, OrchError, SafetyError,
                      TransportTimeout)
 from .transport.base import Transport
@@ -72,6 +72,43 @@ class Stream:
 
     size: int
     open: Callable[[], Iterable[bytes]]
+
+
+class Frames:
+    """Splits a streaming op's stdout into its frames (handed to ``on_frame`` whole, in order) and the rest.
+
+    A frame cut off by a dropped link is never handed on; the rest (shell noise, the envelope) is kept.
+    """
+
+    def __init__(self, on_frame: Callable[[dict, bytes], None]) -> None:
+        self.on_frame = on_frame
+        self.buf = bytearray()
+        self.rest = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+        while True:
+            start = self.buf.find(MARK_FRAME)
+            if start < 0:  # keep what may be the start of a marker
+                cut = max(0, len(self.buf) - len(MARK_FRAME) + 1)
+                self.rest += self.buf[:cut]
+                del self.buf[:cut]
+                return
+            self.rest += self.buf[:start]
+            del self.buf[:start]
+            eol = self.buf.find(b"\n", len(MARK_FRAME))
+            if eol < 0:
+                return
+            header = json.loads(self.buf[len(MARK_FRAME):eol])
+            end = eol + 1 + int(header["n"])
+            if len(self.buf) < end:
+                return
+            data = bytes(self.buf[eol + 1:end])
+            del self.buf[:end]
+            self.on_frame(header, data)
+
+    def leftover(self) -> bytes:
+        return bytes(self.rest + self.buf)
 
 
 @dataclass
@@ -135,11 +172,13 @@ class AgentClient:
         self.pushes += 1
 
     def call(self, ops: list[Op], *, payload: bytes | Stream = b"", lock: float | None = None,
-             what: str = "operation", timeout: float | None = None) -> list[Any]:
+             what: str = "operation", timeout: float | None = None,
+             on_frame: Callable[[dict, bytes], None] | None = None) -> list[Any]:
         """Run ``ops`` in order in one agent process; return their values or raise the first failure.
 
         A ``Stream`` payload is sent as it is produced, and ``timeout`` then limits the time without
-        progress instead of the whole call.
+        progress instead of the whole call. So does ``on_frame``, which takes each frame a streaming op
+        writes as it arrives (the transport must stream: ``transport.streams``).
         """
         if not self._checked:
             self._check_local()
@@ -153,6 +192,11 @@ class AgentClient:
             stdin = itertools.chain([head], payload.open()) if isinstance(payload, Stream) else head + payload
             limit = timeout or self.timeout
             self.calls += 1
+            if on_frame is not None:
+                frames = Frames(on_frame)
+                result = self.transport.run(argv, input=stdin, timeout=None, stall=limit, output=frames.feed)
+                result.stdout = frames.leftover()
+                return result
             if streamed:
                 return self.transport.run(argv, input=stdin, timeout=None, stall=limit)
             return self.transport.run(argv, input=stdin, timeout=limit)

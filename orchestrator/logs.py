@@ -8,21 +8,32 @@ bytes before the offset (``overlap``) and checking they are still the ones print
 
 While following, a partial last line is held back until its newline arrives (or the run ends), so
 the output never shows half a line that a later read completes.
+
+Once caught up, a follower on a transport that streams asks the agent to stream (``log_stream``):
+one agent process writes the appended bytes as frames as soon as they are written, and ends when the
+run has ended and everything is out, or when the log is no longer the one being followed. Each frame
+advances the offset exactly as a read would, so a drop mid-stream resumes at the last whole frame;
+whatever ended the stream (rotation, truncation, the run's end) is then handled by an ordinary read.
+Without streaming (or with ``STREAMING`` off), the follower reads every ``poll`` seconds.
 """
 
 from __future__ import annotations
 
+import base64
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .agent_client import AgentClient, decode_log
+from .agent_client import AgentClient, Op, decode_log
 from .config import Settings
-from .errors import TransportError
+from .errors import InputError, TransportError
 from .experiments import ENDED
 from .targets import Target
 
 OVERLAP = 16
+STREAMING = True  # off: poll with log_read only (what a transport that cannot stream does)
+STREAM_POLL = 0.05  # s between the agent's looks at the log while streaming
+HEARTBEAT = 2.0  # s of silence after which the agent sends an empty frame
 
 
 @dataclass
@@ -58,6 +69,20 @@ class _Link:
                                       timeout=self.settings.ssh.command_timeout)
         return self.client.one("log_read", **args)
 
+    @property
+    def streams(self) -> bool:
+        """Whether this link can stream: its transport says so, and its ``run`` (maybe a subclass's) takes output."""
+        if not STREAMING or self.client is None or not self.client.transport.streams:
+            return False
+        import inspect
+
+        return "output" in inspect.signature(self.client.transport.run).parameters
+
+    def stream(self, on_frame: Callable[[dict, bytes], None], **args: object) -> dict:
+        assert self.client is not None
+        return self.client.call([Op("log_stream", args)], on_frame=on_frame,
+                                timeout=self.settings.ssh.command_timeout)[0]
+
     def close(self) -> None:
         if self.client is not None:
             transport = self.client.transport
@@ -83,10 +108,35 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
     identity: str | None = None
     seen = b""  # the last bytes before ``offset``, for the overlap check
     pending = b""  # a partial last line, held back while following
-    reconnects = failures = total = reads = resets = 0
+    reconnects = failures = total = reads = resets = taken = 0
+    streaming = True
     backoff = first_backoff
     lost = ended = False
     state: dict = {}
+
+    def take(header: dict, data: bytes) -> None:
+        """A streamed frame: the bytes right after ``offset`` (the agent checked the log is the same)."""
+        nonlocal offset, seen, taken
+        if data:
+            seen = (seen + data)[-overlap:]
+            emit(data)
+        offset, taken = header["offset"], taken + 1
+
+    def link_lost(exc: TransportError) -> None:
+        nonlocal failures, lost, reconnects, backoff
+        failures += 1
+        if failures > max_failures:
+            raise TransportError(f"gave up following experiment {exp_id} after {max_failures} failed "
+                                 f"attempts: {exc.message}",
+                                 hint="check the connection, then run orch logs --follow again "
+                                      "(the run is not affected)") from exc
+        lost = True
+        reconnects += 1
+        notice(f"connection lost ({exc.message}); reconnecting in {backoff:.1f} s "
+               f"and resuming at byte {offset or 0}")
+        link.close()
+        time.sleep(backoff)
+        backoff = min(max_backoff, backoff * 2)
 
     def emit(data: bytes, flush: bool = False) -> None:
         nonlocal pending, total
@@ -112,19 +162,7 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
             except TransportError as exc:
                 if not follow:
                     raise
-                failures += 1
-                if failures > max_failures:
-                    raise TransportError(f"gave up following experiment {exp_id} after {max_failures} failed "
-                                         f"attempts: {exc.message}",
-                                         hint="check the connection, then run orch logs --follow again "
-                                              "(the run is not affected)") from exc
-                lost = True
-                reconnects += 1
-                notice(f"connection lost ({exc.message}); reconnecting in {backoff:.1f} s "
-                       f"and resuming at byte {offset or 0}")
-                link.close()
-                time.sleep(backoff)
-                backoff = min(max_backoff, backoff * 2)
+                link_lost(exc)
                 continue
             conns = link.client.transport.stats.connections if link.client else 0
             if lost or (link.connections and conns > link.connections):
@@ -162,6 +200,22 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
                 if ended:  # a second read after the end found nothing more: the log is complete
                     break
                 ended = True
+                continue
+            if streaming and link.streams and identity is not None:
+                taken = 0
+                try:
+                    why = link.stream(take, exp_id=exp_id, registry=registry, offset=offset, identity=identity,
+                                      seen=base64.b64encode(seen).decode(), max_bytes=max_bytes,
+                                      poll=STREAM_POLL, heartbeat=HEARTBEAT)["why"]
+                except TransportError as exc:
+                    link_lost(exc)
+                    continue
+                except InputError:  # an agent without log_stream: poll
+                    streaming = False
+                    continue
+                reads += 1
+                if why != "ended" and not taken:
+                    time.sleep(poll)  # the log changed under the stream: the next read sorts it out
                 continue
             time.sleep(poll)
         emit(b"", flush=True)

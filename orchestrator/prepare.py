@@ -14,10 +14,6 @@ from .playbooks import Inputs, Playbook
 from .targets import Target
 
 
-def registry_for(settings: Settings) -> Registry:
-    return Registry(settings.state_dir / "experiments.db")
-
-
 def resolve_batching(settings: Settings) -> tuple[dict, dict | None]:
     """The batching table handed to the run; with declared lengths, optimized and planned first."""
     config = settings.batching.model_dump()

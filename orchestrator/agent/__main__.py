@@ -57,6 +57,7 @@ OPS = {
     "status": (lambda layout, gpus=True, **a: {**runs.status(layout, **a), "gpus": system.gpus() if gpus else []},
                False),
     "log_read": (logs.read, False),
+    "log_stream": (lambda layout, **a: logs.stream(layout, **a), False),
     "ckpt_check": (checkpoints.check, False),
     "ckpt_inventory": (checkpoints.inventory, False),
     "ckpt_trash": (checkpoints.move_to_trash, False),

@@ -15,6 +15,8 @@ import json
 PROTOCOL = 1
 MARK_BEGIN = b"\n@@ORCH-ENVELOPE@@"
 MARK_END = b"@@END@@\n"
+# a streaming op's frames, before its envelope: marker, a JSON header line, then header["n"] raw bytes
+MARK_FRAME = b"\n@@ORCH-FRAME@@"
 
 # error kinds the agent reports; the controller maps them onto orch's exception tree
 KINDS = ("input", "safety", "conflict", "notfound", "agent")
@@ -35,6 +37,10 @@ class AgentFailure(Exception):
 
 def frame(obj: dict) -> bytes:
     return MARK_BEGIN + json.dumps(obj, separators=(",", ":")).encode() + MARK_END
+
+
+def data_frame(header: dict, data: bytes) -> bytes:
+    return MARK_FRAME + json.dumps({**header, "n": len(data)}, separators=(",", ":")).encode() + b"\n" + data
 
 
 def unframe(data: bytes) -> dict | None:

@@ -21,6 +21,7 @@ from .layout import Layout, parse_run_key, read_json, write_json
 from .protocol import AgentFailure
 
 LOG = "train.log"
+POLL_S = 0.01  # how often a wait for a run's files looks again: stat calls, cheap
 
 
 def socket_name(layout: Layout) -> str:
@@ -406,7 +407,7 @@ def _wait(run_dir: str, seconds: float, pid: int | None = None) -> bool:
             return True
         if clock.tick() if clock is not None else time.monotonic() >= deadline:
             return False
-        time.sleep(0.01)
+        time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
 
 
 def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: float, term_timeout: float,
@@ -452,15 +453,28 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
 
 
 def verify_started(layout: Layout, exp_id: int, wait: float = 1.0, registry: str | None = None) -> dict:
-    """Wait until the supervisor has started the command, then a moment more to catch instant crashes."""
+    """Wait for the supervisor's pid file (written the moment the command is spawned), then until the
+    command has lived ``wait`` seconds: one that exits at once is reported crashed, never started.
+
+    The window counts from the command's start (the pid file's time), not from when this call saw the
+    file, so the supervisor's own start-up is not added to it; an exit ends it at once.
+    """
     run_dir = layout.run_dir(exp_id, registry)
+    pid_path = os.path.join(run_dir, "pid.json")
     deadline = time.monotonic() + 30.0  # generous: a loaded machine can be slow to start Python
-    while not os.path.exists(os.path.join(run_dir, "pid.json")) and \
-            not os.path.exists(os.path.join(run_dir, "exit.json")):
+    while True:
+        try:
+            spawned = os.stat(pid_path).st_mtime
+            break
+        except FileNotFoundError:
+            pass
+        if os.path.exists(os.path.join(run_dir, "exit.json")):  # the command could not be started
+            return run_state(run_dir)
         if time.monotonic() >= deadline:
             not_started(run_dir, "its supervisor did not come up within 30 s")
             raise AgentFailure("agent", f"experiment {exp_id} did not start within 30 s",
                                "check that tmux works on the target: orch status shows the run's state")
-        time.sleep(0.02)
-    _wait(run_dir, wait)
+        time.sleep(POLL_S)
+    lived = min(max(time.time() - spawned, 0.0), wait)  # clamped: a clock step must not skip or stretch it
+    _wait(run_dir, wait - lived)
     return run_state(run_dir)

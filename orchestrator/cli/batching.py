@@ -8,7 +8,6 @@ knows about both. numpy, rich tables and matplotlib are imported inside the comm
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -241,6 +240,8 @@ def optimize(
 
 def _write_buckets(path: Path, bounds: list[int]) -> None:
     """Set ``[batching] buckets`` keeping the rest of the file (comments included); atomic rename."""
+    import tempfile
+
     import tomlkit
 
     try:

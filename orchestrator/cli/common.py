@@ -88,9 +88,9 @@ def remember(settings, name: str | None, ct: int | None, tgt) -> None:
 
 
 def registry(settings):
-    from ..prepare import registry_for
+    from ..experiments import Registry
 
-    return registry_for(settings)
+    return Registry(settings.state_dir / "experiments.db")
 
 
 def for_plan(resolve, *, dry_run: bool, start: bool, trust: bool, where: str):
@@ -116,13 +116,17 @@ def group(settings, names: list[str] | None, cts: list[int] | None, *, start: bo
     Repeated flags name them in order, ``--target`` ones first; so does a ``kind = "group"`` target.
     """
     from .. import current
-    from ..multinode import group_for
 
     names, cts, recorded = list(names or []), list(cts or []), None
     if not names and not cts:
         chosen = current.load(settings.state_dir) or {}
         recorded = chosen.get("nodes")
         names = [chosen["target"]] if chosen.get("target") in settings.targets else []
+    named = settings.targets.get(names[0]) if names else None
+    if len(names) + len(cts) < 2 and getattr(named, "kind", None) != "group" and len(recorded or []) < 2:
+        return None  # one target: the job layer (and the launch machinery it imports) is not needed
+    from ..multinode import group_for
+
     return group_for(settings, names, cts,
                      lambda n, c: target(settings, n, c, start=start, trust=trust, resolve=resolve), recorded)
 

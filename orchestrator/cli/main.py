@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Callable, Optional
 
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 try:  # typer >= 0.22 vendors click; earlier ones depend on it
+    from typer._click import core as click_core
     from typer._click import exceptions as click
 except ImportError:  # pragma: no cover
+    from click import core as click_core  # type: ignore[no-redef]
     from click import exceptions as click  # type: ignore[no-redef]
 
 from ..errors import Interrupted, OrchError
@@ -56,8 +61,56 @@ def _wrapped(exc: click.ClickException) -> click.ClickException:
     return UsageProblem(exc)
 
 
+class LazyCommands(MutableMapping):
+    """A group's sub-commands by name, each built (from its typer registration) only when it is used.
+
+    Turning a typer function into a click command reads its signature and evaluates its annotations:
+    for all of orch's commands that is most of ``orch --help``'s time, and a command needs only its own.
+    ``summaries()`` stands in for the whole table where only names and one-line helps are read.
+    """
+
+    def __init__(self, makers: dict[str, tuple[Callable[[], Any], Any]]) -> None:
+        self._makers = makers  # name -> (build the command, a stand-in with its name and help)
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            self._built[name] = self._makers[name][0]()
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+        self._makers.setdefault(name, (lambda: command, command))
+
+    def __delitem__(self, name: str) -> None:
+        del self._makers[name]
+        self._built.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+    def summaries(self) -> dict[str, Any]:
+        return {name: self._built.get(name, stand_in) for name, (_, stand_in) in self._makers.items()}
+
+
 class OrchGroup(TyperGroup):
     """Turns every ``OrchError`` (and click's usage errors) into ``error:``/``hint:`` lines and an exit code."""
+
+    def list_commands(self, ctx) -> list[str]:  # type: ignore[override]
+        return list(self.commands)  # the names, in registration order, without building the commands
+
+    def format_commands(self, ctx, formatter) -> None:  # type: ignore[override]
+        lazy = self.commands
+        if not isinstance(lazy, LazyCommands):
+            return super().format_commands(ctx, formatter)
+        self.commands = lazy.summaries()
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self.commands = lazy
 
     def parse_args(self, ctx, args):  # type: ignore[override]
         return super().parse_args(ctx, optional_values(list(args)))
@@ -143,8 +196,39 @@ def _register() -> None:
 _register()
 
 
+def lazy_command(typer_app: typer.Typer) -> click_core.Command:
+    """``typer.main.get_command(typer_app)``, with each sub-command built only when it is used."""
+    tm = typer.main
+    commands, groups = typer_app.registered_commands, typer_app.registered_groups
+    typer_app.registered_commands, typer_app.registered_groups = [], []
+    try:  # the root alone: its callback, options and completion flags, exactly as typer builds them
+        root = tm.get_command(typer_app)
+    finally:
+        typer_app.registered_commands, typer_app.registered_groups = commands, groups
+    makers: dict[str, tuple[Callable[[], Any], Any]] = {}
+    for info in commands:
+        name = info.name or tm.get_command_name(info.callback.__name__)
+        doc = info.help if info.help is not None else inspect.getdoc(info.callback)
+        stand_in = TyperCommand(name, help=inspect.cleandoc(doc) if doc else doc,
+                                      short_help=info.short_help, hidden=info.hidden, deprecated=info.deprecated)
+        makers[name] = (functools.partial(tm.get_command_from_info, info,
+                                          pretty_exceptions_short=typer_app.pretty_exceptions_short,
+                                          rich_markup_mode=typer_app.rich_markup_mode), stand_in)
+    for group in groups:
+        solved = tm.solve_typer_info_defaults(group)
+        stand_in = TyperCommand(solved.name, help=solved.help, short_help=solved.short_help,
+                                      hidden=solved.hidden, deprecated=solved.deprecated)
+        makers[solved.name] = (functools.partial(tm.get_group_from_info, group,
+                                                 pretty_exceptions_short=typer_app.pretty_exceptions_short,
+                                                 rich_markup_mode=typer_app.rich_markup_mode,
+                                                 suggest_commands=typer_app.suggest_commands), stand_in)
+    assert isinstance(root, TyperGroup)
+    root.commands = LazyCommands(makers)
+    return root
+
+
 def main(argv: list[str] | None = None) -> None:
-    command = typer.main.get_command(app)
+    command = lazy_command(app)
     try:
         command.main(args=argv if argv is not None else sys.argv[1:], prog_name="orch")
     except OrchError as exc:  # raised outside a group's invoke (e.g. in a callback)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Union
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 #: what a command reads on stdin: bytes, or a stream of byte chunks (sent as they are produced)
 Input = Union[bytes, Iterable[bytes], None]
+#: where a streamed command's stdout goes, piece by piece
+Output = Optional[Callable[[bytes], None]]
 PIECE = 1 << 16
 
 
@@ -59,17 +61,21 @@ class Transport(abc.ABC):
     reached or did not answer in time; a command's own failure is a ``Result`` with a non-zero code.
     ``timeout`` bounds the whole command; ``stall`` bounds the time without progress (a byte sent or
     received), which is what a long transfer needs: it may take an hour, but never a silent minute.
+    With ``output`` (where ``streams`` is true), stdout is handed to it piece by piece as it arrives, on
+    the calling thread, instead of being kept in the ``Result``.
     """
 
     #: human-readable description of the target, e.g. ``"local"`` or ``"root@10.0.0.5:22"``
     description: str = "?"
+    #: whether ``run`` takes ``output``
+    streams: bool = False
 
     def __init__(self) -> None:
         self.stats = TransportStats()
 
     @abc.abstractmethod
     def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
-            stall: float | None = None) -> Result:
+            stall: float | None = None, output: Output = None) -> Result:
         """Run ``argv`` on the target, feeding ``input`` on stdin, and wait for it."""
 
     @abc.abstractmethod

@@ -8,14 +8,15 @@ import subprocess
 import time
 
 from ..errors import TransportError, TransportTimeout
-from .base import Input, Result, Transport, pieces
+from .base import Input, Output, Result, Transport, pieces
 
 
 class LocalTransport(Transport):
     description = "local"
+    streams = True
 
     def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
-            stall: float | None = None) -> Result:
+            stall: float | None = None, output: Output = None) -> Result:
         self.stats.commands += 1
         try:  # a session of its own: Ctrl-C in the terminal reaches orch, not the agent mid-step
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -24,7 +25,7 @@ class LocalTransport(Transport):
             raise TransportError(f"cannot run {argv[0]!r} locally: {exc.strerror}",
                                  hint="check that it is installed and on PATH") from exc
         try:
-            out, err = self._exchange(proc, input, timeout, stall, argv)
+            out, err = self._exchange(proc, input, timeout, stall, argv, output)
         except BaseException:
             # interrupted or timed out: hang up like a dropped SSH channel would; the agent finishes its
             # step and starts no other (a timed-out command is killed, as OpenSSH's would be by sshd)
@@ -36,7 +37,7 @@ class LocalTransport(Transport):
         return Result(list(argv), proc.returncode, bytes(out), bytes(err))
 
     def _exchange(self, proc: subprocess.Popen, data: Input, timeout: float | None, stall: float | None,
-                  argv: list[str]) -> tuple[bytearray, bytearray]:
+                  argv: list[str], output: Output = None) -> tuple[bytearray, bytearray]:
         """Feed stdin piece by piece and drain stdout/stderr, all from this thread (so Ctrl-C lands here)."""
         assert proc.stdin and proc.stdout and proc.stderr
         out, err = bytearray(), bytearray()
@@ -70,7 +71,11 @@ class LocalTransport(Transport):
                         if not chunk:
                             sel.unregister(key.fd)
                             continue
-                        key.data.extend(chunk)
+                        if output is not None and key.data is out:
+                            self.stats.bytes_received += len(chunk)
+                            output(chunk)
+                        else:
+                            key.data.extend(chunk)
                     progressed = time.monotonic()
                 self._check_time(proc, begin, progressed, timeout, stall, argv)
             while proc.poll() is None:

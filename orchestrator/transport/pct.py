@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ..errors import TransportError
-from .base import Input, Result, Transport
+from .base import Input, Output, Result, Transport
 
 # Reads stdin into a temp file beside the target, then renames it over; $1 = path, $2 = octal mode.
 # A constant: user values only ever arrive as positional arguments.
@@ -51,11 +51,12 @@ class PctTransport(Transport):
         self.vmid = int(vmid)
         self.description = f"CT {self.vmid} via {node.description}"
         self.stats = node.stats
+        self.streams = node.streams
 
     def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
-            stall: float | None = None) -> Result:
+            stall: float | None = None, output: Output = None) -> Result:
         result = self.node.run(["pct", "exec", str(self.vmid), "--", *argv], input=input, timeout=timeout,
-                               stall=stall)
+                               stall=stall, output=output)
         self._check_pct(result)
         return Result(list(argv), result.exit_code, result.stdout, result.stderr)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import queue
 import shlex
 import socket
 import threading
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HostKeyError, InputError, OrchError, TransportError, TransportTimeout
-from .base import Input, Result, Transport, pieces
+from .base import Input, Output, Result, Transport, pieces
 from .hostkeys import KnownHosts, known_hosts_name
 from .jumps import describe_jump, plan_route
 
@@ -47,6 +48,8 @@ class SshTransport(Transport):
     here too, each checked like the destination; ``role`` (e.g. "the Proxmox node pve1") names the
     destination in host-key errors.
     """
+
+    streams = True
 
     def __init__(
         self,
@@ -278,7 +281,7 @@ class SshTransport(Transport):
     # -- running ----------------------------------------------------------------------------------
 
     def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
-            stall: float | None = None) -> Result:
+            stall: float | None = None, output: Output = None) -> Result:
         if not argv:
             raise InputError("empty command", hint="pass the program and its arguments as a list")
         conn = self._connection()
@@ -292,12 +295,12 @@ class SshTransport(Transport):
             self._drop()
             raise TransportError(f"connection to {self.description} lost before {argv[0]} started: {exc}",
                                  hint="check the target and rerun") from exc
-        out, err, code = self._exchange(chan, input, limit, stall, argv)
+        out, err, code = self._exchange(chan, input, limit, stall, argv, output)
         self.stats.bytes_received += len(out) + len(err)
         return Result(list(argv), code, bytes(out), bytes(err))
 
     def _exchange(self, chan: Any, data: Input, limit: float | None, stall: float | None,
-                  argv: list[str]) -> tuple[bytearray, bytearray, int]:
+                  argv: list[str], output: Output = None) -> tuple[bytearray, bytearray, int]:
         """Feed stdin and drain stdout/stderr concurrently so neither side can block the other.
 
         While the command is silent, keepalive requests probe the server (like OpenSSH's
@@ -306,6 +309,7 @@ class SshTransport(Transport):
         without a byte moving either way (a keepalive answer is not progress).
         """
         out, err = bytearray(), bytearray()
+        arrived: queue.SimpleQueue | None = queue.SimpleQueue() if output is not None else None
         heard = [time.monotonic()]
         progressed = [heard[0]]
         failed: list[BaseException] = []
@@ -314,9 +318,24 @@ class SshTransport(Transport):
         def drain(recv: Any, buf: bytearray) -> None:
             try:
                 while chunk := recv(_CHUNK):
-                    buf.extend(chunk)
+                    if arrived is not None and buf is out:
+                        arrived.put(chunk)  # handed to ``output`` on the calling thread
+                    else:
+                        buf.extend(chunk)
                     heard[0] = progressed[0] = time.monotonic()
             except Exception:
+                return
+
+        def deliver(wait: float) -> None:
+            """Hand what stdout brought to ``output``, waiting up to ``wait`` s for the first piece."""
+            assert arrived is not None and output is not None
+            try:
+                chunk = arrived.get(timeout=wait) if wait > 0 else arrived.get_nowait()
+                while True:
+                    self.stats.bytes_received += len(chunk)
+                    output(chunk)
+                    chunk = arrived.get_nowait()
+            except queue.Empty:
                 return
 
         def feed() -> None:
@@ -368,13 +387,17 @@ class SshTransport(Transport):
                 prober = threading.Thread(target=probe, daemon=True)
                 prober.start()
             wait = 0.25 if deadline is None else max(0.0, min(0.25, deadline - now))
-            if chan.status_event.is_set():
+            if arrived is not None and not chan.status_event.is_set():
+                deliver(wait)  # wakes as soon as a piece arrives
+            elif chan.status_event.is_set():
                 for thread in readers:
                     thread.join(wait)
             else:
                 chan.status_event.wait(wait)
         if failed:
             raise failed[0]
+        if arrived is not None:
+            deliver(0)
         code = chan.recv_exit_status()
         alive = transport is not None and transport.is_active()
         chan.close()
