@@ -166,15 +166,15 @@ command_timeout = 60
                     raise SystemExit(f"CT {vmid}: no step=2 in {path} after 180 s")
                 time.sleep(0.5)
 
-    def kill_worker(self) -> float:
-        """Kills node 1's worker; returns seconds until no launcher or worker is left on either node."""
+    def kill_worker(self) -> list[float]:
+        """Kills node 1's worker; returns, per node, the seconds until none of its launchers or workers is left."""
         gone = f"while pgrep -f '{JOB}' >/dev/null; do sleep 0.02; done; date +%s.%N"
         watchers = [self.watch(vmid, gone) for vmid in (200, 201)]
         shot = self.ssh(201, "date +%s.%N; kill -9 $(pgrep -f 'python3 -u train.py')")
         killed = float(shot.stdout.split()[0])
-        return max(self.stamp(w, 120) for w in watchers) - killed
+        return [self.stamp(w, 120) - killed for w in watchers]
 
-    def kill_orch(self, i: int) -> float:
+    def kill_orch(self, i: int) -> list[float]:
         self.orch("deploy", "--ct", "200", "--ct", "201")
         newest = "$(ls -td /workspace/orch/runs/*/ | head -1)train.log"
         self.until_running({200: newest, 201: newest})
@@ -182,7 +182,7 @@ command_timeout = 60
         self.orch("status")  # records how the job ended
         return took
 
-    def kill_hand(self, i: int) -> float:
+    def kill_hand(self, i: int) -> list[float]:
         self.hand_start(f"k{i}-{time.time_ns()}")
         self.until_running({200: f"{HAND}/train.log", 201: f"{HAND}/train.log"})
         return self.kill_worker()
@@ -224,10 +224,14 @@ def run(b: Bench, cts: list[int], runs: int) -> None:
                         f"root@{b.bed.ct(vmid).address}:{HAND}/"], check=True)
     deploys = {n: b.deploy_time(cts[:n], runs) for n in range(1, len(cts) + 1)}
     first_orch, first_hand = median_of(b.first_step_orch, runs), median_of(b.first_step_hand, runs)
-    kill_orch, kill_hand = median_of(b.kill_orch, runs), median_of(b.kill_hand, runs)
+    kills = {"orch job": [b.kill_orch(i) for i in range(runs)],
+             "hand-typed pair": [b.kill_hand(i) for i in range(runs)]}
+    gone = {k: [statistics.median(max(r) for r in v)] + [statistics.median(r[n] for r in v) for n in (0, 1)]
+            for k, v in kills.items()}
 
     print(f"examples/ddp (gloo, CPU, torch from a bind-mounted site folder) on testbed CTs {cts}; "
-          f"medians of {runs} runs; {os.cpu_count()} cores shared by every CT")
+          f"medians of {runs} runs; {os.cpu_count()} cores shared by every CT; load average at the end "
+          f"{os.getloadavg()[0]:.1f}")
     print(f"{'measure':58} {'s':>7} {'ratio':>7}  baseline")
     for n, took in deploys.items():
         print(f"{f'orch deploy, {n}-node job (CLI wall time)':58} {took:7.2f} {took / deploys[1]:7.2f}  1-node deploy")
@@ -236,9 +240,11 @@ def run(b: Bench, cts: list[int], runs: int) -> None:
     print(f"{'launch -> first step, hand-typed torchrun pair over ssh':58} {first_hand:7.2f} {1.0:7.2f}  hand pair")
     print(f"{'launch -> first step, orch deploy --ct 200 --ct 201':58} {first_orch:7.2f} "
           f"{first_orch / first_hand:7.2f}  hand pair")
-    print(f"{'kill -9 node 1 worker -> job gone, hand-typed pair':58} {kill_hand:7.2f} {1.0:7.2f}  hand pair")
-    print(f"{'kill -9 node 1 worker -> job gone, orch job':58} {kill_orch:7.2f} "
-          f"{kill_orch / kill_hand:7.2f}  hand pair")
+    base = gone["hand-typed pair"]
+    for who in ("hand-typed pair", "orch job"):
+        for col, what in enumerate(("job gone (both nodes)", "node 0 gone", "node 1 gone")):
+            took = gone[who][col]
+            print(f"{f'kill -9 node 1 worker -> {what}, {who}':58} {took:7.2f} {took / base[col]:7.2f}  hand pair")
     print("deploy = the CLI until 'started' (probe, push of nothing new, record, start node 0 then the others); "
           "first step and job gone are read in the CTs")
 
