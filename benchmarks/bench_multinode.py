@@ -232,19 +232,19 @@ def run(b: Bench, cts: list[int], runs: int) -> None:
     print(f"examples/ddp (gloo, CPU, torch from a bind-mounted site folder) on testbed CTs {cts}; "
           f"medians of {runs} runs; {os.cpu_count()} cores shared by every CT; load average at the end "
           f"{os.getloadavg()[0]:.1f}")
-    print(f"{'measure':58} {'s':>7} {'ratio':>7}  baseline")
+    print(f"{'measure':66} {'s':>7} {'ratio':>7}  baseline")
     for n, took in deploys.items():
-        print(f"{f'orch deploy, {n}-node job (CLI wall time)':58} {took:7.2f} {took / deploys[1]:7.2f}  1-node deploy")
+        print(f"{f'orch deploy, {n}-node job (CLI wall time)':66} {took:7.2f} {took / deploys[1]:7.2f}  1-node deploy")
     if len(cts) < 3:
-        print(f"{'orch deploy, 3-node job':58} {'-':>7} {'-':>7}  skipped (--no-third)")
-    print(f"{'launch -> first step, hand-typed torchrun pair over ssh':58} {first_hand:7.2f} {1.0:7.2f}  hand pair")
-    print(f"{'launch -> first step, orch deploy --ct 200 --ct 201':58} {first_orch:7.2f} "
+        print(f"{'orch deploy, 3-node job':66} {'-':>7} {'-':>7}  skipped (--no-third)")
+    print(f"{'launch -> first step, hand-typed torchrun pair over ssh':66} {first_hand:7.2f} {1.0:7.2f}  hand pair")
+    print(f"{'launch -> first step, orch deploy --ct 200 --ct 201':66} {first_orch:7.2f} "
           f"{first_orch / first_hand:7.2f}  hand pair")
     base = gone["hand-typed pair"]
     for who in ("hand-typed pair", "orch job"):
         for col, what in enumerate(("job gone (both nodes)", "node 0 gone", "node 1 gone")):
             took = gone[who][col]
-            print(f"{f'kill -9 node 1 worker -> {what}, {who}':58} {took:7.2f} {took / base[col]:7.2f}  hand pair")
+            print(f"{f'kill -9 node 1 worker -> {what}, {who}':66} {took:7.2f} {took / base[col]:7.2f}  hand pair")
     print("deploy = the CLI until 'started' (probe, push of nothing new, record, start node 0 then the others); "
           "first step and job gone are read in the CTs")
 
