@@ -64,7 +64,7 @@ def stop(settings, grp, as_json: bool) -> None:
     if as_json:
         return render.print_json({"experiment": exp.public(), "group": grp.name})
     render.out(f"experiment {exp.id} on {grp.label}: {exp.status}")
-    _node_lines(exp)
+    _node_lines(exp, settings)
     return None
 
 
@@ -74,30 +74,34 @@ def status(settings, grp, as_json: bool) -> None:
     with common.registry(settings) as reg:
         exp, _ = multinode.status(settings, grp, reg)
     if as_json:
+        nodes = [{**n, "metrics": _metrics(n, settings)} for n in exp.nodes or []]
         return render.print_json({"experiment": exp.id, "state": exp.status, "group": grp.name,
-                                  "exit_code": exp.exit_code, "nodes": exp.nodes})
+                                  "exit_code": exp.exit_code, "nodes": nodes})
     render.out(f"{grp.name}: experiment {exp.id} {exp.status}" +
                (f" (exit {exp.exit_code})" if exp.exit_code is not None else ""))
     _node_lines(exp, settings)
     return None
 
 
-def _node_lines(exp, settings=None) -> None:
+def _metrics(node: dict, settings) -> dict:
+    """The metrics of a node's last log line (step, loss, tok_s, ...), as ``[metrics] patterns`` read them."""
+    from ..logparse import Parser
+
+    line = node.get("last_line")
+    return (Parser(settings.metrics.patterns or None).parse_line(line) if line else None) or {}
+
+
+def _node_lines(exp, settings) -> None:
     """One line per node: state, exit code, reason, step and throughput of its last line, line age, GPUs."""
     import time
 
-    parser = None
-    if settings is not None:
-        from ..logparse import Parser
-
-        parser = Parser(settings.metrics.patterns or None)
     now = time.time()
     for node in exp.nodes or []:
         code = f" (exit {node['exit_code']})" if node.get("exit_code") is not None else ""
         code += f" [{node['reason']}]" if node.get("reason") and node.get("state") != "running" else ""
         reach = "" if node.get("reachable", True) else " [unreachable]"
         facts = []
-        event = (parser.parse_line(node["last_line"]) if parser and node.get("last_line") else None) or {}
+        event = _metrics(node, settings)
         if "step" in event:
             facts.append(f"step {event['step']:g}")
         if "tok_s" in event:

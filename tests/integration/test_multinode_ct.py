@@ -178,6 +178,8 @@ def test_bare_restart_clean_checkpoints_relaunches_the_job_and_logs_merge(remote
         assert on_ct(testbed, vmid, "ls", "-A", "/workspace/checkpoints").strip() == ""
         assert on_ct(testbed, vmid, "cat", f"{node['checkpoints_entry']}/step-2.pt").strip() == f"ckpt-{vmid}"
     _until_steps(testbed, new.nodes, 3)
+    running = _status(remote)
+    assert all(n["metrics"].get("step", 0) >= 3 and "loss" in n["metrics"] for n in running["nodes"]), running
     merged = remote.run("logs", "-n", "3")
     assert merged.returncode == 0, merged.stderr
     lines = merged.stdout.splitlines()
