@@ -175,6 +175,8 @@ class ProxmoxSection(_Section):
     verify_ssl: bool | str = True
     timeout: float = Field(10.0, gt=0)
     start_timeout: float = Field(120.0, gt=0)
+    cache_ttl: float = Field(30.0, ge=0, description="seconds a running CT's lookup (node, address) is reused by "
+                                                      "the next commands; 0 asks the API every time")
     node_ssh: NodeSsh = Field(default_factory=NodeSsh)
 
     @field_validator("token_id")

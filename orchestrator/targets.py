@@ -135,17 +135,12 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
         target.info.update(host=host, port=spec.port, user=spec.user)
         target.connect = lambda: _ssh(host, spec.port, spec.user, identity, trust_new_host, ssh_kw)
         return target
-    # proxmox: find the CT through the API, then reach it straight or through its node
-    from . import proxmox
-
+    # proxmox: find the CT through the API (or a lookup of a moment ago), then reach it straight or via its node
     px = settings.proxmox
     if px is None:
         raise InputError(f"target {tname!r} is a Proxmox CT but orch.toml has no [proxmox] section",
                          hint="add [proxmox] host = \"...\" and token_id = \"user@realm!name\"")
-    client = proxmox_client(px)
-    info = proxmox.resolve_ct(client, int(spec.ct or 0), start=start, interactive_confirm=confirm,
-                              start_timeout=px.start_timeout,
-                              need_address=spec.access == "ssh" and not spec.address)
+    info = _ct_lookup(settings, spec, start, confirm, settings.ssh.connect_timeout)
     target.info.update(ct=info.vmid, node=info.node, name=info.name, access=spec.access,
                        started=info.started, ct_config=info.config_summary)
     if spec.access == "pct":
@@ -165,6 +160,43 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
     target.info.update(address=address)
     target.connect = lambda: _ssh(address, spec.port, spec.user or "root", identity, trust_new_host, ssh_kw)
     return target
+
+
+def _ct_lookup(settings: Settings, spec, start: bool, confirm, connect_timeout: float | None):
+    """CT ``spec.ct`` as the API describes it; a running CT reached over SSH is remembered for
+    ``[proxmox] cache_ttl`` seconds, and reused while its SSH port still answers."""
+    from . import ct_cache
+    from .proxmox import CtInfo
+
+    px = settings.proxmox
+    api, vmid = f"{px.host}:{px.port}", int(spec.ct or 0)
+    need_address = spec.access == "ssh" and not spec.address
+    ttl = px.cache_ttl if spec.access == "ssh" else 0.0
+    got = ct_cache.lookup(settings.state_dir, api, vmid, spec.access, ttl)
+    if got is not None and _answers(spec.address or got.get("address"), spec.port or 22, connect_timeout):
+        return CtInfo(vmid=vmid, node=got["node"], name=got["name"], status=got["status"],
+                      address=got.get("address") or "", config_summary=got.get("config_summary") or {})
+    from . import proxmox
+
+    info = proxmox.resolve_ct(proxmox_client(px), vmid, start=start, interactive_confirm=confirm,
+                              start_timeout=px.start_timeout, need_address=need_address)
+    ct_cache.remember(settings.state_dir, api, vmid, spec.access, ttl,
+                      {"node": info.node, "name": info.name, "status": info.status, "address": info.address,
+                       "started": info.started, "config_summary": info.config_summary})
+    return info
+
+
+def _answers(address: str | None, port: int, connect_timeout: float | None) -> bool:
+    """Whether something accepts TCP at ``address:port`` (a stopped CT does not: the API then says why)."""
+    import socket
+
+    if not address:
+        return False
+    try:
+        socket.create_connection((address, port), timeout=min(1.0, connect_timeout or 1.0)).close()
+    except OSError:
+        return False
+    return True
 
 
 def proxmox_client(px):

@@ -1,0 +1,76 @@
+"""Proxmox lookups remembered for a few seconds, so a run of commands on one CT asks the API once.
+
+A lookup (node, name, address, config summary) of a *running* CT is kept in the project's state folder
+for ``[proxmox] cache_ttl`` seconds; a stopped or just-started CT is never kept. Within that time a
+command reaches the CT without the API (or importing its client). Any command that then fails to reach
+a target forgets what it was served (``forget_served``), so the next one asks the API again; the SSH host
+key check still decides whether the machine at that address is the CT it was.
+
+The file holds no secrets: addresses and names only, written 0600 like the rest of ``.orch``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+FILE = "ct-cache.json"
+_served: list[tuple[Path, str]] = []  # (cache file, key) this process answered from: forgotten on failure
+
+
+def _key(api: str, vmid: int, access: str) -> str:
+    return f"{api}/{vmid}/{access}"
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError:  # a cache that cannot be written only costs the next command an API lookup
+        tmp.unlink(missing_ok=True)
+
+
+def lookup(state_dir: Path, api: str, vmid: int, access: str, ttl: float, now: float | None = None) -> dict | None:
+    """The remembered lookup of CT ``vmid`` reached by ``access``, if younger than ``ttl`` seconds."""
+    if ttl <= 0:
+        return None
+    path, key = state_dir / FILE, _key(api, vmid, access)
+    entry = _read(path).get(key)
+    now = time.time() if now is None else now
+    if not isinstance(entry, dict) or not 0 <= now - float(entry.get("at", 0)) < ttl:
+        return None
+    _served.append((path, key))
+    return entry
+
+
+def remember(state_dir: Path, api: str, vmid: int, access: str, ttl: float, info: dict) -> None:
+    """Keep the lookup of a running CT; expired entries of other CTs are dropped on the way."""
+    if ttl <= 0 or info.get("status") != "running" or info.get("started"):
+        return
+    path, now = state_dir / FILE, time.time()
+    data = {k: v for k, v in _read(path).items() if isinstance(v, dict) and now - float(v.get("at", 0)) < ttl}
+    data[_key(api, vmid, access)] = {**info, "at": now}
+    _write(path, data)
+
+
+def forget_served() -> None:
+    """Forget every lookup this process was served (it failed to reach a target)."""
+    while _served:
+        path, key = _served.pop()
+        data = _read(path)
+        if data.pop(key, None) is not None:
+            _write(path, data)
