@@ -182,7 +182,7 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
     if state.get("last_step") != old_step:
         state["step_seen"] = run.get("log_mtime")
     state["complete"] = run.get("state") in ENDED and offset >= value["size"]
-    if run.get("id") == exp.id:
+    if run.get("id") == exp.id and not exp.nodes:  # a job's state is every node's, settled by the job layer
         sync(registry, [run], target, settings.project.name)
         exp = registry.get(exp.id)
     previous = _previous(settings, target, registry, client, exp, with_previous, budget_s)
@@ -214,7 +214,12 @@ def _previous(settings: Settings, target: Target, registry: Registry, client: Ag
 
 
 def target_flags(settings: Settings, exp: Experiment) -> tuple[str | None, int | None]:
-    """The (--target, --ct) that reach the target an experiment ran on."""
+    """The (--target, --ct) that reach the target an experiment ran on; for a job, its node 0 (whose log is the
+    job's metrics)."""
+    if exp.nodes:
+        first = exp.nodes[0]
+        return (first["target"], None) if first.get("target") in settings.targets or first.get("ct") is None \
+            else (None, int(first["ct"]))
     if exp.target in settings.targets:
         return exp.target, None
     ct = exp.target_info.get("ct")

@@ -87,6 +87,10 @@ def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")
         render.out("  planned (from the sample lengths):")
         for k, v in exp.batching_plan.items():
             render.out(f"    {k:18} {v}")
+    for n in exp.nodes or []:  # a job: each node's record (metrics above are node 0's log)
+        code = f" (exit code {n['exit_code']})" if n.get("exit_code") is not None else ""
+        render.out(f"  node {n['rank']}       {n.get('label')} {n.get('address')}: {n.get('state')}{code}"
+                   + (f" [{n['reason']}]" if n.get("reason") else ""))
     for k in ("node", "ct", "address", "access"):
         if exp.target_info.get(k) is not None:
             render.out(f"  {k:12} {exp.target_info[k]}")
