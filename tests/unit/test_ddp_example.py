@@ -1,7 +1,7 @@
 """The ddp example on this machine: two ranks under torchrun (gloo, CPU), in sync, then resumed.
 
-torch is never a dependency of orch: it comes from the testbed's read-only site folder (``torchsite``) when that
-folder is there, else the torch test is skipped.
+torch is never a dependency of orch: it comes from the testbed's site folder (``torchsite``, the pinned CPU wheel,
+installed there once and shared with the containers).
 """
 
 from __future__ import annotations
@@ -70,9 +70,8 @@ def _torchrun(tmp: Path, steps: int) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=150)
 
 
-@pytest.mark.skipif(not (torchsite.SITE / "torch" / "__init__.py").exists(),
-                    reason="no torch site folder (the testbed tests install it: tests/testbed/torchsite.py)")
 def test_two_ranks_train_in_sync_and_a_resume_continues_exactly(tmp_path):
+    torchsite.ensure_site()
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     straight.mkdir()
     first = _torchrun(straight, 9)
