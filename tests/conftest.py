@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A suite started in the background (``cmd &`` in a script) inherits SIGINT ignored, and so would every CLI it
+# starts: the tests that press Ctrl-C would see nothing happen. A handler here is reset to the default in children.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 EXAMPLE = REPO / "examples" / "tinylm"
 
 CONFIG = """\
