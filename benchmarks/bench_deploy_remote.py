@@ -4,7 +4,8 @@ Stands up the test suite's LXC testbed (needs root and LXC; the base image is ca
 on CT 200, medians over --runs:
   - the hand-typed baseline: `scp train.py ct: && ssh ct "tmux kill-session -t train; tmux new -d ..."`
   - `orch deploy --target ssh200` (straight SSH) and `orch deploy --ct 200` (Proxmox API + SSH), each for an
-    unchanged revision and a one-line change, as a ratio to the baseline;
+    unchanged revision and a one-line change, as a ratio to the baseline; the --ct case again with every lookup
+    through the API (`[proxmox] cache_ttl = 0`);
   - bytes sent for a one-line change in a 50 MB source tree;
   - SSH connections and round trips (agent calls / remote commands) per deploy.
 The workload exits on SIGINT at once, like the baseline's kill, so stop costs are comparable.
@@ -125,6 +126,13 @@ ct = 200
 
         ms, outs = timed(changed, a.runs)
         rows.append((f"orch deploy --target {target}, 1 line changed", ms, outs[-1]))
+
+    def uncached(i: int) -> dict:  # every lookup through the API, as before [proxmox] cache_ttl
+        (proj / "train.py").write_text(TRAIN.format(n=time.time_ns()))
+        return orch("deploy", "--target", "ct200", "--set", "proxmox.cache_ttl=0")
+
+    ms, outs = timed(uncached, a.runs)
+    rows.append(("orch deploy --target ct200, cache_ttl=0, 1 line", ms, outs[-1]))
     orch("stop")
     print(f"CT 200 over the testbed bridge; source tree {a.mb:.0f} MB + train.py; medians of {a.runs} runs")
     print(f"{'deploy':44} {'ms':>7} {'x hand':>7} {'files':>6} {'payload B':>10} {'sent B':>9} "
