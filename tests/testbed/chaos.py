@@ -6,8 +6,9 @@ the real CLI, a random fault in about half of the cycles, and the invariants che
     print(summary.table()); assert not summary.violations, summary.report()
 
 A cycle: pick a clone and an action (``deploy``, ``restart --clean-checkpoints --yes``, ``stop``), maybe a
-fault (``cut`` the proxied clone's connection mid-command, ``freeze`` the CT for a moment, ``sigkill`` or
-``sigint`` the CLI at a random moment, a ``race``: the other clone deploys at the same time); run it; heal;
+fault (``cut`` the proxied clone's connection mid-command, ``freeze`` the CT for a moment, ``sshd`` down in the
+CT for a moment, ``sigkill`` or ``sigint`` the CLI at a random moment, a ``race``: the other clone deploys at the
+same time); run it; heal;
 probe the target; ``orch status`` once from each clone; probe again; check (``chaos_checks``). The same seed
 gives the same choices and delays (what the target does with them still depends on timing).
 """
@@ -24,11 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import chaos_checks as checks
+from . import lxc
 from .chaos_clones import ROOT, WORKSPACE, Clone, Outcome, make_clones
 
 ACTIONS = {"deploy": ["deploy"], "restart": ["restart", "--clean-checkpoints", "--yes"], "stop": ["stop"]}
 WEIGHTS = {"deploy": 5, "restart": 3, "stop": 2}
-FAULTS = ("cut", "freeze", "sigkill", "sigint", "race")
+FAULTS = ("cut", "freeze", "sshd", "sigkill", "sigint", "race")
 ACTION_TIMEOUT = 120.0  # s: a CLI call still going after this counts as hung
 STATUS_TIMEOUT = 60.0
 PROBE = Path(__file__).with_name("chaos_probe.py")
@@ -54,6 +56,7 @@ class Summary:
     cycles: int = 0
     actions: Counter = field(default_factory=Counter)
     faults: Counter = field(default_factory=Counter)
+    landed: Counter = field(default_factory=Counter)  # faults that struck while the CLI call was still running
     exits: Counter = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
     checkpoints_seen: int = 0
@@ -63,7 +66,7 @@ class Summary:
         rows = [("seed", self.seed), ("cycles", self.cycles), ("wall time (s)", f"{self.wall:.0f}"),
                 ("s per cycle", f"{self.wall / max(1, self.cycles):.1f}")]
         rows += [(f"action {k}", v) for k, v in sorted(self.actions.items())]
-        rows += [(f"fault {k}", v) for k, v in sorted(self.faults.items())]
+        rows += [(f"fault {k} (mid-command)", f"{v} ({self.landed[k]})") for k, v in sorted(self.faults.items())]
         rows += [(f"CLI exit {k}", v) for k, v in sorted(self.exits.items(), key=lambda kv: str(kv[0]))]
         rows += [("checkpoint files tracked", self.checkpoints_seen), ("violations", len(self.violations))]
         return "\n".join(f"{label:28} {value:>8}" for label, value in rows)
@@ -116,7 +119,7 @@ class Chaos:
         action = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
         fault = rng.choice(FAULTS) if rng.random() < 0.5 else None
         clone = self.b if fault == "cut" else rng.choice((self.a, self.b))
-        return Plan(clone, action, fault, delay=rng.uniform(0.3, 4.0), length=rng.uniform(0.5, 4.0))
+        return Plan(clone, action, fault, delay=rng.uniform(0.1, 3.0), length=rng.uniform(0.5, 4.0))
 
     def cycle(self, plan: Plan) -> tuple[list[str], list[int | None]]:
         """Run one planned cycle; what broke, and the exit codes of the action's CLI calls."""
@@ -156,8 +159,9 @@ class Chaos:
         if plan.fault == "race":
             other = self.a if plan.clone is self.b else self.b
             running.append(other.start(*ACTIONS["deploy"]))
+            self.summary.landed["race"] += 1
         strike = threading.Timer(plan.delay, self.strike, args=(plan, running[0]))
-        if plan.fault in ("cut", "freeze", "sigkill", "sigint"):
+        if plan.fault in ("cut", "freeze", "sshd", "sigkill", "sigint"):
             strike.start()
         try:
             return [r.wait(ACTION_TIMEOUT) for r in running]
@@ -167,6 +171,8 @@ class Chaos:
                 strike.join()
 
     def strike(self, plan: Plan, target) -> None:
+        if target.proc.poll() is None:
+            self.summary.landed[plan.fault] += 1
         if plan.fault == "cut":
             self.proxy.stall()
             time.sleep(min(plan.length, 1.0))
@@ -178,6 +184,13 @@ class Chaos:
                 time.sleep(plan.length)
             finally:
                 ct.thaw()
+        elif plan.fault == "sshd":
+            ct = self.testbed.ct(200)
+            ct.kill_sshd()  # new connections are refused; open ones keep their own sshd process
+            try:
+                time.sleep(plan.length)
+            finally:
+                self.start_sshd()
         elif plan.fault == "sigkill":
             target.signal(signal.SIGKILL)
         elif plan.fault == "sigint":
@@ -188,6 +201,13 @@ class Chaos:
         ct = self.testbed.ct(200)
         if ct.state() == "FROZEN":
             ct.thaw()
+        if not lxc.answers(ct.address, ct.port):
+            self.start_sshd()
+
+    def start_sshd(self) -> None:
+        ct = self.testbed.ct(200)
+        ct.attach("systemctl", "start", "ssh.service")
+        lxc.wait_port(ct.address, ct.port, timeout=20)
 
     def probe(self) -> dict:
         proc = self.testbed.ct(200).attach("python3", "-", ROOT, WORKSPACE, input=PROBE.read_bytes())
