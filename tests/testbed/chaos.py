@@ -119,7 +119,7 @@ class Chaos:
         action = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
         fault = rng.choice(FAULTS) if rng.random() < 0.5 else None
         clone = self.b if fault == "cut" else rng.choice((self.a, self.b))
-        return Plan(clone, action, fault, delay=rng.uniform(0.1, 3.0), length=rng.uniform(0.5, 4.0))
+        return Plan(clone, action, fault, delay=rng.uniform(0.3, 3.0), length=rng.uniform(0.5, 4.0))
 
     def cycle(self, plan: Plan) -> tuple[list[str], list[int | None]]:
         """Run one planned cycle; what broke, and the exit codes of the action's CLI calls."""
