@@ -90,7 +90,7 @@ def clean_output(outcome: Outcome, timeout: float) -> list[str]:
     hints = [line for line in lines if line.startswith("hint: ")]
     if len(errors) != 1 or not hints or outcome.returncode < 0:
         return [f"{what} failed (exit {outcome.returncode}) without one error: line and a hint: "
-                f"{_tail(outcome.stderr)}"]
+                f"{_tail(outcome.stderr)} [stdout: {_tail(outcome.stdout, 1)}]"]
     return []
 
 
