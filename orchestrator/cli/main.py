@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
+import os
+import signal
 import sys
-from collections.abc import Iterator, MutableMapping
-from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
 
 
-import typer
+def _interrupted_while_starting(_signum: int, _frame: object) -> None:
+    """Ctrl-C while orch is still importing: nothing was done, so say that instead of an import's traceback."""
+    os.write(2, b"interrupted: nothing was done\n")
+    os._exit(130)
+
+
+# only when this process is orch itself (the script, or python -m): a program importing the module keeps its own
+# Ctrl-C; main() puts Python's back before any command runs
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "orch":
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import functools  # noqa: E402  (after the handler: these imports are most of orch's start-up time)
+import inspect  # noqa: E402
+from collections.abc import Iterator, MutableMapping  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Annotated, Any, Callable, Optional  # noqa: E402
+
+import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup
 
 try:  # typer >= 0.22 vendors click; earlier ones depend on it
@@ -233,6 +247,7 @@ def lazy_command(typer_app: typer.Typer) -> click_core.Command:
 
 def main(argv: list[str] | None = None) -> None:
     command = lazy_command(app)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C says what was done
     try:
         command.main(args=argv if argv is not None else sys.argv[1:], prog_name="orch")
     except OrchError as exc:  # raised outside a group's invoke (e.g. in a callback)
@@ -240,6 +255,10 @@ def main(argv: list[str] | None = None) -> None:
         if exc.hint:
             typer.echo(f"hint: {exc.hint}", err=True)
         sys.exit(exc.exit_code)
+    finally:
+        # the command has finished and said what it did: a Ctrl-C while Python shuts down (which puts the
+        # default action back) would otherwise kill orch silently and turn its exit code into a signal death
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,218 @@
+"""A seeded chaos loop over the real testbed: two clones of one project on CT 200, one action per cycle through
+the real CLI, a random fault in about half of the cycles, and the invariants checked after every cycle.
+
+    chaos = Chaos(testbed, workdir, seed=7)
+    summary = chaos.run(cycles=20)
+    print(summary.table()); assert not summary.violations, summary.report()
+
+A cycle: pick a clone and an action (``deploy``, ``restart --clean-checkpoints --yes``, ``stop``), maybe a
+fault (``cut`` the proxied clone's connection mid-command, ``freeze`` the CT for a moment, ``sshd`` down in the
+CT for a moment, ``sigkill`` or ``sigint`` the CLI at a random moment, a ``race``: the other clone deploys at the
+same time); run it; heal;
+probe the target; ``orch status`` once from each clone; probe again; check (``chaos_checks``). The same seed
+gives the same choices and delays (what the target does with them still depends on timing).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import chaos_checks as checks
+from . import lxc
+from .chaos_clones import ROOT, WORKSPACE, Clone, Outcome, make_clones
+
+ACTIONS = {"deploy": ["deploy"], "restart": ["restart", "--clean-checkpoints", "--yes"], "stop": ["stop"]}
+WEIGHTS = {"deploy": 5, "restart": 3, "stop": 2}
+FAULTS = ("cut", "freeze", "sshd", "sigkill", "sigint", "race")
+ACTION_TIMEOUT = 120.0  # s: a CLI call still going after this counts as hung
+STATUS_TIMEOUT = 60.0
+PROBE = Path(__file__).with_name("chaos_probe.py")
+
+
+@dataclass
+class Violation:
+    seed: int
+    cycle: int
+    action: str
+    clone: str
+    fault: str | None
+    what: str
+
+    def __str__(self) -> str:
+        return (f"seed {self.seed} cycle {self.cycle}: {self.action} from clone {self.clone}, "
+                f"fault {self.fault or 'none'}: {self.what}")
+
+
+@dataclass
+class Summary:
+    seed: int
+    cycles: int = 0
+    actions: Counter = field(default_factory=Counter)
+    faults: Counter = field(default_factory=Counter)
+    landed: Counter = field(default_factory=Counter)  # faults that struck while the CLI call was still running
+    exits: Counter = field(default_factory=Counter)
+    violations: list[Violation] = field(default_factory=list)
+    checkpoints_seen: int = 0
+    wall: float = 0.0
+
+    def table(self) -> str:
+        rows = [("seed", self.seed), ("cycles", self.cycles), ("wall time (s)", f"{self.wall:.0f}"),
+                ("s per cycle", f"{self.wall / max(1, self.cycles):.1f}")]
+        rows += [(f"action {k}", v) for k, v in sorted(self.actions.items())]
+        rows += [(f"fault {k} (mid-command)", f"{v} ({self.landed[k]})") for k, v in sorted(self.faults.items())]
+        rows += [(f"CLI exit {k}", v) for k, v in sorted(self.exits.items(), key=lambda kv: str(kv[0]))]
+        rows += [("checkpoint files tracked", self.checkpoints_seen), ("violations", len(self.violations))]
+        return "\n".join(f"{label:28} {value:>8}" for label, value in rows)
+
+    def report(self) -> str:
+        return "\n".join(str(v) for v in self.violations) or "no violations"
+
+
+@dataclass
+class Plan:
+    clone: Clone
+    action: str
+    fault: str | None
+    delay: float  # s after the start when the fault strikes
+    length: float  # s a freeze lasts
+
+
+class Chaos:
+    def __init__(self, testbed, workdir: Path, seed: int, steps: int = 400) -> None:
+        self.testbed, self.seed, self.rng = testbed, seed, random.Random(seed)
+        self.proxy = testbed.proxy("10.77.0.200", 22)
+        self.a, self.b = make_clones(testbed, workdir, self.proxy, steps=steps)
+        self.seen: dict[str, str] = {}  # every checkpoint file seen in the folder: path -> sha256
+        self.summary = Summary(seed)
+        self._reported: set[str] = set()
+
+    def run(self, cycles: int, log=None) -> Summary:
+        begin = time.monotonic()
+        self._remember(self.probe())
+        for n in range(1, cycles + 1):
+            plan = self.plan()
+            started = time.monotonic()
+            found, exits = self.cycle(plan)
+            self.summary.cycles = n
+            for what in found:
+                if what not in self._reported:
+                    self._reported.add(what)
+                    self.summary.violations.append(
+                        Violation(self.seed, n, plan.action, plan.clone.name, plan.fault, what))
+            if log:
+                log(f"cycle {n:3}: {plan.action:8} from {plan.clone.name}, fault {plan.fault or '-':8} "
+                    f"exit {','.join(map(str, exits)):8} {time.monotonic() - started:5.1f} s  "
+                    f"{len(found)} problem(s)")
+        self.summary.wall = time.monotonic() - begin
+        self.summary.checkpoints_seen = len(self.seen)
+        return self.summary
+
+    def plan(self) -> Plan:
+        rng = self.rng
+        action = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        fault = rng.choice(FAULTS) if rng.random() < 0.5 else None
+        clone = self.b if fault == "cut" else rng.choice((self.a, self.b))
+        return Plan(clone, action, fault, delay=rng.uniform(0.3, 3.0), length=rng.uniform(0.5, 4.0))
+
+    def cycle(self, plan: Plan) -> tuple[list[str], list[int | None]]:
+        """Run one planned cycle; what broke, and the exit codes of the action's CLI calls."""
+        self.summary.actions[plan.action] += 1
+        if plan.fault:
+            self.summary.faults[plan.fault] += 1
+        outcomes = self.act(plan)
+        self.heal()
+        found, exits = [], [o.returncode for o in outcomes]
+        for outcome in outcomes:
+            self.summary.exits[outcome.returncode] += 1
+            found += checks.clean_output(outcome, ACTION_TIMEOUT)
+        before = self.probe()
+        for clone in (self.a, self.b):
+            status = clone.run("status", "--no-metrics", timeout=STATUS_TIMEOUT)
+            found += checks.clean_output(status, STATUS_TIMEOUT)
+        after = self.probe()
+        for probe in (before, after):
+            if probe.get("lock_wait") is None:
+                found.append("the target's lock was still held 30 s after the cycle")
+                return found, exits
+        for clone in (self.a, self.b):
+            registry_id, rows = clone.rows()
+            found += checks.rows_agree(clone.name, registry_id, rows, before, after)
+        found += checks.checkpoints_kept(self.seen, after)
+        found += checks.target_tidy(before, after)
+        for what in found:  # a lost checkpoint is reported once, not again every cycle
+            if what.startswith("checkpoint "):
+                self.seen.pop(what.split()[1], None)
+        self._remember(before)
+        self._remember(after)
+        return found, exits
+
+    def act(self, plan: Plan) -> list[Outcome]:
+        """Run the action with its fault; the outcomes of every CLI call the cycle made."""
+        running = [plan.clone.start(*ACTIONS[plan.action])]
+        if plan.fault == "race":
+            other = self.a if plan.clone is self.b else self.b
+            running.append(other.start(*ACTIONS["deploy"]))
+            self.summary.landed["race"] += 1
+        strike = threading.Timer(plan.delay, self.strike, args=(plan, running[0]))
+        if plan.fault in ("cut", "freeze", "sshd", "sigkill", "sigint"):
+            strike.start()
+        try:
+            return [r.wait(ACTION_TIMEOUT) for r in running]
+        finally:
+            strike.cancel()
+            if strike.is_alive():
+                strike.join()
+
+    def strike(self, plan: Plan, target) -> None:
+        if target.proc.poll() is None:
+            self.summary.landed[plan.fault] += 1
+        if plan.fault == "cut":
+            self.proxy.stall()
+            time.sleep(min(plan.length, 1.0))
+            self.proxy.kill()
+        elif plan.fault == "freeze":
+            ct = self.testbed.ct(200)
+            ct.freeze()
+            try:
+                time.sleep(plan.length)
+            finally:
+                ct.thaw()
+        elif plan.fault == "sshd":
+            ct = self.testbed.ct(200)
+            ct.kill_sshd()  # new connections are refused; open ones keep their own sshd process
+            try:
+                time.sleep(plan.length)
+            finally:
+                self.start_sshd()
+        elif plan.fault == "sigkill":
+            target.signal(signal.SIGKILL)
+        elif plan.fault == "sigint":
+            target.signal(signal.SIGINT)
+
+    def heal(self) -> None:
+        self.proxy.resume()
+        ct = self.testbed.ct(200)
+        if ct.state() == "FROZEN":
+            ct.thaw()
+        if not lxc.answers(ct.address, ct.port):
+            self.start_sshd()
+
+    def start_sshd(self) -> None:
+        ct = self.testbed.ct(200)
+        ct.attach("systemctl", "start", "ssh.service")
+        lxc.wait_port(ct.address, ct.port, timeout=20)
+
+    def probe(self) -> dict:
+        proc = self.testbed.ct(200).attach("python3", "-", ROOT, WORKSPACE, input=PROBE.read_bytes())
+        return json.loads(proc.stdout)
+
+    def _remember(self, probe: dict) -> None:
+        if probe.get("lock_wait") is not None:
+            self.seen.update(checks.checkpoint_folder_files(probe))

@@ -1,0 +1,177 @@
+"""Two clones of one project on CT 200 for the chaos test: A reaches the CT directly (``ct200``), B through a
+TCP proxy (``cut``) that the test can kill mid-command. Each clone is its own folder with its own registry.
+
+    a, b = make_clones(testbed, workdir, proxy)
+    result = a.start("deploy"); result.wait(90)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = "/workspace/orch"
+WORKSPACE = "/workspace"
+CKPT = "/workspace/checkpoints"
+
+# quick to start; a checkpoint of random bytes every CHAOS_CKPT_EVERY steps, each under a name no run reuses,
+# written beside and renamed (a hidden name while half-written); SIGINT ends it at once
+TRAIN = """\
+import os, sys, time, uuid
+ck = os.environ["ORCH_CHECKPOINT_DIR"]
+os.makedirs(ck, exist_ok=True)
+steps, every = int(os.environ["CHAOS_STEPS"]), int(os.environ["CHAOS_CKPT_EVERY"])
+token = uuid.uuid4().hex[:10]
+for step in range(1, steps + 1):
+    time.sleep(float(os.environ["CHAOS_SLEEP"]))
+    print(f"step={step} total_steps={steps} loss={1 / step:.4f}", flush=True)
+    if step % every == 0:
+        tmp = os.path.join(ck, f".ckpt-{token}.part")
+        with open(tmp, "wb") as fh:
+            fh.write(os.urandom(2048))
+        os.replace(tmp, os.path.join(ck, f"ckpt-{token}-{step:05d}.pt"))
+"""
+
+CONFIG = """\
+default_target = "{target}"
+
+[project]
+name = "chaos"
+sources = ["train.py"]
+command = "python3 train.py"
+env = {{ CHAOS_STEPS = "{steps}", CHAOS_SLEEP = "0.05", CHAOS_CKPT_EVERY = "20" }}
+
+[paths]
+root = "{root}"
+checkpoints = "{ckpt}"
+
+[run]
+stop_timeout = 5
+term_timeout = 3
+lock_timeout = 45
+
+[proxmox]
+host = "{api.host}"
+port = {api.port}
+token_id = "{api.token_id}"
+verify_ssl = "{api.cert_path}"
+timeout = 5
+start_timeout = 60
+node_ssh = {{ user = "root", host = "{node.address}", port = {node.port} }}
+
+[ssh]
+known_hosts = ["{known_hosts}"]
+trust_file = "{trusted}"
+identity_file = "{key}"
+connect_timeout = 5
+connect_retries = 1
+command_timeout = 60
+
+[targets.ct200]
+kind = "proxmox"
+ct = 200
+access = "ssh"
+user = "root"
+
+[targets.cut]
+kind = "proxmox"
+ct = 200
+address = "127.0.0.1"
+port = {proxy_port}
+"""
+
+
+@dataclass
+class Outcome:
+    """One CLI subprocess as the chaos loop saw it."""
+
+    argv: list[str]
+    clone: str
+    returncode: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0
+    hung: bool = False
+    signalled: str | None = None  # "SIGKILL" / "SIGINT" when the loop sent one
+
+
+@dataclass
+class Running:
+    proc: subprocess.Popen
+    outcome: Outcome
+    begin: float = field(default_factory=time.monotonic)
+
+    def signal(self, sig: signal.Signals) -> None:
+        """SIGINT to the process group, as a terminal's Ctrl-C; SIGKILL to the CLI process alone."""
+        if self.proc.poll() is not None:
+            return
+        self.outcome.signalled = sig.name
+        if sig == signal.SIGINT:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> Outcome:
+        try:
+            out, err = self.proc.communicate(timeout=max(0.1, timeout - (time.monotonic() - self.begin)))
+        except subprocess.TimeoutExpired:
+            self.outcome.hung = True
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            out, err = self.proc.communicate()
+        try:  # whatever the CLI left in its group (it was started in a session of its own)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.outcome.returncode = self.proc.returncode
+        self.outcome.stdout, self.outcome.stderr = out, err
+        self.outcome.seconds = time.monotonic() - self.begin
+        return self.outcome
+
+
+class Clone:
+    def __init__(self, name: str, path: Path, env: dict[str, str]) -> None:
+        self.name, self.path, self.env = name, path, env
+
+    def start(self, *args: str) -> Running:
+        argv = [sys.executable, "-m", "orchestrator.cli.main", *args]
+        proc = subprocess.Popen(argv, cwd=self.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, **self.env), start_new_session=True)
+        return Running(proc, Outcome(list(args), self.name))
+
+    def run(self, *args: str, timeout: float) -> Outcome:
+        return self.start(*args).wait(timeout)
+
+    def registry(self):
+        from orchestrator.experiments import Registry
+
+        return Registry(self.path / ".orch" / "experiments.db")
+
+    def rows(self) -> tuple[str | None, list]:
+        """(registry id, rows); (None, []) before the first command made the registry."""
+        if not (self.path / ".orch" / "experiments.db").exists():
+            return None, []
+        with self.registry() as reg:
+            return reg.registry_id, reg.list()
+
+
+def make_clones(testbed, workdir: Path, proxy, steps: int = 400) -> tuple[Clone, Clone]:
+    """Clone A (direct) and clone B (through ``proxy``) of project ``chaos``, both on CT 200."""
+    env = {"ORCH_PROXMOX_TOKEN": testbed.api.token_secret, "ORCH_SSH__READ_TIMEOUT": "5"}
+    host_key = testbed.ct(200).host_key_line.split(" ", 1)[1]
+    clones = []
+    for name, target in (("A", "ct200"), ("B", "cut")):
+        path = workdir / f"clone-{name}"
+        path.mkdir(parents=True)
+        (path / "train.py").write_text(TRAIN)
+        known = path / "known_hosts"
+        known.write_text(Path(testbed.known_hosts_path).read_text() + f"[127.0.0.1]:{proxy.port} {host_key}\n")
+        (path / "orch.toml").write_text(CONFIG.format(
+            target=target, steps=steps, root=ROOT, ckpt=CKPT, api=testbed.api, node=testbed.node,
+            known_hosts=known, trusted=path / "trusted_hosts", key=testbed.key_path, proxy_port=proxy.port))
+        clones.append(Clone(name, path, env))
+    return clones[0], clones[1]

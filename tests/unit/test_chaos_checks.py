@@ -1,0 +1,66 @@
+"""The chaos test's invariants catch what they claim to (pure functions over made-up probes and rows)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from tests.testbed import chaos_checks as checks
+from tests.testbed.chaos_clones import Outcome
+
+REG = "0123456789ab"
+
+
+def probe(runs=None, files=None, bad=None, tmp=None) -> dict:
+    return {"lock_wait": 0.0, "runs": runs or {}, "files": files or {}, "bad_revisions": bad or {}, "tmp": tmp or []}
+
+
+def row(n: int, status: str, exit_code=None):
+    return SimpleNamespace(id=n, status=status, exit_code=exit_code)
+
+
+def test_rows_that_match_the_target_pass():
+    before = probe({f"{REG}-1": {"state": "ended", "exit_code": 0}, f"{REG}-2": {"state": "live"}})
+    after = probe({f"{REG}-1": {"state": "ended", "exit_code": 0}, f"{REG}-2": {"state": "ended", "exit_code": 0}})
+    rows = [row(1, "finished", 0), row(2, "running"), row(3, "failed")]  # 2 ended on its own during status
+    assert checks.rows_agree("A", REG, rows, before, after) == []
+
+
+def test_rows_that_lie_are_named():
+    live = probe({f"{REG}-1": {"state": "live"}, f"{REG}-2": {"state": "ended", "exit_code": 1},
+                  f"{REG}-4": {"state": "live"}, f"{REG}-5": {"state": "ended", "exit_code": 0}})
+    rows = [row(1, "stopped"), row(2, "running"), row(3, "launching"), row(5, "crashed", 1)]
+    problems = checks.rows_agree("A", REG, rows, live, live)
+    assert any("row 1 is stopped, the target's run is live" in p for p in problems)
+    assert any("row 2 is running, the target says ended" in p for p in problems)
+    assert any("row 3 is launching" in p for p in problems)
+    assert any(f"run {REG}-4 is live on the target, clone A says nothing" in p for p in problems)
+    assert any("row 5 has exit code 1, the target's exit.json 0" in p for p in problems)
+
+
+def test_a_checkpoint_counts_if_it_is_in_the_folder_or_a_trash_entry_byte_for_byte():
+    seen = {"/w/ck/ckpt-1.pt": "aa", "/w/ck/ckpt-2.pt": "bb", "/w/ck/ckpt-3.pt": "cc"}
+    after = probe(files={"/w/ck/ckpt-1.pt": "aa", "/w/ck.trash/x-exp1/ckpt-2.pt": "bb", "/w/ck/ckpt-3.pt": "zz"})
+    problems = checks.checkpoints_kept(seen, after)
+    assert len(problems) == 1 and "/w/ck/ckpt-3.pt" in problems[0]
+    assert checks.checkpoint_folder_files(after) == {"/w/ck/ckpt-1.pt": "aa", "/w/ck/ckpt-3.pt": "zz"}
+
+
+def test_half_revisions_and_lasting_temporary_files_are_named():
+    before = probe(tmp=["/r/blobs/.tmp-1", "/r/runs/x/.tmp-2"])
+    after = probe(bad={"abc": "no manifest"}, tmp=["/r/blobs/.tmp-1"])
+    assert checks.target_tidy(before, after) == ["revision abc is half made: no manifest",
+                                                 "orphan temporary file /r/blobs/.tmp-1"]
+
+
+def test_errors_must_be_one_error_line_and_a_hint_without_a_traceback():
+    ok = Outcome(["stop"], "A", returncode=3, stderr="error: cannot reach ct200\nhint: check [ssh]\n")
+    assert checks.clean_output(ok, 60) == []
+    bare = Outcome(["stop"], "A", returncode=1, stderr="something broke\n")
+    trace = Outcome(["deploy"], "B", returncode=1, stderr="Traceback (most recent call last):\n  ...\nKeyError\n")
+    hung = Outcome(["deploy"], "B", returncode=-9, hung=True)
+    killed = Outcome(["deploy"], "B", returncode=-9, signalled="SIGKILL")
+    interrupted = Outcome(["deploy"], "B", returncode=130, signalled="SIGINT", stderr="interrupted: nothing done\n")
+    assert "without one error: line" in checks.clean_output(bare, 60)[0]
+    assert "traceback" in checks.clean_output(trace, 60)[0]
+    assert "hung past its 60 s timeout" in checks.clean_output(hung, 60)[0]
+    assert checks.clean_output(killed, 60) == checks.clean_output(interrupted, 60) == []
