@@ -192,14 +192,15 @@ class AgentClient:
             stdin = itertools.chain([head], payload.open()) if isinstance(payload, Stream) else head + payload
             limit = timeout or self.timeout
             self.calls += 1
+            send = getattr(self.transport, "run_agent", self.transport.run)  # a resident agent, where one serves
             if on_frame is not None:
                 frames = Frames(on_frame)
-                result = self.transport.run(argv, input=stdin, timeout=None, stall=limit, output=frames.feed)
+                result = send(argv, input=stdin, timeout=None, stall=limit, output=frames.feed)
                 result.stdout = frames.leftover()
                 return result
             if streamed:
-                return self.transport.run(argv, input=stdin, timeout=None, stall=limit)
-            return self.transport.run(argv, input=stdin, timeout=limit)
+                return send(argv, input=stdin, timeout=None, stall=limit)
+            return send(argv, input=stdin, timeout=limit)
 
         argv = [self.python, self.agent_path]
         try:

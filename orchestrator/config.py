@@ -197,6 +197,7 @@ class SshSection(_Section):
     read_timeout: float = Field(15.0, gt=0)  # status, logs (first read), checkpoints list: a frozen target fails fast
     keepalive: int = Field(5, ge=0)
     connect_retries: int = Field(2, ge=0, le=10)
+    persist: float = Field(600.0, ge=0)  # s a connection keeper holds an idle connection; 0: connect per command
 
 
 class RunSection(_Section):

@@ -104,7 +104,7 @@ def target_spec(settings: Settings, name: str | None = None, ct: int | None = No
 def _ssh_kwargs(settings: Settings) -> dict:
     s = settings.ssh
     kw: dict = {"connect_timeout": s.connect_timeout, "command_timeout": s.command_timeout,
-                "keepalive": s.keepalive, "connect_retries": s.connect_retries}
+                "keepalive": s.keepalive, "connect_retries": s.connect_retries, "persist": s.persist}
     if s.config_file:
         kw["ssh_config_file"] = _home(s.config_file)
     if s.known_hosts is not None:
@@ -210,6 +210,20 @@ def proxmox_client(px):
 
 
 def _ssh(host: str, port: int | None, user: str | None, identity: str | None, trust: bool, kw: dict) -> Transport:
-    from .transport.ssh import SshTransport
+    """The SSH transport to ``host``: through the connection keeper unless ``[ssh] persist = 0`` (or a new host
+    key is to be trusted, which this command's own connection does)."""
+    kw = dict(kw)
+    persist = kw.pop("persist", 0)
+    spec = dict(kw, host=host, port=port, user=user, identity_file=identity)
 
-    return SshTransport(host, port=port, user=user, identity_file=identity, trust_new_host=trust, **kw)
+    def direct() -> Transport:
+        from .transport.ssh import SshTransport
+
+        return SshTransport(trust_new_host=trust, **spec)
+
+    if not persist or trust:
+        return direct()
+    from .keeper.client import KeptTransport
+
+    command_timeout = spec.pop("command_timeout", None)
+    return KeptTransport(spec, command_timeout=command_timeout, persist=persist, direct=direct)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -23,6 +24,28 @@ REPO = Path(__file__).resolve().parent.parent
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 EXAMPLE = REPO / "examples" / "tinylm"
+
+
+@pytest.fixture(autouse=True)
+def _own_keepers(monkeypatch) -> Iterator[str]:
+    """A runtime folder of the test's own: the connection keepers its commands start serve only it, and are
+    closed when it ends (a keeper still starting then is killed)."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="orch-rt-", dir="/tmp")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", folder)
+    yield folder
+    from orchestrator.keeper import client
+
+    client.close(None)
+    for marker in Path(folder, "orch").glob("*.spawned"):
+        try:
+            pid = int(marker.read_text())
+            if b"orchestrator.keeper" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
 
 CONFIG = """\
 default_target = "local"

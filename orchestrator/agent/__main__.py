@@ -178,11 +178,10 @@ def read_request(line: bytes) -> object:
                            "the agent reads one JSON object on its first line of stdin") from None
 
 
-def main() -> int:
-    os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
-    os.environ.pop("LANGUAGE", None)
-    stdin = sys.stdin.buffer
+def respond(stdin) -> bytes:
+    """Read one request (its JSON line and its payload) from ``stdin``, run it, and return the envelope."""
     results: list = []
+    payload = None
     try:
         request = validate.request(read_request(stdin.readline()))
         payload = Payload(stdin, validate.payload_size(request))  # read by the op that takes it, piece by piece
@@ -191,6 +190,14 @@ def main() -> int:
         response = {"v": PROTOCOL, "fatal": exc.to_dict(), "results": results}
     except Exception as exc:  # the envelope must always come back, with what went wrong and what was done
         response = {"v": PROTOCOL, "fatal": _unexpected("the agent", exc), "results": results}
-    sys.stdout.buffer.write(frame(response))
+    if payload is not None:
+        payload.skip(payload.left)  # what no op read: the next request starts after it
+    return frame(response)
+
+
+def main() -> int:
+    os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
+    os.environ.pop("LANGUAGE", None)
+    sys.stdout.buffer.write(respond(sys.stdin.buffer))
     sys.stdout.buffer.flush()
     return 0

@@ -66,6 +66,11 @@ if len(sys.argv) >= 3 and sys.argv[1] == "resume":  # after a reboot, from the r
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(resume(sys.argv[2]))
 
+if len(sys.argv) >= 2 and sys.argv[1] == "serve":  # resident: one request after another on this channel
+    from orchestrator.agent.serve import serve  # noqa: E402
+
+    sys.exit(serve())
+
 from orchestrator.agent.__main__ import main  # noqa: E402
 
 sys.exit(main())

@@ -197,7 +197,7 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, experiments, gc, init, into, run, targets, use, watch
+    from . import batching, checkpoints, connections, experiments, gc, init, into, run, targets, use, watch
 
     run.register(app)
     gc.register(app)
@@ -209,6 +209,7 @@ def _register() -> None:
     app.add_typer(experiments.app, name="experiments")
     app.add_typer(checkpoints.app, name="checkpoints")
     app.add_typer(batching.app, name="batching")
+    app.add_typer(connections.app, name="connections")
 
 
 _register()

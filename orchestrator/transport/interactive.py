@@ -38,7 +38,13 @@ def route(transport: Transport, argv: list[str]) -> tuple[Transport, list[str]]:
     while isinstance(transport, PctTransport):
         argv = ["pct", "exec", str(transport.vmid), "--", *argv]
         transport = transport.node
-    return transport, argv
+    return direct(transport), argv
+
+
+def direct(transport: Transport) -> Transport:
+    """A terminal or a port forward needs a connection of its own, not one the keeper holds."""
+    make = getattr(transport, "direct", None)
+    return make() if callable(make) else transport
 
 
 def terminal(transport: Transport, argv: list[str] | None) -> int:
@@ -93,6 +99,7 @@ def forward(ssh: Transport, host: str, port: int, local_port: int,
             ready: Callable[[str], None], notice: Callable[[str], None]) -> None:
     """Listen on 127.0.0.1:``local_port`` and carry each connection to ``host:port`` seen from the SSH
     destination, until Ctrl-C (KeyboardInterrupt propagates once the listener is closed)."""
+    ssh = direct(ssh)
     if not isinstance(ssh, SshTransport):
         raise InputError("the target is this machine: its ports are already local",
                          hint=f"open http://127.0.0.1:{port}/ directly")

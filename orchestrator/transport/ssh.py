@@ -281,7 +281,9 @@ class SshTransport(Transport):
     # -- running ----------------------------------------------------------------------------------
 
     def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
-            stall: float | None = None, output: Output = None) -> Result:
+            stall: float | None = None, output: Output = None, cancel: threading.Event | None = None) -> Result:
+        """As ``Transport.run``; setting ``cancel`` hangs up the command's channel (the keeper does, when the
+        orch command it runs for goes away)."""
         if not argv:
             raise InputError("empty command", hint="pass the program and its arguments as a list")
         conn = self._connection()
@@ -293,14 +295,19 @@ class SshTransport(Transport):
             chan.exec_command(command)
         except Exception as exc:
             self._drop()
-            raise TransportError(f"connection to {self.description} lost before {argv[0]} started: {exc}",
-                                 hint="check the target and rerun") from exc
-        out, err, code = self._exchange(chan, input, limit, stall, argv, output)
+            raise NotStartedError(f"connection to {self.description} lost before {argv[0]} started: {exc}",
+                                  hint="check the target and rerun") from exc
+        try:
+            out, err, code = self._exchange(chan, input, limit, stall, argv, output, cancel)
+        except BaseException:
+            chan.close()  # hang up: the command's side sees the controller go, as with a dropped connection
+            raise
         self.stats.bytes_received += len(out) + len(err)
         return Result(list(argv), code, bytes(out), bytes(err))
 
     def _exchange(self, chan: Any, data: Input, limit: float | None, stall: float | None,
-                  argv: list[str], output: Output = None) -> tuple[bytearray, bytearray, int]:
+                  argv: list[str], output: Output = None,
+                  cancel: threading.Event | None = None) -> tuple[bytearray, bytearray, int]:
         """Feed stdin and drain stdout/stderr concurrently so neither side can block the other.
 
         While the command is silent, keepalive requests probe the server (like OpenSSH's
@@ -366,6 +373,9 @@ class SshTransport(Transport):
             now = time.monotonic()
             if failed:
                 raise failed[0]
+            if cancel is not None and cancel.is_set():
+                raise TransportError(f"{argv[0]} on {self.description} was abandoned by the orch command that ran it",
+                                     hint="")
             if deadline is not None and now >= deadline:
                 chan.close()
                 raise TransportTimeout(
@@ -530,6 +540,10 @@ def _aead_first(sock: Any, **kwargs: Any) -> Any:
     aead = tuple(c for c in options.ciphers if c.endswith("-gcm@openssh.com"))
     options.ciphers = aead + tuple(c for c in options.ciphers if c not in aead)
     return transport
+
+
+class NotStartedError(TransportError):
+    """The connection was found dead before the command started: it never ran, and may be sent again."""
 
 
 class _Retryable(Exception):

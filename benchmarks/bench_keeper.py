@@ -1,0 +1,160 @@
+"""Repeat commands through the connection keeper on a real CT, against what a user types by hand, in one run.
+
+Stands up the LXC testbed (root and LXC; the base image is cached) and measures on CT 200, medians over --runs:
+  - by hand: `scp train.py ct: && ssh ct "tmux kill-session; tmux new -d …"`, without and with an OpenSSH
+    ControlMaster held (ControlPersist);
+  - `orch deploy` of a one-line change: cold (no keeper running: each run closes the keepers first) against the
+    plain hand-typed pair, and warm (keeper and resident agent up) against the ControlMaster pair;
+  - `orch status`, cold and warm, and `[ssh] persist = 0` (a connection per command) for reference;
+  - `orch --help` against `python -c pass`.
+Prints one table with each case's bar. Asserts nothing. Run as root: python benchmarks/bench_keeper.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TRAIN = "import time\n# revision {n}\nwhile True:\n    time.sleep(1)\n"
+
+
+def median_ms(fn, runs: int, before=None) -> float:
+    times = []
+    for i in range(runs):
+        if before is not None:
+            before()
+        t = time.perf_counter()
+        fn(i)
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=7)
+    a = ap.parse_args()
+    from tests.integration.conftest import Testbed
+
+    work = Path(tempfile.mkdtemp(prefix="orch-bench-keeper-"))
+    (work / "bed").mkdir()
+    bed = Testbed(work / "bed")
+    runtime = tempfile.mkdtemp(prefix="orch-rt-")
+    os.environ["XDG_RUNTIME_DIR"] = runtime  # keepers of this benchmark only
+    try:
+        bed.setup()
+        bed.reset(200)
+        run(bed, work, a.runs)
+    finally:
+        from orchestrator.keeper import client
+
+        client.close(None)
+        bed.teardown()
+
+
+def run(bed, work: Path, runs: int) -> None:
+    from orchestrator.keeper import client
+
+    ct = bed.ct(200)
+    proj = work / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text(TRAIN.format(n=0))
+    (proj / "orch.toml").write_text(f"""\
+default_target = "ssh200"
+[project]
+name = "bench"
+sources = ["train.py"]
+command = "python3 train.py"
+[paths]
+root = "/workspace/orch"
+checkpoints = "/workspace/checkpoints"
+[ssh]
+known_hosts = ["{bed.known_hosts_path}"]
+trust_file = "{work}/trusted"
+identity_file = "{bed.key_path}"
+[targets.ssh200]
+kind = "ssh"
+host = "{ct.address}"
+user = "root"
+""")
+    env = dict(os.environ)
+
+    def orch(*args: str, extra: dict | None = None) -> None:
+        out = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], cwd=proj,
+                             env=dict(env, **(extra or {})), capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"orch {' '.join(args)} failed: {out.stderr}")
+
+    def changed(i: int, extra: dict | None = None) -> None:
+        (proj / "train.py").write_text(TRAIN.format(n=time.time_ns()))
+        orch("deploy", extra=extra)
+
+    def keeper_up() -> None:
+        orch("status")
+        deadline = time.monotonic() + 30
+        while not client.keepers():
+            if time.monotonic() > deadline:
+                raise SystemExit("no keeper started")
+            time.sleep(0.05)
+        orch("status")  # the keeper's connection and resident agent are up
+
+    orch("deploy")
+    dest = f"root@{ct.address}"
+    opts = bed.ssh_options()
+    master = ["-o", "ControlMaster=auto", "-o", f"ControlPath={work}/cm-%r@%h:%p", "-o", "ControlPersist=120"]
+
+    def by_hand(i: int, extra: list[str] = ()) -> None:
+        (proj / "train.py").write_text(TRAIN.format(n=1000 + i))
+        subprocess.run(["scp", "-q", *opts, *extra, str(proj / "train.py"), f"{dest}:train.py"], check=True)
+        subprocess.run(["ssh", *opts, *extra, dest, "tmux kill-session -t train; tmux new -d -s train python3 "
+                        "train.py"], check=True, capture_output=True)
+
+    hand = median_ms(by_hand, runs)
+    by_hand(0, master)  # the master is up
+    hand_cm = median_ms(lambda i: by_hand(i, master), runs)
+    subprocess.run(["ssh", *opts, *master, "-O", "exit", dest], capture_output=True)
+    subprocess.run(["ssh", *opts, dest, "tmux kill-server"], capture_output=True)
+
+    close = lambda: client.close(None)  # noqa: E731
+    cold_deploy = median_ms(changed, runs, before=close)
+    direct_deploy = median_ms(lambda i: changed(i, {"ORCH_SSH__PERSIST": "0"}), runs)
+    keeper_up()
+    warm_deploy = median_ms(changed, runs)
+    cold_status = median_ms(lambda i: orch("status"), runs, before=close)
+    direct_status = median_ms(lambda i: orch("status", extra={"ORCH_SSH__PERSIST": "0"}), runs)
+    keeper_up()
+    warm_status = median_ms(lambda i: orch("status"), runs)
+    bare = median_ms(lambda i: subprocess.run([sys.executable, "-c", "pass"], check=True), runs)
+    helped = median_ms(lambda i: subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "--help"],
+                                                capture_output=True, check=True), runs)
+    orch("stop")
+
+    rows = [
+        ("by hand: scp + ssh tmux", hand, "", ""),
+        ("by hand, ControlMaster held", hand_cm, "", ""),
+        ("orch deploy, 1 line, cold (no keeper)", cold_deploy, f"{cold_deploy / hand:.2f}x hand", "<= 0.8x"),
+        ("orch deploy, 1 line, persist = 0", direct_deploy, f"{direct_deploy / hand:.2f}x hand", ""),
+        ("orch deploy, 1 line, warm (keeper)", warm_deploy, f"{warm_deploy / hand_cm:.2f}x hand+CM",
+         "<= 3x, <= 150 ms"),
+        ("orch status, cold (no keeper)", cold_status, "", ""),
+        ("orch status, persist = 0", direct_status, "", ""),
+        ("orch status, warm (keeper)", warm_status, f"{warm_status / direct_status:.2f}x persist=0", "<= 100 ms"),
+        ("python -c pass", bare, "", ""),
+        ("orch --help", helped, f"{helped / bare:.2f}x python", "<= 3x"),
+    ]
+    print(f"CT 200 over the testbed bridge; medians of {runs} runs; {os.cpu_count()} CPUs")
+    print(f"{'case':42} {'ms':>8} {'ratio':>22} {'bar':>18}")
+    for label, ms, ratio, bar in rows:
+        print(f"{label:42} {ms:8.0f} {ratio:>22} {bar:>18}")
+
+
+if __name__ == "__main__":
+    main()

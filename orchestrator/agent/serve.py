@@ -1,0 +1,67 @@
+"""The resident agent (``agent.pyz serve``): the connection keeper runs one on a held SSH connection and sends
+it request after request, so a warm agent call costs one round trip instead of a Python start on the target.
+
+Each request is exactly what a one-shot call reads on stdin (a JSON line, then its payload). Everything the
+request writes to stdout (a streaming op's frames, then the envelope) goes out in chunks, ``<hex length>\\n``
+and the bytes, and a ``0\\n`` chunk ends the answer, so nothing in a log line can be mistaken for its end.
+The agent exits at the end of stdin, or when its channel is hung up (the keeper does that when the orch
+command a request ran for goes away, so that, as in a one-shot call, no further step starts).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+END = b"0\n"
+
+
+class _Chunked(io.RawIOBase):
+    """The private copy of the channel's stdout: each write goes out at once as one chunk."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[override]
+        if data:
+            _write_all(self.fd, b"%x\n" % len(data) + bytes(data))
+        return len(data)
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def serve() -> int:
+    from .__main__ import respond
+
+    os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
+    os.environ.pop("LANGUAGE", None)
+    sys.stdout.flush()
+    fd = os.dup(1)  # the answers' own copy; what children print goes nowhere (a one-shot call ignores it too)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)  # nothing reads the channel's stderr between requests
+    os.close(null)
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Chunked(fd)), encoding="utf-8", write_through=True)
+    sys.stderr = open(os.devnull, "w")
+    stdin = sys.stdin.buffer
+    while stdin.peek(1):
+        try:
+            answer = respond(stdin)
+            sys.stdout.buffer.write(answer)
+            sys.stdout.buffer.flush()
+            _write_all(fd, END)
+        except OSError:  # the channel was hung up
+            return 0
+    return 0

@@ -1,0 +1,46 @@
+"""orch connections list|close: the SSH connections the connection keeper holds for later commands."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from . import render
+from .common import JsonOpt
+
+app = typer.Typer(help="SSH connections held open between commands ([ssh] persist).", no_args_is_help=True)
+
+
+@app.command("list")
+def list_(as_json: JsonOpt = False) -> None:
+    """The keepers of this user and the connections each holds."""
+    from ..keeper import client
+
+    found = client.keepers()
+    if as_json:
+        render.print_json(found)
+        return
+    rows = [[k["pid"], c["target"] + (f" ({c['role']})" if c.get("role") else ""),
+             "open" if c["alive"] else "closed", render.ago(time.time() - c["since"]),
+             render.ago(time.time() - c["last"]), c["commands"]]
+            for k in found for c in k["connections"]]
+    if not found:
+        render.out("no connection keeper is running (the next command to an SSH target starts one)")
+        return
+    if not rows:
+        render.out(f"{len(found)} keeper(s) running, holding no connection")
+        return
+    render.table("held SSH connections", ["keeper pid", "target", "state", "opened", "last used", "commands"],
+                 rows)
+
+
+@app.command("close")
+def close(target: Annotated[Optional[str], typer.Argument(help="Only the connection to this host "
+                                                             "(default: all, and the keepers exit)")] = None) -> None:
+    """Close held connections; the next command opens a new one."""
+    from ..keeper import client
+
+    closed = client.close(target)
+    render.out(f"closed {closed} connection(s)" + ("" if target else "; the keepers exited"))

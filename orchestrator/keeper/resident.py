@@ -1,0 +1,181 @@
+"""Resident agents: ``agent.pyz serve`` on a held connection, answering one request after another.
+
+    pool = Residents()
+    stdout = pool.call(held_transport, ["python3", ".../agent-<hash>.pyz"], stdin, output, limit, stall, cancel)
+
+``call`` returns None when no resident could be started there (the agent file is missing, python refuses):
+the caller then runs the request as a one-shot command, which reports why as it always has. A request that
+times out, stalls, or is abandoned by its orch command hangs up its resident's channel: the agent notices
+like a one-shot call would (no further step starts) and exits, and the next request starts a new one.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+from ..errors import OrchError, TransportError, TransportTimeout
+from ..transport.base import pieces
+
+MAX_PER_TARGET = 3  # residents per connection and agent version; more requests at once run one-shot
+HELLO = b'{"v":1,"root":"","ops":[],"lock":null,"payload":0}\n'
+
+
+class _Gone(Exception):
+    """The resident's channel closed before its answer ended."""
+
+
+class Resident:
+    def __init__(self, transport: Any, argv: list[str]) -> None:
+        self.transport = transport
+        self.argv = argv
+        conn = transport._connection()
+        self.chan = conn.transport.open_session(timeout=transport._timeout)
+        self.chan.exec_command(shlex.join([*argv, "serve"]))
+        self.chan.settimeout(0.25)
+        self.buf = bytearray()
+        self.busy = True
+
+    def alive(self) -> bool:
+        return not self.chan.closed and not self.chan.exit_status_ready()
+
+    def close(self) -> None:
+        self.chan.close()
+
+    def _answer(self, output: Callable[[bytes], None], limit: float | None, stall: float | None,
+                cancel: threading.Event | None, what: str, sent: list[float]) -> None:
+        """Read chunks until the end chunk, handing each chunk's bytes to ``output``."""
+        progressed = time.monotonic()
+        deadline = None if limit is None else progressed + limit
+        while True:
+            while (eol := self.buf.find(b"\n")) >= 0:
+                try:
+                    size = int(self.buf[:eol], 16)
+                except ValueError:
+                    raise _Gone() from None  # not chunked: the bootstrap refused before serving
+                if len(self.buf) < eol + 1 + size:
+                    break
+                data = bytes(self.buf[eol + 1:eol + 1 + size])
+                del self.buf[:eol + 1 + size]
+                if size == 0:
+                    return
+                output(data)
+            now = time.monotonic()
+            if cancel is not None and cancel.is_set():
+                raise TransportError(f"{what} was abandoned by the orch command that ran it", hint="")
+            if deadline is not None and now >= deadline:
+                raise TransportTimeout(f"{what} did not finish within {limit:g} s on {self.transport.description}",
+                                       hint="it may still be running there; raise the timeout if the target is "
+                                            "just slow")
+            if stall is not None and now - max(progressed, sent[0]) >= stall:
+                raise TransportTimeout(f"{what} made no progress for {stall:g} s on {self.transport.description}",
+                                       hint="check the target's disk and the link; raise [ssh] command_timeout "
+                                            "if it is just slow")
+            try:
+                chunk = self.chan.recv(1 << 16)
+            except TimeoutError:
+                if not self.chan.get_transport().is_active():
+                    raise _Gone() from None
+                continue
+            if not chunk:
+                raise _Gone()
+            progressed = time.monotonic()
+            self.buf += chunk
+
+    def call(self, stdin: Iterator[bytes] | bytes, output: Callable[[bytes], None], limit: float | None,
+             stall: float | None, cancel: threading.Event | None, what: str) -> None:
+        failed: list[BaseException] = []
+        sent = [time.monotonic()]
+
+        def feed() -> None:
+            try:
+                for piece in pieces(stdin):
+                    self.chan.sendall(piece)
+                    sent[0] = time.monotonic()
+            except OrchError as exc:
+                failed.append(exc)
+                self.chan.close()
+            except Exception:
+                return
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        try:
+            self._answer(output, limit, stall, cancel, what, sent)
+        except BaseException:
+            self.chan.close()  # hang up: the agent starts no further step, and exits
+            if failed:
+                raise failed[0] from None
+            raise
+        feeder.join()
+
+
+class Residents:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pools: dict[int, list[Resident]] = {}
+
+    def _take(self, transport: Any, argv: list[str]) -> Resident | None:
+        with self.lock:
+            pool = self.pools.setdefault(id(transport), [])
+            for old in [r for r in pool if r.argv != argv or not r.alive()]:
+                if old.busy and old.argv == argv:
+                    continue
+                old.close()  # another agent version, or dead
+                pool.remove(old)
+            for resident in pool:
+                if not resident.busy:
+                    resident.busy = True
+                    return resident
+            if len(pool) >= MAX_PER_TARGET:
+                return None
+        resident = self._start(transport, argv)
+        if resident is not None:
+            with self.lock:
+                self.pools.setdefault(id(transport), []).append(resident)
+        return resident
+
+    @staticmethod
+    def _start(transport: Any, argv: list[str]) -> Resident | None:
+        """A new resident, checked with an empty request; None when it does not serve."""
+        try:
+            resident = Resident(transport, argv)
+        except OrchError:
+            raise
+        except Exception:
+            return None
+        try:
+            resident.call(HELLO, lambda _data: None, float(transport._timeout) * 3, None, None, "the agent")
+        except (_Gone, OrchError):
+            resident.close()
+            return None
+        return resident
+
+    def call(self, transport: Any, argv: list[str], stdin: Any, output: Callable[[bytes], None],
+             limit: float | None, stall: float | None, cancel: threading.Event | None) -> bool:
+        """Run one request on a resident; False when none serves here (run it one-shot instead)."""
+        resident = self._take(transport, argv)
+        if resident is None:
+            return False
+        try:
+            resident.call(stdin, output, limit, stall, cancel, argv[0])
+        except _Gone:
+            raise TransportError(f"the agent on {transport.description} went away while it answered; the request "
+                                 "may or may not have run", hint="check the target's state before running it again"
+                                 ) from None
+        finally:
+            resident.busy = False
+        return True
+
+    def names(self, transport: Any) -> list[str]:
+        """The agent file each live resident on ``transport`` runs."""
+        with self.lock:
+            return [r.argv[-1].rsplit("/", 1)[-1] for r in self.pools.get(id(transport), []) if r.alive()]
+
+    def forget(self, transport: Any) -> None:
+        with self.lock:
+            pool = self.pools.pop(id(transport), [])
+        for resident in pool:
+            resident.close()

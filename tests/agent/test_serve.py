@@ -1,0 +1,95 @@
+"""The resident agent (``agent.pyz serve``) as the keeper runs it: a real process, request after request on
+one stdin, each answer in chunks ended by ``0\\n``; the same envelopes a one-shot call prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from orchestrator.agent.layout import Layout
+from orchestrator.agent.protocol import MARK_FRAME, unframe
+from orchestrator.agent_client import AgentClient, Frames
+from orchestrator.transport.local import LocalTransport
+
+
+def request(root: str, ops: list, payload: bytes = b"") -> bytes:
+    head = {"v": 1, "root": root, "ops": ops, "lock": None, "what": "test", "payload": len(payload)}
+    return json.dumps(head).encode() + b"\n" + payload
+
+
+def answer(stream) -> bytes:
+    """One chunked answer from ``stream``: the bytes it carries."""
+    out = bytearray()
+    while True:
+        size = int(stream.readline(), 16)
+        if size == 0:
+            return bytes(out)
+        out += stream.read(size)
+
+
+def start(tmp_path):
+    root = str(tmp_path / "root")
+    client = AgentClient(LocalTransport(), root, sys.executable)
+    client.one("hello")  # unpacks the agent zip into the root
+    proc = subprocess.Popen([sys.executable, client.agent_path, "serve"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return root, client, proc
+
+
+def test_requests_one_after_another_with_tricky_log_bytes_and_a_bad_request(tmp_path):
+    root, client, proc = start(tmp_path)
+    run_dir = Layout(root).run_dir(3, "abcdef123456")
+    os.makedirs(run_dir)
+    tricky = b"step 1\n0\n@@END@@\n\n@@ORCH-ENVELOPE@@{}@@END@@\n" + MARK_FRAME + b"{\"n\": 99}\n" + b"tail\n"
+    with open(os.path.join(run_dir, "train.log"), "wb") as fh:
+        fh.write(tricky)
+    try:
+        proc.stdin.write(request(root, [{"op": "hello", "args": {}}]))
+        proc.stdin.flush()
+        first = unframe(answer(proc.stdout))
+        assert first["results"][0]["ok"] and first["results"][0]["value"]["agent"] == client.agent_path
+
+        proc.stdin.write(b"this is not json\n")
+        proc.stdin.flush()
+        bad = unframe(answer(proc.stdout))
+        assert bad["fatal"]["kind"] == "input" and "not JSON" in bad["fatal"]["message"]
+
+        key = {"exp_id": 3, "registry": "abcdef123456"}
+        proc.stdin.write(request(root, [{"op": "log_read", "args": {**key, "offset": 0}}]))
+        proc.stdin.flush()
+        identity = unframe(answer(proc.stdout))["results"][0]["value"]["identity"]
+        args = {**key, "offset": 0, "identity": identity, "heartbeat": 0.2}
+        proc.stdin.write(request(root, [{"op": "log_stream", "args": args}]))
+        proc.stdin.flush()
+        frames: list[bytes] = []
+        parser = Frames(lambda header, data: frames.append(data))
+        parser.feed(answer(proc.stdout))
+        assert b"".join(frames) == tricky  # the log's bytes, whatever they look like, and the envelope after
+        assert unframe(parser.leftover())["results"][0]["ok"]
+
+        proc.stdin.write(request(root, [{"op": "hello", "args": {}}], payload=b"x" * 5000))
+        proc.stdin.flush()  # a payload no op reads is skipped: the next request still parses
+        assert unframe(answer(proc.stdout))["results"][0]["ok"]
+        proc.stdin.write(request(root, [{"op": "hello", "args": {}}]))
+        proc.stdin.flush()
+        assert unframe(answer(proc.stdout))["results"][0]["ok"]
+    finally:
+        proc.stdin.close()
+    assert proc.wait(timeout=10) == 0  # the end of stdin ends it
+    assert proc.stdout.read() == b""
+
+
+def test_a_child_printing_on_stdout_does_not_corrupt_the_answers(tmp_path):
+    root, _client, proc = start(tmp_path)
+    shell = {"op": "shell", "args": {"argv": ["sh", "-c", "echo noise; echo more >&2; echo 0; exec 1>&-"]}}
+    try:
+        proc.stdin.write(request(root, [shell, {"op": "hello", "args": {}}]))
+        proc.stdin.flush()
+        envelope = unframe(answer(proc.stdout))
+        assert [r["ok"] for r in envelope["results"]] == [True, True]
+        assert envelope["results"][0]["value"]["stdout"] == "noise\n0\n"
+    finally:
+        proc.stdin.close()
+    assert proc.wait(timeout=10) == 0

@@ -1,0 +1,151 @@
+"""The connection keeper on a real CT over real sshd: started by the first command, one held connection (seen
+from the CT) and a resident agent serving every later command, idle exit, a crashed keeper's socket, a cut
+connection reopened once, a changed host key refused for a held connection, a new agent version."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from orchestrator.keeper import client, place
+from tests.conftest import wait_for
+from tests.integration.test_remote import ROOT, on_ct, remote  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.testbed
+
+
+def held() -> list[dict]:
+    """Every connection the keepers hold, with its keeper's pid."""
+    return [dict(c, pid=k["pid"]) for k in client.keepers() for c in k["connections"]]
+
+
+def ssh_peers(testbed, vmid: int = 200) -> list[int]:
+    """The remote ports of the established TCP connections to the CT's sshd, read from /proc/net/tcp there."""
+    peers = []
+    for line in on_ct(testbed, vmid, "cat", "/proc/net/tcp", "/proc/net/tcp6").splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3 and fields[1].endswith(":0016") and fields[3] == "01":
+            peers.append(int(fields[2].rsplit(":", 1)[1], 16))
+    return peers
+
+
+def serving_agents(testbed, vmid: int = 200) -> list[str]:
+    out = on_ct(testbed, vmid, "sh", "-c", "pgrep -af '[a]gent-.*[.]pyz serve' || true")
+    return [line.split()[2].rsplit("/", 1)[-1] for line in out.splitlines() if line.strip()]
+
+
+def ok(proj, *args: str, env: dict | None = None) -> str:
+    res = proj.run(*args, env=env)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def warm(proj, target: str = "ct200", env: dict | None = None) -> dict:
+    """The first command connects directly and starts a keeper; once it listens, a second opens its connection."""
+    ok(proj, "status", "--target", target, env=env)
+    wait_for(lambda: client.keepers(), timeout=30, what="a keeper listening")
+    ok(proj, "status", "--target", target, env=env)
+    [conn] = held()
+    return conn
+
+
+def test_later_commands_share_one_held_connection_and_a_resident_agent(remote, testbed):
+    first = warm(remote)
+    assert first["alive"] and first["connections"] == 1
+    assert remote.cli("deploy", "--target", "ct200").exit_code == 0
+    for _ in range(4):
+        ok(remote, "status", "--target", "ct200")
+    ok(remote, "logs", "--target", "ct200", "-n", "3")
+    ok(remote, "checkpoints", "list", "--target", "ct200")
+    [conn] = held()
+    assert conn["pid"] == first["pid"] and conn["connections"] == 1 and conn["commands"] >= first["commands"] + 8
+    assert ssh_peers(testbed) == [conn["local_port"]]  # the CT sees one SSH connection, the keeper's
+    assert conn["agents"] == serving_agents(testbed) and len(conn["agents"]) == 1
+    traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "orchestrator.cli.main", "status", "--target",
+                             "ct200"], cwd=remote.path, capture_output=True, text=True, timeout=60)
+    assert traced.returncode == 0 and "orchestrator.keeper.client" in traced.stderr, traced.stderr[-2000:]
+    assert "paramiko" not in traced.stderr and "fabric" not in traced.stderr  # the keeper holds those
+    listing = ok(remote, "connections", "list")
+    assert "root@10.77.0.200:22" in listing and str(conn["pid"]) in listing
+
+    assert "closed 1 connection(s)" in ok(remote, "connections", "close")
+    assert client.keepers() == []
+    wait_for(lambda: not ssh_peers(testbed) and not serving_agents(testbed), timeout=20,
+             what="the connection and the resident agent gone from the CT")
+    assert ok(remote, "stop", "--target", "ct200")
+
+
+def test_an_idle_keeper_exits_and_a_crashed_ones_socket_is_replaced(remote, testbed):
+    env = {"ORCH_SSH__PERSIST": "2"}
+    conn = warm(remote, env=env)
+    path = place.socket_path()
+    assert path.exists()
+    wait_for(lambda: not path.exists() and client.keepers() == [], timeout=30, what="the idle keeper gone")
+    wait_for(lambda: not ssh_peers(testbed), timeout=20, what="its connection closed on the CT")
+
+    conn = warm(remote)
+    os.kill(conn["pid"], signal.SIGKILL)
+    time.sleep(0.5)
+    assert path.exists()  # left behind by the crash
+    ok(remote, "status", "--target", "ct200")  # straight through, and a new keeper starts
+    wait_for(lambda: client.keepers(), timeout=30, what="a new keeper")
+    ok(remote, "status", "--target", "ct200")
+    [again] = held()
+    assert again["pid"] != conn["pid"] and again["connections"] == 1
+
+
+def test_a_cut_connection_is_reopened_once_without_an_error(remote, testbed):
+    proxy = testbed.proxy("10.77.0.200", 22)
+    host_key = testbed.ct(200).host_key_line.split(" ", 1)[1]
+    remote.known_hosts.write_text(remote.known_hosts.read_text() + f"[127.0.0.1]:{proxy.port} {host_key}\n")
+    remote.write(extra=f'\n[targets.cut]\nkind = "proxmox"\nct = 200\naddress = "127.0.0.1"\nport = {proxy.port}\n')
+    conn = warm(remote, "cut")
+    proxy.kill()
+    time.sleep(0.5)
+    res = remote.run("status", "--target", "cut")
+    assert res.returncode == 0, res.stderr
+    assert "error" not in res.stderr
+    [after] = held()
+    assert after["pid"] == conn["pid"] and after["connections"] == 2 and after["alive"]
+
+
+def test_a_changed_host_key_is_refused_even_for_a_held_connection(remote, testbed):
+    warm(remote)
+    good = remote.known_hosts.read_text()
+    forged = testbed.ct(201).host_key_line.split(" ", 1)[1]
+    lines = [f"{line.split(' ', 1)[0]} {forged}" if line.startswith("10.77.0.200 ") else line
+             for line in good.splitlines()]
+    assert lines != good.splitlines()
+    remote.known_hosts.write_text("\n".join(lines) + "\n")
+    res = remote.run("status", "--target", "ct200")
+    assert res.returncode == 3, res.stderr
+    assert "host key" in res.stderr and "changed" in res.stderr.lower()
+    assert "Traceback" not in res.stderr
+    remote.known_hosts.write_text(good)
+    ok(remote, "status", "--target", "ct200")
+
+
+def test_a_new_agent_version_gets_a_new_resident(remote, testbed):
+    from orchestrator.agent_client import AgentClient
+    from orchestrator.config import load_settings
+    from orchestrator.targets import resolve_target
+
+    warm(remote)
+    [before] = serving_agents(testbed)
+    settings = load_settings(remote.path / "orch.toml")
+    transport = resolve_target(settings, "ct200").connect()
+    agent = AgentClient(transport, ROOT)
+    newer = agent.agent_path.replace(".pyz", "0.pyz")
+    on_ct(testbed, 200, "cp", agent.agent_path, newer)
+    agent.agent_path = newer
+    assert agent.one("hello")["agent"] == newer
+    wait_for(lambda: serving_agents(testbed) == [newer.rsplit("/", 1)[-1]], timeout=20,
+             what="the old version's resident gone, the new one serving")
+    assert before != newer.rsplit("/", 1)[-1]
+    [conn] = held()
+    assert conn["agents"] == [newer.rsplit("/", 1)[-1]] and conn["connections"] == 1
