@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -149,3 +150,33 @@ def test_a_new_agent_version_gets_a_new_resident(remote, testbed):
     assert before != newer.rsplit("/", 1)[-1]
     [conn] = held()
     assert conn["agents"] == [newer.rsplit("/", 1)[-1]] and conn["connections"] == 1
+
+
+def test_follow_through_the_keeper_survives_cuts_byte_for_byte(remote, testbed):
+    from tests.integration.test_follow_remote import WRITER
+
+    proxy = testbed.proxy("10.77.0.200", 22)
+    host_key = testbed.ct(200).host_key_line.split(" ", 1)[1]
+    remote.known_hosts.write_text(remote.known_hosts.read_text() + f"[127.0.0.1]:{proxy.port} {host_key}\n")
+    remote.write(extra=f'\n[targets.cut]\nkind = "proxmox"\nct = 200\naddress = "127.0.0.1"\nport = {proxy.port}\n')
+    remote.path.joinpath("train.py").write_text(WRITER)
+    warm(remote, "cut")
+    ok(remote, "deploy", "--target", "cut")
+    follower = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "logs", "--target", "cut", "-f",
+                                 "-n", "100000"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: follower.stdout.read(65536), b"")))
+    reader.start()
+    time.sleep(1.5)
+    for _ in range(2):
+        proxy.kill()
+        time.sleep(1.0)
+    follower.wait(timeout=180)
+    err = follower.stderr.read()
+    reader.join(timeout=30)
+    assert follower.returncode == 0, err.decode()
+    on_target = testbed.ct(200).attach("cat", f"{ROOT}/runs/{remote.run_key(1)}/train.log").stdout
+    assert len(on_target) > 500_000 and b"".join(chunks) == on_target
+    assert b"resuming at byte" in err
+    [conn] = held()
+    assert conn["connections"] >= 2  # the keeper reopened its connection after the cuts
