@@ -39,7 +39,7 @@ def code_digest() -> str:
     """A short hash of the keeper's and the SSH transport's code: a changed orch gets a keeper of its own."""
     if "digest" not in _CACHE:
         pkg = Path(__file__).resolve().parent.parent
-        h = hashlib.sha256(sys.executable.encode())
+        h = hashlib.sha256(sys.prefix.encode())  # the installation: its python and its SSH libraries
         for path in sorted([*(pkg / "keeper").glob("*.py"), *(pkg / "transport").glob("*.py"), pkg / "errors.py"]):
             h.update(path.read_bytes())
         _CACHE["digest"] = h.hexdigest()[:12]

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 from ..errors import OrchError, TransportError
 from . import wire
+from .place import SUFFIX
 from .resident import Residents
 
 TRUST_FILES = ("~/.ssh/config", "/etc/ssh/ssh_config")
@@ -234,9 +235,21 @@ class Keeper:
         finally:
             self.path.unlink(missing_ok=True)  # ours: the lock keeps any other keeper from binding it
             listener.close()
+            _tidy(str(self.path))
             os.close(lock_fd)
             self.close(None)
         return 0
+
+
+def _tidy(path: str) -> None:
+    """Remove this keeper's start marker, and its log when nothing was written to it."""
+    stem = path[:-len(SUFFIX)] if path.endswith(SUFFIX) else path
+    for name, only_empty in ((f"{stem}.spawned", False), (f"{stem}.log", True)):
+        try:
+            if not only_empty or os.path.getsize(name) == 0:
+                os.unlink(name)
+        except OSError:
+            pass
 
 
 def _local_port(transport: Any) -> int | None:
