@@ -61,17 +61,29 @@ def keeper(persist: float) -> socket.socket | None:
     if sock is not None:
         return sock
     marker = f"{path[:-len(place.SUFFIX)]}.spawned"
-    try:  # one start at a time: commands in the seconds it takes do not start more
-        if time.time() - os.stat(marker).st_mtime < SPAWN_WAIT:
-            return None
-    except FileNotFoundError:
-        pass
+    if _starting(marker):
+        return None
     try:
         with open(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
             fh.write(str(spawn(path, persist)))
     except OSError:
         pass
     return None
+
+
+def _starting(marker: str) -> bool:
+    """Whether a keeper started a moment ago is still coming up: commands meanwhile do not start more."""
+    try:
+        with open(marker) as fh:
+            pid = int(fh.read().strip() or 0)
+        if time.time() - os.stat(marker).st_mtime >= SPAWN_WAIT or pid <= 0:
+            return False
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return state not in (b"Z", b"X") and b"orchestrator.keeper" in fh.read()
+    except (OSError, ValueError, IndexError):
+        return False  # no marker, or its keeper is gone (crashed, or exited idle)
 
 
 class KeptTransport(Transport):
@@ -290,4 +302,7 @@ def close(match: str | None = None) -> int:
             continue
         finally:
             sock.close()
+        deadline = time.monotonic() + 5
+        while match is None and os.path.exists(item["socket"]) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the keeper removes its socket as it exits
     return closed
