@@ -24,14 +24,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLE, tmux_socket
-from tests.integration.test_remote import ROOT, RemoteProject
+from tests.integration.test_remote import ROOT, SMALL_BATCHES, RemoteProject
 from tests.testbed.lxc import Container, sh
 
 pytestmark = pytest.mark.testbed
 
 VMID = 202
 CKPT = "/workspace/checkpoints"
-SMALL_BATCHES = '[batching]\nstrategy = "megabatch"\ntoken_budget = 4096\nmax_seq_len = 512\nseed = 0\n'
 
 
 @dataclass

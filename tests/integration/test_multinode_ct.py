@@ -99,27 +99,6 @@ def test_a_two_node_torchrun_job_trains_and_finishes(remote, testbed, torch_cts)
     assert "  node 1 " in shown.stdout and "10.77.0.201: finished (exit code 0)" in shown.stdout, shown.stdout
 
 
-def test_stop_mid_run_ends_every_launcher(remote, testbed, torch_cts):  # noqa: F811
-    _job_project(remote, "python3 ddp_tiny.py", 'OMP_NUM_THREADS = "1", DDP_STEPS = "100000", DDP_SLEEP = "0.2"')
-    res = remote.run("deploy", "--ct", "200", "--ct", "201")
-    assert res.returncode == 0, res.stderr
-    nodes = remote.registry().get(1).nodes
-    deadline = time.monotonic() + 90
-    while not all("step=2 " in _log(testbed, n) for n in nodes):
-        assert time.monotonic() < deadline, [_log(testbed, n) for n in nodes]
-        time.sleep(0.5)
-    begin = time.monotonic()
-    stop = remote.run("stop")  # bare: the job's nodes are the current target
-    assert stop.returncode == 0, stop.stderr
-    print(f"stop of 2 nodes: {time.monotonic() - begin:.1f} s")
-    assert "experiment 1 on 2 nodes" in stop.stdout and ": stopped" in stop.stdout
-    exp = remote.registry().get(1)
-    assert exp.status == "stopped" and [n["state"] for n in exp.nodes] == ["stopped", "stopped"]
-    for vmid in (200, 201):
-        left = on_ct(testbed, vmid, "sh", "-c", "pgrep -f '[t]orch.distributed.run|[d]dp_tiny' || true")
-        assert left.strip() == "", (vmid, left)
-
-
 def test_launcher_none_and_a_group_target(remote, testbed):  # noqa: F811
     group = '\n[targets.a]\nkind = "proxmox"\nct = 200\n\n[targets.b]\nkind = "proxmox"\nct = 201\n\n' \
             '[targets.pair]\nkind = "group"\nmembers = ["a", "b"]\n\n[distributed]\nlauncher = "none"\n'
@@ -160,7 +139,8 @@ def _job_processes(testbed, vmid: int) -> str:
 LONG = 'OMP_NUM_THREADS = "1", DDP_STEPS = "100000", DDP_SLEEP = "0.2"'
 
 
-def test_bare_restart_clean_checkpoints_relaunches_the_job_and_logs_merge(remote, testbed, torch_cts):  # noqa: F811
+def test_bare_restart_clean_checkpoints_relaunches_the_job_logs_merge_and_stop_ends_it(
+        remote, testbed, torch_cts):  # noqa: F811
     _job_project(remote, "python3 ddp_tiny.py", LONG)
     assert remote.run("deploy", "--ct", "200", "--ct", "201").returncode == 0
     _until_steps(testbed, remote.registry().get(1).nodes, 2)
@@ -195,7 +175,15 @@ def test_bare_restart_clean_checkpoints_relaunches_the_job_and_logs_merge(remote
     every = remote.run("status", "--all")
     assert every.returncode == 0 and "experiment 2 running" in every.stdout and "  node 1 " in every.stdout, \
         every.stdout
-    assert remote.run("stop").returncode == 0
+    begin = time.monotonic()
+    stop = remote.run("stop")  # bare, mid-run: every launcher of the job ends
+    assert stop.returncode == 0, stop.stderr
+    print(f"stop of 2 nodes: {time.monotonic() - begin:.1f} s")
+    assert "experiment 2 on 2 nodes" in stop.stdout and ": stopped" in stop.stdout, stop.stdout
+    exp = remote.registry().get(2)
+    assert exp.status == "stopped" and [n["state"] for n in exp.nodes] == ["stopped", "stopped"], exp.nodes
+    for vmid in (200, 201):
+        assert _job_processes(testbed, vmid) == "", vmid
 
 
 def test_kill_9_on_one_node_brings_the_job_down_everywhere(remote, testbed, torch_cts):  # noqa: F811

@@ -23,6 +23,10 @@ ROOT = "/workspace/orch"
 CKPT = "/workspace/checkpoints"
 
 
+# tinylm's steps in a CT take a fraction of a second with these (the defaults make one batch of every sample)
+SMALL_BATCHES = '[batching]\nstrategy = "megabatch"\ntoken_budget = 4096\nmax_seq_len = 512\nseed = 0\n'
+
+
 class RemoteProject(Project):
     def __init__(self, path: Path, testbed) -> None:
         super().__init__(path, Path("/nonexistent"))
@@ -74,6 +78,7 @@ timeout = 5
 start_timeout = 60
 node_ssh = {{ user = "root", host = "{node.address}", port = {node.port} }}
 
+{SMALL_BATCHES if "[batching]" not in extra else ""}
 [ssh]
 known_hosts = ["{self.known_hosts}"]
 trust_file = "{self.trusted}"
