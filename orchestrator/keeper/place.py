@@ -55,6 +55,20 @@ def socket_path() -> Path:
     return folder() / f"keeper-{name}{SUFFIX}"
 
 
+def warm_socket_path() -> Path:
+    """The warm orch process's socket: its name covers every file of the installed orch (names, sizes and
+    times), so a changed orch never runs a command in a process that loaded the old one."""
+    pkg = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(f"{os.path.expanduser('~')}\0{sys.prefix}".encode())
+    for where, dirs, files in os.walk(pkg):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".py", ".yaml")):
+                st = os.stat(os.path.join(where, name))
+                h.update(f"{where}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return folder() / f"warm-{h.hexdigest()[:12]}{SUFFIX}"
+
+
 def sockets() -> list[Path]:
     """Every keeper socket in this user's folder (keepers of other homes or versions too)."""
     return sorted(folder().glob(f"keeper-*{SUFFIX}"))

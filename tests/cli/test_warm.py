@@ -1,0 +1,103 @@
+"""The ``orch`` script through the warm process, as a user types it: the first command runs in its own process
+and starts the warm one; later commands run in a fork of it, with the same output and exit codes, prompts on a
+real terminal, Ctrl-C passed on, a killed caller taking its command down, and a changed orch never served stale."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from orchestrator.keeper import place
+from tests.conftest import run_on_pty, wait_for
+
+ORCH = str(Path(sys.executable).parent / "orch")
+
+
+def orch(project, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([ORCH, *args], cwd=project.path, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, **(env or {})))
+
+
+def forks() -> list[int]:
+    """Processes running the warm process's code: the warm process and the commands forked from it."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if b"orchestrator.keeper.warm" in cmd and str(place.warm_socket_path()).encode() in cmd \
+                    and state not in (b"Z", b"X"):
+                out.append(int(entry.name))
+    return out
+
+
+def warm_up(project) -> None:
+    assert orch(project, "experiments", "list").returncode == 0
+    wait_for(lambda: place.warm_socket_path().exists() and forks(), timeout=30, what="the warm process")
+
+
+def test_commands_run_in_a_fork_with_the_same_output_and_exit_codes(project):
+    warm_up(project)
+    for args in (["deploy", "--wait", "-m", "warm"], ["status"], ["experiments", "list"], ["status", "-t", "nope"],
+                 ["checkpoints", "list"], ["experiments", "show", "99"]):
+        here = orch(project, *args, env={"ORCH_WARM": "0"}) if args[0] != "deploy" else None
+        warm = orch(project, *args)
+        if here is not None:
+            assert (warm.returncode, warm.stderr) == (here.returncode, here.stderr), args
+            if args[0] != "status":  # status says how long ago the last line was written
+                assert warm.stdout == here.stdout, args
+        else:
+            assert warm.returncode == 0, warm.stderr
+    assert orch(project, "status", "-t", "nope").returncode == 2
+    follower = subprocess.Popen([ORCH, "logs", "--follow"], cwd=project.path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    first = follower.stderr.readline()
+    assert "following experiment 1" in first, first
+    assert len(forks()) == 2  # the warm process, and the follow forked from it
+    follower.send_signal(signal.SIGINT)  # Ctrl-C reaches the command through its caller
+    out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0 and "stopped following (the run goes on)" in err, err
+    wait_for(lambda: len(forks()) == 1, timeout=10, what="the fork gone")
+    assert orch(project, "stop").returncode == 0
+
+
+def test_a_prompt_on_a_terminal_and_a_killed_caller(project):
+    warm_up(project)
+    assert orch(project, "deploy").returncode == 0
+    wait_for(lambda: any(project.checkpoints.glob("ckpt-*")), timeout=60, what="a checkpoint")
+    code, screen = run_on_pty([ORCH, "restart", "--clean-checkpoints"], project.path, {"[y/N]": "y"})
+    assert code == 0 and "[y/N]:" in screen and "moved to" in screen and "experiment 2: started" in screen, screen
+    follower = subprocess.Popen([ORCH, "logs", "--follow"], cwd=project.path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    wait_for(lambda: len(forks()) == 2, timeout=30, what="the follow running in a fork")
+    follower.kill()
+    follower.wait()
+    wait_for(lambda: len(forks()) == 1, timeout=10, what="the killed caller's command gone too")
+    assert orch(project, "stop").returncode == 0
+
+
+def test_a_changed_orch_is_never_served_by_the_old_warm_process(project):
+    warm_up(project)
+    old = place.warm_socket_path()
+    source = Path(place.__file__).with_name("warm.py")
+    st = source.stat()
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    try:
+        new = place.warm_socket_path()
+        assert new != old and not new.exists()
+        assert orch(project, "experiments", "list").returncode == 0  # here, not in the old process
+        wait_for(lambda: new.exists(), timeout=30, what="a warm process for the changed orch")
+    finally:
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert place.warm_socket_path() == old
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not old.exists():
+        time.sleep(0.1)
+    assert old.exists()  # the unchanged orch's warm process is still there for it
