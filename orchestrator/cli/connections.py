@@ -19,13 +19,18 @@ def list_(as_json: JsonOpt = False) -> None:
     from ..keeper import client
 
     found = client.keepers()
+    warm = client.warm_processes()
     if as_json:
-        render.print_json(found)
+        render.print_json({"keepers": found, "warm": warm})
         return
+    for item in warm:
+        render.out(f"warm orch process {item['pid']} (commands start in a fork of it)")
     rows = [[k["pid"], c["target"] + (f" ({c['role']})" if c.get("role") else ""),
              "open" if c["alive"] else "closed", render.ago(time.time() - c["since"]),
              render.ago(time.time() - c["last"]), c["commands"]]
             for k in found for c in k["connections"]]
+    if not found and warm:
+        return
     if not found:
         render.out("no connection keeper is running (the next command to an SSH target starts one)")
         return

@@ -289,8 +289,37 @@ def keepers() -> list[dict]:
     return found
 
 
+def warm_processes() -> list[dict]:
+    """The warm orch processes of this user (see ``warm.py``): socket and pid."""
+    found = []
+    try:
+        paths = sorted(place.folder().glob(f"warm-*{place.SUFFIX}"))
+    except OrchError:
+        return []
+    for path in paths:
+        marker = f"{str(path)[:-len(place.SUFFIX)]}.spawned"
+        try:
+            with open(marker) as fh:
+                pid = int(fh.read().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if str(path).encode() in fh.read():
+                    found.append({"socket": str(path), "pid": pid})
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def close(match: str | None = None) -> int:
-    """Close the held connections whose target matches ``match`` (all, and their keepers, when None)."""
+    """Close the held connections whose target matches ``match`` (all, and their keepers and the warm orch
+    processes, when None)."""
+    if match is None:
+        import signal
+
+        for item in warm_processes():
+            try:
+                os.kill(item["pid"], signal.SIGTERM)
+            except OSError:
+                pass
     closed = 0
     for item in keepers():
         sock = _connect(item["socket"])

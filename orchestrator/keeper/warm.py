@@ -66,6 +66,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the command waits for its own subprocesses
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         for target, fd in zip((0, 1, 2), fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -114,6 +115,7 @@ def serve(path: Path, idle: float) -> int:
     listener.listen(64)
     listener.settimeout(0.5)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped as they end
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # orch connections close: tidy up and go
     last = time.monotonic()
     try:
         while time.monotonic() - last < idle and path.exists():
