@@ -23,8 +23,7 @@ def _eligible(argv: list[str]) -> bool:
         return False
     if any(a in ("--install-completion", "--show-completion") for a in argv):
         return False
-    words = [a for a in argv if not a.startswith("-")]
-    return not (words and words[0] in HERE_ONLY)
+    return not HERE_ONLY & set(argv)  # wherever the word is (after --config PATH, too): here is always right
 
 
 def main() -> None:
