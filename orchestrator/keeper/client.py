@@ -177,12 +177,21 @@ class KeptTransport(Transport):
 
     def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
             stall: float | None = None, output: Output = None) -> Result:
+        return self._run("run", argv, input, timeout, stall, output)
+
+    def run_agent(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
+                  stall: float | None = None, output: Output = None) -> Result:
+        """``run`` for an agent call: answered by a resident agent on the held connection when one serves."""
+        return self._run("agent", argv, input, timeout, stall, output)
+
+    def _run(self, op: str, argv: list[str], input: Input, timeout: float | None, stall: float | None,
+             output: Output) -> Result:
         if not argv:
             raise errors.InputError("empty command", hint="pass the program and its arguments as a list")
         if self._direct is not None:
             return self._direct.run(argv, input=input, timeout=timeout, stall=stall, output=output)
         limit = timeout if timeout is not None else (self.command_timeout if stall is None else None)
-        request = {"op": "run", "spec": self.spec, "argv": list(argv), "timeout": limit, "stall": stall,
+        request = {"op": op, "spec": self.spec, "argv": list(argv), "timeout": limit, "stall": stall,
                    "stream": output is not None}
         try:
             answer = self._request(request, input, output, limit)
@@ -190,25 +199,8 @@ class KeptTransport(Transport):
             return self.direct().run(argv, input=input, timeout=timeout, stall=stall, output=output)
         self.stats.commands += 1
         self.stats.connections += answer.get("connections", 0)
-        stderr = base64.b64decode(answer.get("stderr", ""))
-        self.stats.bytes_received += len(answer["stdout"]) + len(stderr)
-        return Result(list(argv), int(answer["exit_code"]), answer["stdout"], stderr)
-
-    def run_agent(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
-                  stall: float | None = None, output: Output = None) -> Result:
-        """``run`` for an agent call: answered by a resident agent on the held connection when one serves."""
-        if self._direct is not None:
-            return self._direct.run(argv, input=input, timeout=timeout, stall=stall, output=output)
-        limit = timeout if timeout is not None else (self.command_timeout if stall is None else None)
-        request = {"op": "agent", "spec": self.spec, "argv": list(argv), "timeout": limit, "stall": stall,
-                   "stream": output is not None}
-        try:
-            answer = self._request(request, input, output, limit)
-        except _NoKeeper:
-            return self.direct().run(argv, input=input, timeout=timeout, stall=stall, output=output)
-        self.stats.commands += 1
-        self.stats.connections += answer.get("connections", 0)
-        self.stats.extra["resident"] = self.stats.extra.get("resident", 0) + bool(answer.get("resident"))
+        if answer.get("resident"):
+            self.stats.extra["resident"] = self.stats.extra.get("resident", 0) + 1
         stderr = base64.b64decode(answer.get("stderr", ""))
         self.stats.bytes_received += len(answer["stdout"]) + len(stderr)
         return Result(list(argv), int(answer["exit_code"]), answer["stdout"], stderr)
