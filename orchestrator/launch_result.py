@@ -42,6 +42,7 @@ def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment, regi
         if state.get("state") in ENDED:
             tail = client.one("log_read", exp_id=exp.id, registry=registry, tail_lines=15, max_bytes=64 << 10)
             return {"state": state["state"], "exit_code": state.get("exit_code"), "ended": state.get("ended"),
+                    "end_reason": describe(state, registry),
                     "tail": decode_log(tail).decode("utf-8", "replace").rstrip().splitlines(),
                     "seconds": round(time.monotonic() - begin, 1)}
         if time.monotonic() - begin >= launch.wait:
@@ -53,7 +54,7 @@ def record_wait(registry: Registry, out: Outcome) -> None:
     waited, exp = out.waited or {}, out.experiment
     if exp is not None and waited.get("state") in ENDED:
         out.experiment = registry.update(exp.id, status=waited["state"], exit_code=waited.get("exit_code"),
-                                         ended=waited.get("ended") or time.time())
+                                         ended=waited.get("ended") or time.time(), end_reason=waited.get("end_reason"))
 
 
 def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome,

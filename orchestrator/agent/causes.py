@@ -4,14 +4,19 @@
     lost_cause(pid_record)                  # -> "the container stopped" (a new boot id, or an init younger
                                             #    than the run), "the machine restarted", "its supervisor was killed"
 
+    oom_cause(1234)                         # -> "killed by the kernel's OOM killer" when the kernel log
+                                            #    (/dev/kmsg, else dmesg; when readable) says it took pid 1234
+
 A cause is a few words for ``status``; None when nothing is known.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+from typing import Iterable
 
 STOP_FILE = "stop_requested"
 
@@ -86,6 +91,75 @@ def lost_cause(pid: dict) -> str:
     if (then and now and then != now) or younger_init:
         return "the container stopped" if in_container() else "the machine restarted"
     return "its supervisor was killed"
+
+
+OOM = "killed by the kernel's OOM killer"
+# "Out of memory: Killed process 1234 (python3) …", "Memory cgroup out of memory: Killed process 1234 (…) …",
+# and the summary line "oom-kill:constraint=…,task=python3,pid=1234,uid=0"
+_OOM_LINES = (re.compile(r"out of memory: kill(?:ed)? process (\d+)\b", re.IGNORECASE),
+              re.compile(r"\boom-kill:.*?[:,]pid=(\d+)\b"))
+KMSG_MAX = 50000  # records read from /dev/kmsg at most: a kernel flooding its log must not keep the supervisor
+
+
+def oom_killed(lines: Iterable[str]) -> set[int]:
+    """The pids the kernel log says the OOM killer took (kmsg records, dmesg lines, with or without prefixes)."""
+    pids = set()
+    for line in lines:
+        for pattern in _OOM_LINES:
+            match = pattern.search(line)
+            if match:
+                pids.add(int(match.group(1)))
+    return pids
+
+
+def oom_cause(pid: int | None, lines: Iterable[str] | None = None) -> str | None:
+    """``OOM`` if the kernel log (``lines``, else read here) says the OOM killer took ``pid``; else None."""
+    if not pid:
+        return None
+    return OOM if int(pid) in oom_killed(kernel_log() if lines is None else lines) else None
+
+
+def _is_kmsg(path: str) -> bool:
+    """/dev/kmsg itself (char device 1:11), not what a container put in its place (its console, say)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 11)
+
+
+def kernel_log(kmsg: str = "/dev/kmsg") -> list[str]:
+    """The kernel's log as far as this process may read it: /dev/kmsg, else ``dmesg``; [] when neither is allowed."""
+    if _is_kmsg(kmsg):
+        try:
+            fd = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            lines = []
+            try:
+                for _ in range(KMSG_MAX):
+                    try:
+                        record = os.read(fd, 8192)
+                    except BrokenPipeError:
+                        continue  # records overwritten while reading: go on with the next one
+                    except OSError:
+                        break  # EAGAIN: the end of the log
+                    if not record:
+                        break
+                    lines.append(record.decode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+            return lines
+    import subprocess
+
+    try:
+        proc = subprocess.run(["dmesg"], capture_output=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return proc.stdout.decode("utf-8", "replace").splitlines() if proc.returncode == 0 else []
 
 
 def signal_name(sig: int | None) -> str | None:

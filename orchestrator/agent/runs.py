@@ -277,7 +277,10 @@ def supervise(run_dir: str) -> int:
             history.waiting(time.time() + pause)
             if not attempts.wait_backoff(run_dir, pause, stopping):
                 break
-    _record_exit(run_dir, code, sig, cause=causes.hangup_cause(stopping, run_dir))
+    cause = causes.hangup_cause(stopping, run_dir)
+    if cause is None and sig == signal.SIGKILL and not stopping and not attempts.stop_requested(run_dir):
+        cause = causes.oom_cause(children[-1].pid if children else None)  # no stop sent it: the OOM killer?
+    _record_exit(run_dir, code, sig, cause=cause)
     print(f"orch: exited with code {code}", flush=True)
     return code
 
