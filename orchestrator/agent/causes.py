@@ -4,7 +4,7 @@
     lost_cause(pid_record)                  # -> "the container stopped" (a new boot id, or an init younger
                                             #    than the run), "the machine restarted", "its supervisor was killed"
 
-    oom_cause(1234)                         # -> "killed by the kernel's OOM killer" when the kernel log
+    oom_cause(1234, "python3")              # -> "killed by the kernel's OOM killer" when the kernel log
                                             #    (/dev/kmsg, else dmesg; when readable) says it took pid 1234
 
 A cause is a few words for ``status``; None when nothing is known.
@@ -96,27 +96,45 @@ def lost_cause(pid: dict) -> str:
 OOM = "killed by the kernel's OOM killer"
 # "Out of memory: Killed process 1234 (python3) …", "Memory cgroup out of memory: Killed process 1234 (…) …",
 # and the summary line "oom-kill:constraint=…,task=python3,pid=1234,uid=0"
-_OOM_LINES = (re.compile(r"out of memory: kill(?:ed)? process (\d+)\b", re.IGNORECASE),
-              re.compile(r"\boom-kill:.*?[:,]pid=(\d+)\b"))
+_OOM_LINES = (re.compile(r"out of memory: kill(?:ed)? process (\d+)(?: \((.*?)\))?", re.IGNORECASE),
+              re.compile(r"\boom-kill:.*?(?:[:,]task=([^,]*))?[:,]pid=(\d+)\b"))
 KMSG_MAX = 50000  # records read from /dev/kmsg at most: a kernel flooding its log must not keep the supervisor
 
 
-def oom_killed(lines: Iterable[str]) -> set[int]:
-    """The pids the kernel log says the OOM killer took (kmsg records, dmesg lines, with or without prefixes)."""
-    pids = set()
+def oom_killed(lines: Iterable[str]) -> dict[int, str | None]:
+    """pid -> command name (None if the line has none) of what the kernel log says the OOM killer took
+    (kmsg records, dmesg lines, with or without their prefixes)."""
+    killed: dict[int, str | None] = {}
     for line in lines:
-        for pattern in _OOM_LINES:
-            match = pattern.search(line)
-            if match:
-                pids.add(int(match.group(1)))
-    return pids
+        match = _OOM_LINES[0].search(line)
+        if match:
+            killed[int(match.group(1))] = match.group(2) or killed.get(int(match.group(1)))
+        match = _OOM_LINES[1].search(line)
+        if match:
+            killed[int(match.group(2))] = match.group(1) or killed.get(int(match.group(2)))
+    return killed
 
 
-def oom_cause(pid: int | None, lines: Iterable[str] | None = None) -> str | None:
-    """``OOM`` if the kernel log (``lines``, else read here) says the OOM killer took ``pid``; else None."""
+def oom_cause(pid: int | None, comm: str | None = None, lines: Iterable[str] | None = None) -> str | None:
+    """``OOM`` if the kernel log (``lines``, else read here) says the OOM killer took ``pid`` (and, when both
+    are known, under the command name ``comm``: the kernel logs host pids, a container's supervisor sees its
+    own, so a pid alone could name another process); else None."""
     if not pid:
         return None
-    return OOM if int(pid) in oom_killed(kernel_log() if lines is None else lines) else None
+    killed = oom_killed(kernel_log() if lines is None else lines)
+    if int(pid) not in killed:
+        return None
+    logged = killed[int(pid)]
+    return OOM if comm is None or logged is None or logged == comm[:15] else None
+
+
+def comm(pid: int) -> str | None:
+    """A process's command name as the kernel logs it (at most 15 characters)."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
 
 
 def _is_kmsg(path: str) -> bool:

@@ -279,7 +279,8 @@ def supervise(run_dir: str) -> int:
                 break
     cause = causes.hangup_cause(stopping, run_dir)
     if cause is None and sig == signal.SIGKILL and not stopping and not attempts.stop_requested(run_dir):
-        cause = causes.oom_cause(children[-1].pid if children else None)  # no stop sent it: the OOM killer?
+        pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}  # no stop sent it: the OOM killer?
+        cause = causes.oom_cause(pid.get("child"), pid.get("child_comm"))
     _record_exit(run_dir, code, sig, cause=cause)
     print(f"orch: exited with code {code}", flush=True)
     return code
@@ -319,7 +320,8 @@ def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
     path = os.path.join(run_dir, "pid.json")
     first = (read_json(path, {}) or {}).get("started")
     write_json(path, {"supervisor": os.getpid(), "supervisor_start": _proc_start(os.getpid()), "child": child.pid,
-                      "child_start": _proc_start(child.pid), "started": first or time.time(),
+                      "child_start": _proc_start(child.pid), "child_comm": causes.comm(child.pid),
+                      "started": first or time.time(),
                       "boot_id": causes.boot_id()})
 
 

@@ -3,6 +3,8 @@ kmsg and dmesg lines; no OOM is triggered)."""
 
 from __future__ import annotations
 
+import os
+
 from orchestrator.agent import causes
 from orchestrator.end_reason import describe
 
@@ -24,23 +26,32 @@ DMESG = [
 
 
 def test_the_parser_finds_the_pids_in_kmsg_records_and_dmesg_lines():
-    assert causes.oom_killed(KMSG) == {1234}
-    assert causes.oom_killed(DMESG) == {4321, 777, 555}
+    assert causes.oom_killed(KMSG) == {1234: "python3"}
+    assert causes.oom_killed(DMESG) == {4321: "torchrun", 777: "python3", 555: "java"}
     assert causes.oom_killed(["6,1,2,-;python3[1234]: segfault at 0", "Out of memory and no killable processes",
-                              "oom-kill:task=x,pid=notanumber", ""]) == set()
+                              "oom-kill:task=x,pid=notanumber", ""]) == {}
 
 
 def test_only_the_pid_the_kernel_named_is_blamed():
-    assert causes.oom_cause(1234, KMSG) == "killed by the kernel's OOM killer"
-    assert causes.oom_cause(123, KMSG) is None  # not a prefix match: pid 123 is another process
-    assert causes.oom_cause(12345, KMSG) is None
-    assert causes.oom_cause(None, KMSG) is None
-    assert causes.oom_cause(1234, []) is None  # a log we cannot read blames nobody
+    assert causes.oom_cause(1234, "python3", KMSG) == "killed by the kernel's OOM killer"
+    assert causes.oom_cause(1234, None, KMSG) == "killed by the kernel's OOM killer"
+    assert causes.oom_cause(123, "python3", KMSG) is None  # not a prefix match: pid 123 is another process
+    assert causes.oom_cause(12345, "python3", KMSG) is None
+    assert causes.oom_cause(None, "python3", KMSG) is None
+    assert causes.oom_cause(1234, "python3", []) is None  # a log we cannot read blames nobody
+    # a container's pid 1234 is not the host's: the command name tells them apart
+    assert causes.oom_cause(1234, "bash", KMSG) is None
+    assert causes.oom_cause(1234, "python3", ["Out of memory: Killed process 1234"]) is not None  # no name logged
 
 
 def test_status_words_for_an_oom_kill():
-    run = {"state": "crashed", "exit_code": 137, "signal": 9, "cause": causes.oom_cause(777, DMESG)}
+    run = {"state": "crashed", "exit_code": 137, "signal": 9, "cause": causes.oom_cause(777, "python3", DMESG)}
     assert describe(run) == "SIGKILL: killed by the kernel's OOM killer"
+
+
+def test_the_command_name_is_the_one_the_kernel_logs():
+    assert causes.comm(os.getpid()) == open(f"/proc/{os.getpid()}/comm").read().strip()
+    assert causes.comm(1 << 30) is None
 
 
 def test_only_the_real_kmsg_device_is_read(tmp_path):
