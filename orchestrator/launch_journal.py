@@ -12,6 +12,7 @@ The agent writes the journal in the new run's folder, one line per step of the l
 from __future__ import annotations
 
 START_OPS = ("run_start", "run_verify")
+CANCELLED = "cancelled"  # the agent's word for the steps it did not run once the controller was gone
 
 
 def facts(entries: list[dict]) -> dict:
@@ -29,7 +30,7 @@ def _failure(entry: dict | None) -> dict | None:
     if entry is None:
         return None
     error = entry.get("error") if isinstance(entry.get("error"), dict) else {}
-    return {"op": entry.get("op"), "message": str(error.get("message") or "failed")}
+    return {"op": entry.get("op"), "message": str(error.get("message") or "failed"), "kind": error.get("kind")}
 
 
 def checkpoint_fields(told: dict) -> dict:
@@ -44,7 +45,7 @@ def checkpoint_fields(told: dict) -> dict:
 
 def start_failed(told: dict) -> bool:
     failed = told.get("failed")
-    return bool(failed) and failed["op"] in START_OPS
+    return bool(failed) and failed["op"] in START_OPS and failed["kind"] != CANCELLED
 
 
 def where_checkpoints(told: dict) -> str:
@@ -58,7 +59,7 @@ def where_checkpoints(told: dict) -> str:
 def not_started(told: dict, default: str) -> str:
     """Why a launch that never started on the target failed, as far as its journal tells."""
     failed = told.get("failed")
-    if failed and failed["message"] and failed["op"] is not None:
+    if failed and failed["kind"] != CANCELLED and failed["op"] is not None:
         return f"launch failed at {failed['op']}: {failed['message']}{where_checkpoints(told)}"[:2000]
     return f"{default}{where_checkpoints(told)}"
 

@@ -79,3 +79,19 @@ def test_a_locked_call_journals_each_step_and_the_one_that_failed(tmp_path):
     assert (root / "ckpt.trash" / os.path.basename(fields["checkpoints_entry"]) / "step-5.pt").exists()
     assert told["failed"]["op"] == "ckpt_restore" and not launch_journal.start_failed(told)
     assert client.one("journal_read", ids=[8], registry=REGISTRY) == {}
+
+
+def test_steps_left_undone_because_orch_went_away_are_not_a_failed_start():
+    entries = [{"event": "begin", "ops": ["run_stop", "run_start"]},
+               {"event": "done", "op": "run_stop", "value": {"stopped": [{"id": 1, "state": "stopped"}]}},
+               {"event": "failed", "op": "run_start", "error": {"kind": "cancelled", "message": "the controller went "
+                                                                "away: the remaining steps were not run"}},
+               {"event": "end"}]
+    told = launch_journal.facts(entries)
+    assert not launch_journal.start_failed(told)
+    assert launch_journal.not_started(told, "launch interrupted") == "launch interrupted"
+    assert launch_journal.stopped_reason(2, told) == "stopped by experiment 2"
+    entries[2]["error"] = {"kind": "agent", "message": "tmux refused"}
+    told = launch_journal.facts(entries)
+    assert launch_journal.not_started(told, "launch interrupted") == "launch failed at run_start: tmux refused"
+    assert launch_journal.stopped_reason(2, told) == "stopped by experiment 2 (whose start then failed)"
