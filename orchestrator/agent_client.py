@@ -173,19 +173,20 @@ class AgentClient:
 
     def call(self, ops: list[Op], *, payload: bytes | Stream = b"", lock: float | None = None,
              what: str = "operation", timeout: float | None = None,
-             on_frame: Callable[[dict, bytes], None] | None = None) -> list[Any]:
+             on_frame: Callable[[dict, bytes], None] | None = None, journal: dict | None = None) -> list[Any]:
         """Run ``ops`` in order in one agent process; return their values or raise the first failure.
 
         A ``Stream`` payload is sent as it is produced, and ``timeout`` then limits the time without
         progress instead of the whole call. So does ``on_frame``, which takes each frame a streaming op
-        writes as it arrives (the transport must stream: ``transport.streams``).
+        writes as it arrives (the transport must stream: ``transport.streams``). ``journal`` (``exp_id``,
+        ``registry``, ``project``) has a locked call record its steps in that run's folder as they finish.
         """
         if not self._checked:
             self._check_local()
         streamed = isinstance(payload, Stream)
         size = payload.size if isinstance(payload, Stream) else len(payload)
         request = {"v": PROTOCOL, "root": self.root, "ops": [{"op": o.name, "args": o.args} for o in ops],
-                   "lock": lock, "what": what, "payload": size}
+                   "lock": lock, "what": what, "payload": size} | ({"journal": journal} if journal else {})
         head = json.dumps(request, separators=(",", ":")).encode() + b"\n"
 
         def run() -> Any:

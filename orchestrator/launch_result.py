@@ -6,9 +6,11 @@ so the interrupted agent has finished its step (and started no other) by the tim
 
 from __future__ import annotations
 
+import posixpath
 import time
 from typing import TYPE_CHECKING, Any
 
+from . import launch_journal
 from .agent_client import AgentClient, Op, decode_log
 from .end_reason import describe
 from .errors import OrchError
@@ -40,6 +42,7 @@ def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment, regi
         if state.get("state") in ENDED:
             tail = client.one("log_read", exp_id=exp.id, registry=registry, tail_lines=15, max_bytes=64 << 10)
             return {"state": state["state"], "exit_code": state.get("exit_code"), "ended": state.get("ended"),
+                    "end_reason": describe(state, registry),
                     "tail": decode_log(tail).decode("utf-8", "replace").rstrip().splitlines(),
                     "seconds": round(time.monotonic() - begin, 1)}
         if time.monotonic() - begin >= launch.wait:
@@ -51,7 +54,7 @@ def record_wait(registry: Registry, out: Outcome) -> None:
     waited, exp = out.waited or {}, out.experiment
     if exp is not None and waited.get("state") in ENDED:
         out.experiment = registry.update(exp.id, status=waited["state"], exit_code=waited.get("exit_code"),
-                                         ended=waited.get("ended") or time.time())
+                                         ended=waited.get("ended") or time.time(), end_reason=waited.get("end_reason"))
 
 
 def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome,
@@ -68,6 +71,8 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     cleaning = exp is not None and launch.inputs.checkpoint_action != "keep" and launch.book.has("checkpoints")
     if cleaning:  # where this launch moved the checkpoints, if it got that far
         ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints}))
+    if exp is not None:  # what its steps did, as the agent journaled them
+        ops.append(Op("journal_read", {"ids": [exp.id], "registry": registry.run_registry(exp.id)}))
     grace = settings.run.stop_timeout + settings.run.term_timeout + settings.run.lock_timeout + 10
     if exp is not None:  # recorded at once: if orch is killed while asking, the row already says why
         out.experiment = registry.update(exp.id, status="failed", ended=time.time(),
@@ -115,7 +120,7 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
         out.experiment = registry.update(exp.id, status="failed", ended=now, error=f"{how} before it started")
     if stopped:
         done.append(f"old run {', '.join(map(str, stopped))} stopped")
-    moved = next((e for e in (values[1]["entries"] if cleaning else []) if e.get("moved_by") == exp.id), None)
+    moved = _moved_entry(values, exp, cleaning)
     if moved is not None and exp is not None:
         done.append(_moved(launch, registry, exp, out, moved, put_back=new is None or new["state"] == "failed"))
     if not done:
@@ -123,6 +128,19 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     if new is None and exp is not None:
         done.append(f"new run {exp.id} not started")
     return "; ".join(done)
+
+
+def _moved_entry(values: list, exp: Experiment | None, cleaning: bool) -> dict | None:
+    """The trash entry this launch made: from its journal, else the one of the trash that names it as mover."""
+    if exp is None or not cleaning:
+        return None
+    told = launch_journal.facts(values[-1].get(str(exp.id), []))
+    trash = told["trash"] or {}
+    if told["known"] and trash.get("action") == "moved" and trash.get("entry_path"):
+        return {"name": trash["entry"], "trash": posixpath.dirname(trash["entry_path"])}
+    if told["known"] and told["trash"] is not None:
+        return None  # its trash step ran and moved nothing (or purged): nothing to record as moved
+    return next((e for e in values[1]["entries"] if e.get("moved_by") == exp.id), None)
 
 
 def _moved(launch: Launch, registry: Registry, exp: Experiment, out: Outcome, entry: dict, put_back: bool) -> str:

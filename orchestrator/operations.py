@@ -376,7 +376,10 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
         _check_start_first(launch, registry, exp, ops, keys)
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     try:
-        values = client.call(ops, lock=settings.run.lock_timeout, what=book.name, timeout=timeout)
+        # the target journals each step in the new run's folder: a controller that never hears back can learn it
+        journal = {"exp_id": exp.id, "registry": registry.run_registry(exp.id), "project": project} \
+            if exp is not None else None
+        values = client.call(ops, lock=settings.run.lock_timeout, what=book.name, timeout=timeout, journal=journal)
     except TransportError:
         raise  # what the target did is asked under its lock: launch_result.reconcile
     except OrchError as exc:  # what the ops before the failure did happened: keep where the checkpoints went

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from . import end_reason
+from . import end_reason, launch_journal
 from .agent_client import AgentClient, Op
 from .config import Settings
 from .errors import ConflictError, NotFoundError, OrchError
@@ -90,10 +90,11 @@ def reconcile(settings: Settings, target: Target, registry: Registry, client: Ag
     rows = registry.unsettled(target.machine, target.name, project)
     ops = [Op("status", {"project": project, "ids": [e.id for e in rows], "tail": False, "gpus": False,
                          "registry": registry.registry_id})] if rows else []
-    ops += list(also)
+    lost = [e for e in rows if registry.orphaned(e)]
+    journals = [Op("journal_read", {"ids": [e.id for e in lost], "registry": registry.registry_id})] if lost else []
+    ops += journals + list(also)
     if not ops:
         return []
-    lost = [e for e in rows if registry.orphaned(e)]
     own = client is None
     client = client or client_for(settings, target)
     try:
@@ -109,25 +110,50 @@ def reconcile(settings: Settings, target: Target, registry: Registry, client: Ag
             client.transport.close()
     if rows:
         runs = values.pop(0)["runs"]
-        _settle(registry, lost, runs, project)
+        found = values.pop(0) if journals else {}
+        told = {e.id: launch_journal.facts(found.get(str(e.id), [])) for e in lost}
+        _settle(registry, lost, runs, project, told)
         sync(registry, runs, target, project)
+        _stopped_by_journal(registry, told, target, project)
     return values
 
 
-def _settle(registry: Registry, lost: list[Experiment], runs: list[dict], project: str) -> None:
-    """Orphaned launches: failed if the target never started them, else their real state."""
+def _settle(registry: Registry, lost: list[Experiment], runs: list[dict], project: str, told: dict) -> None:
+    """Orphaned launches: failed if the target never started them, else their real state; where their
+    checkpoints went, from their journal."""
     found = {r["id"]: r for r in runs if r.get("project") in (None, project) and registry.owns(r)}
     now = time.time()
     for exp in lost:
         run = found.get(exp.id)
+        facts = told.get(exp.id) or launch_journal.facts([])
         if run is None:
-            fields: dict = {"status": "failed", "ended": now, "error": INTERRUPTED}
+            fields: dict = {"status": "failed", "ended": now, "error": launch_journal.not_started(facts, INTERRUPTED)}
         else:
             state = "running" if run["state"] == "launching" else run["state"]
             fields = {"status": state, "started": run.get("started") or now}
             if state in FINAL:
                 fields.update(ended_fields(run, registry.registry_id, now))
+            if state == "failed" and launch_journal.where_checkpoints(facts):
+                fields["end_reason"] = (fields.get("end_reason") or "not started") + \
+                    launch_journal.where_checkpoints(facts)
+        fields.update(launch_journal.checkpoint_fields(facts))
         registry.settle(exp.id, **fields)
+
+
+def _stopped_by_journal(registry: Registry, told: dict, target: Target, project: str) -> None:
+    """The runs an orphaned launch stopped, as its journal says: who stopped them, their exit codes."""
+    for exp_id, facts in told.items():
+        for run in facts["stopped"]:
+            if not registry.owns(run) or run.get("state") not in FINAL:
+                continue
+            try:
+                old = registry.get(int(run["id"]))
+            except NotFoundError:
+                continue
+            if belongs(old, target, project):
+                registry.update(old.id, status=run["state"], exit_code=run.get("exit_code"),
+                                ended=run.get("ended") or old.ended,
+                                end_reason=launch_journal.stopped_reason(exp_id, facts))
 
 
 def recover(settings: Settings, target: Target, registry: Registry, client: AgentClient | None = None) -> None:

@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import checkpoints, diskspace, gc, logs, revisions, runs, start_check, system, validate
+from . import checkpoints, diskspace, gc, journal, logs, revisions, runs, start_check, system, validate
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -65,6 +65,7 @@ OPS = {
     "ckpt_purge": (checkpoints.purge, False),
     "shell": (_shell, False),
     "gc": (gc.gc, False),
+    "journal_read": (journal.read_many, False),
 }
 
 
@@ -116,6 +117,36 @@ def _save_evidence(layout: Layout, args: dict, error: dict) -> None:
             pass  # the envelope still carries it
 
 
+def _run_one(layout: Layout, item: dict, payload: Payload) -> dict:
+    """One op's result: its value, or its failure as one clean error."""
+    started = time.monotonic()
+    try:
+        value = _dispatch(layout, item["op"], item.get("args", {}), payload)
+    except AgentFailure as exc:
+        return {"ok": False, "error": exc.to_dict()}
+    except TypeError as exc:
+        return {"ok": False, "error": {"kind": "input", "hint": "",
+                                       "message": f"bad arguments for {item['op']}: {exc}"}}
+    except OSError as exc:
+        if diskspace.is_full(exc):
+            return {"ok": False, "error": diskspace.full_failure(exc, item["op"], layout.root).to_dict()}
+        return {"ok": False, "error": {"kind": "agent", "hint": "check permissions and disk space",
+                                       "message": f"{item['op']}: {exc}"}}
+    except Exception as exc:  # a bug: keep the evidence and what the earlier ops did
+        error = _unexpected(item["op"], exc)
+        _save_evidence(layout, item.get("args") or {}, error)
+        return {"ok": False, "error": error}
+    return {"ok": True, "value": value, "ms": round((time.monotonic() - started) * 1000, 1)}
+
+
+def _journal(layout: Layout, request: dict) -> journal.Journal | None:
+    """The journal of a locked launch (``"journal": {"exp_id", "registry", "project"}`` in the request)."""
+    spec = request.get("journal")
+    if not spec or request.get("lock") is None:
+        return None
+    return journal.Journal(layout.run_dir(spec["exp_id"], spec.get("registry")))
+
+
 def handle(request: dict, payload: Payload, results: list | None = None) -> dict:
     """Run the request's ops; ``results`` (given by the caller) keeps what was done if this raises."""
     if request.get("v") != PROTOCOL:
@@ -123,36 +154,25 @@ def handle(request: dict, payload: Payload, results: list | None = None) -> dict
     layout = Layout(request.get("root", ""))
     results = [] if results is None else results
     ops = request.get("ops", [])
+    steps = _journal(layout, request)
 
     def run_all() -> None:
+        if steps is not None:
+            spec = request["journal"]
+            steps.begin(request.get("what") or "operation", [item["op"] for item in ops],
+                        exp_id=spec["exp_id"], registry=spec.get("registry"), project=spec.get("project"))
         for item in ops:
             if item.get("op") in STOP_BEFORE and controller_gone():  # finish the step in progress only
-                results.append({"ok": False, "error": CANCELLED})
-                return
-            started = time.monotonic()
-            try:
-                value = _dispatch(layout, item["op"], item.get("args", {}), payload)
-            except AgentFailure as exc:
-                results.append({"ok": False, "error": exc.to_dict()})
-                return
-            except TypeError as exc:
-                results.append({"ok": False, "error": {"kind": "input", "hint": "",
-                                                       "message": f"bad arguments for {item['op']}: {exc}"}})
-                return
-            except OSError as exc:
-                if diskspace.is_full(exc):
-                    failure = diskspace.full_failure(exc, item["op"], layout.root)
-                    results.append({"ok": False, "error": failure.to_dict()})
-                    return
-                results.append({"ok": False, "error": {"kind": "agent", "hint": "check permissions and disk space",
-                                                       "message": f"{item['op']}: {exc}"}})
-                return
-            except Exception as exc:  # a bug: keep the evidence and what the earlier ops did
-                error = _unexpected(item["op"], exc)
-                _save_evidence(layout, item.get("args") or {}, error)
-                results.append({"ok": False, "error": error})
-                return
-            results.append({"ok": True, "value": value, "ms": round((time.monotonic() - started) * 1000, 1)})
+                result: dict = {"ok": False, "error": CANCELLED}
+            else:
+                result = _run_one(layout, item, payload)
+            results.append(result)
+            if steps is not None:  # on the target's disk before the next step starts
+                steps.step(item["op"], result)
+            if not result["ok"]:
+                break
+        if steps is not None:
+            steps.end()
 
     if request.get("lock") is not None:
         try:

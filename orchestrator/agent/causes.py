@@ -4,14 +4,19 @@
     lost_cause(pid_record)                  # -> "the container stopped" (a new boot id, or an init younger
                                             #    than the run), "the machine restarted", "its supervisor was killed"
 
+    oom_cause(1234, "python3")              # -> "killed by the kernel's OOM killer" when the kernel log
+                                            #    (/dev/kmsg, else dmesg; when readable) says it took pid 1234
+
 A cause is a few words for ``status``; None when nothing is known.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+from typing import Iterable
 
 STOP_FILE = "stop_requested"
 
@@ -86,6 +91,93 @@ def lost_cause(pid: dict) -> str:
     if (then and now and then != now) or younger_init:
         return "the container stopped" if in_container() else "the machine restarted"
     return "its supervisor was killed"
+
+
+OOM = "killed by the kernel's OOM killer"
+# "Out of memory: Killed process 1234 (python3) …", "Memory cgroup out of memory: Killed process 1234 (…) …",
+# and the summary line "oom-kill:constraint=…,task=python3,pid=1234,uid=0"
+_OOM_LINES = (re.compile(r"out of memory: kill(?:ed)? process (\d+)(?: \((.*?)\))?", re.IGNORECASE),
+              re.compile(r"\boom-kill:.*?(?:[:,]task=([^,]*))?[:,]pid=(\d+)\b"))
+KMSG_MAX = 50000  # records read from /dev/kmsg at most: a kernel flooding its log must not keep the supervisor
+
+
+def oom_killed(lines: Iterable[str]) -> dict[int, str | None]:
+    """pid -> command name (None if the line has none) of what the kernel log says the OOM killer took
+    (kmsg records, dmesg lines, with or without their prefixes)."""
+    killed: dict[int, str | None] = {}
+    for line in lines:
+        match = _OOM_LINES[0].search(line)
+        if match:
+            killed[int(match.group(1))] = match.group(2) or killed.get(int(match.group(1)))
+        match = _OOM_LINES[1].search(line)
+        if match:
+            killed[int(match.group(2))] = match.group(1) or killed.get(int(match.group(2)))
+    return killed
+
+
+def oom_cause(pid: int | None, comm: str | None = None, lines: Iterable[str] | None = None) -> str | None:
+    """``OOM`` if the kernel log (``lines``, else read here) says the OOM killer took ``pid`` (and, when both
+    are known, under the command name ``comm``: the kernel logs host pids, a container's supervisor sees its
+    own, so a pid alone could name another process); else None."""
+    if not pid:
+        return None
+    killed = oom_killed(kernel_log() if lines is None else lines)
+    if int(pid) not in killed:
+        return None
+    logged = killed[int(pid)]
+    return OOM if comm is None or logged is None or logged == comm[:15] else None
+
+
+def comm(pid: int) -> str | None:
+    """A process's command name as the kernel logs it (at most 15 characters)."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def _is_kmsg(path: str) -> bool:
+    """/dev/kmsg itself (char device 1:11), not what a container put in its place (its console, say)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 11)
+
+
+def kernel_log(kmsg: str = "/dev/kmsg") -> list[str]:
+    """The kernel's log as far as this process may read it: /dev/kmsg, else ``dmesg``; [] when neither is allowed."""
+    if _is_kmsg(kmsg):
+        try:
+            fd = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            lines = []
+            try:
+                for _ in range(KMSG_MAX):
+                    try:
+                        record = os.read(fd, 8192)
+                    except BrokenPipeError:
+                        continue  # records overwritten while reading: go on with the next one
+                    except OSError:
+                        break  # EAGAIN: the end of the log
+                    if not record:
+                        break
+                    lines.append(record.decode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+            return lines
+    import subprocess
+
+    try:
+        proc = subprocess.run(["dmesg"], capture_output=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return proc.stdout.decode("utf-8", "replace").splitlines() if proc.returncode == 0 else []
 
 
 def signal_name(sig: int | None) -> str | None:

@@ -25,6 +25,7 @@ import shutil
 import stat
 import time
 
+from . import journal
 from .layout import Layout, read_json
 from .runs import _runs, run_state
 
@@ -58,7 +59,10 @@ def _run_info(run_dir: str) -> dict:
     exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
     launch = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
     revision = exp.get("revision") or (os.path.basename(str(launch.get("cwd") or "")) or None)
-    return {"project": exp.get("project"), "revision": revision, "checkpoints": exp.get("checkpoints")}
+    project = exp.get("project")
+    if project is None and journal.only_journal(run_dir):  # a launch that never started: its journal names it
+        project = next((e.get("project") for e in journal.read(run_dir) if e["event"] == "begin"), None)
+    return {"project": project, "revision": revision, "checkpoints": exp.get("checkpoints")}
 
 
 def _manifest_paths(rev_dir: str) -> tuple[set | None, set]:

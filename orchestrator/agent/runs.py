@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from . import attempts, causes, grace, handover, reboot_unit
+from . import attempts, causes, grace, handover, journal, reboot_unit
 from .layout import Layout, parse_run_key, read_json, write_json
 from .protocol import AgentFailure
 
@@ -172,11 +172,11 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         reboot_unit.remove(other)  # a new run replaces the project's lost ones: none comes back at boot
     run_dir = layout.run_dir(exp_id, registry)
     experiment = {**experiment, "registry": registry}
-    if os.path.exists(run_dir):
+    if os.path.lexists(run_dir) and not journal.only_journal(run_dir):  # the journal of this launch may be there
         other = (read_json(os.path.join(run_dir, "experiment.json"), {}) or {}).get("project")
         raise AgentFailure("safety", f"run folder {run_dir} already exists (project {other})",
                            "give each project its own [paths] root, or remove the stale run folder")
-    os.makedirs(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
     batching_file = os.path.join(run_dir, "batching.json")
     write_json(batching_file, batching)
     run_env = {k: str(v) for k, v in env.items()}
@@ -277,7 +277,11 @@ def supervise(run_dir: str) -> int:
             history.waiting(time.time() + pause)
             if not attempts.wait_backoff(run_dir, pause, stopping):
                 break
-    _record_exit(run_dir, code, sig, cause=causes.hangup_cause(stopping, run_dir))
+    cause = causes.hangup_cause(stopping, run_dir)
+    if cause is None and sig == signal.SIGKILL and not stopping and not attempts.stop_requested(run_dir):
+        pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}  # no stop sent it: the OOM killer?
+        cause = causes.oom_cause(pid.get("child"), pid.get("child_comm"))
+    _record_exit(run_dir, code, sig, cause=cause)
     print(f"orch: exited with code {code}", flush=True)
     return code
 
@@ -316,7 +320,8 @@ def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
     path = os.path.join(run_dir, "pid.json")
     first = (read_json(path, {}) or {}).get("started")
     write_json(path, {"supervisor": os.getpid(), "supervisor_start": _proc_start(os.getpid()), "child": child.pid,
-                      "child_start": _proc_start(child.pid), "started": first or time.time(),
+                      "child_start": _proc_start(child.pid), "child_comm": causes.comm(child.pid),
+                      "started": first or time.time(),
                       "boot_id": causes.boot_id()})
 
 

@@ -223,6 +223,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "gc": {"project": project, "keep": lambda v, n: _int(v, n, 0, 1 << 20),
            "keep_revisions": lambda v, n: _list(v, n, revision), "checkpoints": _STRINGS, "dry_run": _bool,
            "grace": _num, "only": _optional(_STRINGS)},
+    "journal_read": {"ids": lambda v, n: _list(v, n, exp_id), "registry": registry_id},
 }
 
 
@@ -248,8 +249,20 @@ def request(req: Any) -> dict:
             raise fail(f"ops[{i}].args must be an object")
     _optional(_num)(req.get("lock"), "lock")
     _optional(_str)(req.get("what"), "what")
+    _journal_spec(req.get("journal"))
     payload_size(req)
     return req
+
+
+def _journal_spec(spec: Any) -> None:
+    """``journal``: which run folder a locked launch records its steps in."""
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise fail("journal must be an object")
+    exp_id(spec.get("exp_id"), "journal.exp_id")
+    registry_id(spec.get("registry"), "journal.registry")
+    _optional(project)(spec.get("project"), "journal.project")
 
 
 def payload_size(req: dict) -> int:

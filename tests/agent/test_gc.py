@@ -85,3 +85,22 @@ def test_a_checkpoint_folder_inside_a_run_folder_is_never_removed(tmp_path: Path
     res = gc(layout, "p", keep=1, dry_run=False)
     assert not res["items"] and res["kept"][0]["why"] == "holds a checkpoint folder"
     assert (root / "runs" / "1" / "ckpt" / "step10.pt").exists()
+
+
+def test_the_journal_of_a_launch_that_never_started_is_collected_with_its_project(tmp_path: Path):
+    from orchestrator.agent.journal import Journal
+
+    root = tmp_path / "root"
+    layout = Layout(str(root))
+    layout.ensure()
+    for n in (1, 2, 3):
+        _run(root, n, "p", "")
+    for n, project in ((4, "p"), (5, "q")):  # refused before their start: only their journals are there
+        steps = Journal(str(root / "runs" / str(n)))
+        steps.begin("deploy", ["run_check", "run_start"], exp_id=n, project=project)
+        steps.end()
+    _aged(root)
+    doomed = {item["name"] for item in plan(layout, "p", keep=1)["items"] if item["kind"] == "run"}
+    assert doomed == {"1", "2", "4"}  # a journal alone never counts as a recent run; q's is not p's to collect
+    doomed = {item["name"] for item in plan(layout, "q", keep=0)["items"] if item["kind"] == "run"}
+    assert doomed == {"5"}

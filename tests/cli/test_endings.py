@@ -28,3 +28,13 @@ def test_a_run_that_exits_non_zero_says_its_exit_code(project):
     project.run("deploy", *SETS, "--wait=20")
     res = project.run("status", "--no-metrics")
     assert "experiment 1 crashed (exit code 3)" in res.stdout, res.stdout
+
+
+def test_a_plain_sigkill_is_not_blamed_on_the_oom_killer(project):
+    job = "import os, signal\nprint('up', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    (project.path / "job.py").write_text(job)
+    project.run("deploy", *SETS, "--wait=20")
+    res = project.run("status", "--no-metrics")
+    assert "experiment 1 crashed (SIGKILL)" in res.stdout, res.stdout
+    exp = project.registry().get(1)
+    assert exp.exit_code == 137 and exp.end_reason == "SIGKILL"

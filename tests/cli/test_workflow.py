@@ -142,7 +142,11 @@ def test_ctrl_c_while_the_old_run_stops_says_what_was_done(project):
     assert "interrupted: old run 1 stopped; new run 2 not started" in err
     reg = project.registry()
     assert reg.get(1).status == "stopped" and reg.get(2).status == "failed"
-    assert not (project.run_dir(2)).exists()
+    # no run 2 on the target: its folder holds only the journal of its launch, which says where it stopped
+    assert [p.name for p in project.run_dir(2).iterdir()] == ["journal.jsonl"]
+    journal = [json.loads(line) for line in (project.run_dir(2) / "journal.jsonl").read_text().splitlines()]
+    done = [e["op"] for e in journal if e["event"] == "done"]
+    assert "run_stop" in done and "run_start" not in done and journal[-1]["event"] == "end"
 
 
 def test_ctrl_c_during_wait_leaves_the_new_run_running_and_recorded(project):

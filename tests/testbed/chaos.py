@@ -8,7 +8,8 @@ the real CLI, a random fault in about half of the cycles, and the invariants che
 A cycle: pick a clone and an action (``deploy``, ``restart --clean-checkpoints --yes``, ``stop``), maybe a
 fault (``cut`` the proxied clone's connection mid-command, ``freeze`` the CT for a moment, ``sshd`` down in the
 CT for a moment, ``sigkill`` or ``sigint`` the CLI at a random moment, a ``race``: the other clone deploys at the
-same time); run it; heal;
+same time, ``full``: the CT's workspace filled to 100%, see ``chaos_disk``, and while it is still full the remedies
+``checkpoints list`` and ``checkpoints purge`` of the oldest trash entry must work, as must a ``stop``); run it; heal;
 probe the target; ``orch status`` once from each clone; probe again; check (``chaos_checks``). The same seed
 gives the same choices and delays (what the target does with them still depends on timing).
 """
@@ -25,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import chaos_checks as checks
-from . import lxc
+from . import chaos_disk, lxc
 from .chaos_clones import ROOT, WORKSPACE, Clone, Outcome, make_clones
 
 ACTIONS = {"deploy": ["deploy"], "restart": ["restart", "--clean-checkpoints", "--yes"], "stop": ["stop"]}
 WEIGHTS = {"deploy": 5, "restart": 3, "stop": 2}
-FAULTS = ("cut", "freeze", "sshd", "sigkill", "sigint", "race")
+FAULTS = ("cut", "freeze", "sshd", "sigkill", "sigint", "race", "full")
 ACTION_TIMEOUT = 120.0  # s: a CLI call still going after this counts as hung
 STATUS_TIMEOUT = 60.0
 PROBE = Path(__file__).with_name("chaos_probe.py")
@@ -60,6 +61,7 @@ class Summary:
     exits: Counter = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
     checkpoints_seen: int = 0
+    remedies: int = 0  # CLI calls made on a full disk after the action (checkpoints list, purge)
     wall: float = 0.0
 
     def table(self) -> str:
@@ -68,7 +70,8 @@ class Summary:
         rows += [(f"action {k}", v) for k, v in sorted(self.actions.items())]
         rows += [(f"fault {k} (mid-command)", f"{v} ({self.landed[k]})") for k, v in sorted(self.faults.items())]
         rows += [(f"CLI exit {k}", v) for k, v in sorted(self.exits.items(), key=lambda kv: str(kv[0]))]
-        rows += [("checkpoint files tracked", self.checkpoints_seen), ("violations", len(self.violations))]
+        rows += [("remedies on a full disk", self.remedies), ("checkpoint files tracked", self.checkpoints_seen),
+                 ("violations", len(self.violations))]
         return "\n".join(f"{label:28} {value:>8}" for label, value in rows)
 
     def report(self) -> str:
@@ -92,6 +95,9 @@ class Chaos:
         self.seen: dict[str, str] = {}  # every checkpoint file seen in the folder: path -> sha256
         self.summary = Summary(seed)
         self._reported: set[str] = set()
+        self.full = False  # the workspace's filesystem is filled
+        self.remedies: list[Outcome] = []  # the CLI calls made on the full disk, after the action
+        chaos_disk.small_workspace(testbed.ct(200))
 
     def run(self, cycles: int, log=None) -> Summary:
         begin = time.monotonic()
@@ -126,12 +132,19 @@ class Chaos:
         self.summary.actions[plan.action] += 1
         if plan.fault:
             self.summary.faults[plan.fault] += 1
+        self.remedies = []
         outcomes = self.act(plan)
         self.heal()
         found, exits = [], [o.returncode for o in outcomes]
         for outcome in outcomes:
             self.summary.exits[outcome.returncode] += 1
             found += checks.clean_output(outcome, ACTION_TIMEOUT)
+        if plan.fault == "full" and plan.action == "stop":
+            found += checks.succeeded(outcomes[:1], "on a full disk")
+        found += checks.succeeded(self.remedies, "on a full disk")
+        for outcome in self.remedies:
+            self.summary.remedies += 1
+            found += checks.clean_output(outcome, STATUS_TIMEOUT)
         before = self.probe()
         for clone in (self.a, self.b):
             status = clone.run("status", "--no-metrics", timeout=STATUS_TIMEOUT)
@@ -161,14 +174,41 @@ class Chaos:
             running.append(other.start(*ACTIONS["deploy"]))
             self.summary.landed["race"] += 1
         strike = threading.Timer(plan.delay, self.strike, args=(plan, running[0]))
-        if plan.fault in ("cut", "freeze", "sshd", "sigkill", "sigint"):
+        if plan.fault in ("cut", "freeze", "sshd", "sigkill", "sigint", "full"):
             strike.start()
         try:
-            return [r.wait(ACTION_TIMEOUT) for r in running]
+            outcomes = [r.wait(ACTION_TIMEOUT) for r in running]
         finally:
             strike.cancel()
             if strike.is_alive():
                 strike.join()
+        if plan.fault == "full":
+            if not self.full:  # the action ended before the disk filled: the remedies still meet a full disk
+                self.fill()
+            self.remedy(plan.clone)
+        return outcomes
+
+    def fill(self) -> None:
+        self.full = True
+        left = chaos_disk.fill(self.testbed.ct(200))
+        if left > 64 << 10:
+            raise RuntimeError(f"the CT's workspace still has {left} bytes free after filling it")
+
+    def remedy(self, clone: Clone) -> None:
+        """On the full disk: list the checkpoints, purge the oldest trash entry (its files are no longer tracked)."""
+        listed = clone.run("checkpoints", "list", "--json", timeout=STATUS_TIMEOUT)
+        self.remedies.append(listed)
+        if listed.returncode != 0:
+            return
+        entries = sorted(json.loads(listed.stdout).get("entries") or [], key=lambda e: e.get("created") or 0)
+        if not entries:
+            return
+        name = entries[0]["name"]
+        held = {(p.rsplit("/", 1)[1], sha) for p, sha in self.probe()["files"].items() if f"/{name}/" in p}
+        purged = clone.run("checkpoints", "purge", name, "--yes", timeout=STATUS_TIMEOUT)
+        self.remedies.append(purged)
+        if purged.returncode == 0:
+            self.seen = {p: sha for p, sha in self.seen.items() if (p.rsplit("/", 1)[1], sha) not in held}
 
     def strike(self, plan: Plan, target) -> None:
         if target.proc.poll() is None:
@@ -195,10 +235,15 @@ class Chaos:
             target.signal(signal.SIGKILL)
         elif plan.fault == "sigint":
             target.signal(signal.SIGINT)
+        elif plan.fault == "full":
+            self.fill()  # and full it stays until heal(), after the remedies
 
     def heal(self) -> None:
         self.proxy.resume()
         ct = self.testbed.ct(200)
+        if self.full:
+            chaos_disk.free(ct)
+            self.full = False
         if ct.state() == "FROZEN":
             ct.thaw()
         if not lxc.answers(ct.address, ct.port):

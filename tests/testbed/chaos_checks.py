@@ -94,5 +94,11 @@ def clean_output(outcome: Outcome, timeout: float) -> list[str]:
     return []
 
 
+def succeeded(outcomes: list[Outcome], when: str) -> list[str]:
+    """Commands that must work even ``when`` (a remedy on a full disk): exit 0."""
+    return [f"clone {o.clone} `orch {' '.join(o.argv)}` {when} exited {o.returncode}: {_tail(o.stderr)}"
+            for o in outcomes if o.returncode != 0]
+
+
 def _tail(text: str, lines: int = 4) -> str:
     return " | ".join(text.strip().splitlines()[-lines:]) or "(no output)"

@@ -64,3 +64,12 @@ def test_errors_must_be_one_error_line_and_a_hint_without_a_traceback():
     assert "traceback" in checks.clean_output(trace, 60)[0]
     assert "hung past its 60 s timeout" in checks.clean_output(hung, 60)[0]
     assert checks.clean_output(killed, 60) == checks.clean_output(interrupted, 60) == []
+
+
+def test_a_remedy_that_fails_on_a_full_disk_is_named():
+    ok = Outcome(["checkpoints", "list", "--json"], "A", returncode=0)
+    bad = Outcome(["checkpoints", "purge", "e1", "--yes"], "B", returncode=1,
+                  stderr="error: no space left on device: /workspace/orch/.lock\nhint: free some space\n")
+    assert checks.succeeded([ok], "on a full disk") == []
+    [problem] = checks.succeeded([ok, bad], "on a full disk")
+    assert problem.startswith("clone B `orch checkpoints purge e1 --yes` on a full disk exited 1: error: no space")

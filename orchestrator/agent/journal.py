@@ -1,0 +1,124 @@
+"""The journal of a locked launch: what each of its steps did, written in the new run's folder as it goes.
+
+A controller cut off, SIGKILLed or crashed mid-launch never hears the answer of its agent call; the
+agent finishes anyway. So the agent appends one JSON line per step to ``runs/<key>/journal.jsonl`` and
+fsyncs it before the next step starts, and any later command, from any clone, reads the truth there::
+
+    {"event": "begin", "what": "restart", "exp_id": 2, "project": "tinylm", "ops": ["run_check", ...], "t": ...}
+    {"event": "done", "op": "run_stop", "value": {"stopped": [{"id": 1, "exit_code": 130, ...}]}, "t": ...}
+    {"event": "done", "op": "ckpt_trash", "value": {"action": "moved", "entry_path": "...", ...}, "t": ...}
+    {"event": "failed", "op": "run_start", "error": {"kind": "agent", "message": "..."}, "t": ...}
+    {"event": "end", "t": ...}
+
+Writing is best effort (a full disk must not fail the launch it records): after the first failed write
+the journal stays silent. ``read`` takes what is whole: a last line cut by a crash is left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from .layout import Layout
+
+FILE = "journal.jsonl"
+MAX_LINE = 64 << 10  # a step's value beyond this is recorded as truncated: the journal stays small
+
+
+def path_in(run_dir: str) -> str:
+    return os.path.join(run_dir, FILE)
+
+
+def only_journal(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds nothing but a journal: the folder this launch's journal made, free for its run."""
+    try:
+        return os.listdir(run_dir) == [FILE]
+    except OSError:
+        return False
+
+
+class Journal:
+    """Appends a locked launch's steps to its run folder's journal; silent once a write fails."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.path = path_in(run_dir)
+        self.ok = True
+
+    def begin(self, what: str, ops: list[str], **facts: object) -> None:
+        run_dir = os.path.dirname(self.path)
+        try:
+            os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+            try:
+                os.mkdir(run_dir)
+            except FileExistsError:
+                if not only_journal(run_dir):
+                    self.ok = False  # not ours: the start check says so, and nothing is written into it
+                    return
+            self._append({"event": "begin", "what": what, "ops": ops, "pid": os.getpid(), **facts})
+            _fsync_dir(os.path.dirname(run_dir))
+        except OSError:
+            self.ok = False
+
+    def step(self, op: str, result: dict) -> None:
+        if result.get("ok"):
+            self._append({"event": "done", "op": op, "value": result.get("value")})
+        else:
+            error = {k: v for k, v in (result.get("error") or {}).items() if k != "traceback"}
+            self._append({"event": "failed", "op": op, "error": error})
+
+    def end(self) -> None:
+        self._append({"event": "end"})
+
+    def _append(self, entry: dict) -> None:
+        if not self.ok:
+            return
+        line = json.dumps({**entry, "t": time.time()}, separators=(",", ":"), default=str)
+        if len(line) > MAX_LINE:
+            line = json.dumps({**{k: v for k, v in entry.items() if k != "value"}, "value": {"truncated": True},
+                               "t": time.time()}, separators=(",", ":"))
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (line + "\n").encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            self.ok = False
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(run_dir: str) -> list[dict]:
+    """The journal's whole entries, oldest first; [] when there is none. A line cut short or not JSON is skipped."""
+    try:
+        with open(path_in(run_dir), "rb") as fh:
+            data = fh.read(16 << 20)
+    except OSError:
+        return []
+    entries = []
+    for raw in data.split(b"\n"):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue  # the last line of a crashed write, or damage: what is whole still tells
+        if isinstance(entry, dict) and isinstance(entry.get("event"), str):
+            entries.append(entry)
+    return entries
+
+
+def read_many(layout: Layout, ids: list, registry: str | None = None) -> dict:
+    """``journal_read``: experiment number (as a string) -> its journal's entries, for the numbers that have one."""
+    out = {}
+    for exp_id in ids:
+        entries = read(layout.run_dir(int(exp_id), registry))
+        if entries:
+            out[str(int(exp_id))] = entries
+    return out

@@ -1,0 +1,97 @@
+"""The launch journal: written by a real locked agent call, read back whole after a crash cut its last line,
+and turned into registry facts (real agent process, real files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from orchestrator import launch_journal
+from orchestrator.agent import journal
+from orchestrator.agent_client import AgentClient, Op
+from orchestrator.errors import NotFoundError
+from orchestrator.transport.local import LocalTransport
+
+REGISTRY = "0123456789ab"
+
+
+def test_a_missing_journal_reads_as_nothing(tmp_path):
+    assert journal.read(str(tmp_path / "no-such-run")) == []
+    assert launch_journal.facts([]) == {"known": False, "trash": None, "stopped": [], "started": False,
+                                        "failed": None, "finished": False}
+
+
+def test_a_last_line_cut_by_a_crash_and_garbage_lines_are_left_out(tmp_path):
+    lines = [json.dumps({"event": "begin", "what": "restart", "ops": ["run_stop", "ckpt_trash"]}),
+             json.dumps({"event": "done", "op": "run_stop", "value": {"stopped": [{"id": 1, "exit_code": 130}]}}),
+             "not json at all", json.dumps(["a", "list"]), json.dumps({"no": "event"}), "",
+             json.dumps({"event": "done", "op": "ckpt_trash", "value": {"action": "moved"}})[:-7]]
+    (tmp_path / journal.FILE).write_bytes("\n".join(lines).encode() + b"\xff\xfe")
+    entries = journal.read(str(tmp_path))
+    assert [e["event"] for e in entries] == ["begin", "done"]
+    told = launch_journal.facts(entries)
+    assert told["stopped"] == [{"id": 1, "exit_code": 130}] and told["trash"] is None and not told["finished"]
+    assert launch_journal.checkpoint_fields(told) == {}  # the trash step's line never became whole
+
+
+def test_an_empty_or_unreadable_journal_reads_as_nothing(tmp_path):
+    (tmp_path / journal.FILE).write_bytes(b"")
+    assert journal.read(str(tmp_path)) == []
+    (tmp_path / journal.FILE).unlink()
+    (tmp_path / journal.FILE).mkdir()  # not a file at all
+    assert journal.read(str(tmp_path)) == []
+
+
+def test_a_journal_never_writes_into_a_folder_that_is_not_its_own(tmp_path):
+    run_dir = tmp_path / "runs" / f"{REGISTRY}-3"
+    run_dir.mkdir(parents=True)
+    (run_dir / "experiment.json").write_text("{}")
+    steps = journal.Journal(str(run_dir))
+    steps.begin("deploy", ["run_start"])
+    steps.end()
+    assert not (run_dir / journal.FILE).exists() and not steps.ok
+
+
+def test_a_locked_call_journals_each_step_and_the_one_that_failed(tmp_path):
+    root = tmp_path / "root"
+    client = AgentClient(LocalTransport(), str(root), sys.executable)
+    ckpt = root / "ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "step-5.pt").write_bytes(b"x" * 10)
+    spec = {"exp_id": 7, "registry": REGISTRY, "project": "demo"}
+    args = {"path": str(ckpt), "configured": str(ckpt)}
+    try:
+        client.call([Op("ckpt_trash", {**args, "label": "exp6", "moved_by": 7}),
+                     Op("ckpt_restore", {**args, "name": "no-such-entry"})], lock=5, what="restart", journal=spec)
+    except NotFoundError:
+        pass
+    run_dir = root / "runs" / f"{REGISTRY}-7"
+    assert os.listdir(run_dir) == [journal.FILE]  # the run folder holds only the journal: free for its run
+    assert journal.only_journal(str(run_dir))
+    entries = journal.read(str(run_dir))
+    assert [(e["event"], e.get("op")) for e in entries] == [
+        ("begin", None), ("done", "ckpt_trash"), ("failed", "ckpt_restore"), ("end", None)]
+    assert entries[0]["ops"] == ["ckpt_trash", "ckpt_restore"] and entries[0]["project"] == "demo"
+    told = launch_journal.facts(client.one("journal_read", ids=[7, 8], registry=REGISTRY)["7"])
+    fields = launch_journal.checkpoint_fields(told)
+    assert fields["checkpoints_action"] == "moved"
+    assert (root / "ckpt.trash" / os.path.basename(fields["checkpoints_entry"]) / "step-5.pt").exists()
+    assert told["failed"]["op"] == "ckpt_restore" and not launch_journal.start_failed(told)
+    assert client.one("journal_read", ids=[8], registry=REGISTRY) == {}
+
+
+def test_steps_left_undone_because_orch_went_away_are_not_a_failed_start():
+    entries = [{"event": "begin", "ops": ["run_stop", "run_start"]},
+               {"event": "done", "op": "run_stop", "value": {"stopped": [{"id": 1, "state": "stopped"}]}},
+               {"event": "failed", "op": "run_start", "error": {"kind": "cancelled", "message": "the controller went "
+                                                                "away: the remaining steps were not run"}},
+               {"event": "end"}]
+    told = launch_journal.facts(entries)
+    assert not launch_journal.start_failed(told)
+    assert launch_journal.not_started(told, "launch interrupted") == "launch interrupted"
+    assert launch_journal.stopped_reason(2, told) == "stopped by experiment 2"
+    entries[2]["error"] = {"kind": "agent", "message": "tmux refused"}
+    told = launch_journal.facts(entries)
+    assert launch_journal.not_started(told, "launch interrupted") == "launch failed at run_start: tmux refused"
+    assert launch_journal.stopped_reason(2, told) == "stopped by experiment 2 (whose start then failed)"
