@@ -1,4 +1,5 @@
-"""examples/ddp as a 2-node job on CTs 200 and 201 through the real CLI: trained in sync, then resumed.
+"""examples/ddp as a 2-node job on CTs 200 and 201 through the real CLI: planned (--dry-run), trained in sync,
+watched (status, experiments show), then resumed.
 
 torch comes from the read-only site folder bind-mounted into both CTs (``torch_cts``); orch is not installed
 in the CTs, the example's batches come from the batching library the agent puts on the run's PYTHONPATH.
@@ -7,6 +8,7 @@ Checkpoints exist on node 0 only: the second deploy must resume every rank from 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -51,6 +53,10 @@ def _finished(remote, testbed, steps: int) -> tuple[list[str], list[str]]:  # no
 
 def test_the_ddp_example_trains_on_two_cts_and_resumes_from_node_0(remote, testbed, torch_cts):  # noqa: F811
     _ddp_project(remote)
+    dry = remote.run("deploy", "--ct", "200", "--ct", "201", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "--rdzv-endpoint=10.77.0.200:29400" in dry.stdout and "--local-addr=10.77.0.201" in dry.stdout
+    assert "GLOO_SOCKET_IFNAME=eth0" in dry.stdout and "ORCH_NODE_RANK=1" in dry.stdout
     begin = time.monotonic()
     res = remote.run("deploy", "--ct", "200", "--ct", "201", "-m", "ddp example")
     assert res.returncode == 0, res.stderr
@@ -59,6 +65,13 @@ def test_the_ddp_example_trains_on_two_cts_and_resumes_from_node_0(remote, testb
     print(f"12 steps on 2 nodes: {time.monotonic() - begin:.1f} s from the deploy; checksums {sums}")
     assert sums[0] == sums[1]
     assert "step=12 loss=" in logs[0] and "tok/s=" in logs[0]
+    assert json.loads((remote.path / ".orch" / "current-target.json").read_text()) == \
+        {"nodes": [{"ct": 200}, {"ct": 201}]}
+    human = remote.run("status")
+    assert "experiment 1 finished" in human.stdout and human.stdout.count("  node ") == 2, human.stdout
+    shown = remote.run("experiments", "show", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert "  node 1 " in shown.stdout and "10.77.0.201: finished (exit code 0)" in shown.stdout, shown.stdout
     assert on_ct(testbed, 200, "ls", CKPT).split() == ["ckpt-000004.pt", "ckpt-000008.pt", "ckpt-000012.pt"]
     assert on_ct(testbed, 201, "sh", "-c", f"ls {CKPT} 2>/dev/null || true").strip() == ""  # rank 0 writes
 

@@ -70,35 +70,6 @@ def _log(testbed, node: dict) -> str:
     return on_ct(testbed, node["ct"], "cat", f"{node['run_dir']}/train.log")
 
 
-def test_a_two_node_torchrun_job_trains_and_finishes(remote, testbed, torch_cts):  # noqa: F811
-    _job_project(remote, "python3 ddp_tiny.py", 'OMP_NUM_THREADS = "1", DDP_STEPS = "5"')
-    dry = remote.run("deploy", "--ct", "200", "--ct", "201", "--dry-run")
-    assert dry.returncode == 0, dry.stderr
-    assert "--rdzv-endpoint=10.77.0.200:29400" in dry.stdout and "--local-addr=10.77.0.201" in dry.stdout
-    assert "GLOO_SOCKET_IFNAME=eth0" in dry.stdout and "ORCH_NODE_RANK=1" in dry.stdout
-    begin = time.monotonic()
-    res = remote.run("deploy", "--ct", "200", "--ct", "201", "-m", "ddp")
-    assert res.returncode == 0, res.stderr
-    launched = time.monotonic() - begin
-    assert "experiment 1: started on 2 nodes" in res.stdout
-    data = _until(remote, ("finished", "crashed"), 180)
-    print(f"deploy of 2 nodes {launched:.1f} s; finished {time.monotonic() - begin:.1f} s after the deploy began")
-    nodes = data["nodes"]
-    print("node runs (launcher start to exit):", [f"{n['ended'] - n['started']:.1f} s" for n in nodes])
-    assert data["state"] == "finished", [(n["state"], n["exit_code"]) for n in nodes]
-    assert [(n["rank"], n["state"], n["exit_code"]) for n in nodes] == [(0, "finished", 0), (1, "finished", 0)]
-    for node in nodes:
-        log = _log(testbed, node)
-        assert f"step=5 " in log and "world=2" in log and "params in sync" in log, log
-    assert json.loads((remote.path / ".orch" / "current-target.json").read_text()) == \
-        {"nodes": [{"ct": 200}, {"ct": 201}]}
-    human = remote.run("status")
-    assert "experiment 1 finished" in human.stdout and human.stdout.count("  node ") == 2, human.stdout
-    shown = remote.run("experiments", "show", "1")
-    assert shown.returncode == 0, shown.stderr
-    assert "  node 1 " in shown.stdout and "10.77.0.201: finished (exit code 0)" in shown.stdout, shown.stdout
-
-
 def test_launcher_none_and_a_group_target(remote, testbed):  # noqa: F811
     group = '\n[targets.a]\nkind = "proxmox"\nct = 200\n\n[targets.b]\nkind = "proxmox"\nct = 201\n\n' \
             '[targets.pair]\nkind = "group"\nmembers = ["a", "b"]\n\n[distributed]\nlauncher = "none"\n'

@@ -105,7 +105,10 @@ def test_sigkill_of_a_deploy_to_a_ct_leaves_no_launching_row(remote, testbed, tm
     assert now[1].status == "failed" and "launch interrupted" in now[1].error
     assert now[2].status == "running"
     runs = on_ct(testbed, 200, "ls", f"{ROOT}/runs").split()
-    assert remote.run_key(1) not in runs and remote.run_key(2) in runs
+    assert remote.run_key(2) in runs
+    # the first launch was killed inside its locked call, before its start: its folder holds only its journal
+    assert on_ct(testbed, 200, "ls", "-A", f"{ROOT}/runs/{remote.run_key(1)}").split() == ["journal.jsonl"]
+    assert '"event":"begin"' in on_ct(testbed, 200, "cat", f"{ROOT}/runs/{remote.run_key(1)}/journal.jsonl")
     restart = remote.run("restart", "--json")
     assert restart.returncode == 0, restart.stderr
     assert json.loads(restart.stdout)["experiment"]["parent"] == 2
