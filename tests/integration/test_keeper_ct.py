@@ -186,7 +186,6 @@ def test_a_pct_target_gets_a_resident_agent_through_the_held_node_connection(rem
     conn = warm(remote, "ct201")
     assert conn["role"].startswith("the Proxmox node") and conn["connections"] == 1
     ok(remote, "status", "--target", "ct201")
-    assert len(serving_agents(testbed, 201)) == 1  # a new resident in the restarted CT
     [again] = held()
     assert again["agents"] == serving_agents(testbed, 201) and len(again["agents"]) == 1  # inside the CT
     assert again["connections"] == 1 and again["commands"] > conn["commands"]
