@@ -60,6 +60,18 @@ class PctTransport(Transport):
         self._check_pct(result)
         return Result(list(argv), result.exit_code, result.stdout, result.stderr)
 
+    def run_agent(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
+                  stall: float | None = None, output: Output = None) -> Result:
+        """An agent call: through a resident agent (``pct exec … agent serve``) when the node's connection is
+        held by the keeper, else as ``run``."""
+        send = getattr(self.node, "run_agent", None)
+        if send is None:
+            return self.run(argv, input=input, timeout=timeout, stall=stall, output=output)
+        result = send(["pct", "exec", str(self.vmid), "--", *argv], input=input, timeout=timeout, stall=stall,
+                      output=output)
+        self._check_pct(result)
+        return Result(list(argv), result.exit_code, result.stdout, result.stderr)
+
     def _check_pct(self, result: Result) -> None:
         """A 255 (127: no pct) whose stderr holds one of pct's own messages is pct failing, not the command."""
         if result.exit_code not in (255, 127):

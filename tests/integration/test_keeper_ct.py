@@ -180,3 +180,20 @@ def test_follow_through_the_keeper_survives_cuts_byte_for_byte(remote, testbed):
     assert b"resuming at byte" in err
     [conn] = held()
     assert conn["connections"] >= 2  # the keeper reopened its connection after the cuts
+
+
+def test_a_pct_target_gets_a_resident_agent_through_the_held_node_connection(remote, testbed):
+    conn = warm(remote, "ct201")
+    assert conn["role"].startswith("the Proxmox node") and conn["connections"] == 1
+    ok(remote, "status", "--target", "ct201")
+    [again] = held()
+    assert again["agents"] == serving_agents(testbed, 201) and len(again["agents"]) == 1  # inside the CT
+    assert again["connections"] == 1 and again["commands"] > conn["commands"]
+    testbed.stop(201)
+    try:
+        res = remote.run("status", "--target", "ct201")  # the resident went with the CT: one clear error
+        assert res.returncode != 0 and "201" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    finally:
+        testbed.start(201)
+    ok(remote, "status", "--target", "ct201")
+    assert len(serving_agents(testbed, 201)) == 1  # a new resident in the restarted CT
