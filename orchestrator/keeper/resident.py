@@ -117,7 +117,7 @@ class Residents:
         self.lock = threading.Lock()
         self.pools: dict[int, list[Resident]] = {}
 
-    def _take(self, transport: Any, argv: list[str]) -> Resident | None:
+    def _take(self, transport: Any, argv: list[str], limit: float | None) -> Resident | None:
         with self.lock:
             pool = self.pools.setdefault(id(transport), [])
             for old in [r for r in pool if r.argv != argv or not r.alive()]:
@@ -131,15 +131,18 @@ class Residents:
                     return resident
             if len(pool) >= MAX_PER_TARGET:
                 return None
-        resident = self._start(transport, argv)
+        resident = self._start(transport, argv, limit)
         if resident is not None:
             with self.lock:
                 self.pools.setdefault(id(transport), []).append(resident)
         return resident
 
     @staticmethod
-    def _start(transport: Any, argv: list[str]) -> Resident | None:
-        """A new resident, checked with an empty request; None when it does not serve."""
+    def _start(transport: Any, argv: list[str], limit: float | None) -> Resident | None:
+        """A new resident, checked with an empty request; None when it does not serve (it exited: the agent
+        file is missing, its python refuses). A target that does not answer in time is a timeout, as for a
+        one-shot call: trying one-shot as well would only wait again."""
+        wait = limit if limit is not None else float(transport._timeout) * 3  # as long as the request may take
         try:
             resident = Resident(transport, argv)
         except OrchError:
@@ -147,16 +150,18 @@ class Residents:
         except Exception:
             return None
         try:
-            resident.call(HELLO, lambda _data: None, float(transport._timeout) * 3, None, None, "the agent")
-        except (_Gone, OrchError):
+            resident.call(HELLO, lambda _data: None, wait, None, None, argv[0])
+        except (_Gone, OrchError) as exc:
             resident.close()
+            if isinstance(exc, TransportTimeout):
+                raise
             return None
         return resident
 
     def call(self, transport: Any, argv: list[str], stdin: Any, output: Callable[[bytes], None],
              limit: float | None, stall: float | None, cancel: threading.Event | None) -> bool:
         """Run one request on a resident; False when none serves here (run it one-shot instead)."""
-        resident = self._take(transport, argv)
+        resident = self._take(transport, argv, limit if limit is not None else stall)
         if resident is None:
             return False
         try:
