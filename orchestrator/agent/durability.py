@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import time
 
-from .layout import Layout
+from .layout import Layout, fsync_dir
 
 _LIBC: list = []
 SETTLE_AFTER = 60.0  # seconds after which a same-boot journal is settled by whoever finds it
@@ -65,14 +65,6 @@ def boot_id() -> str:
         return "unknown"
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def open_journal(layout: Layout, hashes: list[str]) -> str:
     """Durably record that ``hashes`` are about to be published unsynced; the journal's path."""
     fd, path = tempfile.mkstemp(dir=layout.blobs, prefix=".pending-", suffix=".json")
@@ -80,7 +72,7 @@ def open_journal(layout: Layout, hashes: list[str]) -> str:
         json.dump({"boot_id": boot_id(), "blobs": hashes, "created": time.time()}, fh)
         fh.flush()
         os.fsync(fh.fileno())
-    _fsync_dir(layout.blobs)
+    fsync_dir(layout.blobs)
     return path
 
 

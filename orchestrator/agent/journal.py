@@ -20,7 +20,7 @@ import json
 import os
 import time
 
-from .layout import Layout
+from .layout import Layout, fsync_dir
 
 FILE = "journal.jsonl"
 MAX_LINE = 64 << 10  # a step's value beyond this is recorded as truncated: the journal stays small
@@ -56,7 +56,7 @@ class Journal:
                     self.ok = False  # not ours: the start check says so, and nothing is written into it
                     return
             self._append({"event": "begin", "what": what, "ops": ops, "pid": os.getpid(), **facts})
-            _fsync_dir(os.path.dirname(run_dir))
+            fsync_dir(os.path.dirname(run_dir))
         except OSError:
             self.ok = False
 
@@ -86,14 +86,6 @@ class Journal:
                 os.close(fd)
         except OSError:
             self.ok = False
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read(run_dir: str) -> list[dict]:

@@ -79,3 +79,12 @@ def read_json(path: str, default: object = None) -> object:
             return json.load(fh)
     except (OSError, ValueError):
         return default
+
+
+def fsync_dir(path: str) -> None:
+    """Make a folder's entries (a file just created or renamed in it) survive a crash."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
