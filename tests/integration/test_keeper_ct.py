@@ -152,6 +152,27 @@ def test_a_new_agent_version_gets_a_new_resident(remote, testbed):
     assert conn["agents"] == [newer.rsplit("/", 1)[-1]] and conn["connections"] == 1
 
 
+def test_a_resident_whose_workspace_was_replaced_is_replaced_not_reported(remote, testbed):
+    """The CT's /workspace replaced under a live keeper (a restored or re-created volume): the resident agent's
+    files are gone. The next commands work as on a fresh CT: the request runs one-shot (pushing the agent again)
+    and a new resident serves the ones after it, with no "report it" and no failed row."""
+    warm(remote)
+    [before] = serving_agents(testbed)
+    on_ct(testbed, 200, "sh", "-c", f"rm -rf {ROOT} && mkdir -p {ROOT}")
+    res = remote.run("deploy", "--target", "ct200", "-m", "after the workspace was replaced")
+    assert res.returncode == 0, res.stderr
+    assert "report it" not in res.stderr and "ModuleNotFoundError" not in res.stderr
+    out = ok(remote, "status", "--target", "ct200")
+    assert "running" in out or "finished" in out, out
+    with remote.registry() as reg:
+        assert [e.status for e in reg.list()] != [] and all(e.status != "failed" for e in reg.list())
+    wait_for(lambda: len(serving_agents(testbed)) == 1, timeout=20, what="one resident serving again")
+    [conn] = held()
+    assert conn["connections"] == 1 and conn["agents"] == serving_agents(testbed)
+    assert before == serving_agents(testbed)[0]  # the same agent version, in a new process
+    ok(remote, "stop", "--target", "ct200")
+
+
 def test_follow_through_the_keeper_survives_cuts_byte_for_byte(remote, testbed):
     from tests.integration.test_follow_remote import WRITER
 
