@@ -75,7 +75,7 @@ def _dry_run(launch, as_json: bool) -> None:
     render.out(f"  would stop: {stop}")
     inv = seen["checkpoints"]
     if inv is not None:
-        by = f", written by experiment {seen['writer']}" if seen["writer"] is not None else ""
+        by = f", written by {seen['writer']}" if seen["writer"] is not None else ""
         what = (f"{inv['files']} file(s), {render.size(inv['bytes'])}, newest {inv['newest']}{by}"
                 if inv["files"] else "empty")
         verb = {"keep": "kept (the run sees them)", "move": "moved to the trash",
