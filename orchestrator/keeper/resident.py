@@ -90,6 +90,19 @@ class Resident:
             progressed = time.monotonic()
             self.buf += chunk
 
+    def _send_all(self, data: bytes | memoryview) -> None:
+        """``sendall`` that waits out a shut window: the channel's short timeout (there for the reads) also
+        bounds a send, and on a slow or lossy link the window stays shut longer than that. How long a request
+        may go without progress is the reader's stall limit, not this."""
+        view = memoryview(data)
+        while view:
+            if self.chan.closed:
+                raise EOFError("the channel closed")
+            try:
+                view = view[self.chan.send(view):]
+            except TimeoutError:
+                continue
+
     def call(self, stdin: Iterator[bytes] | bytes, output: Callable[[bytes], None], limit: float | None,
              stall: float | None, cancel: threading.Event | None, what: str) -> None:
         failed: list[BaseException] = []
@@ -98,7 +111,7 @@ class Resident:
         def feed() -> None:
             try:
                 for piece in pieces(stdin):
-                    self.chan.sendall(piece)
+                    self._send_all(piece)
                     sent[0] = time.monotonic()
             except OrchError as exc:
                 failed.append(exc)

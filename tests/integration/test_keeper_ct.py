@@ -173,6 +173,34 @@ def test_a_resident_whose_workspace_was_replaced_is_replaced_not_reported(remote
     ok(remote, "stop", "--target", "ct200")
 
 
+def test_a_push_through_the_keeper_outlives_a_shut_window(remote, testbed):
+    """A slow link (tbf on the CT's veth) and the CT frozen for 1.5 s mid-push (a suspend-mode backup does
+    that): sshd adjusts no window meanwhile, for longer than the held channel's read timeout. The push must
+    go on once it thaws, as over a direct connection, not stall until [ssh] command_timeout."""
+    warm(remote)
+    (remote.path / "data").mkdir()
+    (remote.path / "data" / "shard.bin").write_bytes(os.urandom(24 << 20))
+    remote.write(sources='["train.py", "data"]')
+    shape = ["tc", "qdisc", "add", "dev", "veth200i0", "root", "tbf", "rate", "100mbit", "burst", "64kb",
+             "latency", "20ms"]
+    subprocess.run(shape, check=True, capture_output=True)
+    try:
+        deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "ct200"],
+                                  cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, ORCH_SSH__COMMAND_TIMEOUT="20"))
+        time.sleep(1.0)  # probed; the push under way
+        testbed.freeze(200)
+        time.sleep(1.5)
+        testbed.thaw(200)
+        out, err = deploy.communicate(timeout=150)
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", "veth200i0", "root"], capture_output=True)
+    assert deploy.returncode == 0, err
+    [conn] = held()
+    assert conn["connections"] == 1 and conn["commands"] >= 3  # the push went through the held connection
+    ok(remote, "stop", "--target", "ct200")
+
+
 def test_follow_through_the_keeper_survives_cuts_byte_for_byte(remote, testbed):
     from tests.integration.test_follow_remote import WRITER
 
