@@ -16,6 +16,7 @@ Nothing here prints: the left-out paths come back with the rule that dropped eac
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import posixpath
 from dataclasses import dataclass, field
@@ -90,14 +91,10 @@ def _compile(lines: list[str], origin: str, base: str) -> _Rules:
     return _Rules(origin, base, tuple(out))
 
 
-_BUILT_IN: list[_Rules] = []
-
-
+@functools.lru_cache(maxsize=1)
 def _built_in() -> _Rules:
-    if not _BUILT_IN:
-        rules = _compile(list(BUILT_IN), BUILT_IN_ORIGIN, "")
-        _BUILT_IN.append(_Rules(BUILT_IN_ORIGIN, "", tuple((0, p) for _n, p in rules.patterns)))
-    return _BUILT_IN[0]
+    rules = _compile(list(BUILT_IN), BUILT_IN_ORIGIN, "")
+    return _Rules(BUILT_IN_ORIGIN, "", tuple((0, p) for _n, p in rules.patterns))
 
 
 def _inside(path: str, folders: tuple[str, ...]) -> bool:
@@ -117,6 +114,7 @@ class _Walk:
         self.left_out: list[LeftOut] = []
         self.folders: dict[str, str] = {"": self.root}  # relative folder -> where its content really is
         self.rules: dict[str, tuple[list[_Rules], list[_Rules]]] = {}
+        self.chains: dict[str, list[_Rules]] = {}
 
     # -- ignore files
 
@@ -134,8 +132,10 @@ class _Walk:
 
     def _chain(self, rel_dir: str, allowed: tuple[str, ...]) -> list[_Rules]:
         """Every ignore file that applies to the entries of ``rel_dir``, in the order they are asked."""
-        orch, git = self._layers(rel_dir, allowed)
-        return orch + [_built_in()] + git
+        if rel_dir not in self.chains:
+            orch, git = self._layers(rel_dir, allowed)
+            self.chains[rel_dir] = orch + [_built_in()] + git
+        return self.chains[rel_dir]
 
     def _layers(self, rel_dir: str, allowed: tuple[str, ...]) -> tuple[list[_Rules], list[_Rules]]:
         """(.orchignore files, .gitignore files) from ``rel_dir`` up to the project, the deepest first."""
@@ -228,7 +228,7 @@ class _Walk:
                 real = self._through_link(rel, entry.path, allowed)
                 if not _inside(real, allowed):
                     inner = allowed + (real,)
-            if os.path.isdir(real) if link else is_dir:
+            if is_dir:
                 if link and any(_inside(c, (real,)) for c in chain):
                     raise InputError(f"symlink {rel} -> {os.readlink(entry.path)} leads back into a folder that "
                                      "holds it: sending it would never end (a loop)",
