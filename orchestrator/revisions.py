@@ -71,7 +71,8 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
           follow_symlinks: list[str] | tuple = (), progress: bool = False) -> Revision:
     """Hash the project's sources into a revision (no network, no writes except the hash cache).
 
-    A symlink's content is sent under the link's path. With ``progress``, hashing more than a few MB of new or changed files shows a bar on the terminal.
+    A symlink's content is sent under the link's path. With ``progress``, hashing more than a few MB of new or
+    changed files shows a bar on the terminal.
     """
     cache_file = cache_dir / "hashes.json" if cache_dir else None
     try:

@@ -178,3 +178,10 @@ def test_folder_links_loops_and_dangling_links(project, tmp_path):
     assert "error: symlink data/gone -> /nonexistent/orch-test-target cannot be sent: it dangles" in res.stderr
     assert "hint: fix or remove the link, or leave it out with a line data/gone in .orchignore" in res.stderr
     assert len(project.registry().list()) == 1
+
+
+def test_follow_symlinks_outside_the_project_is_a_config_error(project):
+    res = project.cli("deploy", "--dry-run", "--set", "project.follow_symlinks=['../etc']")
+    assert res.exit_code == 2, res.output
+    assert "project.follow_symlinks = ['../etc']: '../etc' must be a path inside the project folder" in res.stderr
+    assert "hint:" in res.stderr
