@@ -10,7 +10,7 @@
   the link is listed in ``[project] follow_symlinks``). One that leads outside, dangles or loops is refused.
 
 Nothing here prints: the left-out paths come back with the rule that dropped each, e.g. for nanoGPT with
-``sources = ["train.py", "data"]``: ``LeftOut("data/shakespeare_char/meta.pkl", ".gitignore", 7, "*.pkl")``.
+``sources = ["train.py", "data"]``: ``LeftOut("data/shakespeare_char/val.bin", ".gitignore", 6, "*.bin")``.
 """
 
 from __future__ import annotations
@@ -127,8 +127,12 @@ class _Walk:
             path = self._through_link(origin, path, allowed)
         if not os.path.isfile(path):
             return []
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return [_compile(fh.read().splitlines(), origin, rel_dir)]
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines = fh.read().splitlines()
+        except OSError as exc:
+            raise InputError(f"cannot read {origin}: {exc.strerror}", hint="fix its permissions") from None
+        return [_compile(lines, origin, rel_dir)]
 
     def _chain(self, rel_dir: str, allowed: tuple[str, ...]) -> list[_Rules]:
         """Every ignore file that applies to the entries of ``rel_dir``, in the order they are asked."""
@@ -211,8 +215,13 @@ class _Walk:
                              hint="remove it from [project] sources")
 
     def _walk(self, rel_dir: str, real_dir: str, allowed: tuple[str, ...], chain: tuple[str, ...]) -> None:
-        with os.scandir(real_dir) as it:
-            entries = sorted(it, key=lambda e: e.name)
+        try:
+            with os.scandir(real_dir) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise InputError(f"cannot read the folder {rel_dir or '.'} of [project] sources: {exc.strerror}",
+                             hint=f"fix its permissions, or leave it out with a line {rel_dir}/ in .orchignore"
+                             ) from None
         for entry in entries:
             if entry.name in NEVER_SENT:
                 continue

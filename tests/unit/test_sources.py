@@ -229,3 +229,11 @@ def test_a_link_read_for_its_content_is_what_the_revision_hashes(tmp_path):
 
     assert rev.files[0]["path"] == "data/shadowlink"
     assert rev.files[0]["sha256"] == hashlib.sha256(secret.read_bytes()).hexdigest()
+
+
+def test_a_fifo_in_a_named_folder_is_left_out_by_name_never_read(tmp_path):
+    proj = project_with(tmp_path)
+    os.mkfifo(proj / "data" / "pipe")
+    sel = collect(proj, ["train.py", "data"])  # reading the fifo would block forever
+    assert [(d.path, d.rule) for d in sel.left_out] == [("data/pipe", "not a regular file: fifo, socket or device")]
+    assert "  data/pipe (not a regular file: fifo, socket or device)" in left_out_warning(sel.left_out)
