@@ -37,6 +37,7 @@ class NodeRun:
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    job: dict = field(default_factory=dict)  # who the node is to its peers' stall watchdogs (agent/heartbeat.py)
 
 
 def launcher(dist: DistributedSection, nnodes: int) -> str:
@@ -79,11 +80,12 @@ def plan(nodes: list[NodeFacts], argv: list[str], dist: DistributedSection, proj
     how = launcher(dist, n)
     runs = []
     for node in nodes:
+        job = {"id": rdzv_id(project, exp_id), "rank": node.rank, "addrs": addrs.split(" "), "port": dist.heartbeat}
         env = {"ORCH_NNODES": str(n), "ORCH_NODE_RANK": str(node.rank), "ORCH_NODE_ADDRS": addrs,
                "ORCH_MASTER_ADDR": master, "ORCH_MASTER_PORT": str(dist.port)}
         iface = dist.interface or node.interface
         if how == "none":
-            runs.append(NodeRun(node.rank, node.name, list(argv), env))
+            runs.append(NodeRun(node.rank, node.name, list(argv), env, job))
             continue
         if iface:
             env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
@@ -96,5 +98,5 @@ def plan(nodes: list[NodeFacts], argv: list[str], dist: DistributedSection, proj
                f"--local-addr={node.address or f'<node{node.rank}-address>'}"]
         if dist.max_restarts > 0:
             cmd.append(f"--max-restarts={dist.max_restarts}")
-        runs.append(NodeRun(node.rank, node.name, cmd + script_args(argv), env))
+        runs.append(NodeRun(node.rank, node.name, cmd + script_args(argv), env, job))
     return runs
