@@ -13,6 +13,7 @@ With ``launcher = "none"`` the project's command runs as it is, with the ``ORCH_
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from .config import DistributedSection
@@ -100,3 +101,21 @@ def plan(nodes: list[NodeFacts], argv: list[str], dist: DistributedSection, proj
             cmd.append(f"--max-restarts={dist.max_restarts}")
         runs.append(NodeRun(node.rank, node.name, cmd + script_args(argv), env, job))
     return runs
+
+
+_WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+")
+
+
+def before_launcher_report(lines: list[str], keep: int = 15) -> tuple[list[str], int | None]:
+    """A node's last lines with torchrun's own failure report (its traceback and summary, ~40 lines) cut
+    off after its first line, so the script's last words show; and the worker's exit code it names.
+
+    ``[..., "boom", "E1201 ... api.py:882] failed (exitcode: 3) local_rank: 0 (pid: 68) of binary: ...",
+    "Traceback ...", ...]`` -> ``([..., "boom", "E1201 ... failed (exitcode: 3) ..."], 3)``
+    """
+    marks = [i for i, line in enumerate(lines) if _WORKER_FAILED.search(line)]
+    if not marks:
+        return lines[-keep:], None
+    first = marks[0]
+    code = int(_WORKER_FAILED.search(lines[first]).group(1))  # type: ignore[union-attr]
+    return lines[max(0, first + 1 - keep):first + 1], code

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from .agent_client import decode_log
+from .distributed import before_launcher_report
 from .end_reason import describe
 from .errors import OrchError
 from .experiments import ENDED, Experiment, Registry
@@ -81,7 +82,8 @@ def _ended(ended: list, exp: Experiment, key: str | None, begin: float) -> dict:
     rank = first_to_tell([(n.rank, n.probe["read"]["state"]) for n in ended])
     node = next(n for n in ended if n.rank == rank)
     state = node.probe["read"]["state"]
-    tail = multinode._connect(node).one("log_read", exp_id=exp.id, registry=key, tail_lines=15, max_bytes=64 << 10)
-    return {"state": state["state"], "exit_code": state.get("exit_code"), "node": rank, "label": node.target.label,
-            "end_reason": describe(state, key), "tail": decode_log(tail).decode("utf-8", "replace").rstrip().splitlines(),
+    tail = multinode._connect(node).one("log_read", exp_id=exp.id, registry=key, tail_lines=200, max_bytes=64 << 10)
+    lines, worker = before_launcher_report(decode_log(tail).decode("utf-8", "replace").rstrip().splitlines())
+    return {"state": state["state"], "exit_code": state.get("exit_code"), "worker_exit_code": worker, "node": rank,
+            "label": node.target.label, "end_reason": describe(state, key), "tail": lines,
             "seconds": round(time.monotonic() - begin, 1)}

@@ -263,7 +263,8 @@ def test_deploy_wait_of_a_job_fails_when_a_node_crashes_during_the_wait(remote, 
     print(f"deploy --wait of a job whose node 1 crashes after 3 s: exit {res.returncode} in {took:.1f} s")
     assert res.returncode == 1, (res.stdout, res.stderr)
     assert "error: experiment 1: node 1 (CT 201" in res.stderr and "crashed" in res.stderr, res.stderr
-    assert "  | node 1: simulated CUDA out of memory" in res.stderr, res.stderr
+    assert "  | node 1: simulated CUDA out of memory" in res.stderr, res.stderr  # above torchrun's own report
+    assert "its worker exited with 3" in res.stderr, res.stderr
     assert "hint: orch logs -e 1 --node 1" in res.stderr, res.stderr
     exp = remote.registry().get(1)
     assert exp.nodes[1]["state"] == "crashed", exp.nodes
