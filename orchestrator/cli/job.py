@@ -112,17 +112,16 @@ def status(settings, grp, as_json: bool) -> None:
 
     with common.registry(settings) as reg:
         exp, _ = multinode.status(settings, grp, reg)
-    from ..job_progress import job_note, summary
+    from ..job_progress import summary
 
-    moved = summary(exp.nodes or []) if exp.status == "running" else None
     if as_json:
         nodes = [{**n, "metrics": _metrics(n, settings)} for n in exp.nodes or []]
         return render.print_json({"experiment": exp.id, "state": exp.status, "group": grp.name,
-                                  "exit_code": exp.exit_code, "progress": moved, "nodes": nodes})
+                                  "exit_code": exp.exit_code, "nodes": nodes,
+                                  "progress": summary(exp.nodes or []) if exp.status == "running" else None})
     render.out(f"{grp.name}: experiment {exp.id} {exp.status}" +
-               (f" (exit {exp.exit_code})" if exp.exit_code is not None else "") +
-               job_note(moved, settings.run.stall_timeout))
-    _node_lines(exp, settings, moved)
+               (f" (exit {exp.exit_code})" if exp.exit_code is not None else "") + progress_note(exp, settings))
+    _node_lines(exp, settings)
     return None
 
 
@@ -134,11 +133,19 @@ def _metrics(node: dict, settings) -> dict:
     return (Parser(settings.metrics.patterns or None).parse_line(line) if line else None) or {}
 
 
-def _node_lines(exp, settings, moved: dict | None = None) -> None:
+def progress_note(exp, settings) -> str:
+    """When a running job last moved (any node), or that no node has: the end of its headline."""
+    from ..job_progress import job_note, summary
+
+    return job_note(summary(exp.nodes or []), settings.run.stall_timeout) if exp.status == "running" else ""
+
+
+def _node_lines(exp, settings) -> None:
     """One line per node: state, exit code, reason, step and throughput of its last line, its output against
     the job's progress, GPUs."""
-    from ..job_progress import node_note
+    from ..job_progress import node_note, summary
 
+    moved = summary(exp.nodes or []) if exp.status == "running" else None
     for node in exp.nodes or []:
         code = f" (exit {node['exit_code']})" if node.get("exit_code") is not None else ""
         code += f" [{node['reason']}]" if node.get("reason") and node.get("state") != "running" else ""
