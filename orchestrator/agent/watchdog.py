@@ -44,6 +44,9 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
             if beacon is not None:
                 beacon.tick(size, progress, now)
             if progress.stalled(now, policy.stall_timeout):
+                if beacon is not None and beacon.sock is not None and not progress.peers:
+                    log.write(f"[orch] no heartbeat came from the job's other nodes (UDP port {beacon.spec.port}):"
+                              " is it open between the nodes?\n".encode())
                 return end_stalled(child, policy.term_timeout), True
     finally:
         if beacon is not None:

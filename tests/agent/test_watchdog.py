@@ -61,3 +61,12 @@ def test_a_single_run_still_judges_its_own_log_alone(tmp_path):
     stalled, seen = _watch(tmp_path, policy, beats=20)  # packets on some port: not its business
     assert stalled and seen[0] is not None  # stopped while the packets still came
     assert not (tmp_path / "job.json").exists()
+
+
+def test_a_node_that_hears_no_peer_says_so_as_it_stalls(tmp_path):
+    port = _free_udp_port()
+    job = {"id": "p-exp1/r1", "rank": 1, "addrs": ["127.0.0.1", "127.0.0.1"], "port": port}
+    policy = Policy.from_dict({"stall_timeout": 1, "term_timeout": 1, "job": job})
+    stalled, _ = _watch(tmp_path, policy, beats=1)  # the "peer" sends as node 1, itself: nothing is taken
+    assert stalled
+    assert f"no heartbeat came from the job's other nodes (UDP port {port})" in (tmp_path / "train.log").read_text()
