@@ -109,11 +109,10 @@ def stop(settings, grp, as_json: bool) -> None:
 
 def status(settings, grp, as_json: bool) -> None:
     from .. import multinode
+    from ..job_progress import summary
 
     with common.registry(settings) as reg:
         exp, _ = multinode.status(settings, grp, reg)
-    from ..job_progress import summary
-
     if as_json:
         nodes = [{**n, "metrics": _metrics(n, settings)} for n in exp.nodes or []]
         return render.print_json({"experiment": exp.id, "state": exp.status, "group": grp.name,
