@@ -154,6 +154,14 @@ class DistributedSection(_Section):
     port: int = Field(29400, ge=1, le=65535)
     interface: str | None = None  # None: the interface that routes to node 0's address, on each node
     max_restarts: int = Field(0, ge=0)
+    heartbeat_port: int | None = Field(None, ge=1, le=65535)  # None: port + 1 (UDP, between the supervisors)
+
+    @property
+    def heartbeat(self) -> int:
+        """The UDP port the nodes' supervisors tell each other their progress on (stalls are the job's)."""
+        if self.heartbeat_port is not None:
+            return self.heartbeat_port
+        return self.port + 1 if self.port < 65535 else self.port - 1
 
     @field_validator("nproc_per_node")
     @classmethod

@@ -13,6 +13,7 @@ With ``launcher = "none"`` the project's command runs as it is, with the ``ORCH_
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from .config import DistributedSection
@@ -37,6 +38,7 @@ class NodeRun:
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    job: dict = field(default_factory=dict)  # who the node is to its peers' stall watchdogs (agent/heartbeat.py)
 
 
 def launcher(dist: DistributedSection, nnodes: int) -> str:
@@ -79,11 +81,12 @@ def plan(nodes: list[NodeFacts], argv: list[str], dist: DistributedSection, proj
     how = launcher(dist, n)
     runs = []
     for node in nodes:
+        job = {"id": rdzv_id(project, exp_id), "rank": node.rank, "addrs": addrs.split(" "), "port": dist.heartbeat}
         env = {"ORCH_NNODES": str(n), "ORCH_NODE_RANK": str(node.rank), "ORCH_NODE_ADDRS": addrs,
                "ORCH_MASTER_ADDR": master, "ORCH_MASTER_PORT": str(dist.port)}
         iface = dist.interface or node.interface
         if how == "none":
-            runs.append(NodeRun(node.rank, node.name, list(argv), env))
+            runs.append(NodeRun(node.rank, node.name, list(argv), env, job))
             continue
         if iface:
             env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
@@ -96,5 +99,23 @@ def plan(nodes: list[NodeFacts], argv: list[str], dist: DistributedSection, proj
                f"--local-addr={node.address or f'<node{node.rank}-address>'}"]
         if dist.max_restarts > 0:
             cmd.append(f"--max-restarts={dist.max_restarts}")
-        runs.append(NodeRun(node.rank, node.name, cmd + script_args(argv), env))
+        runs.append(NodeRun(node.rank, node.name, cmd + script_args(argv), env, job))
     return runs
+
+
+_WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+")
+
+
+def before_launcher_report(lines: list[str], keep: int = 15) -> tuple[list[str], int | None]:
+    """A node's last lines with torchrun's own failure report (its traceback and summary, ~40 lines) cut
+    off after its first line, so the script's last words show; and the worker's exit code it names.
+
+    ``[..., "boom", "E1201 ... api.py:882] failed (exitcode: 3) local_rank: 0 (pid: 68) of binary: ...",
+    "Traceback ...", ...]`` -> ``([..., "boom", "E1201 ... failed (exitcode: 3) ..."], 3)``
+    """
+    marks = [i for i, line in enumerate(lines) if _WORKER_FAILED.search(line)]
+    if not marks:
+        return lines[-keep:], None
+    first = marks[0]
+    code = int(_WORKER_FAILED.search(lines[first]).group(1))  # type: ignore[union-attr]
+    return lines[max(0, first + 1 - keep):first + 1], code

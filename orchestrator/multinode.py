@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from . import distributed
+from . import distributed, job_progress as progress
 from .agent_client import AgentClient, Op
 from .errors import InputError, NotFoundError, OrchError
 from .experiments import Experiment, Registry
@@ -289,7 +289,7 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
     ops += [Op("run_start", {"exp_id": exp.id, "registry": key, "project": project, "revision": exp.revision,
                              "argv": run.argv, "env": {**launch.env, **run.env}, "secrets": dict(launch.secrets),
                              "experiment": _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
-                             "batching": exp.batching, "recovery": _node_recovery(settings)}),
+                             "batching": exp.batching, "recovery": _node_recovery(settings, run, key)}),
             Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": 0.5})]
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     try:
@@ -301,10 +301,12 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
     return values[-1] | {"run_dir": values[-2].get("run_dir")}
 
 
-def _node_recovery(settings) -> dict:
-    """Each node's supervisor watches for stalls; restarts are the launcher's (``[distributed] max_restarts``):
-    one node relaunched alone would wait for a rendezvous that has gone."""
-    return {**settings.run.recovery(), "restarts": 0, "resume_after_reboot": False}
+def _node_recovery(settings, run: distributed.NodeRun, key: str | None) -> dict:
+    """Each node's supervisor watches for stalls of the job (no node moving: its peers tell it over UDP);
+    restarts are the launcher's (``[distributed] max_restarts``): one node relaunched alone would wait for a
+    rendezvous that has gone."""
+    job = {**run.job, "id": f"{run.job['id']}/{key or ''}"} if run.job else None
+    return {**settings.run.recovery(), "restarts": 0, "resume_after_reboot": False, "job": job}
 
 
 def _clean_ops(node: Node, exp: Experiment) -> list[Op]:
@@ -389,7 +391,7 @@ def _settled(settings, group: Group, registry: Registry, exp: Experiment, answer
         if got:
             rec.update(state=got.get("state"), exit_code=got.get("exit_code"), last_line=got.get("last_line"),
                        log_mtime=got.get("log_mtime"), started=got.get("started"), ended=got.get("ended"),
-                       reason=got.get("last_reason"))
+                       reason=got.get("last_reason"), **progress.node_facts(got))
     if not all(r.get("reachable") for r in records):
         return registry.update(exp.id, nodes=records)
     status = job_state([r.get("state") for r in records], [r.get("exit_code") for r in records])
@@ -429,9 +431,8 @@ def stop(settings, group: Group, registry: Registry) -> Experiment:
 
 def _run_on(node: Node, settings, exp_id: int, key: str | None) -> dict | None:
     """The job's run on ``node`` as that node reports it."""
-    runs = _connect(node).one("status", project=settings.project.name, ids=[exp_id], registry=key,
-                              gpus=False)["runs"]
-    return runs[0] if runs else None
+    got = _connect(node).one("status", project=settings.project.name, ids=[exp_id], registry=key, gpus=False)
+    return got["runs"][0] | {"now": got.get("now")} if got["runs"] else None  # ages by the node's own clock
 
 
 def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list[Node]]:

@@ -32,6 +32,7 @@ class Policy:
     term_timeout: float = 10.0
     checkpoint_glob: str | None = None
     resume_after_reboot: bool = False
+    job: dict | None = None  # a node of a job over several nodes: its stalls are the job's (``heartbeat``)
     extra: dict = field(default_factory=dict)
 
     @classmethod

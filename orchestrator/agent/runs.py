@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from . import attempts, causes, grace, handover, journal, reboot_unit
+from . import attempts, causes, grace, handover, heartbeat, journal, reboot_unit, watchdog
 from .layout import Layout, parse_run_key, read_json, write_json
 from .protocol import AgentFailure
 
@@ -74,6 +74,9 @@ def run_state(run_dir: str) -> dict:
            "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints")}
     tried = attempts.summary(run_dir)
     out.update(tried)
+    heard = heartbeat.read_state(run_dir)  # a node of a job: what its stall watchdog heard from its peers
+    if heard is not None:
+        out["heartbeat"] = heard
     if stop_req:
         out["stopped_by"] = (read_json(os.path.join(run_dir, "stop_requested"), {}) or {}).get("by")
     if isinstance(ended, dict) and ended.get("not_started"):  # the start failed: it never ran
@@ -161,6 +164,11 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     import libtmux
 
     secrets = handover.check(secrets or {})
+    if (recovery or {}).get("job") is not None:
+        try:
+            heartbeat.JobSpec.from_dict(recovery["job"])  # type: ignore[index]
+        except ValueError as exc:
+            raise AgentFailure("input", f"recovery: {exc}", "deploy the job again with this orch") from None
     rev_dir = layout.revision(revision)
     if not os.path.isdir(rev_dir):
         raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
@@ -305,13 +313,13 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
         return _record_exit(run_dir, 127, None, error=exc.strerror)
     children.append(child)
     _write_pid(run_dir, child)
-    rc, stalled = _watch(child, os.path.join(run_dir, LOG), policy, stopping)
+    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log)
     code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
     stopped = bool(stopping) or attempts.stop_requested(run_dir)
     reason = "stopped" if stopped else attempts.reason_for(code, sig, stalled)
     history.end(code, reason)
     if stalled:
-        log.write(f"[orch] no new log line for {policy.stall_timeout:g} s: stopped as stalled\n".encode())
+        log.write(watchdog.stall_note(policy).encode())
     return code, sig, reason
 
 
@@ -331,40 +339,6 @@ def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = N
     record = {"exit_code": code, "signal": sig, "ended": time.time()} | ({"cause": cause} if cause else {})
     write_json(os.path.join(run_dir, "exit.json"), record | ({"error": error} if error else {}))
     return code
-
-
-def _watch(child: subprocess.Popen, log_path: str, policy: attempts.Policy, stopping: list) -> tuple[int, bool]:
-    """Wait for the child; with ``stall_timeout``, end it (SIGTERM, then SIGKILL) when its log stops growing."""
-    if policy.stall_timeout is None:
-        return child.wait(), False
-    last_size, last_change = -1, time.monotonic()
-    while True:
-        try:
-            return child.wait(timeout=0.2), False
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            size = os.stat(log_path).st_size
-        except OSError:
-            size = last_size
-        now = time.monotonic()
-        if size != last_size or stopping:
-            last_size, last_change = size, now
-        elif now - last_change >= policy.stall_timeout:
-            return _end_stalled(child, policy.term_timeout), True
-
-
-def _end_stalled(child: subprocess.Popen, term_timeout: float) -> int:
-    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, None)):
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            return child.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-    return child.wait()
 
 
 def resume(run_dir: str) -> int:

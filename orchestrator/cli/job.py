@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+import typer
+
 from . import common, render
 
 
@@ -31,16 +33,53 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
         return None
     with common.registry(settings) as reg:
         exp = multinode.deploy(launch, grp, reg)
-    common.remember_group(settings, grp)
+        common.remember_group(settings, grp)
+        waited = _wait(launch, grp, reg, exp) if launch.wait and exp.status == "running" else None
+        if waited is not None and waited["state"] != "running":
+            exp, _ = multinode.status(settings, grp, reg)  # a node ended: every node's record as it is now
     if as_json:
-        return render.print_json({"experiment": exp.public(), "group": grp.name})
-    render.out(f"experiment {exp.id}: {'started' if exp.status == 'running' else exp.status} on {grp.label} "
-               f"(revision {exp.revision})")
+        render.print_json({"experiment": exp.public(), "group": grp.name, "waited": waited})
+    else:
+        _say_deployed(exp, grp, waited)
+    if waited is not None and waited["state"] in ("crashed", "lost"):
+        for line in waited.get("tail") or []:
+            render.say(f"  | {line}")
+        worker = f"; its worker exited with {waited['worker_exit_code']}" \
+            if waited.get("worker_exit_code") is not None else ""
+        render.say(f"error: experiment {exp.id}: node {waited['node']} ({waited['label']}) {waited['state']} "
+                   f"(exit code {waited.get('exit_code')}{worker}) {waited['seconds']:g} s after the job started")
+        render.say(f"hint: orch logs -e {exp.id} --node {waited['node']} shows its whole log; orch status shows "
+                   "every node")
+        raise typer.Exit(1)
+    return None
+
+
+def _wait(launch, grp, reg, exp) -> dict:
+    from .. import job_wait, signals
+    from ..errors import Interrupted
+
+    try:
+        with signals.as_interrupts():
+            return job_wait.wait(launch, grp, reg, exp)
+    except KeyboardInterrupt as exc:
+        how, code = signals.describe(exc)
+        raise Interrupted(f"{how} while waiting: experiment {exp.id} was started on every node and goes on",
+                          exit_code=code) from None
+
+
+def _say_deployed(exp, grp, waited: dict | None) -> None:
+    what = "started" if exp.status == "running" else exp.status
+    if waited is not None and waited["state"] == "running" and waited.get("metric"):
+        what += f"; first metrics after {waited['seconds']:g} s on node {waited['node']}: {waited['line']}"
+    elif waited is not None and waited["state"] == "running":
+        what += f"; no metric line within {waited['seconds']:g} s (orch logs --follow)"
+    elif waited is not None:
+        what += f"; node {waited['node']} {waited['state']} after {waited['seconds']:g} s"
+    render.out(f"experiment {exp.id}: {what} on {grp.label} (revision {exp.revision})")
     for node in exp.nodes or []:
         moved = {"moved": f"; checkpoints moved to {node.get('checkpoints_entry')}",
                  "purged": "; checkpoints deleted (--purge)"}.get(node.get("checkpoints_action") or "", "")
         render.out(f"  node {node['rank']} {node['label']} {node['address']}: {node['state']}{moved}")
-    return None
 
 
 def restart(settings, grp, *, message, clean: bool, purge: bool, yes: bool, confirm, dry_run: bool,
@@ -70,15 +109,17 @@ def stop(settings, grp, as_json: bool) -> None:
 
 def status(settings, grp, as_json: bool) -> None:
     from .. import multinode
+    from ..job_progress import summary
 
     with common.registry(settings) as reg:
         exp, _ = multinode.status(settings, grp, reg)
     if as_json:
         nodes = [{**n, "metrics": _metrics(n, settings)} for n in exp.nodes or []]
         return render.print_json({"experiment": exp.id, "state": exp.status, "group": grp.name,
-                                  "exit_code": exp.exit_code, "nodes": nodes})
+                                  "exit_code": exp.exit_code, "nodes": nodes,
+                                  "progress": summary(exp.nodes or []) if exp.status == "running" else None})
     render.out(f"{grp.name}: experiment {exp.id} {exp.status}" +
-               (f" (exit {exp.exit_code})" if exp.exit_code is not None else ""))
+               (f" (exit {exp.exit_code})" if exp.exit_code is not None else "") + progress_note(exp, settings))
     _node_lines(exp, settings)
     return None
 
@@ -91,11 +132,19 @@ def _metrics(node: dict, settings) -> dict:
     return (Parser(settings.metrics.patterns or None).parse_line(line) if line else None) or {}
 
 
-def _node_lines(exp, settings) -> None:
-    """One line per node: state, exit code, reason, step and throughput of its last line, line age, GPUs."""
-    import time
+def progress_note(exp, settings) -> str:
+    """When a running job last moved (any node), or that no node has: the end of its headline."""
+    from ..job_progress import job_note, summary
 
-    now = time.time()
+    return job_note(summary(exp.nodes or []), settings.run.stall_timeout) if exp.status == "running" else ""
+
+
+def _node_lines(exp, settings) -> None:
+    """One line per node: state, exit code, reason, step and throughput of its last line, its output against
+    the job's progress, GPUs."""
+    from ..job_progress import node_note, summary
+
+    moved = summary(exp.nodes or []) if exp.status == "running" else None
     for node in exp.nodes or []:
         code = f" (exit {node['exit_code']})" if node.get("exit_code") is not None else ""
         code += f" [{node['reason']}]" if node.get("reason") and node.get("state") != "running" else ""
@@ -106,8 +155,8 @@ def _node_lines(exp, settings) -> None:
             facts.append(f"step {event['step']:g}")
         if "tok_s" in event:
             facts.append(f"{event['tok_s']:,.0f} tok/s")
-        if node.get("log_mtime") and node.get("state") == "running":
-            facts.append(f"last line {max(0.0, now - node['log_mtime']):.0f} s ago")
+        if node.get("state") == "running":
+            facts += node_note(node, moved, len(exp.nodes or []))
         if node.get("gpus"):
             facts.append(f"{node['gpus']} GPU(s)")
         more = f", {', '.join(facts)}" if facts else ""

@@ -190,7 +190,8 @@ def _status_all(settings, metrics: bool, as_json: bool, trust: bool) -> None:
         elif data.get("nodes") is not None:
             from . import job
 
-            render.out(f"{data['target_label']}: experiment {data['experiment']} {data['state']}")
+            render.out(f"{data['target_label']}: experiment {data['experiment']} {data['state']}"
+                       + job.progress_note(data["job"], settings))
             job._node_lines(data["job"], settings)
         else:
             _print_status(data)

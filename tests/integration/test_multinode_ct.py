@@ -23,6 +23,7 @@ from tests.testbed import torchsite
 pytestmark = pytest.mark.testbed
 
 DDP = Path(__file__).parent.parent / "data" / "ddp_tiny.py"
+SILENT = Path(__file__).parent.parent / "data" / "ddp_silent.py"  # node 0 prints each step, node 1 nothing
 RANK = 'import os; print("node", os.environ["ORCH_NODE_RANK"], "of", os.environ["ORCH_NNODES"], ' \
        'os.environ["ORCH_MASTER_ADDR"], os.environ["ORCH_NODE_ADDRS"], flush=True)'
 
@@ -41,9 +42,9 @@ def torch_cts(testbed, ct200, ct201):
         torchsite.unmount(ct, site)
 
 
-def _job_project(remote, command: str, env: str, extra: str = "") -> None:  # noqa: F811
-    shutil.copy(DDP, remote.path / "ddp_tiny.py")
-    remote.write(entries=False, sources='["train.py", "ddp_tiny.py"]', extra=extra)
+def _job_project(remote, command: str, env: str, extra: str = "", script: Path = DDP) -> None:  # noqa: F811
+    shutil.copy(script, remote.path / script.name)
+    remote.write(entries=False, sources=f'["train.py", "{script.name}"]', extra=extra)
     toml = remote.path / "orch.toml"
     text = toml.read_text().replace('command = "python3 train.py"', f"command = {json.dumps(command)}")
     lines = [f"env = {{ {env} }}" if line.startswith("env = ") else line for line in text.splitlines()]
@@ -181,21 +182,57 @@ def test_kill_9_on_one_node_brings_the_job_down_everywhere(remote, testbed, torc
     assert all(c not in (None, 0) for c in codes), data["nodes"]
 
 
-def test_a_frozen_node_is_noticed_by_the_stall_watchdog(remote, testbed, torch_cts, ct201):  # noqa: F811
-    _job_project(remote, "python3 ddp_tiny.py", LONG)
+def _stall_timeout(remote, seconds: int) -> None:  # noqa: F811
     toml = remote.path / "orch.toml"
-    toml.write_text(toml.read_text().replace("[run]\n", "[run]\nstall_timeout = 25\n", 1))
+    toml.write_text(toml.read_text().replace("[run]\n", f"[run]\nstall_timeout = {seconds}\n", 1))
+
+
+def _job_line(remote) -> list[str]:  # noqa: F811
+    res = remote.run("status")
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+def test_a_silent_node_of_a_moving_job_is_not_stalled_and_trains_to_the_end(remote, testbed, torch_cts):  # noqa: F811
+    _job_project(remote, "python3 ddp_silent.py", 'OMP_NUM_THREADS = "1", DDP_STEPS = "160", DDP_SLEEP = "0.25"',
+                 script=SILENT)
+    _stall_timeout(remote, 20)  # above the start-up on a loaded machine; node 1 is silent for twice as long
     assert remote.run("deploy", "--ct", "200", "--ct", "201").returncode == 0
     nodes = remote.registry().get(1).nodes
-    _until_steps(testbed, nodes, 2)
+    _until_steps(testbed, nodes[:1], 40)
+    time.sleep(2)
+    lines = _job_line(remote)
+    assert "running; the job moved" in lines[0], lines
+    assert "no output (node 1 prints nothing; the job moves)" in lines[2] or "while the job moves" in lines[2], lines
+    assert "last line" not in lines[2] and "heartbeat" not in lines[2], lines
+    data = _until(remote, ("finished", "crashed", "stopped"), 120)
+    assert data["state"] == "finished", [(n["state"], n.get("reason")) for n in data["nodes"]]
+    assert [(n["state"], n["exit_code"]) for n in data["nodes"]] == [("finished", 0), ("finished", 0)], data
+    node1 = _log(testbed, data["nodes"][1])
+    assert "step=" not in node1 and "stalled" not in node1, node1[-800:]
+    assert "step=160 " in _log(testbed, data["nodes"][0])
+    beat = json.loads(on_ct(testbed, 201, "cat", f"{data['nodes'][1]['run_dir']}/job.json"))
+    assert beat["error"] is None and beat["peers"]["0"]["size"] > 0, beat  # what node 1's watchdog heard
+    run = data["nodes"][1]
+    print(f"node 1 silent for {run['ended'] - run['started']:.0f} s with stall_timeout 20 s: finished")
+    assert run["ended"] - run["started"] > 40
+
+
+def test_a_frozen_node_is_noticed_by_the_stall_watchdog(remote, testbed, torch_cts, ct201):  # noqa: F811
+    _job_project(remote, "python3 ddp_silent.py", LONG, script=SILENT)  # node 1, the one frozen, is silent anyway
+    _stall_timeout(remote, 20)
+    assert remote.run("deploy", "--ct", "200", "--ct", "201").returncode == 0
+    nodes = remote.registry().get(1).nodes
+    _until_steps(testbed, nodes[:1], 2)
     ct201.freeze()
+    note = "no new log line on any node of the job for 20 s"
     try:
         begin = time.monotonic()
         while _job_processes(testbed, 200):
             assert time.monotonic() - begin < 60, _log(testbed, nodes[0])[-800:]
             time.sleep(0.5)
-        print(f"node 1 frozen -> node 0 down in {time.monotonic() - begin:.1f} s (stall_timeout 25 s)")
-        while "no new log line for 25 s" not in _log(testbed, nodes[0]):  # its supervisor says so as it ends
+        print(f"node 1 frozen -> node 0 down in {time.monotonic() - begin:.1f} s (stall_timeout 20 s)")
+        while note not in _log(testbed, nodes[0]):  # its supervisor says so as it ends
             assert time.monotonic() - begin < 70, _log(testbed, nodes[0])[-800:]
             time.sleep(0.5)
     finally:
@@ -209,6 +246,28 @@ def test_a_frozen_node_is_noticed_by_the_stall_watchdog(remote, testbed, torch_c
     assert data["nodes"][0]["reason"] == "stalled", data["nodes"]
     human = remote.run("status").stdout
     assert "[stalled]" in human, human
+
+
+CRASH = 'import os, sys, time\nif os.environ["ORCH_NODE_RANK"] == "1":\n    time.sleep(3)\n' \
+        '    print("node 1: simulated CUDA out of memory", flush=True)\n    sys.exit(3)\ntime.sleep(120)\n'
+
+
+def test_deploy_wait_of_a_job_fails_when_a_node_crashes_during_the_wait(remote, testbed, torch_cts):  # noqa: F811
+    (remote.path / "crash.py").write_text(CRASH)
+    _job_project(remote, "python3 crash.py", 'OMP_NUM_THREADS = "1"')
+    text = (remote.path / "orch.toml").read_text().replace('"ddp_tiny.py"]', '"crash.py"]')
+    (remote.path / "orch.toml").write_text(text)
+    begin = time.monotonic()
+    res = remote.run("deploy", "--ct", "200", "--ct", "201", "--wait=60")
+    took = time.monotonic() - begin
+    print(f"deploy --wait of a job whose node 1 crashes after 3 s: exit {res.returncode} in {took:.1f} s")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "error: experiment 1: node 1 (CT 201" in res.stderr and "crashed" in res.stderr, res.stderr
+    assert "  | node 1: simulated CUDA out of memory" in res.stderr, res.stderr  # above torchrun's own report
+    assert "its worker exited with 3" in res.stderr, res.stderr
+    assert "hint: orch logs -e 1 --node 1" in res.stderr, res.stderr
+    exp = remote.registry().get(1)
+    assert exp.nodes[1]["state"] == "crashed", exp.nodes
 
 
 WRITER = """\

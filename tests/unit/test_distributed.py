@@ -42,3 +42,23 @@ def test_interpreter_word_dropped_or_no_python():
     assert script_args(["python3", "-u", "train.py"]) == ["train.py"]
     assert script_args(["/usr/bin/python3.11", "-m", "pkg.train", "x"]) == ["-m", "pkg.train", "x"]
     assert script_args(["bash", "run.sh"]) == ["--no-python", "bash", "run.sh"]
+
+
+def test_each_node_is_told_who_its_peers_are_for_the_jobs_stall_watchdog():
+    runs = plan(NODES, ["python3", "train.py"], DistributedSection(port=29500), "p", 3)
+    assert [r.job for r in runs] == [{"id": "p-exp3", "rank": r, "addrs": ["10.77.0.200", "10.77.0.201"],
+                                      "port": 29501} for r in (0, 1)]
+    assert plan(NODES, ["x"], DistributedSection(launcher="none", heartbeat_port=7000), "p", 3)[1].job["port"] == 7000
+    assert DistributedSection(port=65535).heartbeat == 65534
+
+
+def test_a_nodes_last_lines_stop_at_torchruns_own_failure_report():
+    from orchestrator.distributed import before_launcher_report
+
+    report = ["E1201 12:24:32.345000 57 torch/distributed/elastic/multiprocessing/api.py:882] failed "
+              "(exitcode: 3) local_rank: 0 (pid: 68) of binary: /usr/bin/python3", "Traceback (most recent call last):",
+              *[f"  File x{i}" for i in range(20)], "crash.py FAILED", "  exitcode  : 3 (pid: 68)", "=" * 60]
+    lines = [f"line {i}" for i in range(30)] + ["node 1: out of memory"] + report
+    kept, code = before_launcher_report(lines, keep=3)
+    assert kept == ["line 29", "node 1: out of memory", report[0]] and code == 3
+    assert before_launcher_report(lines[:31], keep=2) == (["line 29", "node 1: out of memory"], None)

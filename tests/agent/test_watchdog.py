@@ -1,0 +1,72 @@
+"""The supervisor's stall watchdog with a real silent process and a real UDP peer: a node of a job that
+prints nothing lives while a peer's log grows, and is stopped as stalled once no node moves."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+import time
+
+from orchestrator.agent import watchdog
+from orchestrator.agent.attempts import Policy
+from orchestrator.agent.heartbeat import encode, token
+
+SILENT = ["python3", "-c", "import time; time.sleep(60)"]
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _peer(port: int, job: str, beats: int, child: subprocess.Popen, seen: list) -> None:
+    """Node 1: its log grows by 100 bytes a beat, then it stops moving (and sending)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for seq in range(1, beats + 1):
+            s.sendto(encode(token(job), 1, seq, 100 * seq), ("127.0.0.1", port))
+            time.sleep(0.2)
+    seen.append(child.poll())  # still running when the job stopped moving?
+
+
+def _watch(tmp_path, policy: Policy, beats: int) -> tuple[bool, list]:
+    (tmp_path / "train.log").write_bytes(b"")
+    child = subprocess.Popen(SILENT, start_new_session=True)
+    seen: list = []
+    port = (policy.job or {}).get("port") or _free_udp_port()
+    peer = threading.Thread(target=_peer, args=(port, (policy.job or {}).get("id", "x"), beats, child, seen))
+    peer.start()
+    with open(tmp_path / "train.log", "ab", buffering=0) as log:
+        code, stalled = watchdog.watch(child, str(tmp_path), policy, [], log)
+    peer.join()
+    assert code != 0
+    return stalled, seen
+
+
+def test_a_silent_node_lives_while_a_peer_moves_and_stalls_when_no_node_moves(tmp_path):
+    port = _free_udp_port()
+    job = {"id": "p-exp1/r1", "rank": 0, "addrs": ["127.0.0.1", "127.0.0.1"], "port": port}
+    policy = Policy.from_dict({"stall_timeout": 1.5, "term_timeout": 1, "job": job})
+    stalled, seen = _watch(tmp_path, policy, beats=20)  # 4 s of a moving peer: well past its own 1.5 s
+    assert stalled and seen == [None]  # alive until the job stopped moving, then stopped as stalled
+    heard = json.loads((tmp_path / "job.json").read_text())
+    assert heard["peers"]["1"]["size"] == 2000 and heard["error"] is None and heard["port"] == port
+    assert heard["dropped"] >= 1  # its own heartbeats came back to it here (node 1's address is its own)
+
+
+def test_a_single_run_still_judges_its_own_log_alone(tmp_path):
+    policy = Policy.from_dict({"stall_timeout": 1.5, "term_timeout": 1})
+    stalled, seen = _watch(tmp_path, policy, beats=20)  # packets on some port: not its business
+    assert stalled and seen[0] is not None  # stopped while the packets still came
+    assert not (tmp_path / "job.json").exists()
+
+
+def test_a_node_that_hears_no_peer_says_so_as_it_stalls(tmp_path):
+    port = _free_udp_port()
+    job = {"id": "p-exp1/r1", "rank": 1, "addrs": ["127.0.0.1", "127.0.0.1"], "port": port}
+    policy = Policy.from_dict({"stall_timeout": 1, "term_timeout": 1, "job": job})
+    stalled, _ = _watch(tmp_path, policy, beats=1)  # the "peer" sends as node 1, itself: nothing is taken
+    assert stalled
+    assert f"no heartbeat came from the job's other nodes (UDP port {port})" in (tmp_path / "train.log").read_text()
