@@ -201,13 +201,13 @@ def _bar(m: re.Match[str], text: str) -> Event | None:
     out: Event = {}
     epoch = _EPOCH_DESC.search(text[:m.start()])
     if epoch is not None:  # Lightning: the bar counts this epoch's batches
-        out["epoch"] = float(epoch[1])
         if n or rate:
             out["step"] = float(epoch[1]) * total + n
+        out["epoch"] = float(epoch[1])
     else:
-        out["total_steps"] = total
         if n or rate:
             out["step"] = n
+        out["total_steps"] = total
     if rate is not None:
         value = float(rate[1])
         if rate[2] == "s/it":
