@@ -109,6 +109,8 @@ class Parser:
 
     def parse_line(self, line: str) -> Event | None:
         """The line's metrics; with several ``\\r`` updates in it, later values win."""
+        if "\r" not in line and "\x1b" not in line:
+            return self._parse_piece(line)
         out: Event | None = None
         for event in self.events(line):
             out = event if out is None else {**out, **event}
@@ -125,10 +127,19 @@ class Parser:
 
     def parse_lines(self, lines: Iterable[str]) -> list[Event]:
         """All events of ``lines``, in order, skipping lines without metrics."""
-        return [e for line in lines for e in self.events(line)]
+        out: list[Event] = []
+        piece = self._parse_piece
+        for line in lines:
+            if "\r" in line or "\x1b" in line:
+                out.extend(self.events(line))
+            elif (event := piece(line)) is not None:
+                out.append(event)
+        return out
 
     def _parse_piece(self, text: str) -> Event | None:
         out = _builtin(text)
+        if not self._user:
+            return out
         for name, scale, rx in self._user:
             m = rx.search(text)
             if m is None:
