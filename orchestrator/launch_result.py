@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment, registry: str | None) -> dict:
     """Read the run's log until a metric line (step, loss or throughput), its end, or ``launch.wait`` s."""
-    from .logparse import Parser
+    from .logparse import Parser, plain
 
     parser = Parser(launch.settings.metrics.patterns or None)
     begin = time.monotonic()
@@ -36,7 +36,7 @@ def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment, regi
             text = line.decode("utf-8", "replace")
             event = parser.parse_line(text)
             if event and {"step", "loss", "tok_s", "steps_s"} & set(event):
-                return {"state": "running", "metric": event, "line": text.strip(),
+                return {"state": "running", "metric": event, "line": plain(text).strip(),
                         "seconds": round(time.monotonic() - begin, 1)}
         state = value["state"]
         if state.get("state") in ENDED:

@@ -118,8 +118,7 @@ class Parser:
 
     def events(self, line: str) -> Iterator[Event]:
         """One event per ``\\r``-separated update of ``line`` that holds a metric, in order."""
-        if "\x1b" in line:
-            line = _ANSI.sub("", line)
+        line = plain(line)
         for piece in line.split("\r") if "\r" in line else (line,):
             event = self._parse_piece(piece)
             if event is not None:
@@ -152,6 +151,11 @@ class Parser:
                 out = {}
             out[name] = value
         return out
+
+
+def plain(text: str) -> str:
+    """``text`` without its ANSI escapes (colours, cursor moves), as people read it."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def parser_key(patterns: Mapping[str, str] | None) -> str:

@@ -86,6 +86,10 @@ def test_nanogpt_lines_give_status_logs_metrics_and_a_wait_that_ends_at_the_firs
     assert "step=10  loss=3.7" in res.stdout and "mfu=1.5" in res.stdout
     assert lines[-1] == "step=30  val_loss=2.8"
     assert "no metric line" not in res.stderr
+    png = project.path / "rate.png"  # a log without a token rate plots its steps/s
+    res = project.cli("experiments", "plot", str(exp_id), "--metric", "throughput", "--out", str(png))
+    assert res.exit_code == 0, res.output
+    assert png.read_bytes().startswith(b"\x89PNG")
     (project.run_dir(exp_id) / "go").touch()
     assert project.cli("stop").exit_code == 0
 

@@ -209,3 +209,10 @@ def test_logparse_does_no_io() -> None:
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not imported & {"os", "subprocess", "socket", "sqlite3", "pathlib", "io", "shutil"}
+
+
+def test_plain_drops_colour_codes_and_cursor_moves() -> None:
+    from orchestrator.logparse import plain
+
+    assert plain("\x1b[31mstep: 1  \x1b[32mloss: 2.5\x1b[39m\x1b[A") == "step: 1  loss: 2.5"
+    assert plain("no escapes") == "no escapes"
