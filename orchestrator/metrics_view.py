@@ -187,7 +187,8 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
 
     base, settings = settings, as_recorded(settings, exp)
     key = reading_key(settings, exp)
-    offset, series, state = _state(registry.metrics(exp.id))
+    stored = registry.metrics(exp.id)
+    offset, series, state = _state(stored)
     if state.get("parser") != key:  # read with other patterns or an older parser: read it again
         offset, series, state = 0, {}, {}
     state["parser"] = key
@@ -200,7 +201,7 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
                                identity=identity, max_bytes=CHUNK)
         except NotFoundError:
             if exp.status in FINAL:  # it ended without a run folder here: nothing will ever be read
-                registry.save_metrics(exp.id, 0, {}, {"_state": {"complete": True, "no_run_folder": True}})
+                _keep_without_log(registry, exp.id, stored)
             return {"notes": [f"experiment {exp.id} has no run folder on target {target.name}"]}
         run = value["state"]
         if value["reset"]:
@@ -229,6 +230,17 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
     registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
                                                    "_state": state})
     return out
+
+
+def _keep_without_log(registry: Registry, exp_id: int, stored: dict | None) -> None:
+    """Marks an ended experiment's metrics final once its log is gone (its run folder collected): what was read
+    before, under other patterns or parser, is kept as it is rather than lost."""
+    if stored and (stored["series"] or stored["log_offset"]):
+        summary = dict(stored["summary"])
+        summary["_state"] = {**(summary.get("_state") or {}), "complete": True, "no_run_folder": True}
+        registry.save_metrics(exp_id, stored["log_offset"], stored["series"], summary)
+    else:
+        registry.save_metrics(exp_id, 0, {}, {"_state": {"complete": True, "no_run_folder": True}})
 
 
 def _previous(settings: Settings, target: Target, registry: Registry, client: AgentClient, exp: Experiment,

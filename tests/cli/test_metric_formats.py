@@ -136,14 +136,34 @@ def test_patterns_added_later_re_read_the_earlier_experiments(project):
     rows = {r["metric"]: r["values"] for r in json.loads(res.stdout)["metrics"]}
     assert rows["final loss"] == ["-", "-"]  # nothing recognised, and stored as complete
     text = (project.path / "orch.toml").read_text()
-    (project.path / "orch.toml").write_text(text + "\n[metrics]\npatterns = { loss = 'L=([0-9.]+)' }\n")
+    (project.path / "orch.toml").write_text(text + "\n[metrics]\npatterns = { loss = 'L=([0-9.]+)', "
+                                                   "steps_s = 'S=([0-9]+)' }\n")
     res = project.cli("experiments", "compare", *map(str, ids), "--json")
     assert res.exit_code == 0, res.output
     result = json.loads(res.stdout)
     rows = {r["metric"]: r["values"] for r in result["metrics"]}
     assert rows["final loss"] == ["0.761", "0.761"] and rows["min loss"] == ["0.761", "0.761"]
     assert rows["loss trend"][0] != "-"
+    rates = rows["median throughput"]
+    assert rates[0].endswith(" steps/s") and "steps/s, ±0% vs exp" in rates[1] and "tok/s" not in " ".join(rates)
     assert project.cli("experiments", "compare", "--no-refresh", *map(str, ids)).exit_code == 0
     stored = project.registry().metrics(ids[0])
     assert stored["summary"]["loss"] == 0.761  # kept: the next compare reads nothing again
     assert "unrecognised_lines" not in stored["summary"]
+
+
+def test_metrics_of_a_collected_run_folder_survive_a_pattern_change(project):
+    exp_id, _ = deploy(project, "train.py", NANOGPT.replace("while not os.path.exists(go):", "while False:"))
+    wait_for(lambda: (project.run_dir(exp_id) / "exit.json").exists(), what="the run's end")
+    other, _ = deploy(project, "train.py", NANOGPT.replace("while not os.path.exists(go):", "while False:"))
+    wait_for(lambda: (project.run_dir(other) / "exit.json").exists(), what="the second run's end")
+    res = project.cli("experiments", "compare", str(exp_id), str(other), "--json")
+    assert res.exit_code == 0, res.output
+    shutil.rmtree(project.run_dir(exp_id))  # as orch gc does with old run folders
+    text = (project.path / "orch.toml").read_text()
+    (project.path / "orch.toml").write_text(text + "\n[metrics]\npatterns = { tokens = 'tokens ([0-9]+)' }\n")
+    res = project.cli("experiments", "compare", str(exp_id), str(other), "--json")
+    assert res.exit_code == 0, res.output
+    rows = {r["metric"]: r["values"] for r in json.loads(res.stdout)["metrics"]}
+    assert rows["final loss"] == ["2.75", "2.75"]  # the first's log is gone: what was read from it is kept
+    assert project.registry().metrics(exp_id)["summary"]["_state"]["no_run_folder"] is True
