@@ -61,7 +61,8 @@ def make_framework_log(n: int, seed: int = 0) -> list[str]:
                          f" 12.34GiB(15.60%)  \x1b[34mtps: 12,345  \x1b[36mtflops: 101.50  \x1b[35mmfu: 32.41%\x1b[39m")
         elif r < 0.85:
             lines.append(f" [2025-08-01 07:19:50] iteration {i:8d}/ 1000000 | consumed samples: {i * 128:12d} | "
-                         f"elapsed time per iteration (ms): 1234.5 | learning rate: 1.0E-04 | global batch size:   128 |"
+                         f"elapsed time per iteration (ms): 1234.5 | learning rate: 1.0E-04 | "
+                         f"global batch size:   128 |"
                          f" lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: 0.930 | number of skipped iterations:"
                          "   0 | number of nan iterations:   0 |")
         else:

@@ -72,7 +72,8 @@ _NANOGPT_EVAL = re.compile(rf"\bstep (\d+): train loss ({_NUM}), val loss ({_NUM
 _BAR = re.compile(r"(?:^|(?<=\s)|(?<=:))\s*(\d{1,3})%\|[^|]*\|\s*(\d+)/(\d+)\s*\[([^\]]*)\]")
 _BAR_RATE = re.compile(rf"({_NUM})(it/s|s/it)")
 _EPOCH_DESC = re.compile(r"\bEpoch (\d+)\b")
-# Lightning's RichProgressBar (the default when rich is installed): "Epoch 1/9  ━━━━ 20/20 0:00:03 • 0:00:00 13.2it/s"
+# Lightning's RichProgressBar (the default when rich is installed):
+#   "Epoch 1/9  ━━━━ 20/20 0:00:03 • 0:00:00 13.2it/s"
 _RICH_BAR = re.compile(rf"\bEpoch (\d+)/(\d+)\s.*?\s(\d+)/(\d+)\s+[\d:]+\s*\S\s*[-\d:]+\s+({_NUM})(it/s|s/it)")
 _NOT_TRAINING = ("validat", "sanity", "test", "predict", "eval")
 

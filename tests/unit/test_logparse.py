@@ -129,7 +129,8 @@ def test_a_captured_lightning_run_reads_both_epochs() -> None:
 
 
 def test_a_captured_lightning_rich_bar() -> None:
-    # rich_progress.py (RichProgressBar, the default when rich is installed): "Epoch 1/1 ━━━ 20/20 0:00:00 • ..."
+    # rich_progress.py (RichProgressBar, the default when rich is installed):
+    # "Epoch 1/1 ━━━ 20/20 0:00:00 • ..."
     text = (LOGS / "lightning_rich.log").read_text(encoding="utf-8")
     events = Parser().parse_lines(text.split("\n"))
     assert events[0] == pytest.approx({"epoch": 1, "step": 40, "total_steps": 40, "steps_s": 413.71, "loss": 1.594})

@@ -4,16 +4,30 @@
 
 lightning_rich.log is the same run without the callbacks argument (rich installed: RichProgressBar).
 """
-import torch, pytorch_lightning as pl
+
+import pytorch_lightning as pl
+import torch
 from torch.utils.data import DataLoader, TensorDataset
-class M(pl.LightningModule):
+
+
+class Linear(pl.LightningModule):
     def __init__(self):
-        super().__init__(); self.l = torch.nn.Linear(4, 1)
-    def training_step(self, b, i):
-        loss = torch.nn.functional.mse_loss(self.l(b[0]), b[1]); self.log("train_loss", loss, prog_bar=True); return loss
-    def validation_step(self, b, i):
-        self.log("val_loss", torch.nn.functional.mse_loss(self.l(b[0]), b[1]), prog_bar=True)
-    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.1)
-ds = TensorDataset(torch.randn(200, 4), torch.randn(200, 1))
-pl.Trainer(max_epochs=2, callbacks=[pl.callbacks.TQDMProgressBar()], accelerator="cpu", logger=False, enable_checkpointing=False).fit(
-    M(), DataLoader(ds, batch_size=10), DataLoader(ds, batch_size=50))
+        super().__init__()
+        self.l = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, i):
+        loss = torch.nn.functional.mse_loss(self.l(batch[0]), batch[1])
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch, i):
+        self.log("val_loss", torch.nn.functional.mse_loss(self.l(batch[0]), batch[1]), prog_bar=True)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+data = TensorDataset(torch.randn(200, 4), torch.randn(200, 1))
+trainer = pl.Trainer(max_epochs=2, callbacks=[pl.callbacks.TQDMProgressBar()], accelerator="cpu", logger=False,
+                     enable_checkpointing=False)
+trainer.fit(Linear(), DataLoader(data, batch_size=10), DataLoader(data, batch_size=50))
