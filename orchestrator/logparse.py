@@ -86,7 +86,7 @@ _HF_KEYS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "ep
 
 # torchtitan metrics.py: f"step: {step:2}  loss: {loss:7.4f}  grad_norm: ...  memory: ...  tps: {round(tps):,}"
 _TITAN = re.compile(rf"\bstep:\s*(\d+)\s+loss:\s*({_NUM})")
-_TITAN_FIELD = re.compile(rf"\b(grad_norm|tps|tflops|mfu|lr|step_time):\s*({_GROUPED})")
+_TITAN_FIELD = re.compile(rf"\b(grad_norm|tps|wps|tflops|mfu|lr|step_time):\s*({_GROUPED})")  # wps: older releases
 
 # Megatron-LM training.py training_log: " iteration {:8d}/{:8d} | consumed samples: ... | key: value | ..."
 _MEGATRON = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|")
@@ -98,7 +98,7 @@ class Parser:
     """Turns one log line into ``{metric: value}`` or ``None`` when the line holds no metric.
 
     ``patterns`` maps a metric name to a regex with exactly one group, e.g. ``{"loss": "L=([0-9.]+)"}``;
-    it is matched against each update of the line with colour codes removed, after the built-in formats.
+    it is matched against each update of the line with colour codes removed, and wins over the built-in formats.
     """
 
     def __init__(self, patterns: Mapping[str, str] | None = None) -> None:
@@ -187,7 +187,7 @@ def _builtin(text: str) -> Event | None:
         event = _hf_dict(stripped)
         if event is not None:
             return event
-    if "tps:" in text and (m := _TITAN.search(text)):
+    if ("tps:" in text or "wps:" in text) and (m := _TITAN.search(text)):
         return _torchtitan(m, text)
     if stripped.startswith("{"):
         return _parse_json(stripped)
@@ -276,7 +276,7 @@ def _torchtitan(m: re.Match[str], text: str) -> Event:
     out: Event = {"step": float(m[1]), "loss": float(m[2])}
     for key, num in _TITAN_FIELD.findall(text, m.end()):
         value = float(num.replace(",", ""))
-        if key == "tps":
+        if key in ("tps", "wps"):
             out["tok_s"] = value
         elif key == "step_time":
             if value > 0:

@@ -155,6 +155,12 @@ def test_torchtitan_line_inside_its_logger_prefix() -> None:
     assert parse(line) == pytest.approx({"step": 1, "loss": 12.2345, "tok_s": 1234, "tflops": 12.34, "mfu": 5.12})
 
 
+def test_torchtitan_before_it_said_tps() -> None:
+    # early torchtitan train.py: f"{color.blue}wps: {round(wps):,}  " (words, i.e. tokens, per second)
+    line = "\x1b[31mstep:  5  \x1b[32mloss:  9.1234  \x1b[33mmemory: 10.00GiB(12.50%)  \x1b[34mwps: 2,048  \x1b[35mmfu: 3.00%"
+    assert parse(line) == pytest.approx({"step": 5, "loss": 9.1234, "tok_s": 2048, "mfu": 3.0})
+
+
 # -- Megatron-LM (NVIDIA/Megatron-LM megatron/training/training.py, training_log) -------------------
 
 MEGATRON = (" [2025-08-01 07:19:50] iteration        2/    5000 | consumed samples:          256 | "
