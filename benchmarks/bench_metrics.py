@@ -1,6 +1,7 @@
 """How fast orch turns training-log lines into metric events.
 
-Generates a 1M-line log (metric lines in three formats mixed with plain noise lines) and times
+Generates a 1M-line log (metric lines in three formats mixed with plain noise lines) and a quarter as
+many lines in the formats of nanoGPT, Hugging Face, torchtitan and Megatron-LM, and times
 each parser configuration against a bare ``line.split()`` loop measured in the same run. Prints a
 table; asserts nothing about wall time.
 
@@ -41,6 +42,35 @@ def make_log(n: int, seed: int = 0) -> list[str]:
     return lines
 
 
+def make_framework_log(n: int, seed: int = 0) -> list[str]:
+    """The lines frameworks print: nanoGPT, Hugging Face (dicts and \\r bar updates), torchtitan (ANSI), Megatron."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        r = rng.random()
+        loss = 4.0 * 0.9995 ** (i / 10) + rng.gauss(0, 0.02) + 0.8
+        if r < 0.25:
+            lines.append(f"iter {i}: loss {loss:.4f}, time {rng.uniform(40, 60):.2f}ms, mfu {rng.uniform(30, 40):.2f}%")
+        elif r < 0.4:
+            lines.append(f"{{'loss': '{loss:.4g}', 'grad_norm': '0.93', 'learning_rate': '3e-04', 'epoch': '0.5'}}")
+        elif r < 0.55:
+            lines.append("".join(f"\r{k * 100 // 1000:3d}%|█▌        | {k}/1000 [00:05<01:30,  2.10it/s]"
+                                 for k in range(i % 1000, i % 1000 + 3)))
+        elif r < 0.7:
+            lines.append(f"\x1b[31mstep: {i}  \x1b[32mloss: {loss:7.4f}  \x1b[33mgrad_norm:  1.2345  \x1b[34mmemory:"
+                         f" 12.34GiB(15.60%)  \x1b[34mtps: 12,345  \x1b[36mtflops: 101.50  \x1b[35mmfu: 32.41%\x1b[39m")
+        elif r < 0.85:
+            lines.append(f" [2025-08-01 07:19:50] iteration {i:8d}/ 1000000 | consumed samples: {i * 128:12d} | "
+                         f"elapsed time per iteration (ms): 1234.5 | learning rate: 1.0E-04 | "
+                         f"global batch size:   128 |"
+                         f" lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: 0.930 | number of skipped iterations:"
+                         "   0 | number of nan iterations:   0 |")
+        else:
+            lines.append(rng.choice(["WARNING: dataloader worker 3 is slow, consider raising num_workers",
+                                     "saving checkpoint to out", "validation started"]))
+    return lines
+
+
 def timed(fn: Callable[[], object]) -> float:
     best = float("inf")
     for _ in range(3):
@@ -70,9 +100,11 @@ def main() -> None:
         for i, v in enumerate(losses):
             s.add(i, v)
 
+    frameworks = make_framework_log(args.lines // 4)
     rows = [
         ("baseline: line.split()", timed(baseline), len(lines)),
         ("Parser() defaults", timed(lambda: default.parse_lines(lines)), len(lines)),
+        ("Parser() framework lines", timed(lambda: default.parse_lines(frameworks)), len(frameworks)),
         ("Parser() + 2 user regexes", timed(lambda: user.parse_lines(lines)), len(lines)),
         ("Series(512).add per loss", timed(series), len(losses)),
         ("find_spikes over all losses", timed(lambda: find_spikes(losses)), len(losses)),

@@ -38,6 +38,17 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _throughput(summary: dict, first: dict, first_id: int) -> str:
+    """``11.9 Ktok/s, +5% vs exp 3``, or in steps/s when the log gave no token rate; compared with the first
+    experiment only in the same unit."""
+    from .metrics import throughput_change
+
+    for key, unit in (("median_tok_s", "tok/s"), ("median_steps_s", "steps/s")):
+        if summary.get(key):
+            return throughput_change(summary[key], first.get(key), f"exp {first_id}", unit)
+    return "-"
+
+
 def compare(registry: Registry, ids: list[int]) -> dict:
     """The settings that differ (batching keys first) and the stored metrics, side by side.
 
@@ -53,21 +64,19 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         values = [f.get(k) for f in flats]
         if any(v != values[0] for v in values[1:]):
             diff.append({"key": k, "values": [_fmt(v) for v in values]})
-    from .metrics import Series, format_duration, sparkline, throughput_change
+    from .metrics import Series, format_duration, sparkline
 
     rows: dict[str, list] = {m: [] for m in ("status", "median throughput", "final loss", "min loss", "spikes",
                                              "duration", "loss trend", "throughput trend", "planned efficiency")}
     raw = []
-    base = (registry.metrics(exps[0].id) or {"summary": {}})["summary"].get("median_tok_s")
+    first = (registry.metrics(exps[0].id) or {"summary": {}})["summary"]
     for e in exps:
         m = registry.metrics(e.id) or {"summary": {}, "series": {}}
         s = m["summary"]
         raw.append({"id": e.id, "status": e.status, "exit_code": e.exit_code,
                     **{k: v for k, v in s.items() if k not in ("_state", "throughput", "throughput_vs")}})
         rows["status"].append(f"{e.status}" + (f" ({e.exit_code})" if e.exit_code not in (None, 0) else ""))
-        rate = s.get("median_tok_s")
-        against = base if e.id != exps[0].id else None
-        rows["median throughput"].append(throughput_change(rate, against, f"exp {exps[0].id}") if rate else "-")
+        rows["median throughput"].append(_throughput(s, first if e.id != exps[0].id else {}, exps[0].id))
         rows["final loss"].append(_fmt(s.get("loss")))
         rows["min loss"].append(_fmt(s.get("min_loss")))
         rows["spikes"].append(_fmt(s.get("spikes")))
@@ -75,7 +84,8 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         rows["duration"].append(format_duration(dur))
         loss = Series.from_dict(m["series"]["loss"]).values() if "loss" in m["series"] else []
         rows["loss trend"].append(sparkline(loss, 24) or "-")
-        tok = Series.from_dict(m["series"]["tok_s"]).values() if "tok_s" in m["series"] else []
+        rate_series = "tok_s" if "tok_s" in m["series"] else "steps_s"
+        tok = Series.from_dict(m["series"][rate_series]).values() if rate_series in m["series"] else []
         rows["throughput trend"].append(sparkline(tok, 24) or "-")
         plan = e.batching_plan or {}
         rows["planned efficiency"].append(_fmt(plan.get("efficiency")))

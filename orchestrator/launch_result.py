@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment, registry: str | None) -> dict:
     """Read the run's log until a metric line (step, loss or throughput), its end, or ``launch.wait`` s."""
-    from .logparse import Parser
+    from .logparse import Parser, plain
 
     parser = Parser(launch.settings.metrics.patterns or None)
     begin = time.monotonic()
@@ -31,12 +31,12 @@ def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment, regi
         value = client.one("log_read", exp_id=exp.id, registry=registry, offset=offset, max_bytes=1 << 20)
         data = decode_log(value)
         offset = value["offset"]
-        *lines, pending = (pending + data).split(b"\n")
+        *lines, pending = (pending + data).replace(b"\r", b"\n").split(b"\n")  # a bar's updates end in \r
         for line in lines:
             text = line.decode("utf-8", "replace")
             event = parser.parse_line(text)
-            if event and {"step", "loss", "tok_s"} & set(event):
-                return {"state": "running", "metric": event, "line": text.strip(),
+            if event and {"step", "loss", "tok_s", "steps_s"} & set(event):
+                return {"state": "running", "metric": event, "line": plain(text).strip(),
                         "seconds": round(time.monotonic() - begin, 1)}
         state = value["state"]
         if state.get("state") in ENDED:

@@ -5,8 +5,9 @@ Pure and stdlib-only (it sits on the CLI's start-up path): a line goes in, a met
     >>> Parser().parse_line("step=12 loss=3.2141 Ktok/s=15.2 epoch=0")
     {'step': 12.0, 'loss': 3.2141, 'tok_s': 15200.0, 'epoch': 0.0}
 
-Parsing lives in ``logparse.py`` (``Parser`` is re-exported here): ``key=value`` and ``key: value``
-pairs, JSON lines, ``step=12/1000``, and extra regexes from ``[metrics] patterns``. On top of the
+Parsing lives in ``logparse.py`` (``Parser`` is re-exported here): the formats of nanoGPT, Hugging Face,
+Lightning, torchtitan and Megatron-LM, ``key=value`` pairs, JSON lines, and extra regexes from
+``[metrics] patterns``. On top of the
 events, this module has a bounded ``Series`` that keeps spikes, a robust spike detector, and the
 small summaries ``orch status`` and ``orch experiments compare`` show.
 """
@@ -280,8 +281,10 @@ def format_duration(seconds: float | None) -> str:
     return f"{s // 86400}d {s % 86400 // 3600:02d}h"
 
 
-def format_rate(tok_s: float) -> str:
-    """``950 tok/s``, ``11.9 Ktok/s``, ``1.20 Mtok/s``."""
+def format_rate(tok_s: float, unit: str = "tok/s") -> str:
+    """``950 tok/s``, ``11.9 Ktok/s``, ``1.20 Mtok/s``; with ``unit="steps/s"``: ``170.6 steps/s``, ``0.52 steps/s``."""
+    if unit != "tok/s":
+        return f"{tok_s:.3g} {unit}" if tok_s < 100 else f"{tok_s:.1f} {unit}"
     if tok_s >= 1e6:
         return f"{tok_s / 1e6:.2f} Mtok/s"
     if tok_s >= 1e3:
@@ -289,9 +292,10 @@ def format_rate(tok_s: float) -> str:
     return f"{tok_s:.0f} tok/s"
 
 
-def throughput_change(current: float, previous: float | None, against: str = "previous") -> str:
-    """``11.9 Ktok/s, −63% vs exp 12``: the current rate and its change against another run."""
-    text = format_rate(current)
+def throughput_change(current: float, previous: float | None, against: str = "previous",
+                      unit: str = "tok/s") -> str:
+    """``11.9 Ktok/s, −63% vs exp 12``: the current rate and its change against another run (same unit)."""
+    text = format_rate(current, unit)
     if not previous or previous <= 0:
         return text
     pct = round((current - previous) / previous * 100)

@@ -21,11 +21,12 @@ from .targets import Target
 
 CHUNK = 4 << 20  # bytes per agent call
 STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
-TRACKED = ("loss", "tok_s", "lr", "grad_norm")
+TRACKED = ("loss", "tok_s", "steps_s", "lr", "grad_norm")
 
 
 def as_recorded(settings: Settings, exp: Experiment) -> Settings:
-    """The settings an experiment was launched with govern how its log is read (patterns, stalls, ETA)."""
+    """The settings an experiment was launched with govern how its log is read (stalls, ETA); its patterns are
+    the recorded ones plus today's ``[metrics] patterns``."""
     from pydantic import ValidationError
 
     from .config import MetricsSection
@@ -35,6 +36,8 @@ def as_recorded(settings: Settings, exp: Experiment) -> Settings:
         metrics = MetricsSection.model_validate(recorded["metrics"]) if "metrics" in recorded else settings.metrics
     except ValidationError:
         return settings
+    # patterns added since teach orch to read earlier logs too; a name given now wins over the recorded one
+    metrics = metrics.model_copy(update={"patterns": {**metrics.patterns, **settings.metrics.patterns}})
     total = (recorded.get("project") or {}).get("total_steps", settings.project.total_steps)
     project = settings.project.model_copy(update={"total_steps": total})
     return settings.model_copy(update={"metrics": metrics, "project": project})
@@ -46,9 +49,18 @@ def _state(stored: dict | None) -> tuple[int, dict, dict]:
     return stored["log_offset"], stored["series"], dict(stored["summary"].get("_state") or {})
 
 
-def is_complete(stored: dict | None) -> bool:
-    """True when the stored metrics cover a run that has ended, to its last byte."""
-    return bool(stored and (stored["summary"].get("_state") or {}).get("complete"))
+def is_complete(stored: dict | None, key: str | None = None) -> bool:
+    """True when the stored metrics cover a run that has ended, to its last byte, read the way ``key``
+    (``logparse.parser_key``) names: a changed pattern set or parser makes them stale."""
+    state = (stored or {}).get("summary", {}).get("_state") or {}
+    return bool(state.get("complete")) and (key is None or state.get("no_run_folder") or state.get("parser") == key)
+
+
+def reading_key(settings: Settings, exp: Experiment) -> str:
+    """How ``exp``'s log is read now: the parser's version and the patterns that apply to it."""
+    from .logparse import parser_key
+
+    return parser_key(as_recorded(settings, exp).metrics.patterns)
 
 
 def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict) -> None:
@@ -59,7 +71,10 @@ def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict)
     live = {k: Series.from_dict(v) for k, v in series.items()}
     events = state.get("events", 0)
     last_step = state.get("last_step")
+    state["lines"] = state.get("lines", 0) + sum(1 for line in text_lines if line.strip())
     for ev in parser.parse_lines(text_lines):
+        if _evaluation_bar(ev, state):
+            continue
         if "step" in ev:
             state.setdefault("first_step", ev["step"])
             last_step = state["last_step"] = ev["step"]
@@ -83,6 +98,20 @@ def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict)
     series.update({k: v.to_dict() for k, v in live.items()})
 
 
+def no_metrics_note(lines: int) -> str:
+    """What ``status`` and ``logs --metrics`` say about a log none of whose lines holds a metric."""
+    return (f"no metric line recognised in {lines} line{'s' if lines != 1 else ''}; hint: teach orch the "
+            "run's format with [metrics] patterns in orch.toml, e.g. patterns = { loss = 'loss ([0-9.]+)' }")
+
+
+def _evaluation_bar(ev: dict, state: dict) -> bool:
+    """A progress bar over fewer items than the training bar and behind it (Hugging Face's evaluation bar
+    has no name of its own): its counts are not training steps."""
+    total, known = ev.get("total_steps"), state.get("total_steps")
+    return (total is not None and known is not None and total < known
+            and set(ev) <= {"step", "total_steps", "steps_s"} and ev.get("step", -1.0) <= (state.get("last_step") or 0))
+
+
 def _int(v: float | None) -> float | int | None:
     return int(v) if isinstance(v, float) and v.is_integer() else v
 
@@ -100,14 +129,17 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
         out["spikes"] = len(episodes)
         out["spike_steps"] = [_int(ep[0].step) for ep in episodes]
     tok = Series.from_dict(series["tok_s"]).values() if "tok_s" in series else []
-    if tok:
-        out["median_tok_s"] = statistics.median(tok)
-        prev_rate = (previous or {}).get("median_tok_s")
+    steps = Series.from_dict(series["steps_s"]).values() if "steps_s" in series and not tok else []
+    # tokens/s where the log gives it, else steps/s (time per iteration, it/s): never one passed off as the other
+    rate_key, unit, rates = ("median_tok_s", "tok/s", tok) if tok else ("median_steps_s", "steps/s", steps)
+    if rates:
+        out[rate_key] = statistics.median(rates)
+        prev_rate = (previous or {}).get(rate_key)
         label = f"exp {previous['id']}" if previous else "previous"
-        out["throughput"] = throughput_change(out["median_tok_s"], prev_rate, label)
+        out["throughput"] = throughput_change(out[rate_key], prev_rate, label, unit)
         if prev_rate:
-            out["throughput_vs"] = {"experiment": previous["id"], "median_tok_s": prev_rate,  # type: ignore[index]
-                                    "change": (out["median_tok_s"] - prev_rate) / prev_rate}
+            out["throughput_vs"] = {"experiment": previous["id"], rate_key: prev_rate,  # type: ignore[index]
+                                    "change": (out[rate_key] - prev_rate) / prev_rate}
     run = run or {}
     state_name = run.get("state", exp.status)
     total = state.get("total_steps") or settings.project.total_steps
@@ -132,6 +164,9 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
         out["notes"].append(f"{out['spikes']} loss spike(s), first at step {out['spike_steps'][0]}")
     if out.get("median_tok_s") is not None:
         out["tok_s_text"] = format_rate(out["median_tok_s"])
+    if state.get("lines") and not state.get("events"):
+        out["unrecognised_lines"] = state["lines"]
+        out["notes"].append(no_metrics_note(state["lines"]))
     if state.get("behind"):
         out["notes"].append(f"metrics read up to byte {state['offset']} of {state['size']}; "
                             "the rest on the next refresh")
@@ -150,8 +185,13 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
         return {}
     from .status import sync
 
-    settings = as_recorded(settings, exp)
-    offset, series, state = _state(registry.metrics(exp.id))
+    base, settings = settings, as_recorded(settings, exp)
+    key = reading_key(settings, exp)
+    stored = registry.metrics(exp.id)
+    offset, series, state = _state(stored)
+    if state.get("parser") != key:  # read with other patterns or an older parser: read it again
+        offset, series, state = 0, {}, {}
+    state["parser"] = key
     identity = state.get("identity")
     old_step = state.get("last_step")
     begin = time.monotonic()
@@ -161,14 +201,14 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
                                identity=identity, max_bytes=CHUNK)
         except NotFoundError:
             if exp.status in FINAL:  # it ended without a run folder here: nothing will ever be read
-                registry.save_metrics(exp.id, 0, {}, {"_state": {"complete": True, "no_run_folder": True}})
+                _keep_without_log(registry, exp.id, stored)
             return {"notes": [f"experiment {exp.id} has no run folder on target {target.name}"]}
         run = value["state"]
         if value["reset"]:
-            offset, series, state = 0, {}, {}
+            offset, series, state = 0, {}, {"parser": key}
         data = decode_log(value)
         at_end = value["offset"] >= value["size"]
-        cut = data.rfind(b"\n") + 1
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1  # a progress bar's update ends with \r
         if not cut and data and (len(data) >= CHUNK or (at_end and run.get("state") in ENDED)):
             cut = len(data)  # a line longer than a chunk, or the run's unterminated last line
         if cut:
@@ -185,18 +225,30 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
     if run.get("id") == exp.id and not exp.nodes:  # a job's state is every node's, settled by the job layer
         sync(registry, [run], target, settings.project.name)
         exp = registry.get(exp.id)
-    previous = _previous(settings, target, registry, client, exp, with_previous, budget_s)
+    previous = _previous(base, target, registry, client, exp, with_previous, budget_s)
     out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)
     registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
                                                    "_state": state})
     return out
 
 
+def _keep_without_log(registry: Registry, exp_id: int, stored: dict | None) -> None:
+    """Marks an ended experiment's metrics final once its log is gone (its run folder collected): what was read
+    before, under other patterns or parser, is kept as it is rather than lost."""
+    if stored and (stored["series"] or stored["log_offset"]):
+        summary = dict(stored["summary"])
+        summary["_state"] = {**(summary.get("_state") or {}), "complete": True, "no_run_folder": True}
+        registry.save_metrics(exp_id, stored["log_offset"], stored["series"], summary)
+    else:
+        registry.save_metrics(exp_id, 0, {}, {"_state": {"complete": True, "no_run_folder": True}})
+
+
 def _previous(settings: Settings, target: Target, registry: Registry, client: AgentClient, exp: Experiment,
               fetch: bool, budget_s: float | None) -> dict | None:
     """The experiment to compare throughput against: the parent, else the one before on the target.
 
-    A candidate on this target whose metrics were never read (it ran while nobody asked) is read now.
+    A candidate on this target whose metrics were never read (it ran while nobody asked), or were read
+    with other patterns, is read now.
     """
     candidates = [registry.get(exp.parent)] if exp.parent else []
     nearby = registry.list(machine=exp.machine, limit=10) if exp.machine else \
@@ -205,11 +257,12 @@ def _previous(settings: Settings, target: Target, registry: Registry, client: Ag
     for cand in candidates:
         m = registry.metrics(cand.id)
         same = cand.machine == target.machine if cand.machine else cand.target == target.name
-        if fetch and same and cand.status != "failed" and not is_complete(m):
+        if fetch and same and cand.status != "failed" and not is_complete(m, reading_key(settings, cand)):
             refresh(settings, target, registry, client, cand, budget_s=budget_s, with_previous=False)
             m = registry.metrics(cand.id)
-        if m and m["summary"].get("median_tok_s"):
-            return {"id": cand.id, "median_tok_s": m["summary"]["median_tok_s"]}
+        rates = {k: m["summary"][k] for k in ("median_tok_s", "median_steps_s") if m and m["summary"].get(k)}
+        if rates:
+            return {"id": cand.id, **rates}
     return None
 
 
@@ -237,7 +290,7 @@ def refresh_stale(settings: Settings, registry: Registry, exps: list[Experiment]
 
     todo: dict[str, list[Experiment]] = {}
     for exp in exps:
-        if exp.status != "failed" and not is_complete(registry.metrics(exp.id)):
+        if exp.status != "failed" and not is_complete(registry.metrics(exp.id), reading_key(settings, exp)):
             todo.setdefault(exp.target, []).append(exp)
     done = 0
     for name, group in todo.items():

@@ -13,6 +13,14 @@ from pathlib import Path
 from .errors import InputError
 
 METRICS = {"loss": ("loss", "loss"), "throughput": ("tok_s", "throughput (tok/s)")}
+STEP_RATE = ("steps_s", "throughput (steps/s)")  # runs whose logs give no token rate
+
+
+def throughput_series(stored: list[dict]) -> str:
+    """``tok_s``, or ``steps_s`` when none of the experiments' logs gave tokens/s and all gave a step rate."""
+    if not any("tok_s" in s for s in stored) and stored and all(STEP_RATE[0] in s for s in stored):
+        return STEP_RATE[0]
+    return "tok_s"
 
 
 def series_key(metric: str) -> str:
@@ -22,8 +30,11 @@ def series_key(metric: str) -> str:
     return METRICS[metric][0]
 
 
-def draw(curves: list[tuple[str, list[tuple[float, float]]]], metric: str, out: Path) -> Path:
-    """Plot one line per (label, points) against the step; write ``out`` atomically (PNG, SVG, PDF)."""
+def draw(curves: list[tuple[str, list[tuple[float, float]]]], metric: str, out: Path,
+         key: str | None = None) -> Path:
+    """Plot one line per (label, points) against the step; write ``out`` atomically (PNG, SVG, PDF).
+
+    ``key`` is the series drawn when it is not the metric's own (``steps_s`` for throughput)."""
     series_key(metric)
     try:
         import matplotlib
@@ -40,7 +51,7 @@ def draw(curves: list[tuple[str, list[tuple[float, float]]]], metric: str, out: 
         for label, points in curves:
             ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.2)
         ax.set_xlabel("step")
-        ax.set_ylabel(METRICS[metric][1])
+        ax.set_ylabel(STEP_RATE[1] if key == STEP_RATE[0] else METRICS[metric][1])
         ax.grid(True, alpha=0.3)
         ax.legend()
         fig.tight_layout()

@@ -150,12 +150,14 @@ def plot(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="I
     """Draw the experiments' loss or throughput against the step (needs matplotlib: orch[plot])."""
     from ..errors import InputError
     from ..metrics import Series
-    from ..plots import draw, series_key
+    from ..plots import draw, series_key, throughput_series
 
     key = series_key(metric)
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
         _refreshed(settings, reg, ids, refresh)
+        if key == "tok_s":
+            key = throughput_series([(reg.metrics(i) or {}).get("series", {}) for i in ids])
         curves = []
         for i in ids:
             exp = reg.get(i)
@@ -166,5 +168,5 @@ def plot(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="I
                                       "teach orch other formats")
             curves.append((f"exp {i}" + (f": {exp.message}" if exp.message else ""),
                            Series.from_dict(stored[key]).points()))
-    path = draw(curves, metric, out)
+    path = draw(curves, metric, out, key)
     render.out(f"wrote {path}")

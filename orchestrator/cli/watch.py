@@ -121,8 +121,11 @@ def register(app: typer.Typer) -> None:
             from . import job
 
             write = _metrics_writer(settings) if metrics else _raw_writer()
-            return job.logs(settings, grp, experiment, write=write, lines=lines, follow=follow,
-                            node=0 if metrics and node is None else node)
+            job.logs(settings, grp, experiment, write=write, lines=lines, follow=follow,
+                     node=0 if metrics and node is None else node)
+            if isinstance(write, _MetricsWriter):
+                write.finish()
+            return None
         if node is not None:
             from ..errors import InputError
 
@@ -149,6 +152,8 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             render.say("orch: stopped following (the run goes on)")
             raise typer.Exit(0) from None
+        if isinstance(write, _MetricsWriter):
+            write.finish()
         if follow:
             st = result.state
             if st.get("id") == experiment:
@@ -238,21 +243,47 @@ def _raw_writer():
     return write
 
 
-def _metrics_writer(settings):
-    from ..logparse import Parser
+class _MetricsWriter:
+    """Prints each metric event of the log bytes it is given (a progress bar's ``\r`` updates each count),
+    and counts the lines, to say when none of them held a metric."""
 
-    parser = Parser(settings.metrics.patterns or None)
-    buf = bytearray()
+    def __init__(self, settings) -> None:
+        from ..logparse import Parser
 
-    def write(data: bytes) -> None:
-        buf.extend(data)
-        *done, rest = bytes(buf).split(b"\n")
-        buf[:] = rest
-        for line in done:
-            ev = parser.parse_line(line.decode("utf-8", "replace"))
-            if ev:
+        self.parser = Parser(settings.metrics.patterns or None)
+        self.buf = bytearray()
+        self.lines = self.events = 0
+
+    def __call__(self, data: bytes) -> None:
+        self.buf.extend(data)
+        cut = max(self.buf.rfind(b"\n"), self.buf.rfind(b"\r")) + 1
+        if cut:
+            self._lines(bytes(self.buf[:cut]))
+            del self.buf[:cut]
+
+    def _lines(self, data: bytes) -> None:
+        for line in data.decode("utf-8", "replace").replace("\r\n", "\n").split("\n"):
+            if not line.strip():
+                continue
+            self.lines += 1
+            for ev in self.parser.events(line):
+                self.events += 1
                 render.out("  ".join(f"{k}={v:g}" for k, v in ev.items()))
-    return write
+
+    def finish(self) -> None:
+        """The rest of the log (its unterminated last line), then the notice when no line held a metric: on
+        stderr, with exit code 0 (the log was read; it just holds no metric orch knows)."""
+        if self.buf:
+            self._lines(bytes(self.buf))
+            self.buf.clear()
+        if self.lines and not self.events:
+            from ..metrics_view import no_metrics_note
+
+            render.say(f"orch: {no_metrics_note(self.lines)}")
+
+
+def _metrics_writer(settings) -> _MetricsWriter:
+    return _MetricsWriter(settings)
 
 
 def _how_it_ended(d: dict) -> str:
