@@ -61,7 +61,7 @@ def _dry_run(launch, as_json: bool) -> None:
     if as_json:
         render.print_json({"playbook": launch.book.name, "target": launch.target.name,
                            "target_label": launch.target.label, "steps": lines,
-                           "revision": launch.inputs.revision, "command": launch.inputs.argv,
+                           "revision": launch.inputs.revision, "command": launch.inputs.command, "argv": launch.inputs.argv,
                            "batching": launch.inputs.batching, "target_state": seen, "unreachable": unreachable})
         return
     render.out(f"plan for {launch.book.name} on {launch.target.label} (dry run: nothing is changed)")

@@ -1,0 +1,105 @@
+"""Pure: everything the agent would refuse about a launch, checked on the controller before any agent call.
+
+The limits are the agent's own (``agent/validate.py``, ``agent/handover.py``), imported rather than copied,
+so a launch that can never start is an ``InputError`` naming the key and the limit, and nothing is stopped,
+moved or recorded anywhere::
+
+    check(launch)                                  # deploy, restart, play: before the probe
+    check_start(argv, env, secrets, "node 1's command")   # a job's node, once torchrun's words are in
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+from . import command as commands
+from .agent import handover
+from .agent.validate import (ARG_CHARS, ENV_VALUE_CHARS, EXEC_STRING_BYTES, EXEC_TOTAL_BYTES, MAX_ARGS,
+                             RUN_ENV_ALLOWANCE, exec_size)
+from .errors import InputError
+
+MAX_SECONDS = 1e9  # the agent's bound on every timeout it is given
+PROJECT_CHARS = 128
+HINT_LONG = ("keep long settings in a file of the revision (a config file) and pass its path, "
+             "or run a script from the revision")
+
+
+def _string(value: object, key: str, limit: int = ARG_CHARS, hint: str = HINT_LONG) -> None:
+    if not isinstance(value, str):
+        raise InputError(f"{key} must be a string, not {type(value).__name__}")
+    if "\0" in value:
+        raise InputError(f"{key} contains a NUL character, which no program argument can hold",
+                         hint="remove it")
+    if len(value) > limit:
+        raise InputError(f"{key} is {len(value)} characters long; the target takes at most {limit}", hint=hint)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{key} is not valid UTF-8", hint="remove the stray characters") from None
+
+
+def check_start(argv: list[str], env: Mapping[str, str], secrets: Mapping[str, str],
+                key: str = "[project] command") -> None:
+    """The command and environment one run is started with, as the agent and the kernel's execve take them."""
+    if len(argv) > MAX_ARGS:
+        raise InputError(f"{key} has {len(argv)} arguments; the target takes at most {MAX_ARGS}", hint=HINT_LONG)
+    line = len(argv) == 3 and argv[:2] == [commands.SHELL, "-c"]  # a shell line: its one long word is the line
+    for i, word in enumerate(argv):
+        _string(word, f"{key} (the line as {commands.SHELL} -c runs it)" if line and i == 2 else f"{key}[{i}]")
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or len(name) > ARG_CHARS:
+            raise InputError(f"[project] env name {name[:80]!r} is not an environment variable name",
+                             hint="use letters, digits and '_' (no '=')")
+        _string(value, f"[project] env {name}", ENV_VALUE_CHARS, hint="keep large values in a file of the revision")
+    for name, value in secrets.items():
+        if "\0" in value:  # the value itself is never said
+            raise InputError(f"secret {name} contains a NUL character", hint="fix its value")
+    sent = len(json.dumps(dict(secrets)).encode()) + 1
+    if secrets and sent > handover.LIMIT:
+        raise InputError(f"the secrets are {sent} bytes together; at most {handover.LIMIT} can be handed to a run",
+                         hint="keep large credentials in a file on the target and name its path in a secret")
+    total, over = exec_size(list(argv), {**env, **secrets})
+    if over is not None:
+        what = "the command" if over.startswith("argv") else f"[project] env {over[4:-1]}"
+        raise InputError(f"{key}: {what} is over {EXEC_STRING_BYTES} bytes, more than one string the kernel starts "
+                         "a program with can hold", hint=HINT_LONG)
+    if total > EXEC_TOTAL_BYTES:
+        raise InputError(f"{key} and the run's environment need {total - RUN_ENV_ALLOWANCE} bytes together; at "
+                         f"most {EXEC_TOTAL_BYTES - RUN_ENV_ALLOWANCE} fit a program's start on the target",
+                         hint=HINT_LONG)
+
+
+def check(launch) -> None:
+    """A deploy's, restart's or playbook's inputs, as every op of its locked call will send them."""
+    settings, inputs, target = launch.settings, launch.inputs, launch.target
+    project = settings.project.name
+    if len(project) > PROJECT_CHARS:
+        raise InputError(f"[project] name is {len(project)} characters long; at most {PROJECT_CHARS}",
+                         hint="choose a shorter name")
+    for key, value in (("[paths] root", target.root), ("[paths] checkpoints", target.checkpoints)):
+        if value is not None:
+            _string(value, key, hint="choose a shorter path")
+    for key in ("stop_timeout", "term_timeout", "lock_timeout", "wait"):
+        value = getattr(settings.run, key)
+        if not 0 <= value <= MAX_SECONDS:
+            raise InputError(f"[run] {key} = {value:g} is out of range; at most {MAX_SECONDS:g} seconds",
+                             hint=f"set [run] {key} to a number of seconds")
+    for step in launch.book.steps:
+        argv = getattr(step, "argv", None)
+        if argv is not None and getattr(step, "step", "") == "shell":
+            if len(argv) > MAX_ARGS:
+                raise InputError(f"playbook {launch.book.name} shell step has {len(argv)} arguments; "
+                                 f"at most {MAX_ARGS}", hint="run a script instead")
+            for i, word in enumerate(argv):
+                _string(word, f"playbook {launch.book.name} shell step argument {i + 1}", hint="run a script instead")
+    if inputs.command is None:
+        return
+    commands.check(inputs.command)
+    if isinstance(inputs.command, str):
+        named = commands.references(inputs.command, list(launch.secrets))
+        if named:
+            raise InputError(f"[project] command expands secret {', '.join(named)}: its value would be in the "
+                             "command line of the run's process, which any user of the target can read",
+                             hint=f"read {named[0]} from the environment in the training script instead")
+    check_start(inputs.argv or [], launch.env, launch.secrets)
