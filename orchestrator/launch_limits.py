@@ -20,6 +20,7 @@ from .agent.validate import (ARG_CHARS, ENV_VALUE_CHARS, EXEC_STRING_BYTES, EXEC
 from .errors import InputError
 
 MAX_SECONDS = 1e9  # the agent's bound on every timeout it is given
+MAX_FREE_MB = 1 << 30
 PROJECT_CHARS = 128
 HINT_LONG = ("keep long settings in a file of the revision (a config file) and pass its path, "
              "or run a script from the revision")
@@ -86,13 +87,21 @@ def check(launch) -> None:
             raise InputError(f"[run] {key} = {value:g} is out of range; at most {MAX_SECONDS:g} seconds",
                              hint=f"set [run] {key} to a number of seconds")
     for step in launch.book.steps:
-        argv = getattr(step, "argv", None)
-        if argv is not None and getattr(step, "step", "") == "shell":
-            if len(argv) > MAX_ARGS:
-                raise InputError(f"playbook {launch.book.name} shell step has {len(argv)} arguments; "
-                                 f"at most {MAX_ARGS}", hint="run a script instead")
-            for i, word in enumerate(argv):
-                _string(word, f"playbook {launch.book.name} shell step argument {i + 1}", hint="run a script instead")
+        where = f"playbook {launch.book.name} {step.step} step"
+        if step.step == "preflight" and not 0 <= step.min_free_mb <= MAX_FREE_MB:
+            raise InputError(f"{where}: min_free_mb = {step.min_free_mb} is over {MAX_FREE_MB}",
+                             hint="give the free space it needs in MB")
+        if step.step != "shell":
+            continue
+        if len(step.argv) > MAX_ARGS:
+            raise InputError(f"{where} has {len(step.argv)} arguments; at most {MAX_ARGS}", hint="run a script instead")
+        for i, word in enumerate(step.argv):
+            _string(word, f"{where} argv[{i}]", hint="run a script instead")
+        if step.timeout > MAX_SECONDS:
+            raise InputError(f"{where}: timeout = {step.timeout:g} is over {MAX_SECONDS:g} seconds",
+                             hint="give a number of seconds")
+        _string(f"{target.root.rstrip('/')}/revisions/{'0' * 16}", f"{where}'s folder (under [paths] root)",
+                hint="choose a shorter [paths] root")
     if inputs.command is None:
         return
     commands.check(inputs.command)

@@ -167,3 +167,19 @@ def test_exec_of_a_missing_program_says_so_with_127(project):
     assert missing.returncode == 127 and "error: ./not-in-the-revision.sh: command not found" in missing.stderr
     ok = project.run("exec", "--", "python3", "-c", "import os; print(os.path.basename(os.getcwd()))")
     assert ok.returncode == 0 and len(ok.stdout.strip()) == 16, ok.stdout + ok.stderr
+
+
+def test_a_playbook_shell_step_the_agent_would_refuse_stops_nothing(project):
+    use(project, "python3 job.py", script=LONG)
+    assert project.run("deploy").returncode == 0
+    wait_for((project.run_dir(1) / "pid.json").exists, what="the first run")
+    (project.path / "playbooks").mkdir()
+    steps = ["preflight", "push_revision", "stop_run", "checkpoints", "record", "start_run", "verify_started"]
+    body = "".join(f"  - step: {s}\n" for s in steps[:3])
+    body += f'  - step: shell\n    argv: ["echo", "{"z" * 5000}"]\n' + "".join(f"  - step: {s}\n" for s in steps[3:])
+    (project.path / "playbooks" / "deploy.yaml").write_text("name: deploy\nsteps:\n" + body)
+    res = project.run("deploy")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "error: playbook deploy shell step argv[1] is 5000 characters long; the target takes at most 4096" \
+        in res.stderr, res.stderr
+    assert len(project.registry().list()) == 1 and not (project.run_dir(1) / "stop_requested").exists()
