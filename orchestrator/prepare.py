@@ -124,8 +124,10 @@ def play(settings: Settings, target: Target, path: Path, **kw) -> Launch:
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints,
                     checkpoint_action=_action(kw.get("clean", False), kw.get("purge", False)))
-    return Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),
-                  echo=kw.get("echo", lambda _m: None), progress=kw.get("progress", False))
+    launch = Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),
+                    echo=kw.get("echo", lambda _m: None), progress=kw.get("progress", False))
+    check_limits(launch)  # its shell steps, as the agent takes them
+    return launch
 
 
 def _action(clean: bool, purge: bool) -> str:
