@@ -15,7 +15,7 @@ from typing import Mapping
 
 from . import command as commands
 from .agent import handover
-from .agent.validate import (ARG_CHARS, ENV_VALUE_CHARS, EXEC_STRING_BYTES, EXEC_TOTAL_BYTES, MAX_ARGS,
+from .agent.validate import (ARG_CHARS, ENV_VALUE_CHARS, EXEC_STRING_BYTES, EXEC_TOTAL_BYTES, MAX_ARGS, MAX_ID,
                              RUN_ENV_ALLOWANCE, exec_size)
 from .errors import InputError
 
@@ -54,6 +54,9 @@ def check_start(argv: list[str], env: Mapping[str, str], secrets: Mapping[str, s
                              hint="use letters, digits and '_' (no '=')")
         _string(value, f"[project] env {name}", ENV_VALUE_CHARS, hint="keep large values in a file of the revision")
     for name, value in secrets.items():
+        if len(name) > ARG_CHARS:
+            raise InputError(f"[project] secrets name {name[:80]}… is over {ARG_CHARS} characters",
+                             hint="choose a shorter name")
         if "\0" in value:  # the value itself is never said
             raise InputError(f"secret {name} contains a NUL character", hint="fix its value")
     sent = len(json.dumps(dict(secrets)).encode()) + 1
@@ -81,6 +84,18 @@ def check(launch) -> None:
     for key, value in (("[paths] root", target.root), ("[paths] checkpoints", target.checkpoints)):
         if value is not None:
             _string(value, key, hint="choose a shorter path")
+    _string(launch.book.name, "playbook name", hint="choose a shorter name")
+    for i, pattern in enumerate(settings.checkpoints.ignore):
+        _string(pattern, f"[checkpoints] ignore[{i}]", hint="use shorter patterns")
+    if len(settings.checkpoints.ignore) > MAX_ARGS:
+        raise InputError(f"[checkpoints] ignore has {len(settings.checkpoints.ignore)} patterns; at most {MAX_ARGS}",
+                         hint="use fewer, broader patterns")
+    if settings.trash.max_gb and settings.trash.max_gb * (1 << 30) > MAX_ID:
+        raise InputError(f"[trash] max_gb = {settings.trash.max_gb:g} is out of range; at most {MAX_ID >> 30}",
+                         hint="set [trash] max_gb to a size in GB, or remove it")
+    if settings.trash.keep and settings.trash.keep > MAX_ID:
+        raise InputError(f"[trash] keep = {settings.trash.keep} is out of range; at most {MAX_ID}",
+                         hint="set [trash] keep to a number of entries")
     for key in ("stop_timeout", "term_timeout", "lock_timeout", "wait"):
         value = getattr(settings.run, key)
         if not 0 <= value <= MAX_SECONDS:

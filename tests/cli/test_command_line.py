@@ -183,3 +183,10 @@ def test_a_playbook_shell_step_the_agent_would_refuse_stops_nothing(project):
     assert "error: playbook deploy shell step argv[1] is 5000 characters long; the target takes at most 4096" \
         in res.stderr, res.stderr
     assert len(project.registry().list()) == 1 and not (project.run_dir(1) / "stop_requested").exists()
+
+
+def test_a_setting_out_of_the_agents_range_is_refused_with_its_key(project):
+    res = project.run("deploy", "--set", "run.stop_timeout=1e12")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "error: [run] stop_timeout = 1e+12 is out of range; at most 1e+09 seconds" in res.stderr, res.stderr
+    assert project.registry().list() == [] and not (project.root / "runs").exists()
