@@ -65,8 +65,9 @@ def check_start(argv: list[str], env: Mapping[str, str], secrets: Mapping[str, s
                          hint="keep large credentials in a file on the target and name its path in a secret")
     total, over = exec_size(list(argv), {**env, **secrets})
     if over is not None:
-        what = "the command" if over.startswith("argv") else f"[project] env {over[4:-1]}"
-        raise InputError(f"{key}: {what} is over {EXEC_STRING_BYTES} bytes, more than one string the kernel starts "
+        name = over[4:-1]
+        what = key if over.startswith("argv") else f"secret {name}" if name in secrets else f"[project] env {name}"
+        raise InputError(f"{what} is over {EXEC_STRING_BYTES} bytes, more than one string the kernel starts "
                          "a program with can hold", hint=HINT_LONG)
     if total > EXEC_TOTAL_BYTES:
         raise InputError(f"{key} and the run's environment need {total - RUN_ENV_ALLOWANCE} bytes together; at "

@@ -124,7 +124,7 @@ def test_an_environment_too_big_to_exec_is_refused_before_anything(project):
     use(project, "python3 job.py", script=LONG, env=f'BIG = "{"y" * 200_000}"')
     res = project.run("deploy")
     assert res.returncode == 2, res.stderr
-    assert "error: [project] command: [project] env BIG is over 131072 bytes" in res.stderr, res.stderr
+    assert "error: [project] env BIG is over 131072 bytes" in res.stderr, res.stderr
     assert "hint:" in res.stderr
     assert not (project.root / "runs").exists() and project.registry().list() == []
 
