@@ -16,7 +16,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from .errors import ConfigError
 
@@ -31,6 +32,7 @@ class _Section(BaseModel):
 class ProjectSection(_Section):
     name: str = "project"
     sources: list[str] = Field(default_factory=lambda: ["."])
+    follow_symlinks: list[str] = Field(default_factory=list)  # symlinks whose target outside the project is sent
     command: str | list[str] = "python3 train.py"
     env: dict[str, str] = Field(default_factory=dict)
     secrets: list[str] = Field(default_factory=list)  # names only; values: environment or .orch/secrets.env
@@ -43,10 +45,10 @@ class ProjectSection(_Section):
             raise ValueError("must be letters, digits, '-' or '_' (it names the tmux session)")
         return v
 
-    @field_validator("sources")
+    @field_validator("sources", "follow_symlinks")
     @classmethod
-    def _sources(cls, v: list[str]) -> list[str]:
-        if not v:
+    def _sources(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if not v and info.field_name == "sources":
             raise ValueError("must list at least one file or folder")
         for s in v:
             if os.path.isabs(s) or ".." in Path(s).parts:

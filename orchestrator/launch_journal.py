@@ -21,7 +21,9 @@ def facts(entries: list[dict]) -> dict:
     failed = next((e for e in entries if e.get("event") == "failed"), None)
     stop = done.get("run_stop") if isinstance(done.get("run_stop"), dict) else {}
     trash = done.get("ckpt_trash") if isinstance(done.get("ckpt_trash"), dict) else None
-    return {"known": bool(entries), "trash": trash, "stopped": list(stop.get("stopped") or []),
+    begin = next((e for e in entries if e.get("event") == "begin"), {})
+    planned = [op for op in begin.get("ops") or [] if isinstance(op, str)]
+    return {"known": bool(entries), "planned": planned, "trash": trash, "stopped": list(stop.get("stopped") or []),
             "started": "run_start" in done, "failed": _failure(failed),
             "finished": any(e.get("event") == "end" for e in entries)}
 
@@ -38,8 +40,8 @@ def checkpoint_fields(told: dict) -> dict:
     trash = told.get("trash")
     if trash and trash.get("action") not in (None, "kept"):
         return {"checkpoints_action": trash["action"], "checkpoints_entry": trash.get("entry_path")}
-    if trash or told.get("started"):
-        return {"checkpoints_action": "kept", "checkpoints_entry": None}
+    if trash or told.get("started") or (told.get("planned") and "ckpt_trash" not in told["planned"]):
+        return {"checkpoints_action": "kept", "checkpoints_entry": None}  # a launch that never touches them too
     return {}
 
 

@@ -123,6 +123,11 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     moved = _moved_entry(values, exp, cleaning)
     if moved is not None and exp is not None:
         done.append(_moved(launch, registry, exp, out, moved, put_back=new is None or new["state"] == "failed"))
+    elif exp is not None:  # it moved nothing: say so (kept) where the journal or the launch itself tells
+        told = launch_journal.facts(values[-1].get(str(exp.id), []))
+        fields = launch_journal.checkpoint_fields(told) if cleaning else {"checkpoints_action": "kept"}
+        if fields:
+            out.experiment = registry.update(exp.id, **fields)
     if not done:
         done.append("nothing was changed on the target")
     if new is None and exp is not None:

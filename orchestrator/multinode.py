@@ -182,13 +182,13 @@ def _push_node(node: Node) -> None:
 
 def _confirm_clean(nodes: list[Node], action: str) -> None:
     """One question per node whose checkpoint folder holds files (none with --yes)."""
-    from .operations import _confirm_checkpoints, checkpoint_writer
+    from .operations import _confirm_checkpoints, checkpoint_writer, clone
 
     for n in nodes:
         inv = n.probe.get("inventory")
         if inv:
             _confirm_checkpoints(n.launch, inv, action,  # type: ignore[arg-type]
-                                 checkpoint_writer(n.probe["status"]["runs"], inv))
+                                 checkpoint_writer(n.probe["status"]["runs"], inv, clone(n.launch.settings)))
 
 
 def preview(launch: Launch, group: Group) -> list[dict]:
@@ -328,8 +328,8 @@ def _clean_ops(node: Node, exp: Experiment) -> list[Op]:
 
     inv = node.probe.get("inventory") or {}
     stopping = [r["id"] for r in node.probe.get("alive_runs", [])]
-    owner = checkpoint_writer(node.probe["status"]["runs"], inv) if inv else None
-    owner = owner if owner is not None else (max(stopping) if stopping else launch.inputs.parent)
+    writer = checkpoint_writer(node.probe["status"]["runs"], inv) if inv else None
+    owner = writer.id if writer is not None else (max(stopping) if stopping else launch.inputs.parent)
     ckpt = {"path": node.target.checkpoints, "configured": node.target.checkpoints}
     return [Op("ckpt_check", {**ckpt, "stopping": stopping, "movable": True}),
             Op("ckpt_trash", {**ckpt, "label": f"exp{owner}" if owner is not None else "unknown",

@@ -106,7 +106,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             how, code = signals.describe(exc)
             raise Interrupted(f"{how}: nothing was changed on the target", exit_code=code) from None
         action = _checkpoint_action(book, inputs)
-        writer = _writer(probe)
+        writer = _writer(probe, settings)
         if action != "keep":
             _confirm_checkpoints(launch, probe["inventory"], action, writer)
         elif book.has("start_run"):
@@ -191,15 +191,31 @@ def preview(launch: Launch) -> dict:
         entries = push.plan(launch.revision, found.get("missing", []), found.get("partial") or {})
         send = {"files": len(entries), "bytes": sum(e["size"] - e["offset"] for e in entries)}
     return {"stop": probe["alive"] if launch.book.has("stop_run") else [],
-            "checkpoints": probe.get("inventory"), "writer": _writer(probe), "send": send}
+            "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send}
 
 
-def _writer(probe: dict) -> int | None:
-    return checkpoint_writer(probe["status"]["runs"], probe.get("inventory"))
+def _writer(probe: dict, settings: Settings) -> Writer | None:
+    return checkpoint_writer(probe["status"]["runs"], probe.get("inventory"), clone(settings))
 
 
-def checkpoint_writer(runs: list[dict], inv: dict | None) -> int | None:
-    """The run that wrote the checkpoint folder's newest file, as far as the target's run records tell."""
+@dataclass(frozen=True)
+class Writer:
+    """The run that wrote a checkpoint folder's newest file; ``clone`` when another clone of the project
+    started it (its experiment numbers are that clone's own)."""
+
+    id: int
+    clone: dict | None = None
+
+    def __str__(self) -> str:
+        if not self.clone:
+            return f"experiment {self.id}"
+        return (f"experiment {self.id} of another clone of this project "
+                f"({self.clone.get('host', '?')}, {self.clone.get('path', '?')})")
+
+
+def checkpoint_writer(runs: list[dict], inv: dict | None, mine: dict | None = None) -> Writer | None:
+    """The run that wrote the checkpoint folder's newest file, as far as the target's run records tell: of the
+    runs using the folder, the last one started before that file was written (and not ended before it)."""
     if not inv or not inv.get("files"):
         return None
     users = [r for r in runs if r.get("id") is not None and r.get("started")
@@ -208,13 +224,17 @@ def checkpoint_writer(runs: list[dict], inv: dict | None) -> int | None:
     during = [r for r in users if newest is not None
               and r["started"] - 2 <= newest <= (r.get("ended") or float("inf")) + 2]
     chosen = during or users
-    return max(r["id"] for r in chosen) if chosen else None
+    if not chosen:
+        return None
+    run = max(chosen, key=lambda r: (r["started"], r["id"]))  # numbers of two clones do not compare
+    other = run.get("clone") if mine is not None and run.get("clone") not in (None, mine) else None
+    return Writer(run["id"], other)
 
 
-def _notice_checkpoints(launch: Launch, inv: dict | None, writer: int | None) -> None:
+def _notice_checkpoints(launch: Launch, inv: dict | None, writer: Writer | None) -> None:
     if not inv or not inv["files"]:
         return
-    by = f", written by experiment {writer}" if writer is not None else ""
+    by = f", written by {writer}" if writer is not None else ""
     launch.echo(f"checkpoints: {inv['path']} holds {inv['files']} file(s), {_size(inv['bytes'])} "
                 f"(newest {inv['newest']}{by}); the run will see them (--clean-checkpoints moves them aside)")
 
@@ -263,11 +283,11 @@ def _retention(settings: Settings) -> dict:
     return {"keep": settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
 
 
-def _confirm_checkpoints(launch: Launch, inv: dict, action: str, writer: int | None = None) -> None:
+def _confirm_checkpoints(launch: Launch, inv: dict, action: str, writer: Writer | None = None) -> None:
     if not inv["files"]:
         return
     verb = "PERMANENTLY DELETE" if action == "purge" else "move to the trash"
-    by = f", written by experiment {writer}" if writer is not None else ""
+    by = f", written by {writer}" if writer is not None else ""
     question = (f"{verb} {inv['files']} file(s), {_size(inv['bytes'])} (newest {inv['newest']}{by}) "
                 f"from {inv['path']} on {launch.target.label}?")
     launch.echo(f"checkpoints: {inv['files']} file(s), {_size(inv['bytes'])} in {inv['path']} "
@@ -308,7 +328,7 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
 
 
 def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict, action: str,
-           exp: Experiment | None, out: Outcome, writer: int | None) -> list[tuple[str, Any]]:
+           exp: Experiment | None, out: Outcome, writer: Writer | None) -> list[tuple[str, Any]]:
     book, target, settings, rev = launch.book, launch.target, launch.settings, launch.revision
     project = settings.project.name
     ckpt = {"path": target.checkpoints, "configured": target.checkpoints}
@@ -332,7 +352,7 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
             keys.append("stop")
         elif isinstance(step, Checkpoints) and action != "keep":
             # the entry is named after the experiment whose checkpoints it holds, and records who moved them
-            owner = writer if writer is not None else (max(stopping) if stopping else launch.inputs.parent)
+            owner = writer.id if writer is not None else (max(stopping) if stopping else launch.inputs.parent)
             inv = probe.get("inventory") or {}
             ops.append(Op("ckpt_trash", {**ckpt, "label": f"exp{owner}" if owner is not None else "unknown",
                                          "moved_by": exp.id if exp else None, "stopping": stopping,

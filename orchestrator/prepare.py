@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from . import playbooks, revisions, secrets
+from . import playbooks, revisions, secrets, sources
 from .config import Settings
 from .errors import InputError, NotFoundError
 from .experiments import Experiment, Registry
@@ -61,7 +61,10 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
            progress: bool = False) -> Launch:
     secret = secret_values(settings) if secret is None else secret
     book = book or playbooks.load("deploy", settings.project_dir)
-    rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir, progress=progress)
+    rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir,
+                          follow_symlinks=settings.project.follow_symlinks, progress=progress)
+    for line in sources.left_out_warning(rev.left_out):
+        echo(line)
     batching, planned = resolve_batching(settings)
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,

@@ -1,14 +1,13 @@
 """A revision: the project's sources as a content-addressed manifest.
 
-The files named by ``[project] sources`` (minus what ``.gitignore`` and ``.orchignore`` exclude) are
-hashed into a manifest; the revision id is the hash of that manifest (``agent.protocol.manifest_id``),
-so the same tree always has the same id and a changed byte gives a new one. Hashes are cached by
-(size, mtime) in ``.orch/hashes.json`` so an unchanged 50 MB tree is not re-read on every deploy.
+The files of ``[project] sources`` (which ones they are: ``sources.py``) are hashed into a manifest; the
+revision id is the hash of that manifest (``agent.protocol.manifest_id``), so the same tree always has the
+same id and a changed byte gives a new one. Hashes are cached by (size, mtime) in ``.orch/hashes.json`` so an
+unchanged 50 MB tree is not re-read on every deploy.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import os
@@ -17,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .agent.protocol import manifest_id
-from .errors import InputError
 from .progress import Bar, bar
+from .sources import LeftOut, collect
 
-ALWAYS_IGNORED = (".git", ".orch", "__pycache__", "*.pyc", ".venv", ".orchignore")
 MAX_DIFF = 1 << 20
 PARALLEL_BYTES = 64 << 20
 
@@ -34,35 +32,11 @@ class Revision:
     git_dirty: bool | None = None
     git_diff: str | None = None
     local_paths: dict[str, Path] = field(default_factory=dict)
+    left_out: list[LeftOut] = field(default_factory=list)  # under named folders, with the rule that dropped each
 
     @property
     def size(self) -> int:
         return sum(f["size"] for f in self.files)
-
-
-def _patterns(path: Path) -> list[str]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and not line.startswith("!"):
-            out.append(line.rstrip("/"))
-    return out
-
-
-def _ignored(rel: str, patterns: list[str]) -> bool:
-    parts = rel.split("/")
-    for pat in patterns:
-        anchored = pat.startswith("/")
-        pat = pat.lstrip("/")
-        if "/" in pat or anchored:
-            if fnmatch.fnmatch(rel, pat) or any(fnmatch.fnmatch("/".join(parts[:i]), pat)
-                                                for i in range(1, len(parts))):
-                return True
-        elif any(fnmatch.fnmatch(p, pat) for p in parts):
-            return True
-    return False
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -71,38 +45,6 @@ def _git(root: Path, *args: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.decode("utf-8", "replace") if out.returncode == 0 else None
-
-
-def collect(project_dir: Path, sources: list[str]) -> list[str]:
-    """The relative paths that make up a revision, sorted."""
-    patterns = list(ALWAYS_IGNORED) + _patterns(project_dir / ".orchignore")
-    git_files = None
-    if _git(project_dir, "rev-parse", "--is-inside-work-tree") is not None:
-        listed = _git(project_dir, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *sources)
-        if listed is not None:
-            git_files = {p for p in listed.split("\0") if p}
-    if git_files is None:
-        patterns += _patterns(project_dir / ".gitignore")
-    found: set[str] = set()
-    for src in sources:
-        path = project_dir / src
-        if not path.exists():
-            raise InputError(f"source {src!r} listed in [project] sources does not exist in {project_dir}",
-                             hint="fix [project] sources in orch.toml")
-        if path.is_file():
-            candidates = [path]
-        else:
-            candidates = [Path(d) / n for d, _, names in os.walk(path) for n in names]
-        for file in candidates:
-            rel = file.relative_to(project_dir).as_posix()
-            if git_files is not None and rel not in git_files:
-                continue
-            if not _ignored(rel, patterns) and file.is_file():
-                found.add(rel)
-    if not found:
-        raise InputError("[project] sources select no files (all ignored or empty)",
-                         hint="check [project] sources, .gitignore and .orchignore")
-    return sorted(found)
 
 
 def _hash_file(path: Path, bar: Bar) -> str:
@@ -126,10 +68,11 @@ def _hash_all(paths: list[Path], total: int, shown: Bar) -> dict[Path, str]:
 
 
 def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, *,
-          progress: bool = False) -> Revision:
+          follow_symlinks: list[str] | tuple = (), progress: bool = False) -> Revision:
     """Hash the project's sources into a revision (no network, no writes except the hash cache).
 
-    With ``progress``, hashing more than a few MB of new or changed files shows a bar on the terminal.
+    A symlink's content is sent under the link's path. With ``progress``, hashing more than a few MB of new or
+    changed files shows a bar on the terminal.
     """
     cache_file = cache_dir / "hashes.json" if cache_dir else None
     try:
@@ -137,7 +80,8 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
     except (OSError, ValueError):
         cache = {}
     files, local_paths, new_cache = [], {}, {}
-    found = [(rel, project_dir / rel, (project_dir / rel).stat()) for rel in collect(project_dir, sources)]
+    chosen = collect(project_dir, sources, follow_symlinks)
+    found = [(rel, path, path.stat()) for rel, path in chosen.files.items()]
     fresh = [(path, st.st_size) for rel, path, st in found
              if not cache.get(rel, {}).get(f"{st.st_size}:{st.st_mtime_ns}")]
     with bar("hashing", sum(n for _p, n in fresh), len(fresh), progress, keep=False) as shown:
@@ -157,7 +101,7 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
             os.replace(tmp, cache_file)
         except OSError:
             pass  # the cache only saves time
-    rev = Revision(manifest_id(files), files, project_dir, local_paths=local_paths)
+    rev = Revision(manifest_id(files), files, project_dir, local_paths=local_paths, left_out=chosen.left_out)
     commit = _git(project_dir, "rev-parse", "HEAD")
     if commit:
         rev.git_commit = commit.strip()

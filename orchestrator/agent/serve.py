@@ -6,6 +6,10 @@ request writes to stdout (a streaming op's frames, then the envelope) goes out i
 and the bytes, and a ``0\\n`` chunk ends the answer, so nothing in a log line can be mistaken for its end.
 The agent exits at the end of stdin, or when its channel is hung up (the keeper does that when the orch
 command a request ran for goes away, so that, as in a one-shot call, no further step starts).
+
+A resident whose own files changed under it (orch's root removed or replaced, the agent pushed again) cannot
+import what it has not imported yet: before each request it checks them, and if they changed it answers
+``stale`` instead of a chunk, runs nothing and exits. The keeper then runs that request one-shot.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import sys
 
 END = b"0\n"
+STALE = b"stale\n"
 
 
 class _Chunked(io.RawIOBase):
@@ -42,6 +47,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _identity(paths: list[str]) -> list[tuple[int, int] | None]:
+    out: list[tuple[int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_dev, st.st_ino))
+    return out
+
+
+def own_files() -> list[str]:
+    """The files this agent runs from: its zip and the copy unpacked beside it."""
+    agent = os.path.abspath(sys.argv[0])
+    return [agent, agent[:-4] + ".d"] if agent.endswith(".pyz") else [agent]
+
+
 def serve() -> int:
     from .__main__ import respond
 
@@ -56,7 +79,15 @@ def serve() -> int:
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Chunked(fd)), encoding="utf-8", write_through=True)
     sys.stderr = open(os.devnull, "w")
     stdin = sys.stdin.buffer
+    files = own_files()
+    identity = _identity(files)
     while stdin.peek(1):
+        if _identity(files) != identity:
+            try:
+                _write_all(fd, STALE)
+            except OSError:
+                pass
+            return 0
         try:
             answer = respond(stdin)
             sys.stdout.buffer.write(answer)

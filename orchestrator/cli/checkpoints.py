@@ -108,7 +108,7 @@ def clean(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, yes:
         runs = ck.client.one("status", project=ck.settings.project.name, tail=False, gpus=False)["runs"]
         writer = checkpoint_writer(runs, inv)
         max_gb = ck.settings.trash.max_gb
-        res = ck.change("ckpt_trash", label=f"exp{writer}" if writer is not None else "manual",
+        res = ck.change("ckpt_trash", label=f"exp{writer.id}" if writer is not None else "manual",
                         keep=ck.settings.trash.keep, retention_allowed=doomed,
                         max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
     render.out(f"moved {res['moved']} file(s) on {ck.target.label} to {res['entry_path']} "

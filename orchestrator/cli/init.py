@@ -15,7 +15,9 @@ default_target = "local"               # where a fresh clone acts; after `deploy
 
 [project]
 name = "{name}"
-sources = ["train.py"]                 # files/folders (relative to this file) that make up a revision
+sources = ["train.py"]                 # files/folders (relative to this file) that make up a revision: a named
+                                       # path is always sent; .gitignore/.orchignore (with !) apply inside folders
+# follow_symlinks = ["data/big"]       # symlinks sent although they lead outside the project (others: refused)
 command = "python3 train.py"           # run from the revision's folder on the target
 env = {{ OMP_NUM_THREADS = "4" }}
 # secrets = ["WANDB_API_KEY"]          # values from the environment or .orch/secrets.env (chmod 600); never recorded

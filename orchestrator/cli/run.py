@@ -61,8 +61,10 @@ def _dry_run(launch, as_json: bool) -> None:
     if as_json:
         render.print_json({"playbook": launch.book.name, "target": launch.target.name,
                            "target_label": launch.target.label, "steps": lines,
-                           "revision": launch.inputs.revision, "command": launch.inputs.command, "argv": launch.inputs.argv,
-                           "batching": launch.inputs.batching, "target_state": seen, "unreachable": unreachable})
+                           "revision": launch.inputs.revision, "command": launch.inputs.command,
+                           "argv": launch.inputs.argv, "batching": launch.inputs.batching, "target_state": seen,
+                           "unreachable": unreachable,
+                           "left_out": [d.public() for d in launch.revision.left_out] if launch.revision else []})
         return
     render.out(f"plan for {launch.book.name} on {launch.target.label} (dry run: nothing is changed)")
     for line in lines:
@@ -75,7 +77,7 @@ def _dry_run(launch, as_json: bool) -> None:
     render.out(f"  would stop: {stop}")
     inv = seen["checkpoints"]
     if inv is not None:
-        by = f", written by experiment {seen['writer']}" if seen["writer"] is not None else ""
+        by = f", written by {seen['writer']}" if seen["writer"] is not None else ""
         what = (f"{inv['files']} file(s), {render.size(inv['bytes'])}, newest {inv['newest']}{by}"
                 if inv["files"] else "empty")
         verb = {"keep": "kept (the run sees them)", "move": "moved to the trash",

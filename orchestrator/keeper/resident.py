@@ -27,6 +27,10 @@ class _Gone(Exception):
     """The resident's channel closed before its answer ended."""
 
 
+class Stale(Exception):
+    """The resident's own files changed on the target (``agent.serve``): it ran nothing and exited."""
+
+
 class Resident:
     def __init__(self, transport: Any, argv: list[str]) -> None:
         self.transport = transport
@@ -51,6 +55,8 @@ class Resident:
         deadline = None if limit is None else progressed + limit
         while True:
             while (eol := self.buf.find(b"\n")) >= 0:
+                if self.buf[:eol] == b"stale":
+                    raise Stale()
                 try:
                     size = int(self.buf[:eol], 16)
                 except ValueError:
@@ -84,6 +90,19 @@ class Resident:
             progressed = time.monotonic()
             self.buf += chunk
 
+    def _send_all(self, data: bytes | memoryview) -> None:
+        """``sendall`` that waits out a shut window: the channel's short timeout (there for the reads) also
+        bounds a send, and on a slow or lossy link the window stays shut longer than that. How long a request
+        may go without progress is the reader's stall limit, not this."""
+        view = memoryview(data)
+        while view:
+            if self.chan.closed:
+                raise EOFError("the channel closed")
+            try:
+                view = view[self.chan.send(view):]
+            except TimeoutError:
+                continue
+
     def call(self, stdin: Iterator[bytes] | bytes, output: Callable[[bytes], None], limit: float | None,
              stall: float | None, cancel: threading.Event | None, what: str) -> None:
         failed: list[BaseException] = []
@@ -92,7 +111,7 @@ class Resident:
         def feed() -> None:
             try:
                 for piece in pieces(stdin):
-                    self.chan.sendall(piece)
+                    self._send_all(piece)
                     sent[0] = time.monotonic()
             except OrchError as exc:
                 failed.append(exc)
@@ -104,6 +123,10 @@ class Resident:
         feeder.start()
         try:
             self._answer(output, limit, stall, cancel, what, sent)
+        except Stale:
+            self.chan.close()
+            feeder.join(30)  # its next send fails: the caller may read the rest of stdin itself
+            raise
         except BaseException:
             self.chan.close()  # hang up: the agent starts no further step, and exits
             if failed:
@@ -160,12 +183,21 @@ class Residents:
 
     def call(self, transport: Any, argv: list[str], stdin: Any, output: Callable[[bytes], None],
              limit: float | None, stall: float | None, cancel: threading.Event | None) -> bool:
-        """Run one request on a resident; False when none serves here (run it one-shot instead)."""
+        """Run one request on a resident; False when none serves here (run it one-shot instead).
+
+        Raises ``Stale`` when the resident found its files changed and ran nothing: the caller runs the
+        request one-shot (which pushes the agent again where it is missing)."""
         resident = self._take(transport, argv, limit if limit is not None else stall)
         if resident is None:
             return False
         try:
             resident.call(stdin, output, limit, stall, cancel, argv[0])
+        except Stale:
+            with self.lock:
+                pool = self.pools.get(id(transport), [])
+                if resident in pool:
+                    pool.remove(resident)
+            raise
         except _Gone:
             raise TransportError(f"the agent on {transport.description} went away while it answered; the request "
                                  "may or may not have run", hint="check the target's state before running it again"

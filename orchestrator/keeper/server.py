@@ -24,7 +24,7 @@ from typing import Any, Iterator
 from ..errors import OrchError, TransportError
 from . import wire
 from .place import SUFFIX
-from .resident import Residents
+from .resident import Residents, Stale
 
 TRUST_FILES = ("~/.ssh/config", "/etc/ssh/ssh_config")
 
@@ -151,12 +151,13 @@ class Keeper:
             raise TransportError(f"the connection keeper does not know the request {op!r}",
                                  hint="set [ssh] persist = 0, or close the keeper: orch connections close")
 
-    def _serve_run(self, conn: socket.socket, request: dict) -> None:
+    def _serve_run(self, conn: socket.socket, request: dict, stdin: Iterator[bytes] | None = None,
+                   cancel: threading.Event | None = None) -> None:
         held = self._held(request["spec"])
-        cancel = threading.Event()
+        cancel = cancel or threading.Event()
         stream = bool(request.get("stream"))
         output = (lambda chunk: wire.send(conn, b"O", chunk)) if stream else None
-        result, opened = self._run(held, request, _stdin(conn, cancel), output, cancel)
+        result, opened = self._run(held, request, stdin if stdin is not None else _stdin(conn, cancel), output, cancel)
         for start in range(0, len(result.stdout), 1 << 20):
             wire.send(conn, b"O", memoryview(result.stdout)[start:start + (1 << 20)])
         wire.send_json(conn, b"R", {"exit_code": result.exit_code, "connections": opened,
@@ -170,9 +171,14 @@ class Keeper:
         stream = bool(request.get("stream"))
         output = (lambda chunk: wire.send(conn, b"O", chunk)) if stream else out.extend
         before = held.transport.stats.connections
-        if not self.residents.call(held.transport, request["argv"], _stdin(conn, cancel), output,
-                                   request.get("timeout"), request.get("stall"), cancel):
-            return self._serve_run(conn, request)
+        stdin = Replay(_stdin(conn, cancel))
+        try:
+            served = self.residents.call(held.transport, request["argv"], stdin, output, request.get("timeout"),
+                                         request.get("stall"), cancel)
+        except Stale:  # it ran nothing: the same request one-shot, which pushes the agent again if it is gone
+            return self._serve_run(conn, request, stdin.again(), cancel)
+        if not served:
+            return self._serve_run(conn, request, stdin.again(), cancel)
         for start in range(0, len(out), 1 << 20):
             wire.send(conn, b"O", memoryview(out)[start:start + (1 << 20)])
         wire.send_json(conn, b"R", {"exit_code": 0, "stderr": "", "resident": True,
@@ -258,6 +264,44 @@ def _local_port(transport: Any) -> int | None:
         return int(transport._conn.transport.sock.getsockname()[1])
     except (AttributeError, OSError, TypeError, IndexError):
         return None
+
+
+class Replay:
+    """A command's stdin that can be read once more from the start (what a request sends is small; a big push
+    is not kept, and then cannot be replayed)."""
+
+    LIMIT = 1 << 20
+
+    def __init__(self, source: Iterator[bytes]) -> None:
+        self.source = source
+        self.kept: list[bytes] | None = []
+        self.size = 0
+        self.started = False
+
+    def _keep(self, piece: bytes) -> None:
+        if self.kept is not None:
+            self.size += len(piece)
+            if self.size <= self.LIMIT:
+                self.kept.append(bytes(piece))
+            else:
+                self.kept = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.started = True
+        for piece in self.source:
+            self._keep(piece)
+            yield piece
+
+    def again(self) -> Iterator[bytes]:
+        """Everything the command sends, from the start: what was read already and the rest."""
+        if not self.started:
+            return self.source  # nothing read yet: streamed as it comes
+        for piece in self.source:
+            self._keep(piece)
+        if self.kept is None:
+            raise TransportError("the agent's files on the target changed while a large request was sent to it; "
+                                 "nothing was run", hint="run the command again")
+        return iter(self.kept)
 
 
 def _stdin(conn: socket.socket, cancel: threading.Event | None) -> Iterator[bytes]:

@@ -18,8 +18,8 @@ REGISTRY = "0123456789ab"
 
 def test_a_missing_journal_reads_as_nothing(tmp_path):
     assert journal.read(str(tmp_path / "no-such-run")) == []
-    assert launch_journal.facts([]) == {"known": False, "trash": None, "stopped": [], "started": False,
-                                        "failed": None, "finished": False}
+    assert launch_journal.facts([]) == {"known": False, "planned": [], "trash": None, "stopped": [],
+                                        "started": False, "failed": None, "finished": False}
 
 
 def test_a_last_line_cut_by_a_crash_and_garbage_lines_are_left_out(tmp_path):
@@ -33,6 +33,17 @@ def test_a_last_line_cut_by_a_crash_and_garbage_lines_are_left_out(tmp_path):
     told = launch_journal.facts(entries)
     assert told["stopped"] == [{"id": 1, "exit_code": 130}] and told["trash"] is None and not told["finished"]
     assert launch_journal.checkpoint_fields(told) == {}  # the trash step's line never became whole
+
+
+def test_a_launch_that_never_touches_checkpoints_kept_them_whatever_step_it_reached():
+    """An agent killed between starting the run and journaling it: no trash step was planned, so the
+    checkpoints were kept (a row reading "checkpoints -" would say nothing)."""
+    told = launch_journal.facts([{"event": "begin", "ops": ["revision_assemble", "run_stop", "run_start"]},
+                                 {"event": "done", "op": "run_stop", "value": {"stopped": []}}])
+    assert not told["started"] and told["planned"][-1] == "run_start"
+    assert launch_journal.checkpoint_fields(told) == {"checkpoints_action": "kept", "checkpoints_entry": None}
+    cleaning = launch_journal.facts([{"event": "begin", "ops": ["run_stop", "ckpt_trash", "run_start"]}])
+    assert launch_journal.checkpoint_fields(cleaning) == {}  # its trash step may have run: unknown
 
 
 def test_an_empty_or_unreadable_journal_reads_as_nothing(tmp_path):

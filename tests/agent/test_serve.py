@@ -93,3 +93,28 @@ def test_a_child_printing_on_stdout_does_not_corrupt_the_answers(tmp_path):
     finally:
         proc.stdin.close()
     assert proc.wait(timeout=10) == 0
+
+
+def test_a_resident_whose_files_were_replaced_runs_nothing_and_says_stale(tmp_path):
+    """orch's root replaced under a live resident (a new /workspace): it must not run a request with code it can
+    no longer import, but answer ``stale`` (the keeper then runs the request one-shot) and exit."""
+    import shutil
+
+    root, client, proc = start(tmp_path)
+    try:
+        proc.stdin.write(request(root, [{"op": "hello", "args": {}}]))
+        proc.stdin.flush()
+        assert unframe(answer(proc.stdout))["results"][0]["ok"]
+        unpacked = client.agent_path[:-4] + ".d"
+        shutil.copytree(unpacked, unpacked + ".new")
+        shutil.rmtree(unpacked)
+        os.rename(unpacked + ".new", unpacked)  # same path and content, other files
+        marker = tmp_path / "ran"
+        shell = {"op": "shell", "args": {"argv": ["touch", str(marker)]}}
+        proc.stdin.write(request(root, [shell]))
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"stale\n"
+        assert proc.wait(timeout=10) == 0
+        assert not marker.exists()  # nothing ran
+    finally:
+        proc.kill()

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.conftest import Project
+from tests.conftest import Project, wait_for
 
 JOB = "import sys, time\nprint('{who}-run started', flush=True)\ntime.sleep({sleep})\nsys.exit({code})\n"
 SETS = ["--set", "project.sources=['job.py']", "--set", "project.command=python3 job.py"]
@@ -88,3 +88,26 @@ def test_racing_deploys_from_two_clones_leave_the_records_true(clones):
     assert states == ["running", "stopped"]  # the second stopped the first; both registries say so
     running = [r for r in a.run_dir(1).parent.iterdir() if not (r / "exit.json").exists()]
     assert len(running) == 1
+
+
+WRITER = ("import os, sys, time\nck = os.environ['ORCH_CHECKPOINT_DIR']\nos.makedirs(ck, exist_ok=True)\n"
+          "open(os.path.join(ck, 'ckpt-{who}.pt'), 'w').write('{who}')\nprint('{who} wrote', flush=True)\n"
+          "time.sleep(600)\n")
+
+
+def test_checkpoints_written_by_the_other_clones_run_are_named_as_its(clones):
+    """A's experiments 1 and 2 ran; B's experiment 1 started after them and wrote the newest checkpoint. B's
+    numbers are its own: the question about the folder must name B's run as the other clone's, not A's 2."""
+    a, b = clones
+    for p, who in ((a, "A1"), (a, "A2"), (b, "B1")):  # B's deploy stops A's 2
+        (p.path / "job.py").write_text(WRITER.format(who=who))
+        assert p.run("deploy", *SETS).returncode == 0
+        wait_for(lambda: (a.checkpoints / f"ckpt-{who}.pt").exists(), timeout=20, what=f"{who}'s checkpoint")
+    res = a.run("restart", "--clean-checkpoints", "--dry-run")
+    assert res.returncode == 0, res.stderr
+    text = res.stdout + res.stderr
+    assert f"written by experiment 1 of another clone of this project ({socket.gethostname()}, {b.path})" in text, text
+    assert "written by experiment 2" not in text
+    res = b.run("restart", "--clean-checkpoints", "--dry-run")
+    assert res.returncode == 0 and "written by experiment 1: moved" in res.stdout, res.stdout + res.stderr
+    assert b.run("stop").returncode == 0

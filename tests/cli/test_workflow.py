@@ -142,6 +142,7 @@ def test_ctrl_c_while_the_old_run_stops_says_what_was_done(project):
     assert "interrupted: old run 1 stopped; new run 2 not started" in err
     reg = project.registry()
     assert reg.get(1).status == "stopped" and reg.get(2).status == "failed"
+    assert reg.get(2).checkpoints_action == "kept"  # a deploy without --clean-checkpoints never touches them
     # no run 2 on the target: its folder holds only the journal of its launch, which says where it stopped
     assert [p.name for p in project.run_dir(2).iterdir()] == ["journal.jsonl"]
     journal = [json.loads(line) for line in (project.run_dir(2) / "journal.jsonl").read_text().splitlines()]

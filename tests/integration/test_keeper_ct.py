@@ -152,6 +152,55 @@ def test_a_new_agent_version_gets_a_new_resident(remote, testbed):
     assert conn["agents"] == [newer.rsplit("/", 1)[-1]] and conn["connections"] == 1
 
 
+def test_a_resident_whose_workspace_was_replaced_is_replaced_not_reported(remote, testbed):
+    """The CT's /workspace replaced under a live keeper (a restored or re-created volume): the resident agent's
+    files are gone. The next commands work as on a fresh CT: the request runs one-shot (pushing the agent again)
+    and a new resident serves the ones after it, with no "report it" and no failed row."""
+    warm(remote)
+    [before] = serving_agents(testbed)
+    on_ct(testbed, 200, "sh", "-c", f"rm -rf {ROOT} && mkdir -p {ROOT}")
+    res = remote.run("deploy", "--target", "ct200", "-m", "after the workspace was replaced")
+    assert res.returncode == 0, res.stderr
+    assert "report it" not in res.stderr and "ModuleNotFoundError" not in res.stderr
+    out = ok(remote, "status", "--target", "ct200")
+    assert "running" in out or "finished" in out, out
+    with remote.registry() as reg:
+        assert [e.status for e in reg.list()] != [] and all(e.status != "failed" for e in reg.list())
+    wait_for(lambda: len(serving_agents(testbed)) == 1, timeout=20, what="one resident serving again")
+    [conn] = held()
+    assert conn["connections"] == 1 and conn["agents"] == serving_agents(testbed)
+    assert before == serving_agents(testbed)[0]  # the same agent version, in a new process
+    ok(remote, "stop", "--target", "ct200")
+
+
+def test_a_push_through_the_keeper_outlives_a_shut_window(remote, testbed):
+    """A slow link (tbf on the CT's veth) and the CT frozen for 1.5 s mid-push (a suspend-mode backup does
+    that): sshd adjusts no window meanwhile, for longer than the held channel's read timeout. The push must
+    go on once it thaws, as over a direct connection, not stall until [ssh] command_timeout."""
+    warm(remote)
+    (remote.path / "data").mkdir()
+    (remote.path / "data" / "shard.bin").write_bytes(os.urandom(24 << 20))
+    remote.write(sources='["train.py", "data"]')
+    shape = ["tc", "qdisc", "add", "dev", "veth200i0", "root", "tbf", "rate", "100mbit", "burst", "64kb",
+             "latency", "20ms"]
+    subprocess.run(shape, check=True, capture_output=True)
+    try:
+        deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "ct200"],
+                                  cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, ORCH_SSH__COMMAND_TIMEOUT="20"))
+        time.sleep(1.0)  # probed; the push under way
+        testbed.freeze(200)
+        time.sleep(1.5)
+        testbed.thaw(200)
+        out, err = deploy.communicate(timeout=150)
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", "veth200i0", "root"], capture_output=True)
+    assert deploy.returncode == 0, err
+    [conn] = held()
+    assert conn["connections"] == 1 and conn["commands"] >= 3  # the push went through the held connection
+    ok(remote, "stop", "--target", "ct200")
+
+
 def test_follow_through_the_keeper_survives_cuts_byte_for_byte(remote, testbed):
     from tests.integration.test_follow_remote import WRITER
 
