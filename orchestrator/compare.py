@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
+from .command import display
 from .errors import InputError
 from .experiments import Experiment, Registry
 
@@ -20,7 +20,7 @@ def _flat(prefix: str, value: Any, out: dict) -> None:
 def _fields(exp: Experiment) -> dict:
     fields: dict = {}
     _flat("batching", exp.batching, fields)
-    fields.update({"revision": exp.revision, "command": shlex.join(exp.command), "target": exp.target,
+    fields.update({"revision": exp.revision, "command": display(exp.command), "target": exp.target,
                    "git_commit": exp.git_commit, "parent": exp.parent, "secrets": ", ".join(exp.secret_names)})
     env = (exp.config.get("project") or {}).get("env") or {}
     _flat("env", env, fields)

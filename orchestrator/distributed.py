@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 
+from . import command as commands
 from .config import DistributedSection
+from .errors import InputError
 
 PYTHONS = ("python", "python3")
 
@@ -72,13 +75,40 @@ def rdzv_id(project: str, exp_id: int | None) -> str:
     return f"{project}-exp{exp_id if exp_id is not None else 'N'}"
 
 
-def plan(nodes: list[NodeFacts], argv: list[str], dist: DistributedSection, project: str,
+def _line_words(line: str) -> tuple[list[str], list[str]]:
+    """A shell line's leading ``NAME=value`` words and the rest, as written (``$VAR``s expand on the node)."""
+    raw = commands.words(line.strip())
+    n = next((i for i, w in enumerate(raw) if not commands.ASSIGNMENT.match(w)), len(raw))
+    return raw[:n], raw[n:]
+
+
+def _launched(cmd: list[str], command: list[str] | str) -> list[str]:
+    """torchrun's words (``cmd``) before the project's script: an argument list, or for a shell line the line
+    ``exec <torchrun words> <the user's words as written>`` under ``sh -c``."""
+    if isinstance(command, list):
+        return cmd + script_args(command)
+    assigns, raw = _line_words(command)
+    plain = [shlex.split(w)[0] if shlex.split(w) else "" for w in raw]  # what each word is, to find the script
+    rest = raw[len(plain) - len(script_args(plain)):] if plain and _is_python(plain[0]) else ["--no-python", *raw]
+    return [commands.SHELL, "-c", " ".join([*assigns, "exec", shlex.join(cmd), *rest])]
+
+
+def plan(nodes: list[NodeFacts], argv: list[str] | str, dist: DistributedSection, project: str,
          exp_id: int | None) -> list[NodeRun]:
-    """One ``NodeRun`` per node, in rank order; node 0 hosts the rendezvous."""
+    """One ``NodeRun`` per node, in rank order; node 0 hosts the rendezvous.
+
+    ``argv``: the project's command as written; a string is a shell line (``command.py``)."""
     n = len(nodes)
     master = nodes[0].address or "<node0-address>"
     addrs = " ".join(x.address or f"<node{x.rank}-address>" for x in nodes)
     how = launcher(dist, n)
+    line = argv if isinstance(argv, str) else None
+    if line is not None and how != "none" and not commands.simple(line):
+        raise InputError(f"[project] command {line!r:.120} is more than one simple command (it has shell "
+                         f"operators, redirects or several lines): the {how} launcher cannot be put in front of it",
+                         hint='set [distributed] launcher = "none" and start torchrun in the line yourself, '
+                              "or run a script from the revision")
+    words = [shlex.split(w)[0] for w in _line_words(line)[1]] if line is not None else argv
     runs = []
     for node in nodes:
         job = {"id": rdzv_id(project, exp_id), "rank": node.rank, "addrs": addrs.split(" "), "port": dist.heartbeat}
@@ -86,20 +116,20 @@ def plan(nodes: list[NodeFacts], argv: list[str], dist: DistributedSection, proj
                "ORCH_MASTER_ADDR": master, "ORCH_MASTER_PORT": str(dist.port)}
         iface = dist.interface or node.interface
         if how == "none":
-            runs.append(NodeRun(node.rank, node.name, list(argv), env, job))
+            runs.append(NodeRun(node.rank, node.name, commands.exec_argv(argv), env, job))
             continue
         if iface:
             env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
         if dist.max_restarts > 0:
             env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-        python = argv[0] if argv and _is_python(argv[0]) else "python3"
+        python = words[0] if words and _is_python(words[0]) else "python3"
         cmd = [python, "-m", "torch.distributed.run", f"--nnodes={n}", f"--nproc-per-node={nproc(dist, node)}",
                "--rdzv-backend=c10d", f"--rdzv-endpoint={master}:{dist.port}", f"--rdzv-id={rdzv_id(project, exp_id)}",
                f"--rdzv-conf=is_host={1 if node.rank == 0 else 0}",
                f"--local-addr={node.address or f'<node{node.rank}-address>'}"]
         if dist.max_restarts > 0:
             cmd.append(f"--max-restarts={dist.max_restarts}")
-        runs.append(NodeRun(node.rank, node.name, cmd + script_args(argv), env, job))
+        runs.append(NodeRun(node.rank, node.name, _launched(cmd, argv), env, job))
     return runs
 
 

@@ -18,6 +18,7 @@ place (``cli/main.py``).
     ├── ConflictError              exit 5   the target is busy (lock held, run in progress)
     ├── SafetyError                exit 6   refused to touch something unsafe (checkpoint paths)
     ├── NotFoundError              exit 7   no such experiment / trash entry / playbook
+    │   └── CommandNotFound        exit 127 ``orch exec`` of a program the target does not have (as a shell says)
     └── Interrupted                exit 130 Ctrl-C (SIGTERM 143, SIGHUP 129): says what was done on the target
 """
 
@@ -87,6 +88,10 @@ class SafetyError(OrchError):
 
 class NotFoundError(OrchError):
     exit_code = 7
+
+
+class CommandNotFound(NotFoundError):
+    exit_code = 127
 
 
 class Interrupted(OrchError):

@@ -104,7 +104,7 @@ class Experiment(BaseModel):
     git_commit: str | None = None
     git_dirty: bool | None = None
     git_diff: str | None = None
-    command: list[str]
+    command: list[str] | str  # as written: a shell line, or an argument list
     config: dict = {}
     batching: dict = {}
     batching_plan: dict | None = None

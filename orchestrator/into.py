@@ -14,7 +14,7 @@ import sys
 from typing import Callable
 
 from .config import Settings
-from .errors import InputError, NotFoundError
+from .errors import CommandNotFound, InputError, NotFoundError
 from .experiments import Registry
 from .targets import Target
 from .transport.base import Transport
@@ -67,6 +67,27 @@ def revision_folder(settings: Settings, target: Target, registry: Registry, tran
         raise NotFoundError(f"revision {exp.revision} of experiment {exp.id} is no longer on {target.label}",
                             hint="`orch deploy` pushes it again")
     return folder
+
+
+# run by the target's python with the folder and the program as arguments: no shell reads either
+FIND = ("import os, shutil, sys\n"
+        "os.chdir(sys.argv[1])\n"
+        "p = sys.argv[2]\n"
+        "found = os.path.isfile(p) and os.access(p, os.X_OK) if '/' in p else shutil.which(p)\n"
+        "print(os.environ.get('PATH', ''))\n"
+        "sys.exit(0 if found else 127)\n")
+
+
+def require_program(target: Target, transport: Transport, folder: str, program: str) -> None:
+    """The program ``orch exec`` runs is there, in ``folder`` or on the target's PATH: else exit 127 with a hint."""
+    found = transport.run([target.python, "-c", FIND, folder, program])
+    if found.exit_code != 127:
+        return
+    path = found.stdout.decode("utf-8", "replace").strip()
+    where = f"in {folder}" if "/" in program else f"on its PATH ({path})" if path else "(its PATH is empty)"
+    raise CommandNotFound(f"{program}: command not found on {target.label} {where}",
+                          hint=f"install {program} on the target, or give its full path "
+                               "(orch ssh opens a shell there to look)")
 
 
 def parse_ports(spec: str) -> tuple[int, int]:

@@ -150,8 +150,16 @@ def plan_runs(launch: Launch, nodes: list[Node], exp_id: int | None) -> list[dis
              for n in nodes]
     if nodes and address_of(nodes[0].target):  # peers reach node 0 at the address the configuration names
         facts[0] = replace(facts[0], address=address_of(nodes[0].target))
-    return distributed.plan(facts, launch.inputs.argv or [], launch.settings.distributed,
+    command = launch.inputs.command if launch.inputs.command is not None else launch.inputs.argv or []
+    return distributed.plan(facts, command, launch.settings.distributed,
                             launch.settings.project.name, exp_id)
+
+
+def _check_runs(launch: Launch, nodes: list[Node]) -> None:
+    from .launch_limits import check_start
+
+    for run in plan_runs(launch, nodes, None):
+        check_start(run.argv, {**launch.env, **run.env}, launch.secrets, f"node {run.rank}'s command")
 
 
 def _probe_node(node: Node, master: str | None) -> None:
@@ -210,6 +218,7 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
     from .launch_guard import LaunchGuard
 
     nodes = prepare_nodes(launch, group)
+    _check_runs(launch, nodes)  # a command no node could start is refused before any node is asked
     guard = LaunchGuard(registry.path.parent)
     try:
         master = address_of(group.members[0])
@@ -232,6 +241,7 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
             err = failed[0].error
             raise type(err)(f"{why}; nothing was started on any node (experiment {exp.id} failed)",
                             hint=err.hint)
+        _check_runs(launch, nodes)  # again with the nodes' own addresses and GPU counts, before anything stops
         previous = _current_job(registry, group)
         if previous is not None:  # the job this one replaces stops on every node at once, like orch stop
             _halt(launch.settings, group, registry, previous, nodes)

@@ -20,7 +20,6 @@ With ``wait`` the run is watched until its first metric line, its end, or the ti
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -70,19 +69,6 @@ class Outcome:
     stats: dict = field(default_factory=dict)
     waited: dict | None = None  # what --wait saw: the first metric line, or how the run ended
     undo: dict = field(default_factory=dict)  # registry fields after a failed apply (checkpoints put back)
-
-
-def command_argv(command: str | list[str]) -> list[str]:
-    if isinstance(command, list):
-        return list(command)
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise InputError(f"[project] command {command!r} cannot be split into arguments: {exc}",
-                         hint="fix the quoting, or give command as a list of strings") from None
-    if not argv:
-        raise InputError("[project] command is empty", hint="set [project] command in orch.toml")
-    return argv
 
 
 def clone(settings: Settings) -> dict:
@@ -332,7 +318,7 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
         "target_info": info, "machine": target.machine, "revision": inputs.revision or "",
         "revision_files": [{k: f[k] for k in ("path", "sha256", "mode", "size")} for f in rev.files] if rev else [],
         "git_commit": rev.git_commit if rev else None, "git_dirty": rev.git_dirty if rev else None,
-        "git_diff": rev.git_diff if rev else None, "command": inputs.argv or [], "config": launch.config,
+        "git_diff": rev.git_diff if rev else None, "command": inputs.command if inputs.command is not None else inputs.argv or [], "config": launch.config,
         "batching": inputs.batching or {}, "batching_plan": launch.batching_plan, "parent": inputs.parent,
         "checkpoints": target.checkpoints,
     }
@@ -382,7 +368,7 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
             assert exp is not None
             ops.append(Op("run_start", {"exp_id": exp.id, "registry": registry.run_registry(exp.id),
                                         "project": project, "revision": exp.revision,
-                                        "argv": exp.command, "env": launch.env, "secrets": dict(launch.secrets),
+                                        "argv": launch.inputs.argv, "env": launch.env, "secrets": dict(launch.secrets),
                                         "experiment": {**_experiment_json(exp), "clone": clone(launch.settings)},
                                         "batching": exp.batching, "recovery": settings.run.recovery()}))
             keys.append("start")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import command as commands
 from .errors import ConfigError, InputError, NotFoundError
 
 if TYPE_CHECKING:
@@ -157,7 +158,8 @@ class Inputs:
     revision: str | None = None
     files: int = 0
     size: int = 0
-    argv: list[str] | None = None
+    argv: list[str] | None = None  # what the target starts (command.exec_argv)
+    command: str | list[str] | None = None  # as the user wrote it, and as it is recorded
     batching: dict | None = None
     parent: int | None = None
     message: str | None = None
@@ -190,7 +192,9 @@ def plan(book: Playbook, inputs: Inputs) -> list[str]:
             text = f"record a new experiment (target {inputs.target}{parent})"
         elif isinstance(step, StartRun):
             strategy = (inputs.batching or {}).get("strategy", "?")
-            text = f"start `{shlex.join(inputs.argv or [])}` in tmux (batching: {strategy})"
+            shown = commands.display(inputs.command if inputs.command is not None else inputs.argv or [])
+            how = f" as {shlex.join(inputs.argv or [])}" if isinstance(inputs.command, str) else ""
+            text = f"start `{shown}`{how} in tmux (batching: {strategy})"
         elif isinstance(step, VerifyStarted):
             text = f"check the run is alive after {step.wait:g} s"
         else:

@@ -9,7 +9,9 @@ from . import playbooks, revisions, secrets, sources
 from .config import Settings
 from .errors import InputError, NotFoundError
 from .experiments import Experiment, Registry
-from .operations import Launch, command_argv
+from .command import exec_argv
+from .launch_limits import check as check_limits
+from .operations import Launch
 from .playbooks import Inputs, Playbook
 from .targets import Target
 
@@ -66,11 +68,13 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
     batching, planned = resolve_batching(settings)
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
-                    files=len(rev.files), size=rev.size, argv=command_argv(settings.project.command),
-                    batching=batching, message=message)
-    return Launch(settings, target, book, inputs, revision=rev, env=_env(settings.project.env, echo),
-                  secrets=secret, config=_public_config(settings), batching_plan=planned, yes=yes, confirm=confirm,
-                  echo=echo, progress=progress)
+                    files=len(rev.files), size=rev.size, argv=exec_argv(settings.project.command),
+                    command=settings.project.command, batching=batching, message=message)
+    launch = Launch(settings, target, book, inputs, revision=rev, env=_env(settings.project.env, echo),
+                    secrets=secret, config=_public_config(settings), batching_plan=planned, yes=yes,
+                    confirm=confirm, echo=echo, progress=progress)
+    check_limits(launch)  # what the agent would refuse, before anything is asked or stopped
+    return launch
 
 
 def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
@@ -91,13 +95,16 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge),
                     revision=parent.revision, files=len(parent.revision_files),
-                    size=sum(f.get("size", 0) for f in parent.revision_files), argv=parent.command,
-                    batching=parent.batching, parent=parent.id, message=message or parent.message)
+                    size=sum(f.get("size", 0) for f in parent.revision_files), argv=exec_argv(parent.command),
+                    command=parent.command, batching=parent.batching, parent=parent.id,
+                    message=message or parent.message)
     env = _env(project.get("env") or {}, echo)
-    return Launch(settings, target, book, inputs, revision=None, env=env, secrets=secret, config=parent.config,
-                  batching_plan=parent.batching_plan, yes=yes, confirm=confirm, echo=echo,
-                  inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
-                             "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})
+    launch = Launch(settings, target, book, inputs, revision=None, env=env, secrets=secret, config=parent.config,
+                    batching_plan=parent.batching_plan, yes=yes, confirm=confirm, echo=echo,
+                    inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
+                               "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})
+    check_limits(launch)
+    return launch
 
 
 def stop(settings: Settings, target: Target, *, echo: Callable[[str], None]) -> Launch:
@@ -120,8 +127,10 @@ def play(settings: Settings, target: Target, path: Path, **kw) -> Launch:
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints,
                     checkpoint_action=_action(kw.get("clean", False), kw.get("purge", False)))
-    return Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),
-                  echo=kw.get("echo", lambda _m: None), progress=kw.get("progress", False))
+    launch = Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),
+                    echo=kw.get("echo", lambda _m: None), progress=kw.get("progress", False))
+    check_limits(launch)  # its shell steps, as the agent takes them
+    return launch
 
 
 def _action(clean: bool, purge: bool) -> str:

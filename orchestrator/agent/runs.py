@@ -193,7 +193,9 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                    ORCH_BATCHING_FILE=batching_file, ORCH_REVISION=revision, PYTHONUNBUFFERED="1")
     unpacked = agent_path[:-4] + ".d" if agent_path.endswith(".pyz") else agent_path
     lib = unpacked if os.path.isdir(unpacked) else agent_path  # orchestrator.batching for training scripts
-    run_env["PYTHONPATH"] = os.pathsep.join(p for p in (lib, os.environ.get("PYTHONPATH", "")) if p)
+    # the user's folders first ([project] env, then the target's own), orch's batching library last
+    run_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(env.get("PYTHONPATH", "")), os.environ.get("PYTHONPATH", ""), lib) if p)
     if experiment.get("checkpoints"):
         os.makedirs(experiment["checkpoints"], exist_ok=True)
     write_json(os.path.join(run_dir, "experiment.json"), experiment)

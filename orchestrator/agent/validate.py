@@ -22,6 +22,14 @@ MODES = (0o644, 0o755)  # what the controller's manifest records: executable or 
 RESERVED = (".orch-manifest.json",)  # written by revision_assemble beside the files
 MAX_ID = 1 << 62
 MAX_ARGS = 1 << 16
+ARG_CHARS = 4096  # one string on the wire: an argv word, a path, an env name
+ENV_VALUE_CHARS = 1 << 20
+# what Linux's execve takes: one argv or NAME=value string (MAX_ARG_STRLEN, with its NUL), and all of them
+# together, pointers included; the budget leaves half of the usual 2 MiB ARG_MAX to the target's own environment
+EXEC_STRING_BYTES = 32 * 4096
+EXEC_TOTAL_BYTES = 1 << 20
+# the variables the agent adds to every run's environment, with room for its paths (runs/<id>/, the agent)
+RUN_ENV_ALLOWANCE = 8192
 
 
 WIRE_HINT = ("the controller and agent disagree on the wire format: update orch on the controller "
@@ -44,7 +52,7 @@ def _num(value: Any, name: str) -> float:
     return float(value)
 
 
-def _str(value: Any, name: str, limit: int = 4096) -> str:
+def _str(value: Any, name: str, limit: int = ARG_CHARS) -> str:
     if not isinstance(value, str) or len(value) > limit or "\0" in value:
         raise fail(f"{name} must be a string without NUL of at most {limit} characters")
     try:
@@ -117,11 +125,41 @@ def trash_name(value: Any, name: str = "name") -> str:
         raise fail(f"{value!r:.80} is not a trash entry name", "see orch checkpoints list") from None
 
 
+def env_name(value: Any, name: str) -> str:
+    """An environment variable's name as execve takes it: not empty, no '=' (nor NUL)."""
+    _str(value, name)
+    if not value or "=" in value:
+        raise fail(f"{name} {value!r:.80} is not an environment variable name (empty, or with '=')")
+    return value
+
+
 def _env(value: Any, name: str) -> dict:
     for key, item in _dict(value, name).items():
-        _str(key, f"{name} name")
-        _str(item if type(item) is not int and type(item) is not float else str(item), f"{name}[{key}]", 1 << 20)
+        env_name(key, f"{name} name")
+        _str(item if type(item) is not int and type(item) is not float else str(item), f"{name}[{key}]",
+             ENV_VALUE_CHARS)
     return value
+
+
+def exec_size(argv: list, env: dict) -> tuple[int, str | None]:
+    """The bytes execve needs for ``argv`` and ``env`` (with RUN_ENV_ALLOWANCE for the agent's own variables),
+    and the first string that is over EXEC_STRING_BYTES on its own (``argv[2]``, ``env[NAME]``), if any."""
+    total, over = RUN_ENV_ALLOWANCE, None
+    for where, text in [*((f"argv[{i}]", a) for i, a in enumerate(argv)),
+                        *((f"env[{k}]", f"{k}={v}") for k, v in env.items())]:
+        size = len(str(text).encode("utf-8", "surrogateescape")) + 1
+        total += size + 8
+        if over is None and size > EXEC_STRING_BYTES:
+            over = where
+    return total, over
+
+
+def _exec_fits(argv: Any, env: Any, name: str) -> None:
+    total, over = exec_size(argv, env)
+    if over is not None:
+        raise fail(f"{name}.{over} is over {EXEC_STRING_BYTES} bytes: more than one string the kernel execs")
+    if total > EXEC_TOTAL_BYTES:
+        raise fail(f"{name}'s command and environment are {total} bytes; at most {EXEC_TOTAL_BYTES} can be exec'd")
 
 
 def rel_path(value: Any, name: str = "path") -> str:
@@ -232,6 +270,9 @@ def op_args(op: str, args: dict) -> None:
     for key, check in ARGS.get(op, {}).items():
         if key in args:
             check(args[key], f"{op}.{key}")
+    if op == "run_start" and isinstance(args.get("argv"), list) and isinstance(args.get("env"), dict):
+        secrets = args.get("secrets") if isinstance(args.get("secrets"), dict) else {}
+        _exec_fits(args["argv"], {**args["env"], **secrets}, op)
 
 
 def request(req: Any) -> dict:
@@ -247,6 +288,8 @@ def request(req: Any) -> dict:
             raise fail(f"ops[{i}] must be an object with an op name")
         if not isinstance(item.get("args", {}), dict):
             raise fail(f"ops[{i}].args must be an object")
+    for item in ops:  # every op's arguments before the first op runs: a start that cannot be stops nothing
+        op_args(item["op"], item.get("args", {}))
     _optional(_num)(req.get("lock"), "lock")
     _optional(_str)(req.get("what"), "what")
     _journal_spec(req.get("journal"))

@@ -57,13 +57,13 @@ def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")
     if as_json:
         render.print_json(data)
         return
-    import shlex
+    from ..command import display
 
     render.out(f"experiment {exp.id}: {exp.status}" + (f" (exit code {exp.exit_code})" if exp.exit_code is not None
                                                         else ""))
     for label, value in (("message", exp.message), ("target", exp.target), ("revision", exp.revision),
                          ("git", f"{exp.git_commit or '-'}{' (dirty)' if exp.git_dirty else ''}"),
-                         ("command", shlex.join(exp.command)), ("secrets", ", ".join(exp.secret_names)),
+                         ("command", display(exp.command)), ("secrets", ", ".join(exp.secret_names)),
                          ("parent", exp.parent),
                          ("created", render.when(exp.created)), ("started", render.when(exp.started)),
                          ("ended", render.when(exp.ended)), ("how", exp.end_reason),

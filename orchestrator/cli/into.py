@@ -61,7 +61,8 @@ def register(app: typer.Typer) -> None:
             _reconcile(settings, tgt, transport)
             with common.registry(settings) as reg:
                 folder = into.revision_folder(settings, tgt, reg, transport)
-            code = stream(transport, list(command), cwd=folder)
+            into.require_program(tgt, transport, folder, command[0])
+            code = stream(transport, list(command), cwd=folder, python=tgt.python)
         _exit(code)
 
     @app.command()

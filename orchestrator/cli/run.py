@@ -61,8 +61,9 @@ def _dry_run(launch, as_json: bool) -> None:
     if as_json:
         render.print_json({"playbook": launch.book.name, "target": launch.target.name,
                            "target_label": launch.target.label, "steps": lines,
-                           "revision": launch.inputs.revision, "command": launch.inputs.argv,
-                           "batching": launch.inputs.batching, "target_state": seen, "unreachable": unreachable,
+                           "revision": launch.inputs.revision, "command": launch.inputs.command,
+                           "argv": launch.inputs.argv, "batching": launch.inputs.batching, "target_state": seen,
+                           "unreachable": unreachable,
                            "left_out": [d.public() for d in launch.revision.left_out] if launch.revision else []})
         return
     render.out(f"plan for {launch.book.name} on {launch.target.label} (dry run: nothing is changed)")

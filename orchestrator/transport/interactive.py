@@ -72,12 +72,22 @@ def terminal(transport: Transport, argv: list[str] | None) -> int:
     return _join_terminal(chan, base)
 
 
-def stream(transport: Transport, argv: list[str], cwd: str | None = None) -> int:
+# the target's python becomes the program in ``cwd``: the folder and the argv only ever arrive as arguments
+IN_FOLDER = ("import os, sys\n"
+             "os.chdir(sys.argv[1])\n"
+             "try:\n"
+             "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+             "except OSError as exc:\n"
+             "    sys.stderr.write(f'orch: cannot run {sys.argv[2]}: {exc.strerror}\\n')\n"
+             "    sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)\n")
+
+
+def stream(transport: Transport, argv: list[str], cwd: str | None = None, python: str = "python3") -> int:
     """Run ``argv`` on the target with its output passed through as it arrives; its exit code."""
     if isinstance(transport, LocalTransport):
         return _local(argv, cwd=cwd)
-    if cwd is not None:  # a constant script; the folder and the command only ever arrive as arguments
-        argv = ["sh", "-c", 'cd -- "$1" || exit 127; shift; exec "$@"', "sh", cwd, *argv]
+    if cwd is not None:
+        argv = [python, "-c", IN_FOLDER, cwd, *argv]
     base, full = route(transport, argv)
     if isinstance(base, LocalTransport):
         return _local(full)

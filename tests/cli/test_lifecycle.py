@@ -34,7 +34,7 @@ def test_deploy_runs_to_finished_and_records_everything(project):
                 "checkpoints_action", "message"):
         assert key in show
     assert show["status"] == "finished" and show["exit_code"] == 0 and show["message"] == "baseline"
-    assert show["command"] == ["python3", "train.py"] and show["target"] == "local"
+    assert show["command"] == "python3 train.py" and show["target"] == "local"  # as written: a shell line
     assert show["batching"]["strategy"] == "megabatch" and show["batching"]["token_budget"] == 4096
     assert show["checkpoints_action"] == "kept" and show["parent"] is None
     # the target describes itself without the controller's database
