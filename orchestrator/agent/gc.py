@@ -8,8 +8,8 @@ Conservative by construction, and run under the target lock (no launch interleav
   names it, while it is younger than ``grace``, or while it holds files its manifest does not list (an older
   orch ran runs in it, and their outputs may be there; bytecode caches alone do not keep it);
 * every revision is audited (``revisions.audit``): a file changed in place (a root run wrote into a hard link
-  of it) is reported in ``changed``, and its blob leaves the store, so the next deploy sends it again rather
-  than trusting it;
+  of it) is reported in ``changed``, its blob leaves the store and a ``.changed-<id>`` marker is left beside
+  the revision: the next deploy of it sends the file again and rebuilds it, a restart of it is refused;
 * a blob (and its executable twin ``<sha>.x``) stays while a kept revision's manifest lists it, or while it is
   younger than ``grace`` (a push outside the lock may be about to assemble it); leftovers of cut pushes
   (``.part-*``, ``.ready-*``, ``.tmp-*``) go once older than ``grace``;
@@ -29,7 +29,7 @@ import stat
 import time
 
 from . import journal, revisions
-from .layout import Layout, read_json, remove_tree
+from .layout import Layout, read_json, remove_tree, write_json
 from .runs import _runs, run_state
 
 GRACE = 3600.0
@@ -135,6 +135,10 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
             if now - _newest(rev_dir) > grace:
                 items.append({"kind": "stale", "name": f"revisions/{name}", "path": rev_dir})
             continue
+        if name.startswith(revisions.CHANGED):  # a marker gc wrote; it goes with its revision
+            if not os.path.isdir(os.path.join(layout.revisions, name[len(revisions.CHANGED):])):
+                items.append({"kind": "stale", "name": f"revisions/{name}", "path": rev_dir})
+            continue
         files = revisions.listed_files(rev_dir)
         found = revisions.audit(rev_dir, files) if files is not None else None
         for bad in (found or {}).get("changed", []):
@@ -212,10 +216,17 @@ def gc(layout: Layout, project: str, keep: int = 5, keep_revisions: list | None 
     if only is not None:
         wanted = set(only)
         items = [i for i in result["items"] if f"{i['kind']}:{i['name']}" in wanted]
-        result = _sized([{"kind": i["kind"], "name": i["name"], "path": i["path"]} for i in items], result["kept"])
+        result = {**_sized([{k: i[k] for k in ("kind", "name", "path", "why") if k in i} for i in items],
+                           result["kept"]), "changed": result["changed"], "kept_blobs": result["kept_blobs"]}
     result["dry_run"] = dry_run
     if dry_run:
         return result
     for item in result["items"]:
         remove_tree(layout.root, item["path"])
+        if item["kind"] == "revision" and os.path.lexists(revisions.changed_marker(layout, item["name"])):
+            os.unlink(revisions.changed_marker(layout, item["name"]))
+    for rev in sorted({c["revision"] for c in result["changed"]}):
+        if os.path.isdir(layout.revision(rev)):  # its next deploy rebuilds it; a restart of it is refused
+            write_json(revisions.changed_marker(layout, rev),
+                       sorted(c["path"] for c in result["changed"] if c["revision"] == rev))
     return result

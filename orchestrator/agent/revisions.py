@@ -16,7 +16,7 @@ import stat
 import tempfile
 
 from . import blob_stream, durability
-from .layout import Layout, make_writable, read_json, write_atomic
+from .layout import Layout, make_writable, read_json, remove_tree, write_atomic
 from .protocol import AgentFailure, manifest_id
 from .validate import manifest
 
@@ -66,6 +66,7 @@ def _safe_rel(path: str) -> str:
 
 
 MANIFEST = ".orch-manifest.json"
+CHANGED = ".changed-"  # beside a revision: gc found it changed in place; the next deploy of it rebuilds it
 CACHES = ("__pycache__",)  # what an older orch let runs write into a revision: regenerable, safe to drop
 
 
@@ -89,8 +90,13 @@ def revision_assemble(layout: Layout, revision: str, files: list | None = None) 
     ``files`` the revision must already exist (a restart of an earlier revision).
     """
     final = layout.revision(revision)
-    if os.path.isdir(final):
+    changed = read_json(changed_marker(layout, revision))
+    if os.path.isdir(final) and changed is None:
         return {"revision": revision, "path": final, "created": False}
+    if changed is not None and files is None:
+        raise AgentFailure("safety", f"revision {revision} was changed in place on the target "
+                           f"({', '.join(map(str, changed)) or 'files'}, found by orch gc): not run again as it is",
+                           "deploy again from the same code: its files are sent again and the revision rebuilt")
     if files is None:
         raise AgentFailure("notfound", f"revision {revision} is not on the target",
                            "deploy again to push it")
@@ -102,6 +108,8 @@ def revision_assemble(layout: Layout, revision: str, files: list | None = None) 
         raise AgentFailure("agent", f"{len(missing)} blob(s) of revision {revision} are missing on the target",
                            "deploy again; the missing files are re-sent")
     layout.ensure()
+    if changed is not None and os.path.isdir(final):
+        _retire(layout, revision, final)
     tmp = tempfile.mkdtemp(dir=layout.revisions, prefix=f".tmp-{revision}-")
     try:
         for f in files:
@@ -127,7 +135,32 @@ def revision_assemble(layout: Layout, revision: str, files: list | None = None) 
     except BaseException:
         _discard(tmp)
         raise
+    _unlink(changed_marker(layout, revision))
     return {"revision": revision, "path": final, "created": True}
+
+
+def changed_marker(layout: Layout, revision: str) -> str:
+    """``revisions/.changed-<id>``: gc found a file of that revision changed in place (a JSON list of paths)."""
+    return os.path.join(layout.revisions, CHANGED + revision)
+
+
+def _retire(layout: Layout, revision: str, final: str) -> None:
+    """Take a changed revision out of the way of its rebuild; runs work in their own folders, so none needs it.
+    One still holding what a run of an older orch wrote there is left for the user, and the deploy refused."""
+    files = listed_files(final)
+    found = audit(final, files) if files is not None else None
+    if found is None or found["foreign"]:
+        raise AgentFailure("safety", f"revision {revision} was changed in place and also holds files a run wrote "
+                           f"there; it is not rebuilt over them", f"move what you need out of {final}, then remove "
+                           "it and deploy again")
+    remove_tree(layout.root, final)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def listed_files(rev_dir: str) -> list[dict] | None:

@@ -46,7 +46,8 @@ def _show_kept(res: dict) -> None:
             render.out(line)
     for c in res.get("changed", []):
         render.out(f"changed: revision {c['revision']}: {c['path']}: {c['why']} since it was pushed (a run wrote "
-                   "into it); its blob leaves the store and the next deploy sends the file again")
+                   "into it); gc stops trusting it: the next deploy of this code sends the file again and rebuilds "
+                   "the revision, and restarting it as it is is refused")
 
 
 def register(app: typer.Typer) -> None:

@@ -137,9 +137,20 @@ def test_gc_reports_a_revision_file_changed_in_place_and_stops_trusting_its_blob
     gc(layout, "p", keep=1, dry_run=False)
     assert not os.path.exists(layout.blob(sha))  # the next deploy sends model.py again, never links this one
     assert os.path.isdir(layout.revision(rev)) and (work / "model.py").exists()  # the run keeps what it wrote
-    untouched = plan(layout, "p", keep=1)
-    assert untouched["changed"][0]["path"] == "model.py"
-    assert all(c["path"] == "model.py" for c in untouched["changed"])
+    assert [c["path"] for c in plan(layout, "p", keep=1)["changed"]] == ["model.py"]  # still said, never trusted
+
+    with pytest.raises(AgentFailure, match="changed in place") as refused:  # a restart of it: refused
+        revisions.revision_assemble(layout, rev)
+    assert refused.value.kind == "safety" and "model.py" in refused.value.message
+    with pytest.raises(AgentFailure, match="missing on the target"):  # a deploy of it first sends model.py again
+        revisions.revision_assemble(layout, rev, files)
+    Path(layout.blob(sha)).write_bytes(TREE["model.py"][0])
+    os.chmod(layout.blob(sha), 0o444)
+    assert revisions.revision_assemble(layout, rev, files)["created"] is True
+    rebuilt = Path(layout.revision(rev)) / "model.py"
+    assert rebuilt.read_bytes() == TREE["model.py"][0] and rebuilt.stat().st_ino == os.stat(layout.blob(sha)).st_ino
+    assert not os.path.exists(revisions.changed_marker(layout, rev)) and plan(layout, "p", keep=1)["changed"] == []
+    assert (work / "model.py").read_bytes() == b"class GPT: changed = True\n"  # the run's own copy stays its own
 
 
 def test_an_untouched_revision_audits_clean_however_old(tmp_path: Path):
