@@ -172,3 +172,67 @@ def test_removal_never_reaches_outside_the_root(tmp_path: Path):
         with pytest.raises(AgentFailure):
             remove_tree(str(root), path)
     assert (outside / "f").read_text() == "keep"
+
+
+AS_USER = """\
+import json, os, sys, time
+sys.path.insert(0, sys.argv[2])
+from pathlib import Path
+from orchestrator.agent import revisions, workdir
+from orchestrator.agent.gc import gc
+from orchestrator.agent.layout import Layout
+from orchestrator.agent.protocol import manifest_id
+import hashlib
+layout = Layout(sys.argv[1])
+layout.ensure()
+files = []
+for path, data in {"train.py": b"t\\n", "config/a.py": b"a\\n"}.items():
+    sha = hashlib.sha256(data).hexdigest()
+    Path(layout.blob(sha)).write_bytes(data)
+    os.chmod(layout.blob(sha), 0o444)
+    files.append({"path": path, "sha256": sha, "mode": 0o644, "size": len(data)})
+rev = manifest_id(files)
+revisions.revision_assemble(layout, rev, files)
+run = Path(layout.runs, "abcdef012345-1")
+run.mkdir()
+(run / "experiment.json").write_text(json.dumps({"project": "p", "revision": rev}))
+(run / "exit.json").write_text(json.dumps({"exit_code": 0, "ended": 1}))
+work = Path(workdir.build(layout, str(run), rev))
+refused = []
+for what, act in (("add", lambda: Path(layout.revision(rev), "config", "n.txt").write_text("x")),
+                  ("write", lambda: open(work / "config" / "a.py", "w"))):
+    try:
+        act()
+    except PermissionError:
+        refused.append(what)
+(work / "out").mkdir()
+(work / "out" / "ckpt.pt").write_text("1")
+old = time.time() - 7200
+for p in [Path(sys.argv[1]), *Path(sys.argv[1]).rglob("*")]:
+    os.utime(p, (old, old), follow_symlinks=False)
+gc(layout, "p", keep=0, dry_run=False)
+print(json.dumps({"refused": refused, "left": sorted(os.listdir(layout.revisions) + os.listdir(layout.runs)
+                                                    + os.listdir(layout.blobs))}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
+                    reason="needs root, to run the agent's code as another user (nobody)")
+def test_as_a_user_that_is_not_root_the_revision_refuses_writes_and_gc_still_frees_it():
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    repo = Path(__file__).resolve().parents[2]
+    folder = tempfile.mkdtemp(prefix="orch-nobody-", dir="/tmp")
+    try:
+        shutil.chown(folder, "nobody")
+        res = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
+                              "-B", "-c", AS_USER, os.path.join(folder, "root"), str(repo)],
+                             capture_output=True, text=True, timeout=60, cwd="/")
+        assert res.returncode == 0, res.stderr
+        found = json.loads(res.stdout)
+        assert found == {"refused": ["add", "write"], "left": []}  # sealed folders removed without root's rights
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
