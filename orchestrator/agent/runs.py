@@ -3,9 +3,9 @@
 Every run lives in ``runs/<id>/``: ``experiment.json`` (the record), ``launch.json`` (argv, cwd,
 env, the names of its secrets: their values pass through a pipe, see ``handover.py``), ``train.log``
 (all output), ``pid.json`` and ``exit.json`` (written by the supervisor, because tmux 3.3a loses dead
-panes' exit statuses), ``work/`` (its working folder: the revision's files and what the run writes beside
-them, see ``workdir.py``) and ``pycache/`` (its bytecode). The tmux pane runs the supervisor, never a shell
-string. Every attempt of a run, and its resume after a reboot, starts in the same work folder.
+panes' exit statuses) and ``work/`` (its working folder: the revision's files and what the run writes beside
+them, its modules' ``__pycache__/`` included; see ``workdir.py``). The tmux pane runs the supervisor, never a
+shell string. Every attempt of a run, and its resume after a reboot, starts in the same work folder.
 """
 
 from __future__ import annotations
@@ -190,7 +190,6 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     batching_file = os.path.join(run_dir, "batching.json")
     write_json(batching_file, batching)
     run_env = {k: str(v) for k, v in env.items()}
-    run_env.setdefault("PYTHONPYCACHEPREFIX", os.path.join(run_dir, workdir.PYCACHE))
     run_env.update(ORCH_EXPERIMENT_ID=str(exp_id), ORCH_RUN_DIR=run_dir, ORCH_WORK_DIR=work,
                    ORCH_CHECKPOINT_DIR=str(experiment.get("checkpoints", "")),
                    ORCH_BATCHING_FILE=batching_file, ORCH_REVISION=revision, PYTHONUNBUFFERED="1")

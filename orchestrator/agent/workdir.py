@@ -1,7 +1,9 @@
 """A run's working folder: ``runs/<key>/work/``, the revision's files as hard links, everything else the run's.
 
 The revision stays read-only and gets no new file; the run's command starts in its work folder, so what it
-writes beside its code (``out/``, ``wandb/``, ``__pycache__/``) lands in its run folder and goes with it.
+writes beside its code (``out/``, ``wandb/``, the ``__pycache__/`` of its own modules) lands in its run folder
+and goes with it. No ``PYTHONPYCACHEPREFIX`` is set: a prefix of the run's own would make every run compile
+every module it imports again (stdlib, numpy, torch), for seconds; installed packages keep their caches.
 Building it costs one link per file, no copy of any content, however large the tree. Folders are the run's
 (0755); files keep the revision's read-only modes. A hard link shares the blob's inode: a run that can write
 to a read-only file anyway (root) and writes into one changes the blob, which ``gc`` detects and reports
@@ -20,7 +22,6 @@ from .protocol import AgentFailure
 from .revisions import MANIFEST, listed_files
 
 WORK = "work"
-PYCACHE = "pycache"  # PYTHONPYCACHEPREFIX of the run: bytecode of every module it imports, agent's included
 
 
 def work_dir(run_dir: str) -> str:
