@@ -111,7 +111,8 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
             continue
         kept_runs.append((exp_id, run_dir, info, state))
         if info["project"] == project:
-            why = state if state in ("running", "launching") else f"one of the last {keep} experiments"
+            why = state if state in ("running", "launching") else \
+                f"one of the last {keep} experiments" if keep > 1 else "the latest experiment"
             kept.append({"kind": "run", "name": str(exp_id), "why": why})
     protected = [os.path.realpath(str(p)) for p in
                  [i["checkpoints"] for _e, _d, i in runs] + list(checkpoints or []) if p]

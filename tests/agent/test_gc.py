@@ -66,7 +66,7 @@ def test_plan_keeps_other_projects_outputs_and_unknown_revisions(tmp_path: Path)
     kept = {i["name"]: i["why"] for i in res["kept"]}
     assert "manifest does not list (model.pt)" in kept["4" * 16] and "then run orch gc again" in kept["4" * 16]
     assert kept["3" * 16] == "used by experiment 3 of project q (finished)"
-    assert kept["2" * 16] == "used by experiment 2 (finished)" and kept["2"] == "one of the last 1 experiments"
+    assert kept["2" * 16] == "used by experiment 2 (finished)" and kept["2"] == "the latest experiment"
     extra = sum(f.stat().st_size for f in [root / "revisions" / ("1" * 16) / ".orch-manifest.json",
                                            *(root / "runs" / "1").iterdir()])
     assert res["freed"] == len(a) + len(e) + extra  # the revision's x.py is a link to blob a: counted once

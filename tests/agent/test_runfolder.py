@@ -114,7 +114,7 @@ def test_gc_says_which_experiment_keeps_a_revision_and_frees_it_once_none_does(t
     _age(root)
     kept = {(k["kind"], k["name"]): k["why"] for k in plan(layout, "p", keep=1)["kept"]}
     assert kept[("revision", rev)] == "used by experiment 14 (finished)"
-    assert kept[("run", "14")] == "one of the last 1 experiments"
+    assert kept[("run", "14")] == "the latest experiment"
     res = gc(layout, "p", keep=0, dry_run=False)
     assert {(i["kind"], i["name"]) for i in res["items"]} >= {("run", "14"), ("revision", rev)}
     assert not os.listdir(layout.revisions) and not os.listdir(layout.blobs) and not os.listdir(layout.runs)
