@@ -94,3 +94,36 @@ def test_a_run_writes_in_its_own_folder_and_a_restart_attempt_finds_it(project, 
     assert {("revision", exp["revision"]), ("run", str(exp["id"]))} <= removed
     assert not rev_dir.exists() and not run_dir.exists()
     assert not [p for p in (project.root / "blobs").iterdir()]
+
+
+def test_a_revision_file_changed_in_place_is_reported_and_rebuilt_by_the_next_deploy(project):
+    _write(project)
+    sources = ["--set", "project.sources=['train.py','model.py','config','data']"]
+    res = project.cli("deploy", "--json", *sources, "--set", "run.restarts=1", "--set", "run.backoff=[0.2]")
+    assert res.exit_code == 0, res.output
+    exp = json.loads(res.stdout)["experiment"]
+    wait_status(project, exp["id"], ("finished",))
+    work, rev_dir = project.run_dir(exp["id"]) / "work", project.root / "revisions" / exp["revision"]
+    _age(project.root / "blobs", project.root / "revisions")
+    (work / "model.py").chmod(0o644)  # a run as root: permission bits do not stop it writing into its link
+    (work / "model.py").write_text("class GPT:\n    name = 'changed by the run'\n")
+
+    plan = project.cli("gc", "--keep", "1", "--dry-run")
+    assert plan.exit_code == 0, plan.output
+    assert f"changed: revision {exp['revision']}: model.py: content changed since it was pushed" in plan.stdout
+    assert project.cli("gc", "--keep", "1", "--yes").exit_code == 0
+
+    refused = project.cli("restart")
+    assert refused.exit_code == 6, refused.output
+    assert f"error: revision {exp['revision']} was changed in place on the target (model.py" in refused.output
+    assert "hint: deploy again from the same code" in refused.output
+    res = project.cli("deploy", "--json", *sources)
+    assert res.exit_code == 0, res.output
+    again = json.loads(res.stdout)["experiment"]
+    assert again["revision"] == exp["revision"]
+    wait_status(project, again["id"], ("crashed", "finished"))
+    assert_pristine(rev_dir)
+    assert (rev_dir / "model.py").read_text() == SOURCES["model.py"]
+    assert "changed by the run" in (work / "model.py").read_text()  # the first run keeps what it wrote
+    clean = project.cli("gc", "--keep", "2", "--dry-run")
+    assert clean.exit_code == 0 and "changed:" not in clean.stdout
