@@ -86,16 +86,18 @@ def _discard(tmp: str) -> None:
 def revision_assemble(layout: Layout, revision: str, files: list | None = None) -> dict:
     """Build ``revisions/<id>`` from blobs in a temp folder, then rename it into place.
 
-    A revision that exists is never touched again (a running experiment keeps its code). Without
-    ``files`` the revision must already exist (a restart of an earlier revision).
+    A revision that exists is never touched again (a running experiment keeps its code), unless gc found
+    it changed in place: a deploy then rebuilds it, a restart is refused. Without ``files`` the revision
+    must already exist (a restart of an earlier revision).
     """
     final = layout.revision(revision)
     changed = read_json(changed_marker(layout, revision))
+    changed = None if changed is None else [str(p) for p in changed] if isinstance(changed, list) else []
     if os.path.isdir(final) and changed is None:
         return {"revision": revision, "path": final, "created": False}
-    if changed is not None and files is None:
+    if os.path.isdir(final) and files is None:
         raise AgentFailure("safety", f"revision {revision} was changed in place on the target "
-                           f"({', '.join(map(str, changed)) or 'files'}, found by orch gc): not run again as it is",
+                           f"({', '.join(changed) or 'files'}, found by orch gc): not run again as it is",
                            "deploy again from the same code: its files are sent again and the revision rebuilt")
     if files is None:
         raise AgentFailure("notfound", f"revision {revision} is not on the target",
