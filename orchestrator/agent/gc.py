@@ -130,6 +130,7 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
             items.append({"kind": "run", "name": str(exp_id), "path": run_dir})
     needed: set = set()
     blobs_safe = True
+    untrusted: dict = {}  # blob name -> the inodes found changed: no longer what the name says
     for name in sorted(_listdir(layout.revisions)):
         rev_dir = os.path.join(layout.revisions, name)
         if name.startswith(STALE_PREFIXES):
@@ -146,6 +147,7 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
             entry = next(f for f in files if f["path"] == bad["path"])
             blob = str(entry.get("sha256")) + (".x" if int(entry.get("mode", 0)) & 0o111 else "")
             changed.append({"revision": name, "path": bad["path"], "why": bad["why"], "blob": blob})
+            untrusted.setdefault(blob, set()).add(_inode(os.path.join(rev_dir, bad["path"])))
         why = (_used_why(users.get(name, []), name in by_registry, keep)
                or ("younger than the grace period" if now - _newest(rev_dir) <= grace else None)
                or ("no readable manifest" if files is None else None)
@@ -161,7 +163,6 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
             blobs_safe = False  # a kept revision whose blobs we cannot tell: keep every blob
         else:
             needed |= {str(f.get("sha256")) for f in files}
-    untrusted = {c["blob"] for c in changed}  # no longer what its name says: the next deploy sends it again
     kept_blobs = 0
     for name in sorted(_listdir(layout.blobs)):
         path = os.path.join(layout.blobs, name)
@@ -174,13 +175,21 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
                 items.append({"kind": "stale", "name": f"blobs/{name}", "path": path})
             continue
         sha = name[:-2] if name.endswith(".x") else name
-        if name in untrusted:
+        if _inode(path) in untrusted.get(name, ()):  # the next deploy sends it again (a fresh one is kept)
             items.append({"kind": "blob", "name": name, "path": path, "why": "changed in place"})
         elif len(sha) == 64 and (sha in needed or not blobs_safe or age <= grace):
             kept_blobs += 1
         elif len(sha) == 64:
             items.append({"kind": "blob", "name": name, "path": path})
     return {**_sized(items, kept), "changed": changed, "kept_blobs": kept_blobs}
+
+
+def _inode(path: str) -> tuple | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _listdir(path: str) -> list[str]:

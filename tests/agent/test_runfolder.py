@@ -138,6 +138,11 @@ def test_gc_reports_a_revision_file_changed_in_place_and_stops_trusting_its_blob
     assert not os.path.exists(layout.blob(sha))  # the next deploy sends model.py again, never links this one
     assert os.path.isdir(layout.revision(rev)) and (work / "model.py").exists()  # the run keeps what it wrote
     assert [c["path"] for c in plan(layout, "p", keep=1)["changed"]] == ["model.py"]  # still said, never trusted
+    Path(layout.blob(sha)).write_bytes(TREE["model.py"][0])  # sent again (for another revision, say)
+    os.chmod(layout.blob(sha), 0o444)
+    os.utime(layout.blob(sha), (OLD, OLD))
+    assert not [i for i in plan(layout, "p", keep=1)["items"] if i["kind"] == "blob"]  # the fresh blob is trusted
+    os.unlink(layout.blob(sha))
 
     with pytest.raises(AgentFailure, match="changed in place") as refused:  # a restart of it: refused
         revisions.revision_assemble(layout, rev)
