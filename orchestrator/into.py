@@ -1,8 +1,9 @@
-"""Into the run: attach to its tmux pane, run a command in its revision folder, a shell, a forwarded port.
+"""Into the run: attach to its tmux pane, run a command in its work folder, a shell, a forwarded port.
 
-Where things are comes from the layout the agent uses (``agent/layout.py``, ``agent/runs.py``): the
-run's tmux session ``orch-<project>`` lives on orch's private socket for the target's root, and a
-revision is unpacked in ``<root>/revisions/<rev>``. The terminal and port plumbing is in
+Where things are comes from the layout the agent uses (``agent/layout.py``, ``agent/runs.py``,
+``agent/workdir.py``): the run's tmux session ``orch-<project>`` lives on orch's private socket for the
+target's root, a revision is unpacked in ``<root>/revisions/<rev>``, and a run works in
+``<root>/runs/<key>/work`` (runs of an older orch worked in their revision folder). The terminal and port plumbing is in
 ``transport/interactive.py``.
 """
 
@@ -56,17 +57,21 @@ def require_alive(settings: Settings, target: Target, transport: Transport) -> N
                             hint="`orch status` says how the last one ended; `orch deploy` starts one")
 
 
-def revision_folder(settings: Settings, target: Target, registry: Registry, transport: Transport) -> str:
-    """``<root>/revisions/<rev>`` of the latest experiment on this target; it must still be there."""
+def run_folder(settings: Settings, target: Target, registry: Registry, transport: Transport) -> str:
+    """Where the latest experiment on this target works: its run's ``work`` folder, else (a run of an older
+    orch) its revision folder; one of them must still be there."""
     exp = registry.latest(target.machine, target.name)
     if exp is None or not exp.revision:
-        raise NotFoundError(f"no experiment on {target.label}, so no revision folder to run in",
+        raise NotFoundError(f"no experiment on {target.label}, so no run folder to run in",
                             hint="`orch deploy` pushes one (or `orch use` picks the target you deployed to)")
-    folder = posixpath.join(target.root, "revisions", exp.revision)
-    if not transport.run(["test", "-d", folder]).ok:
-        raise NotFoundError(f"revision {exp.revision} of experiment {exp.id} is no longer on {target.label}",
-                            hint="`orch deploy` pushes it again")
-    return folder
+    key = f"{reg}-{exp.id}" if (reg := registry.run_registry(exp.id)) else str(exp.id)
+    work = posixpath.join(target.root, "runs", key, "work")
+    revision = posixpath.join(target.root, "revisions", exp.revision)
+    for folder in (work, revision):
+        if transport.run(["test", "-d", folder]).ok:
+            return folder
+    raise NotFoundError(f"experiment {exp.id}'s work folder and revision {exp.revision} are no longer on "
+                        f"{target.label}", hint="`orch deploy` pushes the code again (orch gc removed them)")
 
 
 # run by the target's python with the folder and the program as arguments: no shell reads either

@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 
+from .layout import make_writable
 from .protocol import AgentFailure
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -79,6 +80,7 @@ def _remove_if_old(path: str, now: float) -> bool:
         if now - st.st_mtime < STALE_AFTER:
             return False
         if os.path.isdir(path) and not os.path.islink(path):
+            make_writable(path)  # a revision cut between its sealing and its rename is read-only
             shutil.rmtree(path)
         else:
             os.unlink(path)

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import time
 
-from .layout import Layout, fsync_dir
+from .layout import Layout, fsync_dir, remove_tree
 
 _LIBC: list = []
 SETTLE_AFTER = 60.0  # seconds after which a same-boot journal is settled by whoever finds it
@@ -142,7 +141,10 @@ def _drop_revisions(layout: Layout, suspect: set[str]) -> None:
         except (OSError, ValueError):
             continue
         if any(f.get("sha256") in suspect for f in files if isinstance(f, dict)):
-            shutil.rmtree(os.path.join(layout.revisions, name), ignore_errors=True)
+            try:
+                remove_tree(layout.root, os.path.join(layout.revisions, name))  # sealed: read-only folders
+            except OSError:
+                continue
 
 
 def _unlink(path: str) -> bool:

@@ -5,8 +5,11 @@ Conservative by construction, and run under the target lock (no launch interleav
 * a run folder goes only if it is ``project``'s, not alive, and not among the project's last ``keep`` runs;
   other projects' runs are never removed;
 * a revision stays while a kept run (of ANY project) or ``keep_revisions`` (the controller's registry)
-  names it, while it is younger than ``grace``, or while it holds files its manifest does not list
-  (a run may have written checkpoints into its working folder);
+  names it, while it is younger than ``grace``, or while it holds files its manifest does not list (an older
+  orch ran runs in it, and their outputs may be there; bytecode caches alone do not keep it);
+* every revision is audited (``revisions.audit``): a file changed in place (a root run wrote into a hard link
+  of it) is reported in ``changed``, its blob leaves the store and a ``.changed-<id>`` marker is left beside
+  the revision: the next deploy of it sends the file again and rebuilds it, a restart of it is refused;
 * a blob (and its executable twin ``<sha>.x``) stays while a kept revision's manifest lists it, or while it is
   younger than ``grace`` (a push outside the lock may be about to assemble it); leftovers of cut pushes
   (``.part-*``, ``.ready-*``, ``.tmp-*``) go once older than ``grace``;
@@ -15,23 +18,22 @@ Conservative by construction, and run under the target lock (no launch interleav
 ``freed`` counts each inode once, and only when every link to it goes: revision files are hard links to blobs.
 
     gc(layout, project="tinylm", keep=5, dry_run=True)
-    -> {"items": [{"kind": "revision", "name": "0123…", "bytes": 4096, ...}], "freed": 123456, ...}
+    -> {"items": [{"kind": "revision", "name": "0123…", "bytes": 4096, ...}], "freed": 123456,
+        "kept": [{"kind": "revision", "name": "4567…", "why": "used by experiment 14 (running)"}], ...}
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import time
 
-from . import journal
-from .layout import Layout, read_json
+from . import journal, revisions
+from .layout import Layout, read_json, remove_tree, write_json
 from .runs import _runs, run_state
 
 GRACE = 3600.0
 STALE_PREFIXES = (".part-", ".ready-", ".tmp-")
-MANIFEST = ".orch-manifest.json"
 
 
 def _walk(path: str):
@@ -58,36 +60,40 @@ def _newest(path: str) -> float:
 def _run_info(run_dir: str) -> dict:
     exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
     launch = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
-    revision = exp.get("revision") or (os.path.basename(str(launch.get("cwd") or "")) or None)
+    revision = exp.get("revision") or launch.get("revision")
+    cwd = str(launch.get("cwd") or "")
+    if not revision and os.path.basename(os.path.dirname(cwd)) == "revisions":  # an older orch ran in it
+        revision = os.path.basename(cwd)
     project = exp.get("project")
     if project is None and journal.only_journal(run_dir):  # a launch that never started: its journal names it
         project = next((e.get("project") for e in journal.read(run_dir) if e["event"] == "begin"), None)
     return {"project": project, "revision": revision, "checkpoints": exp.get("checkpoints")}
 
 
-def _manifest_paths(rev_dir: str) -> tuple[set | None, set]:
-    """The blob hashes a revision's manifest lists, and its relative file paths (None: no readable manifest)."""
-    data = read_json(os.path.join(rev_dir, MANIFEST))
-    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
-        return None, set()
-    files = [f for f in data["files"] if isinstance(f, dict)]
-    return {str(f.get("sha256")) for f in files}, {str(f.get("path")) for f in files}
-
-
-def _foreign_files(rev_dir: str, listed: set) -> int:
-    """Files under a revision folder that its manifest does not list (outputs a run wrote there)."""
-    count = 0
-    for base, _dirs, files in os.walk(rev_dir):
-        for name in files:
-            rel = os.path.relpath(os.path.join(base, name), rev_dir)
-            if rel != MANIFEST and rel not in listed:
-                count += 1
-    return count
-
-
 def _holds(path: str, protected: list[str]) -> bool:
     real = os.path.realpath(path)
     return any(p == real or p.startswith(real + os.sep) for p in protected)
+
+
+def _user(exp_id: int, state: str, project: str | None, mine: str) -> str:
+    return f"{exp_id}{'' if project == mine else f' of project {project}'} ({state})"
+
+
+def _used_why(users: list[str], by_registry: bool, keep: int) -> str | None:
+    if users:
+        return f"used by experiment{'s' if len(users) > 1 else ''} {', '.join(users)}"
+    if by_registry:
+        return f"used by one of this project's last {keep} experiments in the registry"
+    return None
+
+
+def _foreign_why(found: dict, rev_dir: str) -> str | None:
+    """Files an older orch let a run write into the revision (its outputs): never removed, said with a remedy."""
+    if not found["foreign"]:
+        return None
+    shown = ", ".join(found["foreign"][:3]) + (", …" if len(found["foreign"]) > 3 else "")
+    return (f"holds {len(found['foreign'])} file(s) its manifest does not list ({shown}), written there by a run "
+            f"of an older orch; move what you need out of {rev_dir}, then run orch gc again")
 
 
 def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | None = None,
@@ -97,51 +103,67 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
     runs = [(exp_id, d, _run_info(d)) for _when, exp_id, d in _runs(layout)]
     mine = [r for r in runs if r[2]["project"] == project]
     recent = {d for _e, d, _i in mine[-keep:]} if keep > 0 else set()  # by folder: numbers repeat across clones
-    doomed_runs, kept_runs = [], []
+    doomed_runs, kept_runs, kept = [], [], []
     for exp_id, run_dir, info in runs:
-        if info["project"] == project and run_dir not in recent \
-                and run_state(run_dir)["state"] not in ("running", "launching"):
+        state = run_state(run_dir)["state"]
+        if info["project"] == project and run_dir not in recent and state not in ("running", "launching"):
             doomed_runs.append((exp_id, run_dir, info))
-        else:
-            kept_runs.append((exp_id, run_dir, info))
+            continue
+        kept_runs.append((exp_id, run_dir, info, state))
+        if info["project"] == project:
+            why = state if state in ("running", "launching") else \
+                f"one of the last {keep} experiments" if keep > 1 else "the latest experiment"
+            kept.append({"kind": "run", "name": str(exp_id), "why": why})
     protected = [os.path.realpath(str(p)) for p in
                  [i["checkpoints"] for _e, _d, i in runs] + list(checkpoints or []) if p]
     protected += [p + ".trash" for p in protected]
-    used = {i["revision"] for _e, _d, i in kept_runs if i["revision"]} | set(keep_revisions or [])
-    items, kept = [], []
+    users: dict = {}
+    for exp_id, _d, info, state in kept_runs:
+        if info["revision"]:
+            users.setdefault(info["revision"], []).append(_user(exp_id, state, info["project"], project))
+    by_registry = set(keep_revisions or [])
+    items, changed = [], []
     for exp_id, run_dir, _info in doomed_runs:
         if _holds(run_dir, protected):
-            kept.append({"kind": "run", "name": str(exp_id), "why": "holds a checkpoint folder"})
+            kept.insert(0, {"kind": "run", "name": str(exp_id), "why": "holds a checkpoint folder"})
         else:
             items.append({"kind": "run", "name": str(exp_id), "path": run_dir})
     needed: set = set()
     blobs_safe = True
+    untrusted: dict = {}  # blob name -> the inodes found changed: no longer what the name says
     for name in sorted(_listdir(layout.revisions)):
         rev_dir = os.path.join(layout.revisions, name)
         if name.startswith(STALE_PREFIXES):
             if now - _newest(rev_dir) > grace:
                 items.append({"kind": "stale", "name": f"revisions/{name}", "path": rev_dir})
             continue
-        hashes, listed = _manifest_paths(rev_dir)
-        why = None
-        if name in used:
-            why = "used by a kept run"
-        elif now - _newest(rev_dir) <= grace:
-            why = "younger than the grace period"
-        elif hashes is None:
-            why = "no readable manifest"
-        elif _foreign_files(rev_dir, listed):
-            why = "holds files its manifest does not list (a run's outputs?)"
-        elif _holds(rev_dir, protected):
-            why = "holds a checkpoint folder"
+        if name.startswith(revisions.CHANGED):  # a marker gc wrote; it goes with its revision
+            if not os.path.isdir(os.path.join(layout.revisions, name[len(revisions.CHANGED):])):
+                items.append({"kind": "stale", "name": f"revisions/{name}", "path": rev_dir})
+            continue
+        files = revisions.listed_files(rev_dir)
+        found = revisions.audit(rev_dir, files) if files is not None else None
+        for bad in (found or {}).get("changed", []):
+            entry = next(f for f in files if f["path"] == bad["path"])
+            blob = str(entry.get("sha256")) + (".x" if int(entry.get("mode", 0)) & 0o111 else "")
+            changed.append({"revision": name, "path": bad["path"], "why": bad["why"], "blob": blob})
+            untrusted.setdefault(blob, set()).add(_inode(os.path.join(rev_dir, bad["path"])))
+        why = (_used_why(users.get(name, []), name in by_registry, keep)
+               or ("younger than the grace period" if now - _newest(rev_dir) <= grace else None)
+               or ("no readable manifest" if files is None else None)
+               or _foreign_why(found, rev_dir)
+               or ("holds a checkpoint folder" if _holds(rev_dir, protected) else None))
         if why is None:
             items.append({"kind": "revision", "name": name, "path": rev_dir})
             continue
-        kept.append({"kind": "revision", "name": name, "why": why})
-        if hashes is None:
+        kept.append({"kind": "revision", "name": name, "why": why,
+                     **({"changed": [c for c in changed if c["revision"] == name]} if found and found["changed"]
+                        else {})})
+        if files is None:
             blobs_safe = False  # a kept revision whose blobs we cannot tell: keep every blob
         else:
-            needed |= hashes
+            needed |= {str(f.get("sha256")) for f in files}
+    kept_blobs = 0
     for name in sorted(_listdir(layout.blobs)):
         path = os.path.join(layout.blobs, name)
         try:
@@ -153,10 +175,21 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
                 items.append({"kind": "stale", "name": f"blobs/{name}", "path": path})
             continue
         sha = name[:-2] if name.endswith(".x") else name
-        if len(sha) != 64 or sha in needed or not blobs_safe or age <= grace:
-            continue
-        items.append({"kind": "blob", "name": name, "path": path})
-    return _sized(items, kept)
+        if _inode(path) in untrusted.get(name, ()):  # the next deploy sends it again (a fresh one is kept)
+            items.append({"kind": "blob", "name": name, "path": path, "why": "changed in place"})
+        elif len(sha) == 64 and (sha in needed or not blobs_safe or age <= grace):
+            kept_blobs += 1
+        elif len(sha) == 64:
+            items.append({"kind": "blob", "name": name, "path": path})
+    return {**_sized(items, kept), "changed": changed, "kept_blobs": kept_blobs}
+
+
+def _inode(path: str) -> tuple | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _listdir(path: str) -> list[str]:
@@ -193,27 +226,17 @@ def gc(layout: Layout, project: str, keep: int = 5, keep_revisions: list | None 
     if only is not None:
         wanted = set(only)
         items = [i for i in result["items"] if f"{i['kind']}:{i['name']}" in wanted]
-        result = _sized([{"kind": i["kind"], "name": i["name"], "path": i["path"]} for i in items], result["kept"])
+        result = {**_sized([{k: i[k] for k in ("kind", "name", "path", "why") if k in i} for i in items],
+                           result["kept"]), "changed": result["changed"], "kept_blobs": result["kept_blobs"]}
     result["dry_run"] = dry_run
     if dry_run:
         return result
     for item in result["items"]:
-        path = item["path"]
-        if os.path.isdir(path) and not os.path.islink(path):
-            _make_writable(path)
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            os.unlink(path)
+        remove_tree(layout.root, item["path"])
+        if item["kind"] == "revision" and os.path.lexists(revisions.changed_marker(layout, item["name"])):
+            os.unlink(revisions.changed_marker(layout, item["name"]))
+    for rev in sorted({c["revision"] for c in result["changed"]}):
+        if os.path.isdir(layout.revision(rev)):  # its next deploy rebuilds it; a restart of it is refused
+            write_json(revisions.changed_marker(layout, rev),
+                       sorted(c["path"] for c in result["changed"] if c["revision"] == rev))
     return result
-
-
-def _make_writable(top: str) -> None:
-    """Revision folders may hold read-only subfolders; their entries must be removable."""
-    for base, dirs, _files in os.walk(top):
-        for d in [base] + [os.path.join(base, n) for n in dirs]:
-            try:
-                st = os.lstat(d)
-                if not os.path.islink(d) and not st.st_mode & 0o200:
-                    os.chmod(d, st.st_mode | 0o700)
-            except OSError:
-                continue

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import tempfile
 
 
@@ -88,3 +90,31 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_writable(top: str) -> None:
+    """Give the folders under ``top`` (a sealed, read-only revision) back their write bit, so their entries can be
+    removed; symlinks are never followed."""
+    for base, dirs, _files in os.walk(top):
+        for d in [base] + [os.path.join(base, n) for n in dirs]:
+            try:
+                st = os.lstat(d)
+                if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o700 != 0o700:
+                    os.chmod(d, st.st_mode | 0o700)
+            except OSError:
+                continue
+
+
+def remove_tree(root: str, path: str) -> None:
+    """Remove ``path`` (a folder or file) under orch's ``root``, read-only folders included; anything that is not
+    strictly inside ``root`` is refused, so a bad path can never reach outside orch's own area."""
+    from .protocol import AgentFailure
+
+    real_root, real = os.path.realpath(root), os.path.realpath(os.path.dirname(path))
+    if not (real == real_root or real.startswith(real_root + os.sep)) or os.path.normpath(path) == real_root:
+        raise AgentFailure("safety", f"refusing to remove {path}: it is not inside orch's root {root}")
+    if os.path.isdir(path) and not os.path.islink(path):
+        make_writable(path)
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)

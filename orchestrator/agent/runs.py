@@ -3,7 +3,9 @@
 Every run lives in ``runs/<id>/``: ``experiment.json`` (the record), ``launch.json`` (argv, cwd,
 env, the names of its secrets: their values pass through a pipe, see ``handover.py``), ``train.log``
 (all output), ``pid.json`` and ``exit.json`` (written by the supervisor, because tmux 3.3a loses dead
-panes' exit statuses). The tmux pane runs the supervisor, never a shell string.
+panes' exit statuses) and ``work/`` (its working folder: the revision's files and what the run writes beside
+them, its modules' ``__pycache__/`` included; see ``workdir.py``). The tmux pane runs the supervisor, never a
+shell string. Every attempt of a run, and its resume after a reboot, starts in the same work folder.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from . import attempts, causes, grace, handover, heartbeat, journal, reboot_unit, watchdog
+from . import attempts, causes, grace, handover, heartbeat, journal, reboot_unit, watchdog, workdir
 from .layout import Layout, parse_run_key, read_json, write_json
 from .protocol import AgentFailure
 
@@ -185,10 +187,18 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         raise AgentFailure("safety", f"run folder {run_dir} already exists (project {other})",
                            "give each project its own [paths] root, or remove the stale run folder")
     os.makedirs(run_dir, exist_ok=True)
+    try:
+        work = workdir.build(layout, run_dir, revision)
+    except BaseException as exc:
+        try:
+            not_started(run_dir, f"its work folder could not be made: {exc}"[:300])
+        except OSError:
+            pass  # a full disk: the failure itself is what the caller hears
+        raise
     batching_file = os.path.join(run_dir, "batching.json")
     write_json(batching_file, batching)
     run_env = {k: str(v) for k, v in env.items()}
-    run_env.update(ORCH_EXPERIMENT_ID=str(exp_id), ORCH_RUN_DIR=run_dir,
+    run_env.update(ORCH_EXPERIMENT_ID=str(exp_id), ORCH_RUN_DIR=run_dir, ORCH_WORK_DIR=work,
                    ORCH_CHECKPOINT_DIR=str(experiment.get("checkpoints", "")),
                    ORCH_BATCHING_FILE=batching_file, ORCH_REVISION=revision, PYTHONUNBUFFERED="1")
     unpacked = agent_path[:-4] + ".d" if agent_path.endswith(".pyz") else agent_path
@@ -200,7 +210,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         os.makedirs(experiment["checkpoints"], exist_ok=True)
     write_json(os.path.join(run_dir, "experiment.json"), experiment)
     write_json(os.path.join(run_dir, "launch.json"),
-               {"argv": list(argv), "cwd": rev_dir, "env": run_env, "secrets": sorted(secrets),
+               {"argv": list(argv), "cwd": work, "revision": revision, "env": run_env, "secrets": sorted(secrets),
                 "created": time.time(), "recovery": recovery or {}})
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(project)
@@ -209,7 +219,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     sender = handover.Sender(run_dir, secrets) if secrets else None
     try:
         server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
-                           start_directory=rev_dir, window_command=command)
+                           start_directory=work, window_command=command)
         if sender is not None:
             sender.wait_taken(run_dir)  # if it never comes, the supervisor records why the run did not start
     except Exception as exc:

@@ -26,11 +26,28 @@ def _show(res: dict, label: str) -> None:
     items = res["items"]
     if not items:
         render.out(f"nothing to remove on {label}")
-        return
-    render.table(f"{'would remove' if res['dry_run'] else 'removed'} on {label}", ["kind", "name", "size"],
-                 [[i["kind"], i["name"], render.size(i["bytes"])] for i in items])
-    verb = "would free" if res["dry_run"] else "freed"
-    render.out(f"{verb} {render.size(res['freed'])} ({res['freed']} bytes) in {len(items)} item(s)")
+    else:
+        render.table(f"{'would remove' if res['dry_run'] else 'removed'} on {label}", ["kind", "name", "size"],
+                     [[i["kind"], i["name"] + (f" ({i['why']})" if i.get("why") else ""), render.size(i["bytes"])]
+                      for i in items])
+        verb = "would free" if res["dry_run"] else "freed"
+        render.out(f"{verb} {render.size(res['freed'])} ({res['freed']} bytes) in {len(items)} item(s)")
+    _show_kept(res)
+
+
+def _show_kept(res: dict) -> None:
+    """Why each thing that stays stays, and what no longer matches what was pushed."""
+    lines = [f"  {k['kind']} {k['name']}: {k['why']}" for k in res.get("kept", [])]
+    if res.get("kept_blobs"):
+        lines.append(f"  {res['kept_blobs']} blob(s): files of the revisions that stay")
+    if lines:
+        render.out("keeps:")
+        for line in lines:
+            render.out(line)
+    for c in res.get("changed", []):
+        render.out(f"changed: revision {c['revision']}: {c['path']}: {c['why']} since it was pushed (a run wrote "
+                   "into it); gc stops trusting it: the next deploy of this code sends the file again and rebuilds "
+                   "the revision, and restarting it as it is is refused")
 
 
 def register(app: typer.Typer) -> None:

@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
     def exec_(ctx: typer.Context,
               command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
               target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
-        """Run a command on the target in the run's revision folder; its exit code is orch's."""
+        """Run a command on the target in the run's work folder; its exit code is orch's."""
         from .. import into
         from ..transport.interactive import stream
 
@@ -60,22 +60,28 @@ def register(app: typer.Typer) -> None:
         with tgt.connect() as transport:
             _reconcile(settings, tgt, transport)
             with common.registry(settings) as reg:
-                folder = into.revision_folder(settings, tgt, reg, transport)
+                folder = into.run_folder(settings, tgt, reg, transport)
             into.require_program(tgt, transport, folder, command[0])
             code = stream(transport, list(command), cwd=folder, python=tgt.python)
         _exit(code)
 
     @app.command()
     def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
-        """An interactive login shell on the target (over SSH, or through the node's pct)."""
+        """A login shell on the target (over SSH, or through the node's pct), in the run's work folder."""
         from .. import into
+        from ..errors import NotFoundError
         from ..transport.interactive import terminal
 
         into.require_terminal("ssh")
         settings = common.settings(ctx)
         tgt = common.target(settings, *common.one_node(target, ct, "ssh"), trust=trust_new_host)
         with tgt.connect() as transport:
-            _exit(terminal(transport, None))
+            try:
+                with common.registry(settings) as reg:
+                    folder = into.run_folder(settings, tgt, reg, transport)
+            except NotFoundError:
+                folder = None  # nothing deployed there (yet, or any more): a plain login shell
+            _exit(terminal(transport, None, cwd=folder))
 
     @app.command()
     def forward(ctx: typer.Context,

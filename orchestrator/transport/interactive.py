@@ -2,7 +2,7 @@
 
 ``Transport.run`` collects a command's output; these functions pass it through as it comes instead:
 
-    terminal(transport, argv)   argv on a PTY on the target (None: a login shell), the local terminal raw
+    terminal(transport, argv)   argv on a PTY on the target (None: a login shell, in a folder), the terminal raw
     stream(transport, argv)     argv's stdout/stderr passed through as they arrive, stdin when it is not a TTY
     forward(ssh, host, port, …) 127.0.0.1:LOCAL here -> host:port as seen from the SSH destination
 
@@ -47,16 +47,23 @@ def direct(transport: Transport) -> Transport:
     return make() if callable(make) else transport
 
 
-def terminal(transport: Transport, argv: list[str] | None) -> int:
-    """Run ``argv`` (None: a login shell) on a PTY on the target, joined to this terminal; its exit code."""
-    if argv is None and isinstance(transport, PctTransport):
-        argv = ["sh", "-c", 'if command -v bash >/dev/null; then exec bash -l; fi; exec sh -l']
+_PCT_SHELL = 'if command -v bash >/dev/null; then exec bash -l; fi; exec sh -l'
+_SSH_SHELL = 'exec "${SHELL:-/bin/sh}" -l'
+
+
+def terminal(transport: Transport, argv: list[str] | None, cwd: str | None = None) -> int:
+    """Run ``argv`` (None: a login shell, started in ``cwd`` when it is given) on a PTY on the target, joined
+    to this terminal; its exit code."""
+    if argv is None and (cwd is not None or isinstance(transport, PctTransport)) \
+            and not isinstance(transport, LocalTransport):  # a constant script; the folder is an argument
+        shell = _PCT_SHELL if isinstance(transport, PctTransport) else _SSH_SHELL
+        argv = ["sh", "-c", 'cd -- "$1" 2>/dev/null; ' + shell, "sh", cwd or "."]
     if argv is not None and isinstance(transport, PctTransport):  # pct passes the node's env; make TERM ours
         argv = ["env", f"TERM={_term()}", *argv]
     base, full = route(transport, argv or [])
     if isinstance(base, LocalTransport):
         env = {k: v for k, v in os.environ.items() if k != "TMUX"}  # attaching from inside tmux is fine
-        return _local(full or [os.environ.get("SHELL") or "/bin/sh", "-l"], env=env)
+        return _local(full or [os.environ.get("SHELL") or "/bin/sh", "-l"], env=env, cwd=cwd)
     chan = _session(base, full)
     try:
         cols, rows = _size()

@@ -71,6 +71,9 @@ def test_blobs_are_verified_and_revisions_are_atomic_and_immutable(agent, tmp_pa
     assert os.stat(built / "lib" / "util.py").st_mode & 0o777 == 0o555
     assert os.stat(built / "train.py").st_mode & 0o777 == 0o444
     assert os.stat(built / "train.py").st_ino == os.stat(tmp_path / "root" / "blobs" / blob(a)["sha256"]).st_ino
+    # sealed: no folder of it takes a new file, whoever runs there (a run works in its own folder)
+    assert [os.stat(d).st_mode & 0o777 for d in (built, built / "lib")] == [0o555, 0o555]
+    assert os.stat(built / ".orch-manifest.json").st_mode & 0o777 == 0o444
     again = agent.one("revision_assemble", revision=rev, files=files)
     assert again["created"] is False
     with pytest.raises(InputError, match="does not hash"):

@@ -16,6 +16,7 @@ OLD = time.time() - 7200
 def _blob(root: Path, sha: str, data: bytes) -> Path:
     p = root / "blobs" / sha
     p.write_bytes(data)
+    p.chmod(0o444)  # as blob_stream stores them
     return p
 
 
@@ -63,7 +64,9 @@ def test_plan_keeps_other_projects_outputs_and_unknown_revisions(tmp_path: Path)
     items = {(i["kind"], i["name"]) for i in res["items"]}
     assert items == {("run", "1"), ("revision", "1" * 16), ("blob", a), ("blob", e)}
     kept = {i["name"]: i["why"] for i in res["kept"]}
-    assert "manifest does not list" in kept["4" * 16] and kept["3" * 16] == "used by a kept run"
+    assert "manifest does not list (model.pt)" in kept["4" * 16] and "then run orch gc again" in kept["4" * 16]
+    assert kept["3" * 16] == "used by experiment 3 of project q (finished)"
+    assert kept["2" * 16] == "used by experiment 2 (finished)" and kept["2"] == "the latest experiment"
     extra = sum(f.stat().st_size for f in [root / "revisions" / ("1" * 16) / ".orch-manifest.json",
                                            *(root / "runs" / "1").iterdir()])
     assert res["freed"] == len(a) + len(e) + extra  # the revision's x.py is a link to blob a: counted once

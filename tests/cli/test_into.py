@@ -87,12 +87,12 @@ def test_ports_parse_and_bad_ones_are_refused():
         assert info.value.exit_code == 2
 
 
-def test_exec_runs_in_the_revision_folder_and_passes_the_exit_code(project):
+def test_exec_runs_in_the_work_folder_and_passes_the_exit_code(project):
     exp = _deploy(project)
     res = subprocess.run(cli_argv("exec", "--", "sh", "-c", "pwd; echo to-stderr >&2; exit 7"), cwd=project.path,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 7, res.stderr
-    assert res.stdout.strip() == str(project.root / "revisions" / exp["revision"])
+    assert res.stdout.strip() == str(project.run_dir(exp["id"]) / "work")
     assert res.stderr.strip() == "to-stderr"
     ok = subprocess.run(cli_argv("exec", "--", "ls"), cwd=project.path, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "train.py" in ok.stdout.split()
@@ -131,6 +131,14 @@ def test_ssh_opens_a_shell(project):
     code, screen = drive_pty(cli_argv("ssh"), project.path,
                              [("", b"echo marker-$((6*7))\r"), ("marker-42", b"exit 3\r")], env={"SHELL": "/bin/sh"})
     assert code == 3, screen
+
+
+def test_ssh_starts_in_the_work_folder_of_the_latest_run(project):
+    exp = _deploy(project)
+    code, screen = drive_pty(cli_argv("ssh"), project.path, [("", b"echo at-$(pwd)-end\r"), ("-end", b"exit\r")],
+                             env={"SHELL": "/bin/sh"})
+    assert code == 0, screen
+    assert f"at-{project.run_dir(exp['id']) / 'work'}-end" in screen
 
 
 def test_forward_on_the_local_target_says_it_is_already_local(project):

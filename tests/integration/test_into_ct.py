@@ -1,7 +1,7 @@
 """Into the run on real containers, over SSH (CT 200) and through the node's pct (CT 201).
 
 `attach` on a pseudo-terminal shows the run's pane and C-b d leaves the run running; `exec` passes the
-command's output and exit code through and runs in the revision folder; `ssh` gives a shell; `forward`
+command's output and exit code through and runs in the run's work folder; `ssh` gives a shell there; `forward`
 reaches a port a run serves.
 """
 
@@ -45,14 +45,15 @@ def test_attach_exec_and_ssh(remote, name):
     assert json.loads(status.stdout)["state"] == "running", status.output
     res = remote.run("exec", "--", "sh", "-c", "pwd; echo to-stderr >&2; exit 7")
     assert res.returncode == 7, res.stderr
-    assert res.stdout.strip() == f"{ROOT}/revisions/{exp['revision']}"
+    assert res.stdout.strip() == f"{ROOT}/runs/{remote.run_key(exp['id'])}/work"
     assert res.stderr.strip() == "to-stderr"
     piped = subprocess.run(cli_argv("exec", "--", "cat"), cwd=remote.path, input="piped\n", capture_output=True,
                            text=True, timeout=60)
     assert piped.returncode == 0 and piped.stdout == "piped\n", piped.stderr
     code, screen = drive_pty(cli_argv("ssh"), remote.path,
-                             [("# ", b"echo marker-$((6*7))\r"), ("marker-42", b"exit\r")])
+                             [("# ", b"echo marker-$((6*7)) at-$(pwd)-end\r"), ("marker-42", b"exit\r")])
     assert code == 0, screen
+    assert f"marker-42 at-{ROOT}/runs/{remote.run_key(exp['id'])}/work-end" in screen  # the shell starts there
 
 
 def test_attach_refuses_without_a_terminal(remote):
