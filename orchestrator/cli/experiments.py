@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import common, render
-from .common import JsonOpt
+from .common import ID_MAX, IdArg, IdsArg, JsonOpt
 
 app = typer.Typer(help="The recorded experiments of this project.", no_args_is_help=True)
 
@@ -16,7 +16,8 @@ app = typer.Typer(help="The recorded experiments of this project.", no_args_is_h
 @app.command("list")
 def list_(ctx: typer.Context, as_json: JsonOpt = False,
           target: Annotated[Optional[str], typer.Option("--target", "-t", help="Only this target")] = None,
-          limit: Annotated[int, typer.Option("--limit", help="At most this many, newest first")] = 50) -> None:
+          limit: Annotated[int, typer.Option("--limit", min=1, max=ID_MAX,
+                                             help="At most this many, newest first")] = 50) -> None:
     """Experiments, newest first."""
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
@@ -46,7 +47,7 @@ def _status(exp, orphaned: bool) -> str:
 
 
 @app.command()
-def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")], as_json: JsonOpt = False) -> None:
+def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
     """One experiment's full record: revision, command, target, batching, checkpoints, outcome."""
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
@@ -124,7 +125,7 @@ def _refreshed(settings, reg, ids: list[int], refresh: bool) -> None:
 
 
 @app.command()
-def compare(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="ID...", help="Two or more ids")],
+def compare(ctx: typer.Context, ids: IdsArg,
             as_json: JsonOpt = False, refresh: RefreshOpt = True) -> None:
     """Config differences (batching first) and metrics side by side."""
     from ..compare import compare as build
@@ -143,7 +144,8 @@ def compare(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar
 
 
 @app.command()
-def plot(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="ID...", help="One or more ids")],
+def plot(ctx: typer.Context,
+         ids: Annotated[list[int], typer.Argument(metavar="ID...", min=1, max=ID_MAX, help="One or more ids")],
          out: Annotated[Path, typer.Option("--out", "-o", help="Image to write (.png, .svg, .pdf)")],
          metric: Annotated[str, typer.Option("--metric", "-m", help="loss or throughput")] = "loss",
          refresh: RefreshOpt = True) -> None:
