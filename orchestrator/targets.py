@@ -26,6 +26,7 @@ class Target:
     info: dict = field(default_factory=dict)
     connect: Callable[[], Transport] | None = None
     machine: str = ""
+    unasked: Exception | None = None  # a dry run's target that could not be looked up or reached: why
 
     @property
     def label(self) -> str:

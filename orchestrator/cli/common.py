@@ -113,7 +113,22 @@ def for_plan(resolve, *, dry_run: bool, start: bool, trust: bool, where: str):
         if exc.exit_code != 3:
             raise
         render.say(f"orch: {exc.message}: showing the plan without what is on {where}")
-        return resolve(resolve=False)
+        planned = resolve(resolve=False)
+        planned.unasked = exc
+        return planned
+
+
+def unasked(exc, where: str):
+    """The error a dry run ends with when it could not ask ``where``: the plan was shown, the target's state was not.
+
+    It keeps the failure's exit code (3: unreachable), so a script never takes an unchecked plan for a checked one.
+    """
+    from ..errors import OrchError
+
+    error = OrchError(f"the dry run could not ask {where}: {exc.message}",
+                      hint=(exc.hint + "; " if exc.hint else "") + "the plan above leaves out what is on the target")
+    error.exit_code = exc.exit_code
+    return error
 
 
 def group(settings, names: list[str] | None, cts: list[int] | None, *, start: bool = False, trust: bool = False,
