@@ -4,55 +4,22 @@ and the real CLI with no SSH agent and no key of its own (or a key the server do
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.loopback_sshd import SSHD, LoopbackSshd
 
-pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None or not Path("/usr/sbin/sshd").exists(),
+pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None or not SSHD.exists(),
                                 reason="needs OpenSSH (sshd, ssh-keygen)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def sshd(tmp_path: Path):
-    """sshd on 127.0.0.1 that knows one key (``known.pub``), none of which the test's user has by default."""
-    state = tmp_path / "sshd"
-    state.mkdir()
-    for name in ("host", "known"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(state / name)], check=True)
-    (state / "authorized_keys").write_text((state / "known.pub").read_text())
-    port = free_port()
-    config = state / "sshd_config"
-    config.write_text("\n".join([f"ListenAddress 127.0.0.1:{port}", f"HostKey {state / 'host'}",
-                                 f"PidFile {state / 'pid'}", f"AuthorizedKeysFile {state / 'authorized_keys'}",
-                                 "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
-                                 "StrictModes no", "UseDNS no", "Subsystem sftp internal-sftp", ""]))
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
-
-    def answers() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            return proc.poll() is not None
-
-    wait_for(answers, timeout=10, what="sshd on loopback")
-    assert proc.poll() is None
-    kind, blob = (state / "host.pub").read_text().split()[:2]
-    (state / "known_hosts").write_text(f"[127.0.0.1]:{port} {kind} {blob}\n")
-    yield state, port
-    proc.terminate()
-    proc.wait(timeout=10)
+    """sshd on 127.0.0.1 that knows one key (``known``), none of which the test's user has by default."""
+    with LoopbackSshd(tmp_path / "sshd") as server:
+        yield server.state, server.port
 
 
 def configure(project, state: Path, port: int, identity: str | None = None) -> None:
