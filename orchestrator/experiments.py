@@ -269,6 +269,26 @@ class Registry:
     def close(self) -> None:
         self.db.close()
 
+    @classmethod
+    def write_new(cls, path: Path, registry_id: str, keyed_from: int, rows: list[dict]) -> None:
+        """A new registry file at ``path`` (absent) with ``rows`` (validated) under ``registry_id``."""
+        with cls(path) as reg:
+            reg._exec("BEGIN IMMEDIATE")
+            try:
+                reg._exec("UPDATE registry_meta SET value = ? WHERE key = 'id'", (registry_id,))
+                reg._exec("UPDATE registry_meta SET value = ? WHERE key = 'keyed_from'", (str(keyed_from),))
+                for fields in rows:
+                    data = Experiment.model_validate(fields).model_dump(exclude_none=True)
+                    data["git_dirty"] = None if data.get("git_dirty") is None else int(data["git_dirty"])
+                    row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in data.items()}
+                    reg._exec(f"INSERT INTO experiments ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
+                              list(row.values()))
+                reg._exec("COMMIT")
+            except BaseException:
+                if reg.db.in_transaction:
+                    reg.db.rollback()
+                raise
+
     def _meta(self, key: str) -> str:
         return self._exec("SELECT value FROM registry_meta WHERE key = ?", (key,), fetch="one")[0]
 
@@ -427,3 +447,24 @@ class Registry:
             return None
         return {"updated": row["updated"], "log_offset": row["log_offset"], "series": json.loads(row["series"]),
                 "summary": json.loads(row["summary"])}
+
+
+def salvage(path: Path) -> dict:
+    """What can still be read from a damaged registry: its id and the targets its experiments ran on ({} if none)."""
+    out: dict = {}
+    try:
+        db = sqlite3.connect(f"file:{quote(str(Path(path).resolve()))}?immutable=1", uri=True)
+    except sqlite3.Error:
+        return out
+    try:
+        for key, sql in (("registry_id", "SELECT value FROM registry_meta WHERE key = 'id'"),
+                         ("keyed_from", "SELECT value FROM registry_meta WHERE key = 'keyed_from'"),
+                         ("targets", "SELECT DISTINCT target FROM experiments")):
+            try:
+                rows = db.execute(sql).fetchall()
+            except sqlite3.Error:
+                continue
+            out[key] = [r[0] for r in rows] if key == "targets" else (rows[0][0] if rows else None)
+    finally:
+        db.close()
+    return {k: v for k, v in out.items() if v}

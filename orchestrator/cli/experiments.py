@@ -170,3 +170,31 @@ def plot(ctx: typer.Context,
                            Series.from_dict(stored[key]).points()))
     path = draw(curves, metric, out)
     render.out(f"wrote {path}")
+
+
+@app.command()
+def rebuild(ctx: typer.Context, as_json: JsonOpt = False,
+            registry_id: Annotated[Optional[str], typer.Option("--registry", help="This clone's registry id (the "
+                                                               "prefix of its run folders), when several clones "
+                                                               "ran on the targets")] = None) -> None:
+    """Recreate a corrupt registry from the run folders on the targets (the corrupt file is kept aside)."""
+    from ..errors import InputError
+    from ..rebuild import rebuild as run
+
+    if registry_id is not None and (len(registry_id) != 12 or set(registry_id) - set("0123456789abcdef")):
+        raise InputError(f"--registry must be 12 lowercase hex digits, not {registry_id!r}",
+                         hint="it is the prefix of this clone's run folders on a target: runs/<registry id>-<id>")
+    settings = common.settings(ctx)
+    result = run(settings, lambda name, ct: common.target(settings, name, ct), registry_id=registry_id,
+                 notice=render.say)
+    if as_json:
+        render.print_json(result)
+        return
+    ids = ", ".join(map(str, result["experiments"])) or "none"
+    render.out(f"rebuilt {result['path']} from the run folders on {', '.join(result['asked']) or 'no target'}: "
+               f"experiments {ids}")
+    if result["kept_aside"]:
+        render.out(f"the unreadable registry is kept as {result['kept_aside']}")
+    if result["missed"]:
+        render.say(f"orch: not asked: {', '.join(result['missed'])}; their experiments are not in the new registry "
+                   f"(to rebuild again once they answer, move {result['path']} aside first)")
