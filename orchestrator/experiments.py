@@ -152,6 +152,8 @@ class Registry:
         self.path = Path(path)
         self.notice = notice or (lambda line: print(line, file=sys.stderr, flush=True))
         self.writable = True
+        self.skipped: set[int] = set()  # experiments whose new state this command could not write
+        self._stuck: ConflictError | None = None  # why this command gave up writing (the registry stayed locked)
         self._told_unwritten = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -233,17 +235,20 @@ class Registry:
 
     def require_writable(self) -> None:
         """Refuse, before anything is done on a target, what must be recorded (a new launch)."""
+        if self._stuck is not None:
+            raise self._stuck
         if not self.writable:
             raise DiskFull(f"the experiment registry {self.path} cannot be written: no space left "
                            f"({faults.space(self.path)}), so a new experiment cannot be recorded",
                            hint=f"free space on the file system of {self.path.parent}; nothing was changed on "
                                 "the target (orch stop and orch status still work)")
 
-    def _unwritten(self, what: str) -> None:
+    def _unwritten(self, what: str, why: str | None = None) -> None:
         if not self._told_unwritten:
             self._told_unwritten = True
-            self.notice(f"orch: warning: {what} is not recorded in {self.path} (no space left, "
-                        f"{faults.space(self.path)}); the next command records it from the target")
+            self.notice(f"orch: warning: {what} is not recorded in {self.path} ("
+                        + (why or f"no space left, {faults.space(self.path)}")
+                        + "); the next command records it from the target")
 
     def _migrate(self) -> None:
         version = self._exec("PRAGMA user_version", fetch="one")[0]
@@ -341,15 +346,18 @@ class Registry:
             raise ValueError(f"bad status {fields['status']!r}")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
         sets = ", ".join(f"{k} = ?" for k in row)
-        if not self.writable:  # the target keeps the truth: the next command with room records it
-            self._unwritten(f"experiment {exp_id}'s new state")
-            return self.get(exp_id).model_copy(update=fields)
-        try:
-            self._exec(f"UPDATE experiments SET {sets} WHERE id = ?", [*row.values(), exp_id])
-        except DiskFull:
-            self.writable = False
-            return self.update(exp_id, **fields)
-        return self.get(exp_id)
+        if self.writable and self._stuck is None:
+            try:
+                self._exec(f"UPDATE experiments SET {sets} WHERE id = ?", [*row.values(), exp_id])
+                return self.get(exp_id)
+            except DiskFull:
+                self.writable = False
+            except ConflictError as exc:  # held past LOCK_WAIT: what the target did is not lost for that
+                self._stuck = exc
+        # the target keeps the truth: the next command that can write records it
+        self._unwritten(f"experiment {exp_id}'s new state", self._stuck.message if self._stuck else None)
+        self.skipped.add(exp_id)
+        return self.get(exp_id).model_copy(update=fields)
 
     def _from_row(self, row: sqlite3.Row) -> Experiment:
         data = dict(row)
@@ -424,12 +432,12 @@ class Registry:
     def settle(self, exp_id: int, **fields: Any) -> Experiment:
         """Record what the target said about an orphaned launch; its lock file goes with it."""
         exp = self.update(exp_id, **fields)
-        if self.writable:  # else its lock file says "launching, launcher gone" until the row is written
+        if exp_id not in self.skipped:  # else its lock file says "launching, launcher gone" until the row is written
             forget(self.path.parent, exp_id)
         return exp
 
     def save_metrics(self, exp_id: int, log_offset: int, series: dict, summary: dict) -> None:
-        if not self.writable:
+        if not self.writable or self._stuck is not None:
             return  # read again from the log by the next command
         try:
             self._exec(
@@ -440,6 +448,9 @@ class Registry:
         except DiskFull:
             self.writable = False
             self._unwritten(f"experiment {exp_id}'s metrics")
+        except ConflictError as exc:
+            self._stuck = exc
+            self._unwritten(f"experiment {exp_id}'s metrics", exc.message)
 
     def metrics(self, exp_id: int) -> dict | None:
         row = self._exec("SELECT * FROM metrics WHERE experiment = ?", (exp_id,), fetch="one")

@@ -60,7 +60,9 @@ def test_a_corrupt_registry_is_said_and_left_untouched(project):
 
 
 def test_a_locked_registry_is_waited_for_then_names_its_holder(project):
-    assert project.run("experiments", "list").returncode == 0
+    (project.path / "quiet.py").write_text(QUIET)
+    assert project.run("deploy", *QUIET_FLAGS).returncode == 0
+    run_dir = project.run_dir(1)
     db = project.path / ".orch" / "experiments.db"
     holder = subprocess.Popen([sys.executable, "-c",
                                "import sqlite3, sys, time\n"
@@ -71,21 +73,34 @@ def test_a_locked_registry_is_waited_for_then_names_its_holder(project):
                                "time.sleep(120)\n", str(db)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
+        cli = [sys.executable, "-m", "orchestrator.cli.main"]
         started = time.monotonic()
-        proc = project.run("deploy")
+        # at once: a deploy (whose new experiment cannot be recorded) and a stop (done on the target all the same)
+        deploy = subprocess.Popen([*cli, "deploy", *QUIET_FLAGS], cwd=project.path, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stop = subprocess.Popen([*cli, "stop"], cwd=project.path, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        d_out, d_err = deploy.communicate(timeout=120)
+        s_out, s_err = stop.communicate(timeout=120)
         waited = time.monotonic() - started
-        assert proc.returncode == 5, proc.stderr
-        assert f"locked by another process (pid {holder.pid}" in proc.stderr and "waiting up to 30 s" in proc.stderr
-        line = one_error(proc)
-        assert "stayed locked for 30 s" in line and f"pid {holder.pid}" in line, line
-        assert f"kill {holder.pid}" in proc.stderr
-        assert waited >= 29
     finally:
         holder.kill()
         holder.wait()
-    assert project.registry().list() == []  # nothing recorded, nothing started
-    assert not (project.root / "runs").exists() or not any((project.root / "runs").iterdir())
-    assert project.run("experiments", "list").returncode == 0  # the holder gone, the registry is fine
+    refused = subprocess.CompletedProcess(deploy.args, deploy.returncode, d_out, d_err)
+    assert refused.returncode == 5, d_err
+    assert f"locked by another process (pid {holder.pid}" in d_err and "waiting up to 30 s" in d_err
+    line = one_error(refused)
+    assert "stayed locked for 30 s" in line and f"pid {holder.pid}" in line, line
+    assert f"kill {holder.pid}" in d_err
+    assert waited >= 29
+    assert stop.returncode == 0, s_err  # the run was stopped, and orch says so
+    assert "experiment 1" in s_out and "stopped" in s_out
+    assert "not recorded" in s_err and "the next command records it" in s_err
+    assert (run_dir / "exit.json").exists() and not project.run_dir(2).exists()
+    status = project.run("status", "--json")  # the holder gone: the next command records what the stop did
+    assert status.returncode == 0 and json.loads(status.stdout)["state"] == "stopped", status.stderr
+    with project.registry() as reg:
+        assert [(e.id, e.status) for e in reg.list()] == [(1, "stopped")]
 
 
 @pytest.fixture
