@@ -159,11 +159,12 @@ class Registry:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(self.path), timeout=1.0, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
-            if isinstance(exc, OSError) and faults.full(self.path) and self.path.exists():
-                self.db = self._read_only()
-            else:
-                raise OrchError(f"cannot open the experiment registry {self.path}: {exc}",
-                                hint="check that the project folder is writable") from exc
+            if faults.full(self.path):
+                raise DiskFull(f"cannot make the experiment registry {self.path}: no space left "
+                               f"({faults.space(self.path)})",
+                               hint=f"free space on the file system of {self.path.parent}") from exc
+            raise OrchError(f"cannot open the experiment registry {self.path}: {exc}",
+                            hint="check that the project folder is writable") from exc
         self.db.row_factory = sqlite3.Row
         try:
             self._exec("PRAGMA foreign_keys=ON")
