@@ -37,7 +37,8 @@ def test_ids_out_of_range_are_input_errors_everywhere(project):
     assert project.run("experiments", "list").returncode == 0
     for args in (["experiments", "show", HUGE], ["logs", "-e", HUGE], ["experiments", "compare", "1", HUGE],
                  ["experiments", "plot", HUGE, "--out", "x.png"], ["experiments", "show", "-1"],
-                 ["status", "--ct", HUGE], ["use", "--ct", HUGE], ["experiments", "list", "--limit", HUGE]):
+                 ["status", "--ct", HUGE], ["use", "--ct", HUGE], ["experiments", "list", "--limit", HUGE],
+                 ["gc", "--keep", HUGE], ["logs", "-n", HUGE]):
         proc = project.run(*args)
         assert proc.returncode == 2, (args, proc.stderr)
         line = one_error(proc)
