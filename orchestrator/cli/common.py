@@ -114,7 +114,8 @@ def for_plan(resolve, *, dry_run: bool, start: bool, trust: bool, where: str):
             raise
         render.say(f"orch: {exc.message}: showing the plan without what is on {where}")
         planned = resolve(resolve=False)
-        planned.unasked = exc
+        if planned is not None:
+            planned.unasked = exc
         return planned
 
 

@@ -40,3 +40,12 @@ def test_a_dry_run_whose_ct_could_not_be_looked_up_exits_3(project, monkeypatch)
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert "plan for deploy on CT 200" in res.stdout
     assert "error: the dry run could not ask CT 200: cannot connect to the Proxmox API" in res.stderr
+
+
+def test_a_job_dry_run_with_a_node_that_could_not_be_asked_exits_3(project):
+    project.configure(extra=f'\n[targets.gone]\nkind = "ssh"\nhost = "127.0.0.1"\nport = {closed_port()}\n'
+                            'user = "root"\n\n[ssh]\nconnect_retries = 0\nconnect_timeout = 3\npersist = 0\n')
+    res = project.run("deploy", "-t", "local", "-t", "gone", "--dry-run")
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert "plan for deploy on 2 nodes" in res.stdout and "node 1 (gone" in res.stdout
+    assert "error: the dry run could not ask 2 nodes" in res.stderr and "node 1 (gone" in res.stderr
