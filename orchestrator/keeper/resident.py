@@ -86,7 +86,7 @@ class Resident:
                 raise TransportTimeout(f"{what} made no progress for {stall:g} s on {self.transport.description}",
                                        hint="check the target's disk and the link; raise [ssh] command_timeout "
                                             "if it is just slow")
-            silent = now - max(heard[0], sent[0])  # a byte sent is word from the far side too
+            silent = now - max(heard[0], sent[0])  # a send that went through: the far side takes data
             if keepalive and silent > 4 * keepalive:
                 self.transport.close()  # the next request connects afresh
                 raise TransportError(f"connection to {self.transport.description} lost while {what} ran (no "
