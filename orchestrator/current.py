@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from .errors import OrchError
+
 FILE = "current-target.json"
 
 
@@ -36,7 +38,12 @@ def save(state_dir: Path, name: str | None, ct: int | None, nodes: list[dict] | 
     ``nodes`` (``[{"ct": 200}, {"target": "gpu-b"}]``) records a job's nodes named by repeated flags.
     """
     data = {"nodes": nodes} if nodes else {"target": name} if name else {"ct": ct}
-    state_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_dir / f".{FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
-    os.replace(tmp, state_dir / FILE)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+        os.replace(tmp, state_dir / FILE)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OrchError(f"cannot record the current target in {state_dir / FILE}: {exc.strerror or exc}",
+                        hint=f"free space in (or fix the permissions of) {state_dir}") from None

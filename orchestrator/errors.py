@@ -14,6 +14,9 @@ place (``cli/main.py``).
     │   └── TransportError         exit 3   SSH / pct / subprocess transport failed
     │       ├── HostKeyError       exit 3   unknown or changed SSH host key
     │       └── TransportTimeout   exit 3   no answer within the configured time
+    ├── RegistryError              exit 1   .orch/experiments.db cannot be used
+    │   ├── DiskFull               exit 1   no space left to write it
+    │   └── RegistryCorrupt        exit 1   not a readable SQLite file (orch experiments rebuild)
     ├── AgentError                 exit 4   the agent on the target reported a failure
     ├── ConflictError              exit 5   the target is busy (lock held, run in progress)
     ├── SafetyError                exit 6   refused to touch something unsafe (checkpoint paths)
@@ -72,6 +75,18 @@ class HostKeyError(TransportError):
 
 class TransportTimeout(TransportError):
     exit_code = 3
+
+
+class RegistryError(OrchError):
+    exit_code = 1
+
+
+class DiskFull(RegistryError):
+    exit_code = 1
+
+
+class RegistryCorrupt(RegistryError):
+    exit_code = 1
 
 
 class AgentError(OrchError):

@@ -94,6 +94,8 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
     project = settings.project.name
     out = Outcome()
     assert target.connect is not None
+    if book.has("record"):
+        registry.require_writable()  # a launch that cannot be recorded changes nothing
     transport = target.connect()
     guard = LaunchGuard(registry.path.parent)
     try:

@@ -214,7 +214,7 @@ def resolve_ct(
     A stopped CT is started only with ``start=True`` or when ``interactive_confirm(question)``
     says yes. After a start, the address is polled for up to ``address_timeout`` s (DHCP lags).
     """
-    entry = _find_ct(client, vmid)
+    entry = find_ct(client, vmid)
     node = entry["node"]
     status = client.get("nodes", node, "lxc", vmid, "status", "current")
     name = str(status.get("name") or entry.get("name") or f"CT{vmid}")
@@ -241,7 +241,8 @@ def resolve_ct(
                   started=started, lock=status.get("lock"), config_summary=config_summary(config))
 
 
-def _find_ct(client: ProxmoxClient, vmid: int) -> dict[str, Any]:
+def find_ct(client: ProxmoxClient, vmid: int) -> dict[str, Any]:
+    """CT ``vmid``'s entry in ``/cluster/resources`` (node, name, status); a CT the token cannot see is not found."""
     resources = client.get("cluster", "resources", type="vm") or []
     for entry in resources:
         if entry.get("type") == "lxc" and int(entry.get("vmid", -1)) == vmid:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .config import Settings, TargetSection
-from .errors import InputError, TargetError
+from .errors import ConfigError, InputError, ProxmoxError, TargetError
 from .transport.base import Transport
 
 
@@ -26,6 +26,7 @@ class Target:
     info: dict = field(default_factory=dict)
     connect: Callable[[], Transport] | None = None
     machine: str = ""
+    unasked: Exception | None = None  # a dry run's target that could not be looked up or reached: why
 
     @property
     def label(self) -> str:
@@ -197,6 +198,28 @@ def _answers(address: str | None, port: int, connect_timeout: float | None) -> b
     except OSError:
         return False
     return True
+
+
+def check_ct(settings: Settings, vmid: int, notice: Callable[[str], None]) -> dict | None:
+    """CT ``vmid`` as the API lists it (node, name, status): a CT that does not exist is refused (NotFoundError).
+
+    When the API cannot be asked (no token here, unreachable, failing), ``notice`` is warned and None returned,
+    so a CT can still be chosen offline; a token the API refuses is an error.
+    """
+    from . import proxmox
+
+    if settings.proxmox is None:
+        return None
+    try:
+        return proxmox.find_ct(proxmox_client(settings.proxmox), vmid)
+    except proxmox.ProxmoxApiError as exc:
+        if exc.status in (401, 403):
+            raise
+        why = exc.message
+    except (ConfigError, ProxmoxError) as exc:
+        why = exc.message
+    notice(f"orch: warning: CT {vmid} was not checked ({why})")
+    return None
 
 
 def proxmox_client(px):

@@ -147,6 +147,16 @@ def status(layout: Layout, project: str | None = None, ids: list | None = None, 
     return {"runs": out, "now": time.time()}
 
 
+def records(layout: Layout, project: str) -> dict:
+    """Every run folder of ``project`` (every clone's): its ``experiment.json`` and its state now, for a
+    registry rebuilt from what the target holds (``orch experiments rebuild``)."""
+    out = []
+    for *_, run_dir in _runs(layout, project):
+        exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
+        out.append({"folder": os.path.basename(run_dir), "experiment": exp, "state": run_state(run_dir)})
+    return {"runs": out}
+
+
 def _last_line(path: str) -> str | None:
     try:
         with open(path, "rb") as fh:

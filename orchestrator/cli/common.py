@@ -8,12 +8,18 @@ from typing import Annotated, Optional
 import typer
 
 TargetOpt = Annotated[Optional[str], typer.Option("--target", "-t", help="Target name from orch.toml")]
-CtOpt = Annotated[Optional[int], typer.Option("--ct", help="Proxmox CT id (needs a [proxmox] section)")]
+ID_MAX = 2**63 - 1  # SQLite's largest integer: an experiment id beyond it is bad input, not a crash
+IdArg = Annotated[int, typer.Argument(metavar="ID", min=1, max=ID_MAX)]
+IdsArg = Annotated[list[int], typer.Argument(metavar="ID...", min=1, max=ID_MAX, help="Two or more ids")]
+CT_MAX = 999999999  # Proxmox's largest CT id
+CtOpt = Annotated[Optional[int], typer.Option("--ct", min=1, max=CT_MAX,
+                                              help="Proxmox CT id (needs a [proxmox] section)")]
 TargetsOpt = Annotated[Optional[list[str]], typer.Option(
     "--target", "-t", help="Target name from orch.toml; repeat it (or name a kind = \"group\" target) for a job "
                            "over several nodes, node 0 first")]
 CtsOpt = Annotated[Optional[list[int]], typer.Option(
-    "--ct", help="Proxmox CT id (needs a [proxmox] section); repeat it for a job over several CTs, node 0 first")]
+    "--ct", min=1, max=CT_MAX,
+    help="Proxmox CT id (needs a [proxmox] section); repeat it for a job over several CTs, node 0 first")]
 StartOpt = Annotated[bool, typer.Option("--start", help="Start the CT if it is stopped")]
 TrustOpt = Annotated[bool, typer.Option("--trust-new-host", help="Accept and record an unknown SSH host key "
                                         "(a changed key is always refused)")]
@@ -89,8 +95,9 @@ def remember(settings, name: str | None, ct: int | None, tgt) -> None:
 
 def registry(settings):
     from ..experiments import Registry
+    from . import render
 
-    return Registry(settings.state_dir / "experiments.db")
+    return Registry(settings.state_dir / "experiments.db", notice=render.say)
 
 
 def for_plan(resolve, *, dry_run: bool, start: bool, trust: bool, where: str):
@@ -106,7 +113,23 @@ def for_plan(resolve, *, dry_run: bool, start: bool, trust: bool, where: str):
         if exc.exit_code != 3:
             raise
         render.say(f"orch: {exc.message}: showing the plan without what is on {where}")
-        return resolve(resolve=False)
+        planned = resolve(resolve=False)
+        if planned is not None:
+            planned.unasked = exc
+        return planned
+
+
+def unasked(exc, where: str):
+    """The error a dry run ends with when it could not ask ``where``: the plan was shown, the target's state was not.
+
+    It keeps the failure's exit code (3: unreachable), so a script never takes an unchecked plan for a checked one.
+    """
+    from ..errors import OrchError
+
+    error = OrchError(f"the dry run could not ask {where}: {exc.message}",
+                      hint=(exc.hint + "; " if exc.hint else "") + "the plan above leaves out what is on the target")
+    error.exit_code = exc.exit_code
+    return error
 
 
 def group(settings, names: list[str] | None, cts: list[int] | None, *, start: bool = False, trust: bool = False,

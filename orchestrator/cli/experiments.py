@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import common, render
-from .common import JsonOpt
+from .common import ID_MAX, IdArg, IdsArg, JsonOpt
 
 app = typer.Typer(help="The recorded experiments of this project.", no_args_is_help=True)
 
@@ -16,7 +16,8 @@ app = typer.Typer(help="The recorded experiments of this project.", no_args_is_h
 @app.command("list")
 def list_(ctx: typer.Context, as_json: JsonOpt = False,
           target: Annotated[Optional[str], typer.Option("--target", "-t", help="Only this target")] = None,
-          limit: Annotated[int, typer.Option("--limit", help="At most this many, newest first")] = 50) -> None:
+          limit: Annotated[int, typer.Option("--limit", min=1, max=ID_MAX,
+                                             help="At most this many, newest first")] = 50) -> None:
     """Experiments, newest first."""
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
@@ -46,7 +47,7 @@ def _status(exp, orphaned: bool) -> str:
 
 
 @app.command()
-def show(ctx: typer.Context, exp_id: Annotated[int, typer.Argument(metavar="ID")], as_json: JsonOpt = False) -> None:
+def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
     """One experiment's full record: revision, command, target, batching, checkpoints, outcome."""
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
@@ -124,7 +125,7 @@ def _refreshed(settings, reg, ids: list[int], refresh: bool) -> None:
 
 
 @app.command()
-def compare(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="ID...", help="Two or more ids")],
+def compare(ctx: typer.Context, ids: IdsArg,
             as_json: JsonOpt = False, refresh: RefreshOpt = True) -> None:
     """Config differences (batching first) and metrics side by side."""
     from ..compare import compare as build
@@ -143,7 +144,8 @@ def compare(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar
 
 
 @app.command()
-def plot(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="ID...", help="One or more ids")],
+def plot(ctx: typer.Context,
+         ids: Annotated[list[int], typer.Argument(metavar="ID...", min=1, max=ID_MAX, help="One or more ids")],
          out: Annotated[Path, typer.Option("--out", "-o", help="Image to write (.png, .svg, .pdf)")],
          metric: Annotated[str, typer.Option("--metric", "-m", help="loss or throughput")] = "loss",
          refresh: RefreshOpt = True) -> None:
@@ -170,3 +172,31 @@ def plot(ctx: typer.Context, ids: Annotated[list[int], typer.Argument(metavar="I
                            Series.from_dict(stored[key]).points()))
     path = draw(curves, metric, out, key)
     render.out(f"wrote {path}")
+
+
+@app.command()
+def rebuild(ctx: typer.Context, as_json: JsonOpt = False,
+            registry_id: Annotated[Optional[str], typer.Option("--registry", help="This clone's registry id (the "
+                                                               "prefix of its run folders), when several clones "
+                                                               "ran on the targets")] = None) -> None:
+    """Recreate a corrupt registry from the run folders on the targets (the corrupt file is kept aside)."""
+    from ..errors import InputError
+    from ..rebuild import rebuild as run
+
+    if registry_id is not None and (len(registry_id) != 12 or set(registry_id) - set("0123456789abcdef")):
+        raise InputError(f"--registry must be 12 lowercase hex digits, not {registry_id!r}",
+                         hint="it is the prefix of this clone's run folders on a target: runs/<registry id>-<id>")
+    settings = common.settings(ctx)
+    result = run(settings, lambda name, ct: common.target(settings, name, ct), registry_id=registry_id,
+                 notice=render.say)
+    if as_json:
+        render.print_json(result)
+        return
+    ids = ", ".join(map(str, result["experiments"])) or "none"
+    render.out(f"rebuilt {result['path']} from the run folders on {', '.join(result['asked']) or 'no target'}: "
+               f"experiments {ids}")
+    if result["kept_aside"]:
+        render.out(f"the unreadable registry is kept as {result['kept_aside']}")
+    if result["missed"]:
+        render.say(f"orch: not asked: {', '.join(result['missed'])}; their experiments are not in the new registry "
+                   f"(to rebuild again once they answer, move {result['path']} aside first)")

@@ -9,8 +9,8 @@ import typer
 from . import common, render
 from .common import CtsOpt, JsonOpt, TargetsOpt, TrustOpt
 
-KeepOpt = Annotated[int, typer.Option("--keep", min=0, help="Keep this project's last N experiments' runs "
-                                      "and revisions")]
+KeepOpt = Annotated[int, typer.Option("--keep", min=0, max=1 << 20,
+                                      help="Keep this project's last N experiments' runs and revisions")]
 DryOpt = Annotated[bool, typer.Option("--dry-run", help="List what would be removed, with sizes; change nothing")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
 

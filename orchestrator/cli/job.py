@@ -19,17 +19,25 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
     from .. import multinode
 
     if dry_run:
+        from ..errors import TargetError
+
         nodes = multinode.preview(launch, grp)
+        failure = getattr(grp, "unasked", None) or next(
+            (TargetError(f"node {n['rank']} ({n['target']}): {n['unreachable']}") for n in nodes if n["unreachable"]),
+            None)
         if as_json:
-            return render.print_json({"playbook": launch.book.name, "group": grp.name, "nodes": nodes,
-                                      "revision": launch.inputs.revision})
-        render.out(f"plan for {launch.book.name} on {grp.label} (dry run: nothing is changed)")
-        for node in nodes:
-            render.out(f"node {node['rank']} ({node['target']}):")
-            render.out("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node["env"].items())))
-            render.out("  run: " + shlex.join(node["argv"]))
-            if node["unreachable"]:
-                render.out(f"  unreachable: {node['unreachable']}")
+            render.print_json({"playbook": launch.book.name, "group": grp.name, "nodes": nodes,
+                               "revision": launch.inputs.revision})
+        else:
+            render.out(f"plan for {launch.book.name} on {grp.label} (dry run: nothing is changed)")
+            for node in nodes:
+                render.out(f"node {node['rank']} ({node['target']}):")
+                render.out("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node["env"].items())))
+                render.out("  run: " + shlex.join(node["argv"]))
+                if node["unreachable"]:
+                    render.out(f"  unreachable: {node['unreachable']}")
+        if failure is not None:  # a plan made without asking every node is not a checked plan: exit 3
+            raise common.unasked(failure, grp.label)
         return None
     with common.registry(settings) as reg:
         exp = multinode.deploy(launch, grp, reg)

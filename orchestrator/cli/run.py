@@ -52,12 +52,13 @@ def _dry_run(launch, as_json: bool) -> None:
     from ..playbooks import plan
 
     lines = plan(launch.book, launch.inputs)
-    seen, unreachable = None, None
+    seen, failure = None, launch.target.unasked
     if launch.target.connect is not None:
         try:
             seen = preview(launch)
         except OrchError as exc:
-            unreachable = exc.message
+            failure = exc
+    unreachable = failure.message if failure is not None else None
     if as_json:
         render.print_json({"playbook": launch.book.name, "target": launch.target.name,
                            "target_label": launch.target.label, "steps": lines,
@@ -65,12 +66,16 @@ def _dry_run(launch, as_json: bool) -> None:
                            "argv": launch.inputs.argv, "batching": launch.inputs.batching, "target_state": seen,
                            "unreachable": unreachable,
                            "left_out": [d.public() for d in launch.revision.left_out] if launch.revision else []})
+        if failure is not None:
+            raise common.unasked(failure, launch.target.label)
         return
     render.out(f"plan for {launch.book.name} on {launch.target.label} (dry run: nothing is changed)")
     for line in lines:
         render.out("  " + line)
     if seen is None:
-        render.out(f"what is on the target is unknown{': ' + unreachable if unreachable else ''}")
+        render.out("what is on the target is unknown" + (": it could not be asked" if failure else ""))
+        if failure is not None:
+            raise common.unasked(failure, launch.target.label)
         return
     render.out("on the target now:")
     stop = ", ".join(f"experiment {i}" for i in seen["stop"]) or "nothing (no run of this project is up)"

@@ -18,8 +18,14 @@ def register(app: typer.Typer) -> None:
         """Make a target the current one (a deploy with --ct/--target does this too); alone: show it. Several
         CTs (repeated --ct) make a job's nodes current."""
         from .. import current
+        from ..targets import check_ct
 
         settings = common.settings(ctx)
+        for vmid in ct or []:  # a CT that does not exist is refused when the API can say so
+            found = check_ct(settings, vmid, render.say)
+            if found is not None and found.get("status") != "running":
+                render.say(f"orch: CT {vmid} ({found.get('name') or '?'}) on node {found.get('node')} is "
+                           f"{found.get('status')}: a launch starts it with --start")
         if name is None and len(ct or []) > 1:
             grp = common.group(settings, None, ct, resolve=False)
             common.remember_group(settings, grp)

@@ -97,14 +97,17 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
-             experiment: Annotated[Optional[int], typer.Option("--experiment", "-e", help="Experiment id "
+             experiment: Annotated[Optional[int], typer.Option("--experiment", "-e", min=1, max=common.ID_MAX,
+                                                               help="Experiment id "
                                                                "(default: the target's latest)")] = None,
-             lines: Annotated[int, typer.Option("-n", "--lines", help="Start with the last N lines")] = 20,
+             lines: Annotated[int, typer.Option("-n", "--lines", min=0, max=common.ID_MAX,
+                                                help="Start with the last N lines")] = 20,
              follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following until the run ends, "
                                                   "across dropped connections")] = False,
              metrics: Annotated[bool, typer.Option("--metrics", help="Print parsed metrics instead of raw lines")]
              = False,
-             node: Annotated[Optional[int], typer.Option("--node", help="A job's node: only its log (rank)")]
+             node: Annotated[Optional[int], typer.Option("--node", min=0, max=common.ID_MAX,
+                                                         help="A job's node: only its log (rank)")]
              = None,
              trust_new_host: TrustOpt = False) -> None:
         """Print a run's log; --follow keeps going until it ends (Ctrl-C stops following, not the run). A job's

@@ -50,9 +50,16 @@ class Resident:
 
     def _answer(self, output: Callable[[bytes], None], limit: float | None, stall: float | None,
                 cancel: threading.Event | None, what: str, sent: list[float]) -> None:
-        """Read chunks until the end chunk, handing each chunk's bytes to ``output``."""
+        """Read chunks until the end chunk, handing each chunk's bytes to ``output``.
+
+        While the agent is silent the connection is probed every ``keepalive`` seconds (as a one-shot command's
+        is), and after four missed intervals it is taken for lost: a link cut without a reset is not waited on.
+        """
         progressed = time.monotonic()
         deadline = None if limit is None else progressed + limit
+        keepalive = float(getattr(self.transport, "keepalive", 0) or 0)
+        heard = [progressed]
+        prober: threading.Thread | None = None
         while True:
             while (eol := self.buf.find(b"\n")) >= 0:
                 if self.buf[:eol] == b"stale":
@@ -79,6 +86,15 @@ class Resident:
                 raise TransportTimeout(f"{what} made no progress for {stall:g} s on {self.transport.description}",
                                        hint="check the target's disk and the link; raise [ssh] command_timeout "
                                             "if it is just slow")
+            silent = now - max(heard[0], sent[0])  # a send that went through: the far side takes data
+            if keepalive and silent > 4 * keepalive:
+                self.transport.close()  # the next request connects afresh
+                raise TransportError(f"connection to {self.transport.description} lost while {what} ran (no "
+                                     f"answer to keepalives for {silent:.0f} s); the request may or may not have "
+                                     "run", hint="check the target's state before running it again")
+            if keepalive and silent > keepalive and (prober is None or not prober.is_alive()):
+                prober = threading.Thread(target=self._probe, args=(heard,), daemon=True)
+                prober.start()
             try:
                 chunk = self.chan.recv(1 << 16)
             except TimeoutError:
@@ -87,7 +103,7 @@ class Resident:
                 continue
             if not chunk:
                 raise _Gone()
-            progressed = time.monotonic()
+            progressed = heard[0] = time.monotonic()
             self.buf += chunk
 
     def _send_all(self, data: bytes | memoryview) -> None:
@@ -102,6 +118,15 @@ class Resident:
                 view = view[self.chan.send(view):]
             except TimeoutError:
                 continue
+
+    def _probe(self, heard: list[float]) -> None:
+        transport = self.chan.get_transport()
+        try:
+            answered = transport.global_request("keepalive@openssh.com", wait=True) is not None
+        except Exception:
+            return
+        if answered or transport.is_active():
+            heard[0] = time.monotonic()
 
     def call(self, stdin: Iterator[bytes] | bytes, output: Callable[[bytes], None], limit: float | None,
              stall: float | None, cancel: threading.Event | None, what: str) -> None:

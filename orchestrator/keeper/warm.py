@@ -19,6 +19,7 @@ import struct
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from .warm_client import CODE
@@ -88,6 +89,12 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
                 code = exc.code or 0
             else:
                 sys.stderr.write(f"{exc.code}\n")
+        except BaseException:  # what Python prints for an uncaught exception, and its exit code, as orch here
+            code = 1
+            try:
+                traceback.print_exc()
+            except OSError:
+                pass
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -220,14 +220,7 @@ class SshTransport(Transport):
         except paramiko.BadHostKeyException as exc:
             raise self.host_keys.changed(known_hosts_name(conn.host, conn.port), exc.key, leg.label) from exc
         except paramiko.AuthenticationException as exc:
-            who = f"{conn.user}@{where}" if leg.label is None else f"{where} (user {conn.user})"
-            raise TransportError(
-                f"{who} refused every key offered ({exc})",
-                hint="check the user (User in ~/.ssh/config, or user = \"...\" in the target's section of "
-                     "orch.toml) and that your public key is in the host's ~/.ssh/authorized_keys; pass the key "
-                     "with IdentityFile" + _PCT if not self._node(leg) else "check [proxmox] node_ssh.user and that "
-                     "your public key is in the node's ~/.ssh/authorized_keys",
-            ) from exc
+            raise self._auth_failed(leg, where, f"refused every key offered ({exc})") from exc
         except NoValidConnectionsError as exc:
             raise _Retryable(TransportError(
                 f"cannot connect to {where}: connection refused or host unreachable",
@@ -241,12 +234,17 @@ class SshTransport(Transport):
                                       "resolve here)" if self._node(leg) else
                                  "check the name or use an IP address") from exc
         except OSError as exc:
+            if exc.filename and os.path.abspath(exc.filename) in _key_files(conn):
+                raise self._auth_failed(leg, where, f"could not be offered the key {exc.filename}: "
+                                                    f"{exc.strerror or exc}") from exc
             raise _Retryable(TransportError(f"cannot connect to {where}: {exc.strerror or exc}",
                                             hint="check that the target is running, reachable, and that "
                                                  "sshd listens on that port")) from exc
         except paramiko.SSHException as exc:
             # paramiko reports a banner/kex timeout in several ways (sometimes only as "No existing
             # session" when its thread loses the race), so the time spent is the reliable signal.
+            if "no authentication methods available" in str(exc).lower():  # no agent, no key file at all
+                raise self._auth_failed(leg, where, "cannot be logged in to: orch has no key to offer") from exc
             cause = exc.__cause__ or exc.__context__
             if isinstance(cause, TimeoutError) or time.monotonic() - begin >= 0.9 * self._timeout:
                 raise self._timed_out(where, "no SSH answer") from exc
@@ -262,6 +260,24 @@ class SshTransport(Transport):
         sock = socket.create_connection((host, port), timeout=self._timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
+
+    def _auth_failed(self, leg: "_Leg", where: str, what: str) -> TransportError:
+        """The host would not let us in: which keys were tried, where the key is set, where it must be known."""
+        conn = leg.conn
+        who = f"{conn.user}@{where}" if leg.label is None else f"{where} (user {conn.user})"
+        tried = [*_key_files(conn), *(f for f in _DEFAULT_KEYS if os.path.isfile(os.path.expanduser(f)))]
+        agent = "the SSH agent's keys" if os.environ.get("SSH_AUTH_SOCK") else "no SSH agent (SSH_AUTH_SOCK unset)"
+        keys = ", ".join(dict.fromkeys(tried)) or f"none ([ssh] identity_file unset, no {', '.join(_DEFAULT_KEYS)})"
+        node = self._node(leg)
+        where_key = "the Proxmox node's ~/.ssh/authorized_keys (root's for node_ssh.user = \"root\")" if node \
+            else "the target's ~/.ssh/authorized_keys"
+        user = "[proxmox] node_ssh.user" if node else \
+            'User in ~/.ssh/config, or user = "..." in the target\'s section of orch.toml'
+        return TransportError(
+            f"{who} {what} (tried: {agent}; key files: {keys})",
+            hint=f"set [ssh] identity_file in orch.toml to your private key (or IdentityFile in ~/.ssh/config, "
+                 f"or add it to ssh-agent), put its public key in {where_key}, and check the user ({user})"
+                 + ("" if node else _PCT))
 
     def _node(self, leg: "_Leg") -> bool:
         """Whether this hop is the Proxmox node of an ``access = "pct"`` target (set by [proxmox] node_ssh)."""
@@ -478,6 +494,15 @@ class SshTransport(Transport):
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+_DEFAULT_KEYS = ("~/.ssh/id_rsa", "~/.ssh/id_ecdsa", "~/.ssh/id_ed25519")  # what paramiko looks for
+
+
+def _key_files(conn: Any) -> list[str]:
+    """The key files given for this hop ([ssh] identity_file, IdentityFile), as absolute paths."""
+    files = conn.connect_kwargs.get("key_filename") or []
+    return [os.path.abspath(os.path.expanduser(f)) for f in ([files] if isinstance(files, str) else files)]
 
 
 _PCT = '; a Proxmox CT without sshd is reached through its node with access = "pct" in its target section'

@@ -101,3 +101,22 @@ def test_a_changed_orch_is_never_served_by_the_old_warm_process(project):
     while time.monotonic() < deadline and not old.exists():
         time.sleep(0.1)
     assert old.exists()  # the unchanged orch's warm process is still there for it
+
+
+def test_errors_of_any_kind_come_through_with_their_own_lines_and_exit_codes(project):
+    warm_up(project)
+    assert orch(project, "deploy", "--wait", "-m", "before the registry broke").returncode == 0
+    assert orch(project, "stop").returncode == 0
+    db = project.path / ".orch" / "experiments.db"
+    db.write_bytes(os.urandom(8192))  # a corrupt registry: an error of orch's own
+    cases = [["status"], ["experiments", "list"], ["experiments", "show", "99999999999999999999"],
+             ["--config", "/proc/self/mem", "status"]]  # an exception orch does not expect: Python's last line
+    for args in cases:
+        here = orch(project, *args, env={"ORCH_WARM": "0"})
+        warm = orch(project, *args)
+        assert len(forks()) >= 1  # the warm process answered it, and is still there
+        assert "ended without an exit code" not in warm.stderr, (args, warm.stderr)
+        assert warm.returncode == here.returncode != 0, (args, warm.stderr, here.stderr)
+        assert warm.stderr.splitlines()[-1] == here.stderr.splitlines()[-1], (args, warm.stderr, here.stderr)
+        if "Traceback" not in here.stderr:
+            assert warm.stderr == here.stderr, args
