@@ -18,7 +18,7 @@ name = "{name}"
 sources = ["train.py"]                 # files/folders (relative to this file) that make up a revision: a named
                                        # path is always sent; .gitignore/.orchignore (with !) apply inside folders
 # follow_symlinks = ["data/big"]       # symlinks sent although they lead outside the project (others: refused)
-command = "python3 train.py"           # run from the revision's folder on the target
+command = "python3 train.py"           # a shell line ($VARS, &&) run in the run's work folder; a list: no shell
 env = {{ OMP_NUM_THREADS = "4" }}
 # secrets = ["WANDB_API_KEY"]          # values from the environment or .orch/secrets.env (chmod 600); never recorded
 # total_steps = 10000                  # for the ETA, if the log does not print total_steps=
