@@ -39,6 +39,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_deploy_local.py
 	$(BIN)/python benchmarks/bench_batching.py --quick
 	$(BIN)/python benchmarks/bench_metrics.py
+	$(BIN)/python benchmarks/bench_workdir.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

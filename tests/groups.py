@@ -1,0 +1,69 @@
+"""The whole suite as two groups at once: the testbed's tests (real LXC containers, mostly waiting on them) and
+the local ones, each in a pytest process of its own. Each group's output is printed whole once it ends, then the
+time per group and one closing line with the totals.
+
+    python tests/groups.py              # what `make test` runs
+    python tests/groups.py -x -k keeper # arguments go to both pytest processes
+
+The exit code is 0 only when both groups passed (a group that selects no test counts as passed).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GROUPS = (("testbed", ["-m", "testbed"]), ("local", ["-m", "not testbed"]))
+NO_TESTS = 5  # pytest's exit code when nothing was selected
+COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
+
+
+def totals(output: str) -> dict[str, int]:
+    """The counts on pytest's closing line (``3 failed, 120 passed, 2 skipped in 61.2s``)."""
+    lines = [line for line in output.splitlines() if re.search(r"\bin [\d.]+s\b", line) and COUNT.search(line)]
+    if not lines:
+        return {}
+    found: dict[str, int] = {}
+    for number, word in COUNT.findall(lines[-1]):
+        key = "errors" if word.startswith("error") else word
+        found[key] = found.get(key, 0) + int(number)
+    return found
+
+
+def main(argv: list[str]) -> int:
+    started = []
+    for name, select in GROUPS:
+        log = tempfile.TemporaryFile()
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", *select, *argv], cwd=REPO, stdout=log,
+                                stderr=subprocess.STDOUT)
+        started.append((name, proc, log, time.monotonic()))
+    results = []
+    for name, proc, log, begin in started:
+        code = proc.wait()
+        took = time.monotonic() - begin
+        log.seek(0)
+        output = log.read().decode("utf-8", "replace")
+        sys.stdout.write(f"\n===== {name} tests =====\n{output}")
+        sys.stdout.flush()
+        results.append((name, code, took, totals(output)))
+    print("\n===== time per group =====")
+    for name, code, took, counts in results:
+        shown = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no summary"
+        print(f"{name:8} {took / 60:5.1f} min   {shown} (exit {code})")
+    passed = sum(c.get("passed", 0) for *_, c in results)
+    failed = sum(c.get("failed", 0) + c.get("errors", 0) for *_, c in results)
+    skipped = sum(c.get("skipped", 0) for *_, c in results)
+    ok = all(code in (0, NO_TESTS) for _n, code, *_ in results)
+    if not ok and failed == 0:
+        failed = 1  # a group that ended without a summary (killed, or could not start) failed
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
