@@ -421,9 +421,6 @@ def _records(nodes: list[Node], runs: list | None, states: list) -> list[dict]:
     return out
 
 
-_job_code = job_settle.exit_code
-
-
 def job(registry: Registry, group: Group) -> Experiment:
     """The group's latest job: the newest row on node 0's machine that has a record for every node."""
     want = [m.machine for m in group.members]
