@@ -115,3 +115,8 @@ def test_a_job_over_a_single_ct_run_stops_it_says_so_and_its_row_has_every_nodes
     assert all(e is not None for e in ends) and ends[1] < ends[0], ends
     assert exp.ended == ends[0]  # the job ended with its last node, not its first
     assert exp.end_reason == "node 1 crashed (exit code 3); node 0 finished", exp.end_reason
+    show = remote.run("experiments", "show", "2")
+    assert show.returncode == 0, show.stderr
+    assert "node 1 crashed (exit code 3); node 0 finished" in show.stdout, show.stdout
+    assert "    1: CT 201" in show.stdout and "crashed (exit code 3)" in show.stdout, show.stdout
+    assert "stopped by experiment 2" in remote.run("experiments", "show", "1").stdout
