@@ -538,7 +538,7 @@ def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list
             n.close()
     settled = _settled(settings, group, registry, exp, nodes, "run")
     if orphaned and all(n.error is None for n in nodes):
-        settled = registry.settle(exp.id)  # every node answered: the launch's lock file goes
+        settled = registry.settle(exp.id, nodes=settled.nodes)  # every node answered: its lock file goes
     return settled, nodes
 
 
