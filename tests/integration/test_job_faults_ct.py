@@ -3,6 +3,7 @@ over a single-CT run, a node crashing. Real torchrun (gloo on CPU) for the first
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -120,3 +121,44 @@ def test_a_job_over_a_single_ct_run_stops_it_says_so_and_its_row_has_every_nodes
     assert "node 1 crashed (exit code 3); node 0 finished" in show.stdout, show.stdout
     assert "    1: CT 201" in show.stdout and "crashed (exit code 3)" in show.stdout, show.stdout
     assert "stopped by experiment 2" in remote.run("experiments", "show", "1").stdout
+
+
+def test_a_job_launch_killed_mid_start_is_settled_from_the_nodes(remote, testbed, ct201):  # noqa: F811
+    import subprocess
+    import sys
+
+    (remote.path / "job.py").write_text(JOB)
+    _job_project(remote, "python3 job.py", 'OMP_NUM_THREADS = "1"',
+                 extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
+    _timeouts(remote)
+    deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
+                               "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    begin = time.monotonic()
+    try:
+        while "train.log" not in testbed.ct(200).attach("sh", "-c", "ls /workspace/orch/runs/*/ 2>/dev/null || true"
+                                                        ).stdout.decode():
+            assert deploy.poll() is None and time.monotonic() - begin < 60, deploy.communicate()
+            time.sleep(0.05)
+        ct201.freeze()  # node 0 started; node 1's start cannot be answered
+        deploy.kill()  # orch dies before it heard back from every node
+        deploy.wait(timeout=10)
+    finally:
+        ct201.thaw()
+    assert remote.registry().get(1).status == "launching"
+    deadline = time.monotonic() + 60
+    while True:  # the job was never remembered as the current target: name its nodes
+        res = remote.run("status", "--target", "n0", "--target", "n1", "--json")
+        assert res.returncode == 0, res.stderr
+        data = json.loads(res.stdout)
+        if data["state"] != "running" and data["state"] != "launching":
+            break
+        assert time.monotonic() < deadline, data
+        time.sleep(1)
+    exp = remote.registry().get(1)
+    assert exp.status == data["state"] and exp.status != "launching", exp.status
+    assert exp.nodes[0]["state"] == "finished" and exp.nodes[0]["ended"] is not None, exp.nodes
+    assert exp.nodes[1]["state"] in ("failed", "crashed"), exp.nodes
+    assert exp.end_reason and "node 0 finished" in exp.end_reason and "node 1 " in exp.end_reason, exp.end_reason
+    print(f"interrupted job launch settled: {exp.status}; {exp.end_reason}")
