@@ -279,11 +279,12 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
         records = _records(nodes, runs, states)
         done = job_settle.settle(records)
         acted = [r for r in records if r.get("checkpoints_action") not in (None, "kept")]
-        exp = registry.update(exp.id, status="running", started=time.time(), nodes=records,
-                              checkpoints_action=acted[0]["checkpoints_action"] if acted else "kept",
-                              checkpoints_entry=acted[0]["checkpoints_entry"] if acted else None,
-                              **({**done, "ended": done["ended"] or time.time()} if done else {}))
-        return exp
+        fields = {"status": "running", "started": time.time(), "nodes": records,
+                  "checkpoints_action": acted[0]["checkpoints_action"] if acted else "kept",
+                  "checkpoints_entry": acted[0]["checkpoints_entry"] if acted else None}
+        if done is not None:  # every node ended within its start check
+            fields.update(done, ended=done["ended"] or time.time())
+        return registry.update(exp.id, **fields)
     finally:
         guard.release()
         for n in nodes:
