@@ -458,7 +458,7 @@ def _settled(settings, group: Group, registry: Registry, exp: Experiment, answer
             final = got.get("state") in FINAL
             rec.update(state=got.get("state"), exit_code=got.get("exit_code"), last_line=got.get("last_line"),
                        log_mtime=got.get("log_mtime"), started=got.get("started"), ended=got.get("ended"),
-                       reason=(describe(got, registry.registry_id) if final else None) or got.get("last_reason"),
+                       reason=got.get("last_reason") or (describe(got, registry.registry_id) if final else None),
                        **progress.node_facts(got))
             if final and rec.get("stop_pending"):
                 rec.update(stop_pending=False, stop=None)
