@@ -65,8 +65,11 @@ def follow_nodes(settings: Settings, targets: dict[int, Target], exp_id: int, *,
     lock = threading.Lock()
     nodes = [NodeFollow(rank, tgt) for rank, tgt in sorted(targets.items())]
 
+    held: dict[int, list[bytes]] = {n.rank: [] for n in nodes}
+
     def one(node: NodeFollow) -> None:
-        lines = _Lines(f"[{node.rank}] ".encode() if prefix else b"", write, lock)
+        out = write if follow else held[node.rank].append  # a tail is held and written whole, node by node
+        lines = _Lines(f"[{node.rank}] ".encode() if prefix else b"", out, lock)
         try:
             res = follow_one(settings, node.target, exp_id, write=lines,
                              notice=lambda m: notice(f"node {node.rank}: {m}"), follow=follow,
@@ -78,14 +81,12 @@ def follow_nodes(settings: Settings, targets: dict[int, Target], exp_id: int, *,
         finally:
             lines.flush()
 
-    if not follow:  # one node after the other: each node's tail stays together
-        for node in nodes:
-            one(node)
-        return nodes
     threads = [threading.Thread(target=one, args=(n,), name=f"follow-node-{n.rank}", daemon=True) for n in nodes]
     for t in threads:
         t.start()
     for t in threads:
         while t.is_alive():  # a timed join keeps Ctrl-C deliverable to this thread
             t.join(0.2)
+    for node in nodes if not follow else []:  # every node read at once, each node's tail kept together
+        write(b"".join(held[node.rank]))
     return nodes

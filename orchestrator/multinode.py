@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from . import distributed, job_progress as progress
+from . import distributed, job_progress as progress, job_settle
 from .agent_client import AgentClient, Op
 from .errors import InputError, NotFoundError, OrchError
 from .experiments import Experiment, Registry
@@ -55,6 +55,8 @@ class Node:
     pushed: dict = field(default_factory=dict)
     trash: dict | None = None  # where --clean-checkpoints moved this node's checkpoints
     error: OrchError | None = None
+    read_only: bool = False  # reads bounded by [ssh] read_timeout: a node cut off fails fast
+    stopped: list = field(default_factory=list)  # the runs this node's launch stopped
 
     def close(self) -> None:
         if self.client is not None:
@@ -108,8 +110,12 @@ def _connect(node: Node) -> AgentClient:
     settings = node.settings
     if node.client is None:
         assert node.target.connect is not None
-        node.client = AgentClient(node.target.connect(), node.target.root, node.target.python,
-                                  timeout=settings.ssh.command_timeout)
+        if node.read_only:
+            node.client = AgentClient(node.target.connect(), node.target.root, node.target.python,
+                                      timeout=settings.ssh.read_timeout, timeout_setting="[ssh] read_timeout")
+        else:
+            node.client = AgentClient(node.target.connect(), node.target.root, node.target.python,
+                                      timeout=settings.ssh.command_timeout)
     return node.client
 
 
@@ -124,15 +130,7 @@ def _failure(node: Node, exc: OrchError, what: str) -> str:
     return f"node {node.rank} ({node.target.label}): {what}: {exc.message}"
 
 
-def job_state(states: list[str | None], codes: list[int | None]) -> str:
-    """A job's state from its nodes': running while any runs, finished when all exited 0."""
-    if any(s in ("running", "launching") for s in states):
-        return "running"
-    if all(s == "finished" and c == 0 for s, c in zip(states, codes)):
-        return "finished"
-    if any(s == "stopped" for s in states) and all(s in ("stopped", "finished") for s in states):
-        return "stopped"
-    return "crashed"
+job_state = job_settle.state
 
 
 def prepare_nodes(launch: Launch, group: Group) -> list[Node]:
@@ -213,8 +211,11 @@ def preview(launch: Launch, group: Group) -> list[dict]:
             for n, r in zip(nodes, plan_runs(launch, nodes, None))]
 
 
-def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
-    """Gang launch: nothing starts anywhere unless every node passed its preflight and push."""
+def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | None = None) -> Experiment:
+    """Gang launch: nothing starts anywhere unless every node passed its preflight and push.
+
+    ``stopped`` gets one entry per run of this project the start stopped on a node (``id``, ``state``,
+    ``exit_code``, ``node``, ``label``, ``mine``); each is recorded as stopped by the new job."""
     from .launch_guard import LaunchGuard
 
     nodes = prepare_nodes(launch, group)
@@ -253,11 +254,16 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
                                            hint=stuck[0].error.hint)  # type: ignore[union-attr]
         exp = registry.create(launcher=guard, **fields)
         key = registry.run_registry(exp.id)  # the run folders are runs/<registry id>-<id>, like a single run's
+        rid = registry.registry_id  # who stopped a run: read here, the registry belongs to this thread
         runs = plan_runs(launch, nodes, exp.id)
+        exp = registry.update(exp.id, nodes=_records(nodes, runs, []))  # an interrupted launch knows its nodes
         started: dict = {}
-        _parallel(lambda n: started.update({0: _start_one(n, runs[0], exp, key)}), nodes[:1])  # it hosts the rendezvous
+        _parallel(lambda n: started.update({0: _start_one(n, runs[0], exp, key, rid)}), nodes[:1])  # it hosts the rendezvous
         if nodes[0].error is None:
-            _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key)}), nodes[1:])
+            _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key, rid)}), nodes[1:])
+        found = _record_stopped(launch, registry, nodes, exp.id)
+        if stopped is not None:
+            stopped.extend(found)
         failed = [n for n in nodes if n.error is not None]
         if failed:
             _parallel(lambda n: _stop_one(n, exp.id, key), [n for n in nodes if n.rank in started])
@@ -271,30 +277,33 @@ def deploy(launch: Launch, group: Group, registry: Registry) -> Experiment:
                                         hint=failed[0].error.hint)  # type: ignore[union-attr]
         states = [started[n.rank] for n in nodes]
         records = _records(nodes, runs, states)
-        status = job_state([r["state"] for r in records], [r["exit_code"] for r in records])
+        done = job_settle.settle(records)
         acted = [r for r in records if r.get("checkpoints_action") not in (None, "kept")]
-        exp = registry.update(exp.id, status=status, started=time.time(), nodes=records,
-                              checkpoints_action=acted[0]["checkpoints_action"] if acted else "kept",
-                              checkpoints_entry=acted[0]["checkpoints_entry"] if acted else None,
-                              **({"ended": time.time(), "exit_code": _job_code(records)}
-                                 if status != "running" else {}))
-        return exp
+        fields = {"status": "running", "started": time.time(), "nodes": records,
+                  "checkpoints_action": acted[0]["checkpoints_action"] if acted else "kept",
+                  "checkpoints_entry": acted[0]["checkpoints_entry"] if acted else None}
+        if done is not None:  # every node ended within its start check
+            fields.update(done, ended=done["ended"] or time.time())
+        return registry.update(exp.id, **fields)
     finally:
         guard.release()
         for n in nodes:
             n.close()
 
 
-def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str | None) -> dict:
+def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str | None, rid: str) -> dict:
     launch = node.launch
     assert launch is not None
     settings, rev = launch.settings, launch.revision
     project = settings.project.name
     client = _connect(node)
     assemble = {"revision": rev.id, "files": rev.files} if rev is not None else {"revision": exp.revision}
+    from .operations import clone
+
+    by = {"experiment": exp.id, "registry": rid, "clone": clone(settings)}
     ops = [Op("revision_assemble", assemble),
            Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
-                           "term_timeout": settings.run.term_timeout})]
+                           "term_timeout": settings.run.term_timeout, "by": by})]
     ops += _clean_ops(node, exp)
     ops += [Op("run_start", {"exp_id": exp.id, "registry": key, "project": project, "revision": exp.revision,
                              "argv": run.argv, "env": {**launch.env, **run.env}, "secrets": dict(launch.secrets),
@@ -302,13 +311,58 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
                              "batching": exp.batching, "recovery": _node_recovery(settings, run, key)}),
             Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": 0.5})]
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
+    # the node journals each step in its run folder: a launch orch never hears back from is settled from it
+    journal = {"exp_id": exp.id, "registry": key, "project": project}
     try:
-        values = client.call(ops, lock=settings.run.lock_timeout, what=f"start node {node.rank}", timeout=timeout)
+        values = client.call(ops, lock=settings.run.lock_timeout, what=f"start node {node.rank}", timeout=timeout,
+                             journal=journal)
     except OrchError as exc:  # the checkpoints moved before the failure: say where they are
         node.trash = next((v for op, v in zip(ops, exc.partial or []) if op.name == "ckpt_trash"), None)
+        partial = exc.partial or []
+        node.stopped = list((partial[1] or {}).get("stopped") or []) if len(partial) > 1 else []
         raise
     node.trash = next((v for op, v in zip(ops, values) if op.name == "ckpt_trash"), None)
+    node.stopped = list(values[1].get("stopped") or [])
     return values[-1] | {"run_dir": values[-2].get("run_dir")}
+
+
+def _record_stopped(launch: Launch, registry: Registry, nodes: list[Node], by: int) -> list[dict]:
+    """The runs the nodes' starts stopped, recorded as stopped by experiment ``by``: a single-target row
+    directly, another job's row through that node's record (settled once all its nodes are)."""
+    from .status import belongs
+
+    project = launch.settings.project.name
+    out = []
+    for node in nodes:
+        for run in node.stopped:
+            mine = registry.owns(run)
+            out.append({"id": run.get("id"), "state": run.get("state"), "exit_code": run.get("exit_code"),
+                        "node": node.rank, "label": node.target.label, "mine": mine, "clone": run.get("clone")})
+            if not mine:
+                continue
+            try:
+                old = registry.get(int(run["id"]))
+            except (OrchError, TypeError, ValueError):
+                continue
+            ended = run.get("ended") or time.time()
+            why = f"stopped by experiment {by}"
+            if old.nodes:
+                _stop_node_of(registry, old, node.target.machine, run, ended, why)
+            elif belongs(old, node.target, project):
+                registry.update(old.id, status=run.get("state") or "stopped", exit_code=run.get("exit_code"),
+                                ended=ended, end_reason=why)
+    return out
+
+
+def _stop_node_of(registry: Registry, old: Experiment, machine: str, run: dict, ended: float, why: str) -> None:
+    """Another job lost its node on ``machine`` to a new launch: that node's record says so."""
+    records = [dict(r) for r in old.nodes or []]
+    for rec in records:
+        if rec.get("machine") == machine:
+            rec.update(state=run.get("state") or "stopped", exit_code=run.get("exit_code"), ended=ended,
+                       reason=why, reachable=True)
+    done = job_settle.settle(records)
+    registry.update(old.id, nodes=records, **({**done, "ended": done["ended"] or ended} if done else {}))
 
 
 def _node_recovery(settings, run: distributed.NodeRun, key: str | None) -> dict:
@@ -341,9 +395,11 @@ def _clean_ops(node: Node, exp: Experiment) -> list[Op]:
 
 
 def _stop_one(node: Node, exp_id: int, key: str | None) -> dict:
+    """SIGTERM to the node's launcher; a node that does not answer within the time a stop takes (reaching it,
+    the lock, the grace after SIGTERM) fails, never blocks the others."""
     settings = node.settings
     client = _connect(node)
-    timeout = settings.ssh.command_timeout + settings.run.term_timeout + 10
+    timeout = settings.ssh.read_timeout + settings.run.lock_timeout + settings.run.term_timeout + 10
     return client.call([Op("run_stop", {"project": settings.project.name, "ids": [exp_id], "stop_timeout": 0,
                                         "term_timeout": settings.run.term_timeout, "term_first": True,
                                         "registry": key})],
@@ -366,11 +422,6 @@ def _records(nodes: list[Node], runs: list | None, states: list) -> list[dict]:
     return out
 
 
-def _job_code(records: list[dict]) -> int | None:
-    codes = [r["exit_code"] for r in records if r.get("exit_code") is not None]
-    return next((c for c in codes if c != 0), codes[0] if codes else None)
-
-
 def job(registry: Registry, group: Group) -> Experiment:
     """The group's latest job: the newest row on node 0's machine that has a record for every node."""
     want = [m.machine for m in group.members]
@@ -390,29 +441,39 @@ def _current_job(registry: Registry, group: Group) -> Experiment | None:
 
 def _settled(settings, group: Group, registry: Registry, exp: Experiment, answers: list[Node],
              key: str) -> Experiment:
+    """Each node's record from what it answered (a node not reached keeps its last known state, marked
+    unreachable); the row itself is final only once every node is (``job_settle``)."""
+    from .end_reason import describe
+    from .experiments import FINAL
+
     records = [dict(r) for r in exp.nodes or []]
     for node in answers:
         got = node.probe.get(key)
         rec = records[node.rank]
         if node.error is not None:
-            rec["reachable"] = False
+            rec.update(reachable=False, unreachable=node.error.message)
             continue
-        rec["reachable"] = True
+        rec.update(reachable=True, unreachable=None)
         if got:
+            final = got.get("state") in FINAL
             rec.update(state=got.get("state"), exit_code=got.get("exit_code"), last_line=got.get("last_line"),
                        log_mtime=got.get("log_mtime"), started=got.get("started"), ended=got.get("ended"),
-                       reason=got.get("last_reason"), **progress.node_facts(got))
-    if not all(r.get("reachable") for r in records):
-        return registry.update(exp.id, nodes=records)
-    status = job_state([r.get("state") for r in records], [r.get("exit_code") for r in records])
-    fields: dict = {"status": status, "nodes": records}
-    if status != "running" and exp.ended is None:
-        fields.update(ended=time.time(), exit_code=_job_code(records))
-    return registry.update(exp.id, **fields)
+                       reason=got.get("last_reason") or (describe(got, registry.registry_id) if final else None),
+                       **progress.node_facts(got))
+            if final and rec.get("stop_pending"):
+                rec.update(stop_pending=False, stop=None)
+        elif node.probe.get("told") is not None:  # an interrupted launch this node never started
+            rec.update(state="failed", reason=node.probe["told"], stop_pending=False)
+    done = job_settle.settle(records)
+    if done is not None:
+        return registry.update(exp.id, nodes=records, **{**done, "ended": done["ended"] or exp.ended or time.time()})
+    if exp.status in FINAL:  # a row settled before every node had ended: open again until they have
+        return registry.update(exp.id, nodes=records, status="running", ended=None, exit_code=None, end_reason=None)
+    return registry.update(exp.id, nodes=records)
 
 
-def _nodes_of(settings, group: Group) -> list[Node]:
-    return [Node(rank, tgt, settings) for rank, tgt in enumerate(group.members)]
+def _nodes_of(settings, group: Group, read_only: bool = False) -> list[Node]:
+    return [Node(rank, tgt, settings, read_only=read_only) for rank, tgt in enumerate(group.members)]
 
 
 def _halt(settings, group: Group, registry: Registry, exp: Experiment, nodes: list[Node]) -> Experiment:
@@ -425,7 +486,18 @@ def _halt(settings, group: Group, registry: Registry, exp: Experiment, nodes: li
         got = _stop_one(n, exp.id, key)["stopped"]
         n.probe["halted"] = got[0] if got else _run_on(n, settings, exp.id, key)  # ended already: read how
     _parallel(one, nodes)
+    exp = registry.update(exp.id, nodes=_owed(exp.nodes or [], nodes))
     return _settled(settings, group, registry, exp, nodes, "halted")
+
+
+def _owed(records: list[dict], nodes: list[Node]) -> list[dict]:
+    """The records with a stop owed to each node it could not be delivered to (the next command that
+    reaches the node delivers it)."""
+    out = [dict(r) for r in records]
+    for n in nodes:
+        if n.error is not None and n.rank < len(out):
+            out[n.rank].update(stop_pending=True, stop=f"stop not delivered: unreachable ({n.error.message})")
+    return out
 
 
 def stop(settings, group: Group, registry: Registry) -> Experiment:
@@ -449,10 +521,32 @@ def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list
     """The job and each node's run as the node reports it (all asked at once)."""
     exp = job(registry, group)
     key = registry.run_registry(exp.id)  # read here: the registry belongs to this thread
-    nodes = _nodes_of(settings, group)
+    nodes = _nodes_of(settings, group, read_only=True)
+    owed = {r.get("rank") for r in exp.nodes or [] if r.get("stop_pending")}
+    orphaned = registry.orphaned(exp)
+
+    def read(n: Node) -> None:
+        n.probe["run"] = _run_on(n, settings, exp.id, key)
+        if n.rank in owed and (n.probe["run"] or {}).get("state") in ("running", "launching"):
+            got = _stop_one(n, exp.id, key)["stopped"]  # the stop orch stop could not deliver then
+            n.probe["run"] = got[0] if got else _run_on(n, settings, exp.id, key)
+        if orphaned and n.probe["run"] is None:  # a launch interrupted before this node started: its journal
+            n.probe["told"] = _not_started(n, exp.id, key)
     try:
-        _parallel(lambda n: n.probe.update(run=_run_on(n, settings, exp.id, key)), nodes)
+        _parallel(read, nodes)
     finally:
         for n in nodes:
             n.close()
-    return _settled(settings, group, registry, exp, nodes, "run"), nodes
+    settled = _settled(settings, group, registry, exp, nodes, "run")
+    if orphaned and all(n.error is None for n in nodes):
+        settled = registry.settle(exp.id, nodes=settled.nodes)  # every node answered: its lock file goes
+    return settled, nodes
+
+
+def _not_started(node: Node, exp_id: int, key: str | None) -> str:
+    """Why an interrupted launch never started on ``node``, as the node's launch journal tells."""
+    from . import launch_journal
+    from .status import INTERRUPTED
+
+    found = _connect(node).one("journal_read", ids=[exp_id], registry=key)
+    return launch_journal.not_started(launch_journal.facts(found.get(str(exp_id), [])), INTERRUPTED)

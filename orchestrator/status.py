@@ -38,6 +38,11 @@ def belongs(exp: Experiment, target: Target, project: str) -> bool:
     return same_place and exp.project == project
 
 
+def is_job(exp: Experiment) -> bool:
+    """A job's row: settled from every node at once (``multinode``), never from one node's answer."""
+    return bool(exp.nodes) or bool((exp.target_info or {}).get("members"))
+
+
 def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> None:
     """Record what the target reports: runs that ended on their own, crashed, or were stopped."""
     for run in runs:
@@ -47,8 +52,8 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
             exp = registry.get(int(run["id"]))
         except NotFoundError:
             continue
-        if not belongs(exp, target, project) or registry.orphaned(exp):
-            continue  # another machine's or project's run 7; an orphaned launch is settled by recover()
+        if not belongs(exp, target, project) or registry.orphaned(exp) or is_job(exp):
+            continue  # another machine's or project's run 7; an orphaned launch is settled by recover(); a job
         state = run["state"]
         settled = exp.status in FINAL and exp.status not in ("failed", "lost")  # lost: may resume after boot
         if run.get("attempts") and run["attempts"] != exp.attempts and not (settled and state not in FINAL):
@@ -87,7 +92,7 @@ def reconcile(settings: Settings, target: Target, registry: Registry, client: Ag
     if another operation holds it, they wait for the next command and the rest is read without it.
     """
     project = settings.project.name
-    rows = registry.unsettled(target.machine, target.name, project)
+    rows = [e for e in registry.unsettled(target.machine, target.name, project) if not is_job(e)]
     ops = [Op("status", {"project": project, "ids": [e.id for e in rows], "tail": False, "gpus": False,
                          "registry": registry.registry_id})] if rows else []
     lost = [e for e in rows if registry.orphaned(e)]

@@ -73,6 +73,14 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
                          ("error", exp.error)):
         if value not in (None, ""):
             render.out(f"  {label:12} {value}")
+    if exp.nodes:
+        render.out("  nodes:")
+        for n in exp.nodes:
+            code = f" (exit code {n['exit_code']})" if n.get("exit_code") is not None else ""
+            how = f", {n['reason']}" if n.get("reason") and n.get("state") != "running" else ""
+            owed = f" [{n['stop']}]" if n.get("stop_pending") and n.get("stop") else ""
+            render.out(f"    {n.get('rank')}: {n.get('label')}: {n.get('state') or 'not started'}{code}{how}"
+                       f", ended {render.when(n.get('ended'))}{owed}")
     if exp.attempts:
         render.out("  attempts:")
         for a in exp.attempts:

@@ -39,8 +39,12 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
         if failure is not None:  # a plan made without asking every node is not a checked plan: exit 3
             raise common.unasked(failure, grp.label)
         return None
+    stopped: list = []
     with common.registry(settings) as reg:
-        exp = multinode.deploy(launch, grp, reg)
+        try:
+            exp = multinode.deploy(launch, grp, reg, stopped)
+        finally:
+            _say_stopped(stopped)
         common.remember_group(settings, grp)
         waited = _wait(launch, grp, reg, exp) if launch.wait and exp.status == "running" else None
         if waited is not None and waited["state"] != "running":
@@ -75,6 +79,15 @@ def _wait(launch, grp, reg, exp) -> dict:
                           exit_code=code) from None
 
 
+def _say_stopped(stopped: list) -> None:
+    """``stopped experiment 7 on CT 201: stopped (exit -15)``: what the job's start stopped on its nodes."""
+    from .run import _which
+
+    for run in stopped:
+        render.say(f"stopped {_which(run)} on {run['label']} (node {run['node']}): {run['state']} "
+                   f"(exit {run['exit_code']})")
+
+
 def _say_deployed(exp, grp, waited: dict | None) -> None:
     what = "started" if exp.status == "running" else exp.status
     if waited is not None and waited["state"] == "running" and waited.get("metric"):
@@ -106,12 +119,20 @@ def restart(settings, grp, *, message, clean: bool, purge: bool, yes: bool, conf
 def stop(settings, grp, as_json: bool) -> None:
     from .. import multinode
 
+    from ..errors import TargetError
+
     with common.registry(settings) as reg:
         exp = multinode.stop(settings, grp, reg)
     if as_json:
-        return render.print_json({"experiment": exp.public(), "group": grp.name})
-    render.out(f"experiment {exp.id} on {grp.label}: {exp.status}")
-    _node_lines(exp, settings)
+        render.print_json({"experiment": exp.public(), "group": grp.name})
+    else:
+        render.out(f"experiment {exp.id} on {grp.label}: {exp.status}")
+        _node_lines(exp, settings)
+    owed = [n for n in exp.nodes or [] if n.get("stop_pending")]
+    if owed:
+        raise TargetError("; ".join(f"node {n['rank']} ({n['label']}): {n['stop']}" for n in owed),
+                          hint="the next orch status (or orch stop) that reaches the node stops it there; "
+                               "check the node's container")
     return None
 
 
@@ -120,7 +141,11 @@ def status(settings, grp, as_json: bool) -> None:
     from ..job_progress import summary
 
     with common.registry(settings) as reg:
-        exp, _ = multinode.status(settings, grp, reg)
+        exp, nodes = multinode.status(settings, grp, reg)
+    if all(n.error is not None for n in nodes):  # nothing could be read: as for one unreachable target
+        first = nodes[0].error
+        raise type(first)("; ".join(f"node {n.rank} ({n.target.label}): {n.error.message}" for n in nodes),
+                          hint=first.hint)
     if as_json:
         nodes = [{**n, "metrics": _metrics(n, settings)} for n in exp.nodes or []]
         return render.print_json({"experiment": exp.id, "state": exp.status, "group": grp.name,
@@ -156,7 +181,8 @@ def _node_lines(exp, settings) -> None:
     for node in exp.nodes or []:
         code = f" (exit {node['exit_code']})" if node.get("exit_code") is not None else ""
         code += f" [{node['reason']}]" if node.get("reason") and node.get("state") != "running" else ""
-        reach = "" if node.get("reachable", True) else " [unreachable]"
+        reach = "" if node.get("reachable", True) else f" [unreachable: {node.get('unreachable') or 'not reached'}]"
+        reach += f" [{node['stop']}]" if node.get("stop_pending") and node.get("stop") else ""
         facts = []
         event = _metrics(node, settings)
         if "step" in event:

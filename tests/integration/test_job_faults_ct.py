@@ -1,0 +1,164 @@
+"""A job over CTs 200 and 201 under faults: a node cut off, a node frozen during a stop, a job started
+over a single-CT run, a node crashing. Real torchrun (gloo on CPU) for the first, plain processes after."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.integration.test_multinode_ct import LONG, SILENT, _job_processes, _job_project, _until, \
+    _until_steps, torch_cts  # noqa: F401  (the fixture)
+from tests.integration.test_remote import remote  # noqa: F401  (the fixture)
+from tests.testbed import faults
+
+pytestmark = pytest.mark.testbed
+
+READ_TIMEOUT = 5
+COMMAND_TIMEOUT = 120  # far above what a bounded read or stop takes: a hang shows as a failure
+DIRECT = '\n[targets.n0]\nkind = "proxmox"\nct = 200\naccess = "ssh"\nuser = "root"\n\n' \
+         '[targets.n1]\nkind = "proxmox"\nct = 201\naccess = "ssh"\nuser = "root"\n'
+
+
+def _timeouts(remote) -> None:  # noqa: F811
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace(
+        "command_timeout = 60\n", f"command_timeout = {COMMAND_TIMEOUT}\nread_timeout = {READ_TIMEOUT}\n", 1))
+
+
+def test_status_with_node_1_cut_off_and_stop_with_node_1_frozen_return_and_say_so(
+        remote, testbed, torch_cts, ct201):  # noqa: F811
+    _job_project(remote, "python3 ddp_silent.py", LONG, extra=DIRECT, script=SILENT)
+    _timeouts(remote)
+    assert remote.run("deploy", "--target", "n0", "--target", "n1").returncode == 0
+    _until_steps(testbed, remote.registry().get(1).nodes[:1], 2)
+    faults.block("10.77.0.201", 22)
+    try:
+        begin = time.monotonic()
+        res = remote.run("status")
+        took = time.monotonic() - begin
+    finally:
+        faults.clear([])
+    print(f"status of a job with node 1 cut off: exit {res.returncode} in {took:.1f} s "
+          f"(read_timeout {READ_TIMEOUT} s, command_timeout {COMMAND_TIMEOUT} s)")
+    assert res.returncode == 0, res.stderr
+    assert took < COMMAND_TIMEOUT / 2, took
+    lines = res.stdout.splitlines()
+    node0 = next(line for line in lines if line.startswith("  node 0 "))
+    node1 = next(line for line in lines if line.startswith("  node 1 "))
+    assert ": running" in node0 and "unreachable" not in node0, lines
+    assert "[unreachable: " in node1 and ": running" in node1, lines  # its last known state, and why not now
+
+    ct201.freeze()
+    try:
+        begin = time.monotonic()
+        stop = remote.run("stop")
+        took = time.monotonic() - begin
+        exp = remote.registry().get(1)
+    finally:
+        ct201.thaw()
+    print(f"stop of a job with node 1 frozen: exit {stop.returncode} in {took:.1f} s")
+    assert stop.returncode == 3, (stop.stdout, stop.stderr)
+    assert took < COMMAND_TIMEOUT / 2, took
+    assert "error: node 1 (CT 201" in stop.stderr and "stop not delivered: unreachable" in stop.stderr, stop.stderr
+    assert "hint: " in stop.stderr
+    assert "  node 0 " in stop.stdout and "stop not delivered" in stop.stdout, stop.stdout
+    assert exp.status == "running" and exp.ended is None, (exp.status, exp.nodes)
+    assert exp.nodes[0]["state"] == "stopped" and exp.nodes[1]["stop_pending"], exp.nodes
+    assert "stop not delivered: unreachable" in exp.nodes[1]["stop"]
+
+    after = remote.run("status")  # node 1 is back: the stop owed to it is delivered, the row settled
+    assert after.returncode == 0, after.stderr
+    exp = remote.registry().get(1)
+    assert exp.status in ("stopped", "crashed"), (exp.status, exp.nodes)
+    assert all(n["ended"] is not None and not n.get("stop_pending") for n in exp.nodes), exp.nodes
+    assert exp.ended == max(n["ended"] for n in exp.nodes)
+    assert exp.end_reason and "node 0 stopped" in exp.end_reason and "node 1 " in exp.end_reason, exp.end_reason
+    assert _job_processes(testbed, 201) == "" and _job_processes(testbed, 200) == ""
+
+
+JOB = """\
+import os, sys, time
+rank = os.environ.get("ORCH_NODE_RANK")
+if rank is None:  # a single-CT run of the same project: runs until stopped
+    time.sleep(600)
+time.sleep(2 if rank == "1" else 4)
+if rank == "1":
+    print("node 1: simulated failure", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_a_job_over_a_single_ct_run_stops_it_says_so_and_its_row_has_every_nodes_end(remote, testbed):  # noqa: F811
+    (remote.path / "job.py").write_text(JOB)
+    _job_project(remote, "python3 job.py", 'OMP_NUM_THREADS = "1"',
+                 extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
+    single = remote.run("deploy", "--target", "n1")
+    assert single.returncode == 0, single.stderr
+    assert remote.registry().get(1).status == "running"
+    res = remote.run("deploy", "--target", "n0", "--target", "n1")
+    assert res.returncode == 0, res.stderr
+    assert "stopped experiment 1 on CT 201" in res.stderr, res.stderr
+    old = remote.registry().get(1)
+    assert old.status == "stopped" and old.end_reason == "stopped by experiment 2", (old.status, old.end_reason)
+    assert old.ended is not None and old.exit_code is not None
+    every = remote.run("status", "--all")
+    assert every.returncode == 0 and "experiment 1 running" not in every.stdout, every.stdout
+
+    data = _until(remote, ("finished", "crashed", "stopped"), 60)
+    assert data["state"] == "crashed" and data["exit_code"] == 3, data
+    exp = remote.registry().get(2)
+    assert [(n["state"], n["exit_code"]) for n in exp.nodes] == [("finished", 0), ("crashed", 3)], exp.nodes
+    ends = [n["ended"] for n in exp.nodes]
+    assert all(e is not None for e in ends) and ends[1] < ends[0], ends
+    assert exp.ended == ends[0]  # the job ended with its last node, not its first
+    assert exp.end_reason == "node 1 crashed (exit code 3); node 0 finished", exp.end_reason
+    show = remote.run("experiments", "show", "2")
+    assert show.returncode == 0, show.stderr
+    assert "node 1 crashed (exit code 3); node 0 finished" in show.stdout, show.stdout
+    assert "    1: CT 201" in show.stdout and "crashed (exit code 3)" in show.stdout, show.stdout
+    assert "stopped by experiment 2" in remote.run("experiments", "show", "1").stdout
+
+
+def test_a_job_launch_killed_mid_start_is_settled_from_the_nodes(remote, testbed, ct201):  # noqa: F811
+    import subprocess
+    import sys
+
+    (remote.path / "job.py").write_text(JOB)
+    _job_project(remote, "python3 job.py", 'OMP_NUM_THREADS = "1"',
+                 extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
+    _timeouts(remote)
+    deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
+                               "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    begin = time.monotonic()
+    try:
+        while "train.log" not in testbed.ct(200).attach("sh", "-c", "ls /workspace/orch/runs/*/ 2>/dev/null || true"
+                                                        ).stdout.decode():
+            assert deploy.poll() is None and time.monotonic() - begin < 60, deploy.communicate()
+            time.sleep(0.05)
+        ct201.freeze()  # node 0 started; node 1's start cannot be answered
+        deploy.kill()  # orch dies before it heard back from every node
+        deploy.wait(timeout=10)
+    finally:
+        ct201.thaw()
+    assert remote.registry().get(1).status == "launching"
+    deadline = time.monotonic() + 60
+    while True:  # the job was never remembered as the current target: name its nodes
+        res = remote.run("status", "--target", "n0", "--target", "n1", "--json")
+        assert res.returncode == 0, res.stderr
+        data = json.loads(res.stdout)
+        if data["state"] != "running" and data["state"] != "launching":
+            break
+        assert time.monotonic() < deadline, data
+        time.sleep(1)
+    exp = remote.registry().get(1)
+    assert exp.status == data["state"] and exp.status != "launching", exp.status
+    assert exp.nodes[0]["state"] == "finished" and exp.nodes[0]["ended"] is not None, exp.nodes
+    assert exp.nodes[1]["state"] in ("failed", "crashed"), exp.nodes
+    assert exp.end_reason and "node 0 finished" in exp.end_reason and "node 1 " in exp.end_reason, exp.end_reason
+    print(f"interrupted job launch settled: {exp.status}; {exp.end_reason}")
