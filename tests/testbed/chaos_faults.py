@@ -113,15 +113,17 @@ def unmount(path: Path) -> None:
 def fill(path: Path) -> int:
     """Fill ``path``'s file system until it says ENOSPC; the bytes still free afterwards."""
     block = b"\0" * (1 << 16)
-    with open(path / FILLER, "ab") as fh:
-        for size in (len(block), 4096, 512):
+    fd = os.open(path / FILLER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (len(block), 4096, 512, 1):
             try:
                 while True:
-                    fh.write(block[:size])
-                    fh.flush()
+                    os.write(fd, block[:size])
             except OSError as exc:
                 if exc.errno != errno.ENOSPC:
                     raise
+    finally:
+        os.close(fd)
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
 
