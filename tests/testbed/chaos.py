@@ -45,6 +45,7 @@ FAULTS = tuple(FAULT_WEIGHTS)
 FAULT_RATE = 0.75  # of the cycles
 STRIKES = ("cut", "freeze", "sshd", "sigkill", "sigint", "full", "keeper", "agent", "warm", "orch-full")
 LATENCY = {"slow": "20ms", "lossy": "1ms"}
+QUICK = ("keeper", "agent", "warm", "orch-full")  # they strike at a quarter of the delay: a warm command is quick
 LOCK_LONG = 34.0  # s: past the registry's 30 s wait
 ACTION_TIMEOUT = 120.0  # s: a CLI call still going after this counts as hung
 STATUS_TIMEOUT = 60.0
@@ -220,7 +221,8 @@ class Chaos:
             other = self.a if plan.clone is self.b else self.b
             running.append(other.start(*ACTIONS["deploy"]))
             self.summary.landed["race"] += 1
-        strike = threading.Timer(plan.delay, self.strike, args=(plan, running[0]))
+        delay = plan.delay / 4 if plan.fault in QUICK else plan.delay
+        strike = threading.Timer(delay, self.strike, args=(plan, running[0]))
         if plan.fault in STRIKES:
             strike.start()
         try:
