@@ -117,12 +117,16 @@ class Chaos:
         self.holder: faults.Holder | None = None
         self.held_by: int | None = None  # the pid holding the registry this cycle
         chaos_disk.small_workspace(testbed.ct(200))
-        for clone in (self.a, self.b):
-            faults.small_folder(clone.path / ".orch")
-        for clone in (self.a, self.b):  # the registries exist, and A's warm process starts
-            first = clone.run("status", "--no-metrics", timeout=STATUS_TIMEOUT)
-            if first.returncode != 0:
-                raise RuntimeError(f"clone {clone.name}'s first status failed: {first.stderr}")
+        try:
+            for clone in (self.a, self.b):
+                faults.small_folder(clone.path / ".orch")
+            for clone in (self.a, self.b):  # the registries exist, and A's warm process starts
+                first = clone.run("status", "--no-metrics", timeout=STATUS_TIMEOUT)
+                if first.returncode != 0:
+                    raise RuntimeError(f"clone {clone.name}'s first status failed: {first.stderr}")
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         """Undo what the loop set up on this machine (its folders' file systems, its keeper and warm process)."""
