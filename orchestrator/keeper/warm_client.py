@@ -76,7 +76,9 @@ def run(argv: list[str]) -> int | None:
     if forwarded:  # it died of the signal passed on to it: so does this process
         signal.signal(forwarded[-1], signal.SIG_DFL)
         os.kill(os.getpid(), forwarded[-1])
-    sys.stderr.write("orch: the command ended without an exit code (killed?)\n")
+    sys.stderr.write("error: the command ended without an exit code: the warm orch process running it was killed\n"
+                     "hint: `orch status` shows what it did on the target; run it again if it is still needed "
+                     "(ORCH_WARM=0 runs commands without the warm process)\n")
     return 1
 
 

@@ -120,3 +120,20 @@ def test_errors_of_any_kind_come_through_with_their_own_lines_and_exit_codes(pro
         assert warm.stderr.splitlines()[-1] == here.stderr.splitlines()[-1], (args, warm.stderr, here.stderr)
         if "Traceback" not in here.stderr:
             assert warm.stderr == here.stderr, args
+
+
+def test_a_command_whose_warm_process_is_killed_ends_with_an_error_and_a_hint(project):
+    warm_up(project)
+    server = forks()[0]
+    assert orch(project, "deploy").returncode == 0
+    follower = subprocess.Popen([ORCH, "logs", "--follow"], cwd=project.path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(forks()) == 2, timeout=30, what="the follow running in a fork")
+    os.killpg(server, signal.SIGKILL)  # the warm process and the command it runs, as the OOM killer might
+    _, err = follower.communicate(timeout=30)
+    assert orch(project, "stop").returncode == 0
+    assert follower.returncode == 1
+    lines = err.splitlines()
+    assert [line for line in lines if line.startswith("error: ")] == [
+        "error: the command ended without an exit code: the warm orch process running it was killed"], err
+    assert any(line.startswith("hint: ") for line in lines), err

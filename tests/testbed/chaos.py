@@ -1,5 +1,5 @@
 """A seeded chaos loop over the real testbed: two clones of one project on CT 200, one action per cycle through
-the real CLI, a random fault in about half of the cycles, and the invariants checked after every cycle.
+the real CLI, a random fault in about three quarters of the cycles, and the invariants checked after every cycle.
 
     chaos = Chaos(testbed, workdir, seed=7)
     summary = chaos.run(cycles=20)
@@ -9,7 +9,13 @@ A cycle: pick a clone and an action (``deploy``, ``restart --clean-checkpoints -
 fault (``cut`` the proxied clone's connection mid-command, ``freeze`` the CT for a moment, ``sshd`` down in the
 CT for a moment, ``sigkill`` or ``sigint`` the CLI at a random moment, a ``race``: the other clone deploys at the
 same time, ``full``: the CT's workspace filled to 100%, see ``chaos_disk``, and while it is still full the remedies
-``checkpoints list`` and ``checkpoints purge`` of the oldest trash entry must work, as must a ``stop``); run it; heal;
+``checkpoints list`` and ``checkpoints purge`` of the oldest trash entry must work, as must a ``stop``; ``keeper``,
+``agent``, ``warm``: SIGKILL of the connection keeper, of the resident agents in the CT, of the warm orch process
+and the command it runs (clone A's commands go through it); ``slow``/``lossy``: CT 200's link through a token bucket
+for the whole action, ``lossy`` with a queue so short that it drops; ``orch-full``: the clone's own ``.orch``, a
+small filesystem of its own, filled to 100%, and while it is full ``status`` and ``stop`` must work; ``locked``:
+another process holds a write transaction on the clone's registry for a few seconds, less than orch waits;
+``locked-long``: longer, so that a command that must write fails with an error naming the holder); run it; heal;
 probe the target; ``orch status`` once from each clone; probe again; check (``chaos_checks``). The same seed
 gives the same choices and delays (what the target does with them still depends on timing).
 """
@@ -27,11 +33,22 @@ from pathlib import Path
 
 from . import chaos_checks as checks
 from . import chaos_disk, lxc
+from . import chaos_faults as faults
 from .chaos_clones import ROOT, WORKSPACE, Clone, Outcome, make_clones
 
 ACTIONS = {"deploy": ["deploy"], "restart": ["restart", "--clean-checkpoints", "--yes"], "stop": ["stop"]}
 WEIGHTS = {"deploy": 5, "restart": 3, "stop": 2}
-FAULTS = ("cut", "freeze", "sshd", "sigkill", "sigint", "race", "full")
+FAULT_WEIGHTS = {"cut": 1, "freeze": 1, "sshd": 1, "sigkill": 1, "sigint": 1, "race": 1, "full": 1,
+                 "keeper": 1, "agent": 1, "warm": 1, "slow": 1, "lossy": 1, "orch-full": 1, "locked": 1,
+                 "locked-long": 0.5}  # each long lock costs the cycle the registry's whole 30 s wait
+FAULTS = tuple(FAULT_WEIGHTS)
+FAULT_RATE = 0.75  # of the cycles
+STRIKES = ("cut", "freeze", "sshd", "sigkill", "sigint", "full", "keeper", "agent", "warm", "orch-full")
+LATENCY = {"slow": "20ms", "lossy": "1ms"}
+# these strike at a quarter of the delay (within 0.75 s): a command through the keeper or the warm process is quick.
+# Not sigint: a Ctrl-C in orch's first ~0.4 s (Python still starting) can end it with no word of what was done
+QUICK = tuple(f for f in STRIKES if f != "sigint")
+LOCK_LONG = 34.0  # s: past the registry's 30 s wait
 ACTION_TIMEOUT = 120.0  # s: a CLI call still going after this counts as hung
 STATUS_TIMEOUT = 60.0
 PROBE = Path(__file__).with_name("chaos_probe.py")
@@ -61,7 +78,7 @@ class Summary:
     exits: Counter = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
     checkpoints_seen: int = 0
-    remedies: int = 0  # CLI calls made on a full disk after the action (checkpoints list, purge)
+    remedies: int = 0  # CLI calls made on a full disk after the action (checkpoints list, purge; status, stop)
     wall: float = 0.0
 
     def table(self) -> str:
@@ -84,20 +101,47 @@ class Plan:
     action: str
     fault: str | None
     delay: float  # s after the start when the fault strikes
-    length: float  # s a freeze lasts
+    length: float  # s a freeze lasts; a short registry lock lasts twice that
 
 
 class Chaos:
     def __init__(self, testbed, workdir: Path, seed: int, steps: int = 400) -> None:
         self.testbed, self.seed, self.rng = testbed, seed, random.Random(seed)
         self.proxy = testbed.proxy("10.77.0.200", 22)
-        self.a, self.b = make_clones(testbed, workdir, self.proxy, steps=steps)
+        self.runtime = faults.Runtime.make()
+        self.a, self.b = make_clones(testbed, workdir, self.proxy, self.runtime.path, steps=steps)
         self.seen: dict[str, str] = {}  # every checkpoint file seen in the folder: path -> sha256
         self.summary = Summary(seed)
         self._reported: set[str] = set()
         self.full = False  # the workspace's filesystem is filled
         self.remedies: list[Outcome] = []  # the CLI calls made on the full disk, after the action
+        self.orch_full: Clone | None = None  # the clone whose .orch is filled
+        self.holder: faults.Holder | None = None
+        self.held_by: int | None = None  # the pid holding the registry this cycle
         chaos_disk.small_workspace(testbed.ct(200))
+        try:
+            for clone in (self.a, self.b):
+                faults.small_folder(clone.path / ".orch")
+            for clone in (self.a, self.b):  # the registries exist, and A's warm process starts
+                first = clone.run("status", "--no-metrics", timeout=STATUS_TIMEOUT)
+                if first.returncode != 0:
+                    raise RuntimeError(f"clone {clone.name}'s first status failed: {first.stderr}")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Undo what the loop set up on this machine (its folders' file systems, its keeper and warm process)."""
+        self.heal()
+        for clone in (self.a, self.b):
+            faults.unmount(clone.path / ".orch")
+        self.runtime.close()
+
+    def __enter__(self) -> "Chaos":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def run(self, cycles: int, log=None) -> Summary:
         begin = time.monotonic()
@@ -123,8 +167,8 @@ class Chaos:
     def plan(self) -> Plan:
         rng = self.rng
         action = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
-        fault = rng.choice(FAULTS) if rng.random() < 0.5 else None
-        clone = self.b if fault == "cut" else rng.choice((self.a, self.b))
+        fault = rng.choices(FAULTS, weights=list(FAULT_WEIGHTS.values()))[0] if rng.random() < FAULT_RATE else None
+        clone = self.b if fault == "cut" else self.a if fault == "warm" else rng.choice((self.a, self.b))
         return Plan(clone, action, fault, delay=rng.uniform(0.3, 3.0), length=rng.uniform(0.5, 4.0))
 
     def cycle(self, plan: Plan) -> tuple[list[str], list[int | None]]:
@@ -141,6 +185,8 @@ class Chaos:
             found += checks.clean_output(outcome, ACTION_TIMEOUT)
         if plan.fault == "full" and plan.action == "stop":
             found += checks.succeeded(outcomes[:1], "on a full disk")
+        if plan.fault == "locked-long":
+            found += checks.names_holder(outcomes[0], self.held_by)
         found += checks.succeeded(self.remedies, "on a full disk")
         for outcome in self.remedies:
             self.summary.remedies += 1
@@ -168,13 +214,22 @@ class Chaos:
 
     def act(self, plan: Plan) -> list[Outcome]:
         """Run the action with its fault; the outcomes of every CLI call the cycle made."""
+        self.held_by = None
+        if plan.fault in LATENCY:
+            faults.shape(200, LATENCY[plan.fault])
+            self.summary.landed[plan.fault] += 1
+        elif plan.fault in ("locked", "locked-long"):
+            self.holder = faults.Holder(plan.clone.db, LOCK_LONG if plan.fault == "locked-long" else 2 * plan.length)
+            self.held_by = self.holder.pid
+            self.summary.landed[plan.fault] += 1
         running = [plan.clone.start(*ACTIONS[plan.action])]
         if plan.fault == "race":
             other = self.a if plan.clone is self.b else self.b
             running.append(other.start(*ACTIONS["deploy"]))
             self.summary.landed["race"] += 1
-        strike = threading.Timer(plan.delay, self.strike, args=(plan, running[0]))
-        if plan.fault in ("cut", "freeze", "sshd", "sigkill", "sigint", "full"):
+        delay = plan.delay / 4 if plan.fault in QUICK else plan.delay
+        strike = threading.Timer(delay, self.strike, args=(plan, running[0]))
+        if plan.fault in STRIKES:
             strike.start()
         try:
             outcomes = [r.wait(ACTION_TIMEOUT) for r in running]
@@ -186,7 +241,18 @@ class Chaos:
             if not self.full:  # the action ended before the disk filled: the remedies still meet a full disk
                 self.fill()
             self.remedy(plan.clone)
+        elif plan.fault == "orch-full":
+            if self.orch_full is None:
+                self.fill_orch(plan.clone)
+            for args in (("status", "--no-metrics"), ("stop",)):
+                self.remedies.append(plan.clone.run(*args, timeout=STATUS_TIMEOUT))
         return outcomes
+
+    def fill_orch(self, clone: Clone) -> None:
+        self.orch_full = clone
+        left = faults.fill(clone.path / ".orch")
+        if left > 0:
+            raise RuntimeError(f"clone {clone.name}'s .orch still has {left} bytes free after filling it")
 
     def fill(self) -> None:
         self.full = True
@@ -211,7 +277,7 @@ class Chaos:
             self.seen = {p: sha for p, sha in self.seen.items() if (p.rsplit("/", 1)[1], sha) not in held}
 
     def strike(self, plan: Plan, target) -> None:
-        if target.proc.poll() is None:
+        if target.proc.poll() is None and plan.fault not in ("keeper", "warm"):
             self.summary.landed[plan.fault] += 1
         if plan.fault == "cut":
             self.proxy.stall()
@@ -237,9 +303,24 @@ class Chaos:
             target.signal(signal.SIGINT)
         elif plan.fault == "full":
             self.fill()  # and full it stays until heal(), after the remedies
+        elif plan.fault in ("keeper", "warm"):
+            running = target.proc.poll() is None
+            if self.runtime.kill(plan.fault) and running:
+                self.summary.landed[plan.fault] += 1
+        elif plan.fault == "agent":
+            faults.kill_agents(self.testbed.ct(200))
+        elif plan.fault == "orch-full":
+            self.fill_orch(plan.clone)  # full until heal(), after status and stop
 
     def heal(self) -> None:
         self.proxy.resume()
+        faults.unshape(200)
+        if self.holder is not None:
+            self.holder.stop()
+            self.holder = None
+        if self.orch_full is not None:
+            faults.free(self.orch_full.path / ".orch")
+            self.orch_full = None
         ct = self.testbed.ct(200)
         if self.full:
             chaos_disk.free(ct)

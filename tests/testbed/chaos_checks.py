@@ -100,5 +100,16 @@ def succeeded(outcomes: list[Outcome], when: str) -> list[str]:
             for o in outcomes if o.returncode != 0]
 
 
+def names_holder(outcome: Outcome, pid: int | None) -> list[str]:
+    """A command that failed while another process held its registry says which process (its pid)."""
+    if outcome.returncode in (0, None) or outcome.signalled or pid is None:
+        return []
+    errors = [line for line in outcome.stderr.splitlines() if line.startswith("error: ")]
+    if any(f"pid {pid}" in line for line in errors):
+        return []
+    return [f"clone {outcome.clone} `orch {' '.join(outcome.argv)}` failed (exit {outcome.returncode}) on a "
+            f"registry held by pid {pid} without naming it: {_tail(outcome.stderr)}"]
+
+
 def _tail(text: str, lines: int = 4) -> str:
     return " | ".join(text.strip().splitlines()[-lines:]) or "(no output)"

@@ -1,7 +1,9 @@
 """Two clones of one project on CT 200 for the chaos test: A reaches the CT directly (``ct200``), B through a
 TCP proxy (``cut``) that the test can kill mid-command. Each clone is its own folder with its own registry.
+A runs the installed ``orch`` script, so its commands go through the warm orch process once one listens; B runs
+the CLI module itself. Both share one runtime folder, so one connection keeper holds both their connections.
 
-    a, b = make_clones(testbed, workdir, proxy)
+    a, b = make_clones(testbed, workdir, proxy, runtime)
     result = a.start("deploy"); result.wait(90)
 """
 
@@ -133,12 +135,22 @@ class Running:
         return self.outcome
 
 
+def orch_script() -> list[str]:
+    """The installed ``orch`` (its entry point, which goes through the warm process)."""
+    script = Path(sys.executable).with_name("orch")
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from orchestrator.launch import main; main()"]
+
+
 class Clone:
-    def __init__(self, name: str, path: Path, env: dict[str, str]) -> None:
-        self.name, self.path, self.env = name, path, env
+    def __init__(self, name: str, path: Path, env: dict[str, str], command: list[str]) -> None:
+        self.name, self.path, self.env, self.command = name, path, env, command
+
+    @property
+    def db(self) -> Path:
+        return self.path / ".orch" / "experiments.db"
 
     def start(self, *args: str) -> Running:
-        argv = [sys.executable, "-m", "orchestrator.cli.main", *args]
+        argv = [*self.command, *args]
         proc = subprocess.Popen(argv, cwd=self.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=dict(os.environ, **self.env), start_new_session=True)
         return Running(proc, Outcome(list(args), self.name))
@@ -149,19 +161,22 @@ class Clone:
     def registry(self):
         from orchestrator.experiments import Registry
 
-        return Registry(self.path / ".orch" / "experiments.db")
+        return Registry(self.db)
 
     def rows(self) -> tuple[str | None, list]:
         """(registry id, rows); (None, []) before the first command made the registry."""
-        if not (self.path / ".orch" / "experiments.db").exists():
+        if not self.db.exists():
             return None, []
         with self.registry() as reg:
             return reg.registry_id, reg.list()
 
 
-def make_clones(testbed, workdir: Path, proxy, steps: int = 400) -> tuple[Clone, Clone]:
-    """Clone A (direct) and clone B (through ``proxy``) of project ``chaos``, both on CT 200."""
-    env = {"ORCH_PROXMOX_TOKEN": testbed.api.token_secret, "ORCH_SSH__READ_TIMEOUT": "5"}
+def make_clones(testbed, workdir: Path, proxy, runtime: Path, steps: int = 400) -> tuple[Clone, Clone]:
+    """Clone A (direct, warm) and clone B (through ``proxy``) of project ``chaos``, both on CT 200; their
+    keeper and warm process listen in ``runtime``."""
+    env = {"ORCH_PROXMOX_TOKEN": testbed.api.token_secret, "ORCH_SSH__READ_TIMEOUT": "5",
+           "XDG_RUNTIME_DIR": str(runtime)}
+    commands = {"A": orch_script(), "B": [sys.executable, "-m", "orchestrator.cli.main"]}
     host_key = testbed.ct(200).host_key_line.split(" ", 1)[1]
     clones = []
     for name, target in (("A", "ct200"), ("B", "cut")):
@@ -173,5 +188,5 @@ def make_clones(testbed, workdir: Path, proxy, steps: int = 400) -> tuple[Clone,
         (path / "orch.toml").write_text(CONFIG.format(
             target=target, steps=steps, root=ROOT, ckpt=CKPT, api=testbed.api, node=testbed.node,
             known_hosts=known, trusted=path / "trusted_hosts", key=testbed.key_path, proxy_port=proxy.port))
-        clones.append(Clone(name, path, env))
+        clones.append(Clone(name, path, env, commands[name]))
     return clones[0], clones[1]
