@@ -110,6 +110,9 @@ class LazyCommands(MutableMapping):
         return {name: self._built.get(name, stand_in) for name, (_, stand_in) in self._makers.items()}
 
 
+_INVOKED = [False]  # a command started: from then on a Ctrl-C says what was done (OrchGroup.invoke)
+
+
 class OrchGroup(TyperGroup):
     """Turns every ``OrchError`` (and click's usage errors) into ``error:``/``hint:`` lines and an exit code."""
 
@@ -136,6 +139,7 @@ class OrchGroup(TyperGroup):
             raise _wrapped(exc) from None
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
+        _INVOKED[0] = True
         try:
             return super().invoke(ctx)
         except click.ClickException as exc:
@@ -251,6 +255,10 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C says what was done
     try:
         command.main(args=argv if argv is not None else sys.argv[1:], prog_name="orch")
+    except SystemExit as exc:
+        if exc.code == 130 and not _INVOKED[0]:  # a Ctrl-C while the command line was parsed: typer says nothing
+            os.write(2, b"interrupted: nothing was done\n")
+        raise
     except OrchError as exc:  # raised outside a group's invoke (e.g. in a callback)
         typer.echo(f"error: {exc.message}", err=True)
         if exc.hint:
