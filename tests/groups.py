@@ -42,10 +42,16 @@ def main(argv: list[str]) -> int:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", *select, *argv], cwd=REPO, stdout=log,
                                 stderr=subprocess.STDOUT)
         started.append((name, proc, log, time.monotonic()))
+    ended: dict[str, float] = {}
+    while len(ended) < len(started):
+        for name, proc, _log, _begin in started:
+            if name not in ended and proc.poll() is not None:
+                ended[name] = time.monotonic()
+        time.sleep(0.5)
     results = []
     for name, proc, log, begin in started:
-        code = proc.wait()
-        took = time.monotonic() - begin
+        code = proc.returncode
+        took = ended[name] - begin
         log.seek(0)
         output = log.read().decode("utf-8", "replace")
         sys.stdout.write(f"\n===== {name} tests =====\n{output}")

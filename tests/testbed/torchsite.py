@@ -22,14 +22,22 @@ PTH = "usr/lib/python3/dist-packages/orch-torchsite.pth"
 
 
 def ensure_site(site: Path = SITE) -> Path:
-    """The host folder holding torch and numpy; installed with pip the first time (renamed when complete)."""
+    """The host folder holding torch and numpy; installed with pip the first time (renamed when complete).
+    The suite's two groups may both need it first: the second waits for the first's install."""
+    import fcntl
+
     if (site / "torch" / "__init__.py").exists():
         return site
-    tmp = site.with_name(site.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(tmp), TORCH,
-                    "numpy"], check=True, timeout=1800)
-    tmp.rename(site)
+    site.parent.mkdir(parents=True, exist_ok=True)
+    with open(site.with_name(site.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (site / "torch" / "__init__.py").exists():
+            return site
+        tmp = site.with_name(site.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(tmp), TORCH,
+                        "numpy"], check=True, timeout=1800)
+        tmp.rename(site)
     return site
 
 
