@@ -1,4 +1,4 @@
-"""A run's working folder: ``runs/<key>/work/``, the revision's files as hard links, everything else the run's.
+"""A run's working folder: ``runs/<key>/work``, the revision's files as hard links, everything else the run's.
 
 The revision stays read-only and gets no new file; the run's command starts in its work folder, so what it
 writes beside its code (``out/``, ``wandb/``, the ``__pycache__/`` of its own modules) lands in its run folder
