@@ -91,7 +91,7 @@ def _read_lines(stream, sink: list, stop_after: int | None = None, on_stop=None)
 
 
 def run_dir(work: Path, exp: int) -> Path:
-    from orchestrator.experiments import Registry
+    from orchestrator.records.experiments import Registry
 
     with Registry(work / ".orch" / "experiments.db") as reg:
         return work / "target" / "runs" / f"{reg.registry_id}-{exp}"
@@ -101,7 +101,7 @@ def polling(target):
     """The target, reached by a local transport that cannot stream: the follower polls."""
     import dataclasses
 
-    from orchestrator.transport.local import LocalTransport
+    from orchestrator.reach.transport.local import LocalTransport
 
     class Polled(LocalTransport):
         streams = False
@@ -110,8 +110,8 @@ def polling(target):
 
 
 def latency(work: Path, settings, target, n: int, interval: float) -> tuple[list, dict]:
-    from orchestrator.experiments import Registry
-    from orchestrator.logs import follow
+    from orchestrator.records.experiments import Registry
+    from orchestrator.watch.follow import follow
 
     exp = deploy(work, "pace.py", str(n), str(interval))
     run = run_dir(work, exp)
@@ -159,7 +159,7 @@ def latency(work: Path, settings, target, n: int, interval: float) -> tuple[list
 
 
 def high_rate(work: Path, settings, target, n: int) -> dict:
-    from orchestrator.logs import follow
+    from orchestrator.watch.follow import follow
 
     exp = deploy(work, "spew.py", str(n))
     run = run_dir(work, exp)
@@ -176,7 +176,7 @@ def high_rate(work: Path, settings, target, n: int) -> dict:
 
 
 def status_on_big_log(work: Path, n: int) -> dict:
-    from orchestrator.metrics import Parser
+    from orchestrator.watch.metrics import Parser
 
     orch(work, "experiments", "compare", "1", "2")  # the earlier runs' metrics complete: status reads only this one
     exp = deploy(work, "spew.py", str(n))
@@ -214,7 +214,7 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=1_000_000, help="lines of the log status reads")
     a = ap.parse_args()
     from orchestrator.config import load_settings
-    from orchestrator.targets import resolve_target
+    from orchestrator.reach.targets import resolve_target
 
     work = Path(tempfile.mkdtemp(prefix="orch-bench-follow-"))
     root = work / "target"

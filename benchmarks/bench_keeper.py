@@ -56,14 +56,14 @@ def main() -> None:
         bed.reset(200)
         run(bed, work, a.runs)
     finally:
-        from orchestrator.keeper import client
+        from orchestrator.reach.keeper import client
 
         client.close(None)
         bed.teardown()
 
 
 def run(bed, work: Path, runs: int) -> None:
-    from orchestrator.keeper import client
+    from orchestrator.reach.keeper import client
 
     ct = bed.ct(200)
     proj = work / "proj"

@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable
 
-from orchestrator.metrics import Parser, Series, find_spikes
+from orchestrator.watch.metrics import Parser, Series, find_spikes
 
 
 def make_log(n: int, seed: int = 0) -> list[str]:

@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="0.5,2", help="tree sizes in GiB, comma-separated")
     ap.add_argument("--runs", type=int, default=1)
     a = ap.parse_args()
-    from orchestrator.agent_client import agent_zip
+    from orchestrator.reach.agent_client import agent_zip
     from tests.integration.conftest import Testbed
     from tests.testbed import lxc
 

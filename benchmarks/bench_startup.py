@@ -63,7 +63,7 @@ def heavy_of(args: list[str], cwd: Path, env: dict) -> str:
 def verify_ms(orch: list[str], cwd: Path, env: dict, runs: int) -> float:
     """Median time the target spent in `run_verify` during a deploy (from the agent's own timings)."""
     code = ("import sys; sys.argv = ['orch', 'deploy', '--json']\n"
-            "import orchestrator.agent_client as ac\n"
+            "import orchestrator.reach.agent_client as ac\n"
             "orig = ac.AgentClient.call\n"
             "def call(self, ops, **kw):\n"
             "    out = orig(self, ops, **kw)\n"

@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--dead", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=2.0)
     a = ap.parse_args()
-    from orchestrator.experiments import Registry
+    from orchestrator.records.experiments import Registry
 
     work = Path(tempfile.mkdtemp(prefix="orch-bench-all-"))
     listeners = [silent_listener() for _ in range(a.dead)]

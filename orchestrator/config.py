@@ -147,7 +147,7 @@ class TargetSection(_Section):
 
 
 class DistributedSection(_Section):
-    """How a job over several nodes is launched (``orchestrator.distributed``)."""
+    """How a job over several nodes is launched (``orchestrator.launch.distributed``)."""
 
     launcher: Literal["torchrun", "none"] | None = None  # None: torchrun with more than one node
     nproc_per_node: Literal["auto"] | int = "auto"  # auto: the GPUs nvidia-smi lists on that node, else 1

@@ -2,7 +2,7 @@
 
 Every error a user can meet is an ``OrchError`` carrying a message (what went wrong) and a hint
 (what to do next). Third-party exceptions are translated into these at the module that owns the
-library (``transport/ssh.py`` for paramiko, ``proxmox.py`` for proxmoxer, ...), so nothing above
+library (``reach/transport/ssh.py`` for paramiko, ``reach/proxmox.py`` for proxmoxer, ...), so nothing above
 those modules ever catches a foreign exception. The CLI maps each family to an exit code in one
 place (``cli/main.py``).
 

@@ -35,13 +35,13 @@ def _own_keepers(monkeypatch) -> Iterator[str]:
     folder = tempfile.mkdtemp(prefix="orch-rt-", dir="/tmp")
     monkeypatch.setenv("XDG_RUNTIME_DIR", folder)
     yield folder
-    from orchestrator.keeper import client
+    from orchestrator.reach.keeper import client
 
     client.close(None)
     for marker in Path(folder, "orch").glob("*.spawned"):
         try:
             pid = int(marker.read_text())
-            if b"orchestrator.keeper" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"orchestrator.reach.keeper" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGKILL)
         except (OSError, ValueError):
             pass
@@ -125,7 +125,7 @@ class Project:
                               capture_output=True, text=True, timeout=timeout, env=full_env)
 
     def registry(self):
-        from orchestrator.experiments import Registry
+        from orchestrator.records.experiments import Registry
 
         return Registry(self.path / ".orch" / "experiments.db")
 
@@ -139,7 +139,7 @@ class Project:
 
 
 def run_dir_of(project_path: Path, root: Path, exp_id: int) -> Path:
-    from orchestrator.experiments import Registry
+    from orchestrator.records.experiments import Registry
 
     with Registry(project_path / ".orch" / "experiments.db") as reg:
         return root / "runs" / f"{reg.registry_id}-{exp_id}"

@@ -19,7 +19,7 @@ class _Checkpoints:
 
     def __init__(self, ctx: typer.Context, target: str | None, ct: int | None, trust: bool,
                  read_only: bool = False) -> None:
-        from ..status import client_for
+        from ..records.reconcile import client_for
 
         self.settings = common.settings(ctx)
         self.target = common.target(self.settings, target, ct, trust=trust)
@@ -28,13 +28,13 @@ class _Checkpoints:
 
     def reconcile(self, *also: object) -> list:
         """The registry's unsettled rows brought up to date, in one agent call with the ops ``also``."""
-        from ..status import reconcile
+        from ..records.reconcile import reconcile
 
         with common.registry(self.settings) as reg:
             return reconcile(self.settings, self.target, reg, self.client, also=list(also))  # type: ignore[arg-type]
 
     def inventory(self, retention: bool = False) -> dict:
-        from ..agent_client import Op
+        from ..reach.agent_client import Op
 
         max_gb = self.settings.trash.max_gb
         keep = {"keep": self.settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
@@ -42,7 +42,7 @@ class _Checkpoints:
                                                     **(keep if retention else {})}))[0]
 
     def change(self, op: str, **args: object) -> dict:
-        from ..agent_client import Op
+        from ..reach.agent_client import Op
 
         return self.client.call([Op(op, {**self.base, **args})], lock=self.settings.run.lock_timeout,
                                 what=f"checkpoints {op}")[0]
@@ -103,7 +103,7 @@ def clean(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, yes:
         _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash"
                       + (f" and delete {len(doomed)} older trash entr{'y' if len(doomed) == 1 else 'ies'}?"
                          if doomed else "?"))
-        from ..operations import checkpoint_writer
+        from ..launch.operations import checkpoint_writer
 
         runs = ck.client.one("status", project=ck.settings.project.name, tail=False, gpus=False)["runs"]
         writer = checkpoint_writer(runs, inv)

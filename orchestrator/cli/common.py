@@ -67,8 +67,8 @@ def target(settings, name: str | None, ct: int | None, *, start: bool = False, t
 
     When a ``--ct`` matches several entries, the current target's entry is preferred.
     """
-    from .. import current
-    from ..targets import planned_target, resolve_target, target_spec
+    from ..reach import current
+    from ..reach.targets import planned_target, resolve_target, target_spec
     from . import render
 
     chosen = current.load(settings.state_dir) or {}
@@ -83,7 +83,7 @@ def target(settings, name: str | None, ct: int | None, *, start: bool = False, t
 
 def remember(settings, name: str | None, ct: int | None, tgt) -> None:
     """After a successful launch named by flags: make its target the project's current one."""
-    from .. import current
+    from ..reach import current
 
     if name is None and ct is None:
         return
@@ -94,7 +94,7 @@ def remember(settings, name: str | None, ct: int | None, tgt) -> None:
 
 
 def registry(settings):
-    from ..experiments import Registry
+    from ..records.experiments import Registry
     from . import render
 
     return Registry(settings.state_dir / "experiments.db", notice=render.say)
@@ -138,7 +138,7 @@ def group(settings, names: list[str] | None, cts: list[int] | None, *, start: bo
 
     Repeated flags name them in order, ``--target`` ones first; so does a ``kind = "group"`` target.
     """
-    from .. import current
+    from ..reach import current
 
     names, cts, recorded = list(names or []), list(cts or []), None
     if not names and not cts:
@@ -148,7 +148,7 @@ def group(settings, names: list[str] | None, cts: list[int] | None, *, start: bo
     named = settings.targets.get(names[0]) if names else None
     if len(names) + len(cts) < 2 and getattr(named, "kind", None) != "group" and len(recorded or []) < 2:
         return None  # one target: the job layer (and the launch machinery it imports) is not needed
-    from ..multinode import group_for
+    from ..launch.multinode import group_for
 
     return group_for(settings, names, cts,
                      lambda n, c: target(settings, n, c, start=start, trust=trust, resolve=resolve), recorded)
@@ -156,7 +156,7 @@ def group(settings, names: list[str] | None, cts: list[int] | None, *, start: bo
 
 def job_group(settings, exp, *, trust: bool = False):
     """The nodes a recorded job ran on, named as it named them."""
-    from ..multinode import group_for
+    from ..launch.multinode import group_for
 
     if exp.target in settings.targets:  # a kind = "group" target
         return group(settings, [exp.target], None, trust=trust)
@@ -182,7 +182,7 @@ def single(names: list[str] | None, cts: list[int] | None) -> tuple[str | None, 
 
 def remember_group(settings, grp) -> None:
     """After a successful job launch: its nodes become the project's current target."""
-    from .. import current
+    from ..reach import current
 
     if grp.configured:
         current.save(settings.state_dir, grp.name, None)

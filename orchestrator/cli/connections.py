@@ -16,7 +16,7 @@ app = typer.Typer(help="SSH connections held open between commands ([ssh] persis
 @app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """The keepers of this user and the connections each holds."""
-    from ..keeper import client
+    from ..reach.keeper import client
 
     found = client.keepers()
     warm = client.warm_processes()
@@ -45,7 +45,7 @@ def list_(as_json: JsonOpt = False) -> None:
 def close(target: Annotated[Optional[str], typer.Argument(help="Only the connection to this host "
                                                              "(default: all, and the keepers exit)")] = None) -> None:
     """Close held connections; the next command opens a new one."""
-    from ..keeper import client
+    from ..reach.keeper import client
 
     closed = client.close(target)
     render.out(f"closed {closed} connection(s)" + ("" if target else "; the keepers exited"))

@@ -58,7 +58,7 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
     if as_json:
         render.print_json(data)
         return
-    from ..command import display
+    from ..launch.command import display
 
     render.out(f"experiment {exp.id}: {exp.status}" + (f" (exit code {exp.exit_code})" if exp.exit_code is not None
                                                         else ""))
@@ -122,7 +122,7 @@ def _refreshed(settings, reg, ids: list[int], refresh: bool) -> None:
     """Bring the experiments' metrics up to date first; complete ones cost no connection."""
     if not refresh:
         return
-    from ..metrics_view import refresh_stale, target_flags
+    from ..watch.metrics_view import refresh_stale, target_flags
 
     def resolve(exp):
         name, ct = target_flags(settings, exp)
@@ -136,7 +136,7 @@ def _refreshed(settings, reg, ids: list[int], refresh: bool) -> None:
 def compare(ctx: typer.Context, ids: IdsArg,
             as_json: JsonOpt = False, refresh: RefreshOpt = True) -> None:
     """Config differences (batching first) and metrics side by side."""
-    from ..compare import compare as build
+    from ..records.compare import compare as build
 
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
@@ -159,8 +159,8 @@ def plot(ctx: typer.Context,
          refresh: RefreshOpt = True) -> None:
     """Draw the experiments' loss or throughput against the step (needs matplotlib: orch[plot])."""
     from ..errors import InputError
-    from ..metrics import Series
-    from ..plots import draw, series_key, throughput_series
+    from ..watch.metrics import Series
+    from ..records.plots import draw, series_key, throughput_series
 
     key = series_key(metric)
     settings = common.settings(ctx)
@@ -189,7 +189,7 @@ def rebuild(ctx: typer.Context, as_json: JsonOpt = False,
                                                                "ran on the targets")] = None) -> None:
     """Recreate a corrupt registry from the run folders on the targets (the corrupt file is kept aside)."""
     from ..errors import InputError
-    from ..rebuild import rebuild as run
+    from ..records.rebuild import rebuild as run
 
     if registry_id is not None and (len(registry_id) != 12 or set(registry_id) - set("0123456789abcdef")):
         raise InputError(f"--registry must be 12 lowercase hex digits, not {registry_id!r}",

@@ -56,8 +56,8 @@ def register(app: typer.Typer) -> None:
            target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False,
            as_json: JsonOpt = False) -> None:
         """Remove revisions, blobs and run folders that no live run and none of the last N experiments use."""
-        from ..agent_client import Op
-        from ..status import client_for, reconcile
+        from ..reach.agent_client import Op
+        from ..records.reconcile import client_for, reconcile
 
         settings = common.settings(ctx)
         tgt = common.target(settings, *common.one_node(target, ct, "gc"), trust=trust_new_host)

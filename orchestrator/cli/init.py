@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
 
         path = Path.cwd() / "orch.toml"
         if playbooks:
-            from ..playbooks import copy_builtin
+            from ..launch.playbooks import copy_builtin
 
             for written in copy_builtin(Path.cwd() / "playbooks", force=force):
                 render.out(f"wrote {written}")

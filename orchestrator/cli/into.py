@@ -17,8 +17,8 @@ def _exit(code: int) -> None:
 
 def _reconcile(settings, tgt, transport) -> None:
     """The registry's unsettled rows brought up to date; a failure is said, and the command goes on."""
-    from ..agent_client import AgentClient
-    from ..status import reconcile_quietly
+    from ..reach.agent_client import AgentClient
+    from ..records.reconcile import reconcile_quietly
 
     client = AgentClient(transport, tgt.root, tgt.python, timeout=settings.ssh.read_timeout,
                          timeout_setting="[ssh] read_timeout")
@@ -33,8 +33,8 @@ def register(app: typer.Typer) -> None:
     def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
                trust_new_host: TrustOpt = False) -> None:
         """Attach this terminal to the run's tmux pane; detach with C-b d (the run goes on)."""
-        from .. import into
-        from ..transport.interactive import terminal
+        from ..reach import into
+        from ..reach.transport.interactive import terminal
 
         into.require_terminal("attach")
         settings = common.settings(ctx)
@@ -52,8 +52,8 @@ def register(app: typer.Typer) -> None:
               command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
               target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
         """Run a command on the target in the run's work folder; its exit code is orch's."""
-        from .. import into
-        from ..transport.interactive import stream
+        from ..reach import into
+        from ..reach.transport.interactive import stream
 
         settings = common.settings(ctx)
         tgt = common.target(settings, *common.one_node(target, ct, "exec"), trust=trust_new_host)
@@ -68,9 +68,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
         """A login shell on the target (over SSH, or through the node's pct), in the run's work folder."""
-        from .. import into
+        from ..reach import into
         from ..errors import NotFoundError
-        from ..transport.interactive import terminal
+        from ..reach.transport.interactive import terminal
 
         into.require_terminal("ssh")
         settings = common.settings(ctx)
@@ -89,8 +89,8 @@ def register(app: typer.Typer) -> None:
                                                      "local one (default: the same)")],
                 target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
         """Forward 127.0.0.1:LOCAL here to PORT on the target over SSH (e.g. TensorBoard), until Ctrl-C."""
-        from .. import into
-        from ..transport.interactive import forward as carry
+        from ..reach import into
+        from ..reach.transport.interactive import forward as carry
 
         port, local = into.parse_ports(ports)
         settings = common.settings(ctx)

@@ -16,7 +16,7 @@ def group(settings, names, cts, start: bool, trust: bool, dry_run: bool):
 
 
 def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
-    from .. import multinode
+    from ..launch import multinode
 
     if dry_run:
         from ..errors import TargetError
@@ -67,7 +67,8 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
 
 
 def _wait(launch, grp, reg, exp) -> dict:
-    from .. import job_wait, signals
+    from ..launch import job_wait
+    from .. import signals
     from ..errors import Interrupted
 
     try:
@@ -106,7 +107,7 @@ def _say_deployed(exp, grp, waited: dict | None) -> None:
 def restart(settings, grp, *, message, clean: bool, purge: bool, yes: bool, confirm, dry_run: bool,
             as_json: bool) -> None:
     """Relaunch the job's revision and command on its nodes as a new job (the old one stops first)."""
-    from .. import multinode, prepare
+    from ..launch import multinode, prepare
 
     with common.registry(settings) as reg:
         parent = multinode.job(reg, grp)
@@ -117,7 +118,7 @@ def restart(settings, grp, *, message, clean: bool, purge: bool, yes: bool, conf
 
 
 def stop(settings, grp, as_json: bool) -> None:
-    from .. import multinode
+    from ..launch import multinode
 
     from ..errors import TargetError
 
@@ -137,8 +138,8 @@ def stop(settings, grp, as_json: bool) -> None:
 
 
 def status(settings, grp, as_json: bool) -> None:
-    from .. import multinode
-    from ..job_progress import summary
+    from ..launch import multinode
+    from ..watch.job_progress import summary
 
     with common.registry(settings) as reg:
         exp, nodes = multinode.status(settings, grp, reg)
@@ -159,7 +160,7 @@ def status(settings, grp, as_json: bool) -> None:
 
 def _metrics(node: dict, settings) -> dict:
     """The metrics of a node's last log line (step, loss, tok_s, ...), as ``[metrics] patterns`` read them."""
-    from ..logparse import Parser
+    from ..watch.logparse import Parser
 
     line = node.get("last_line")
     return (Parser(settings.metrics.patterns or None).parse_line(line) if line else None) or {}
@@ -167,7 +168,7 @@ def _metrics(node: dict, settings) -> dict:
 
 def progress_note(exp, settings) -> str:
     """When a running job last moved (any node), or that no node has: the end of its headline."""
-    from ..job_progress import job_note, summary
+    from ..watch.job_progress import job_note, summary
 
     return job_note(summary(exp.nodes or []), settings.run.stall_timeout) if exp.status == "running" else ""
 
@@ -175,7 +176,7 @@ def progress_note(exp, settings) -> str:
 def _node_lines(exp, settings) -> None:
     """One line per node: state, exit code, reason, step and throughput of its last line, its output against
     the job's progress, GPUs."""
-    from ..job_progress import node_note, summary
+    from ..watch.job_progress import node_note, summary
 
     moved = summary(exp.nodes or []) if exp.status == "running" else None
     for node in exp.nodes or []:
@@ -201,9 +202,9 @@ def _node_lines(exp, settings) -> None:
 
 def logs(settings, grp, experiment, *, write, lines: int, follow: bool, node) -> None:
     """Every node's log merged (each line prefixed ``[rank]``), or one node's with ``--node``."""
-    from .. import multinode
+    from ..launch import multinode
     from ..errors import InputError
-    from ..job_logs import follow_nodes
+    from ..watch.job_logs import follow_nodes
 
     with common.registry(settings) as reg:
         exp = reg.get(experiment) if experiment is not None else multinode.job(reg, grp)

@@ -152,7 +152,7 @@ class OrchGroup(TyperGroup):
             raise typer.Exit(exc.exit_code) from None
         except OrchError as exc:
             if exc.exit_code in (3, 6):  # a target did not answer, or not as itself: look its CT up afresh
-                from ..ct_cache import forget_served
+                from ..reach.ct_cache import forget_served
 
                 forget_served()
             typer.echo(f"error: {exc.message}", err=True)

@@ -41,7 +41,7 @@ def ago(seconds: float | None) -> str:
 
 
 def size(n: float | None) -> str:
-    from ..metrics import format_size
+    from ..watch.metrics import format_size
 
     return format_size(n)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import progress
+from . import progress
 from . import common, render
 from .common import CtsOpt, JsonOpt, SetOpt, StartOpt, TargetsOpt, TrustOpt
 
@@ -32,7 +32,7 @@ def _target(settings, name, ct, start, trust, dry_run):
 
 def _run(launch, settings, dry_run: bool, as_json: bool, flags: tuple = (None, None)) -> None:
     from ..errors import Interrupted
-    from ..operations import execute
+    from ..launch.operations import execute
 
     if dry_run:
         return _dry_run(launch, as_json)
@@ -48,8 +48,8 @@ def _run(launch, settings, dry_run: bool, as_json: bool, flags: tuple = (None, N
 
 def _dry_run(launch, as_json: bool) -> None:
     from ..errors import OrchError
-    from ..operations import preview
-    from ..playbooks import plan
+    from ..launch.operations import preview
+    from ..launch.playbooks import plan
 
     lines = plan(launch.book, launch.inputs)
     seen, failure = None, launch.target.unasked
@@ -168,7 +168,7 @@ def register(app: typer.Typer) -> None:
                yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
                trust_new_host: TrustOpt = False, wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
         """Push the code as a new revision and start it as a new experiment."""
-        from .. import prepare
+        from ..launch import prepare
 
         from . import job
 
@@ -193,7 +193,7 @@ def register(app: typer.Typer) -> None:
                 wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
         """Stop the latest experiment and relaunch its revision and settings as a new experiment; a job: on
         every node."""
-        from .. import prepare
+        from ..launch import prepare
 
         from . import job
 
@@ -207,7 +207,7 @@ def register(app: typer.Typer) -> None:
         tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
         with common.registry(settings) as reg:
             if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
-                from ..status import recover
+                from ..records.reconcile import recover
 
                 recover(settings, tgt, reg)
             launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge,
@@ -219,7 +219,7 @@ def register(app: typer.Typer) -> None:
     def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_run: DryOpt = False,
              trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
         """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); a job: every node at once."""
-        from .. import prepare
+        from ..launch import prepare
         from . import job
 
         settings = common.settings(ctx)
@@ -230,7 +230,7 @@ def register(app: typer.Typer) -> None:
         launch = prepare.stop(settings, tgt, echo=render.say)
         if dry_run:
             return _run(launch, settings, True, as_json)
-        from ..operations import execute
+        from ..launch.operations import execute
 
         with common.registry(settings) as reg:
             outcome = execute(launch, reg)
@@ -248,7 +248,7 @@ def register(app: typer.Typer) -> None:
              clean_checkpoints: CleanOpt = False, yes: YesOpt = False, dry_run: DryOpt = False,
              start: StartOpt = False, trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
         """Run any playbook (a YAML list of steps) against a target."""
-        from .. import prepare
+        from ..launch import prepare
 
         target, ct = common.one_node(target, ct, "play")
         settings = common.settings(ctx, set_)

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def targets(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         """List the CTs the Proxmox token can see: id, name, node, status, address, GPUs, this project's runs."""
-        from ..discovery import list_targets
+        from ..reach.discovery import list_targets
 
         settings = common.settings(ctx)
         with common.registry(settings) as reg:

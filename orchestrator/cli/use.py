@@ -17,8 +17,8 @@ def register(app: typer.Typer) -> None:
             ct: CtsOpt = None) -> None:
         """Make a target the current one (a deploy with --ct/--target does this too); alone: show it. Several
         CTs (repeated --ct) make a job's nodes current."""
-        from .. import current
-        from ..targets import check_ct
+        from ..reach import current
+        from ..reach.targets import check_ct
 
         settings = common.settings(ctx)
         for vmid in ct or []:  # a CT that does not exist is refused when the API can say so

@@ -49,9 +49,9 @@ def register(app: typer.Typer) -> None:
                = False,
                trust_new_host: TrustOpt = False) -> None:
         """The target's latest experiment: state, exit code, progress and the last log line."""
-        from .. import metrics_view
+        from ..watch import metrics_view
         from ..errors import TransportError
-        from ..status import client_for, target_status
+        from ..records.reconcile import client_for, target_status
 
         settings = common.settings(ctx)
         if all_:
@@ -113,9 +113,9 @@ def register(app: typer.Typer) -> None:
         """Print a run's log; --follow keeps going until it ends (Ctrl-C stops following, not the run). A job's
         nodes are merged, each line prefixed with its node's rank."""
         from ..errors import NotFoundError
-        from ..logs import follow as follow_log
-        from ..metrics_view import as_recorded, target_flags
-        from ..status import recover, sync
+        from ..watch.follow import follow as follow_log
+        from ..watch.metrics_view import as_recorded, target_flags
+        from ..records.reconcile import recover, sync
 
         settings = common.settings(ctx)
         settings = settings if follow else common.read_only(settings)  # a first read is bounded by read_timeout
@@ -207,14 +207,14 @@ def _status_all(settings, metrics: bool, as_json: bool, trust: bool) -> None:
 
 def _status_one(settings, exp, metrics: bool, trust: bool) -> dict:
     """``_status_dict`` of the target ``exp`` ran on (a job: its nodes), or what is recorded and why not."""
-    from .. import metrics_view
+    from ..watch import metrics_view
     from ..errors import OrchError
-    from ..status import client_for, target_status
+    from ..records.reconcile import client_for, target_status
 
     client = None
     try:
         if exp.nodes:
-            from .. import multinode
+            from ..launch import multinode
 
             grp = common.job_group(settings, exp, trust=trust)
             with common.registry(settings) as reg:
@@ -251,7 +251,7 @@ class _MetricsWriter:
     and counts the lines, to say when none of them held a metric."""
 
     def __init__(self, settings) -> None:
-        from ..logparse import Parser
+        from ..watch.logparse import Parser
 
         self.parser = Parser(settings.metrics.patterns or None)
         self.buf = bytearray()
@@ -280,7 +280,7 @@ class _MetricsWriter:
             self._lines(bytes(self.buf))
             self.buf.clear()
         if self.lines and not self.events:
-            from ..metrics_view import no_metrics_note
+            from ..watch.metrics_view import no_metrics_note
 
             render.say(f"orch: {no_metrics_note(self.lines)}")
 

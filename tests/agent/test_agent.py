@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.agent.protocol import frame, manifest_id, unframe
-from orchestrator.agent_client import AgentClient, Op, agent_zip
+from orchestrator.reach.agent_client import AgentClient, Op, agent_zip
 from orchestrator.errors import AgentError, InputError, NotFoundError, SafetyError
-from orchestrator.transport.local import LocalTransport
+from orchestrator.reach.transport.local import LocalTransport
 
 
 @pytest.fixture

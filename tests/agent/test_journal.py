@@ -7,11 +7,11 @@ import json
 import os
 import sys
 
-from orchestrator import launch_journal
+from orchestrator.launch import journal as launch_journal
 from orchestrator.agent import journal
-from orchestrator.agent_client import AgentClient, Op
+from orchestrator.reach.agent_client import AgentClient, Op
 from orchestrator.errors import NotFoundError
-from orchestrator.transport.local import LocalTransport
+from orchestrator.reach.transport.local import LocalTransport
 
 REGISTRY = "0123456789ab"
 

@@ -13,11 +13,11 @@ import time
 import pytest
 
 from orchestrator.agent.protocol import PROTOCOL, unframe
-from orchestrator.agent_client import AgentClient, Op, Stream
+from orchestrator.reach.agent_client import AgentClient, Op, Stream
 from orchestrator.agent import durability
 from orchestrator.agent.layout import Layout
 from orchestrator.errors import AgentError
-from orchestrator.transport.local import LocalTransport
+from orchestrator.reach.transport.local import LocalTransport
 from tests.conftest import wait_for
 
 

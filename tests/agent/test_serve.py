@@ -10,8 +10,8 @@ import sys
 
 from orchestrator.agent.layout import Layout
 from orchestrator.agent.protocol import MARK_FRAME, unframe
-from orchestrator.agent_client import AgentClient, Frames
-from orchestrator.transport.local import LocalTransport
+from orchestrator.reach.agent_client import AgentClient, Frames
+from orchestrator.reach.transport.local import LocalTransport
 
 
 def request(root: str, ops: list, payload: bytes = b"") -> bytes:

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from orchestrator.agent.protocol import MARK_BEGIN, MARK_END, frame, manifest_id, unframe
 from orchestrator.agent.validate import ARGS
-from orchestrator.agent_client import AgentClient, Op, agent_zip
+from orchestrator.reach.agent_client import AgentClient, Op, agent_zip
 from orchestrator.errors import AgentError, InputError
-from orchestrator.transport.base import Result, Transport
-from orchestrator.transport.local import LocalTransport
+from orchestrator.reach.transport.base import Result, Transport
+from orchestrator.reach.transport.local import LocalTransport
 
 # each example is one real agent process (~0.1-0.3 s): modest counts keep the suite quick
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

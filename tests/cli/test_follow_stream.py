@@ -11,12 +11,12 @@ import json
 import threading
 import time
 
-from orchestrator import logs
+from orchestrator.watch import follow as logs
 from orchestrator.config import load_settings
 from orchestrator.errors import TransportError
-from orchestrator.logs import follow
-from orchestrator.targets import resolve_target
-from orchestrator.transport.local import LocalTransport
+from orchestrator.watch.follow import follow
+from orchestrator.reach.targets import resolve_target
+from orchestrator.reach.transport.local import LocalTransport
 
 # ~3 s of steady output with lines written in two pieces, so a caught-up follower streams it
 TRICKLE = """\

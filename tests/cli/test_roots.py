@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.agent.protocol import unframe
-from orchestrator.agent_client import AgentClient, agent_zip
+from orchestrator.reach.agent_client import AgentClient, agent_zip
 from orchestrator.errors import SafetyError
-from orchestrator.transport.local import LocalTransport
+from orchestrator.reach.transport.local import LocalTransport
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
 

@@ -150,7 +150,7 @@ def test_two_concurrent_deploys_serialize(project):
 
 
 def test_an_agent_failure_is_one_line_and_verbose_adds_its_traceback(project, monkeypatch):
-    from orchestrator.agent_client import AgentClient
+    from orchestrator.reach.agent_client import AgentClient
     from orchestrator.errors import AgentError
 
     def broken(self, ops, **kwargs):

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.keeper import place
+from orchestrator.reach.keeper import place
 from tests.conftest import run_on_pty, wait_for
 
 ORCH = str(Path(sys.executable).parent / "orch")
@@ -32,7 +32,7 @@ def forks() -> list[int]:
                 state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
             except OSError:
                 continue
-            if b"orchestrator.keeper.warm" in cmd and str(place.warm_socket_path()).encode() in cmd \
+            if b"orchestrator.warm.server" in cmd and str(place.warm_socket_path()).encode() in cmd \
                     and state not in (b"Z", b"X"):
                 out.append(int(entry.name))
     return out
@@ -86,7 +86,7 @@ def test_a_prompt_on_a_terminal_and_a_killed_caller(project):
 def test_a_changed_orch_is_never_served_by_the_old_warm_process(project):
     warm_up(project)
     old = place.warm_socket_path()
-    source = Path(place.__file__).with_name("warm.py")
+    source = Path(place.__file__).parents[2] / "warm" / "server.py"
     st = source.stat()
     os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     try:

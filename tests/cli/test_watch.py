@@ -17,9 +17,9 @@ from pathlib import Path
 
 from orchestrator.config import load_settings
 from orchestrator.errors import TransportError
-from orchestrator.logs import follow
-from orchestrator.targets import resolve_target
-from orchestrator.transport.local import LocalTransport
+from orchestrator.watch.follow import follow
+from orchestrator.reach.targets import resolve_target
+from orchestrator.reach.transport.local import LocalTransport
 
 SPEW = """\
 import os, sys, time

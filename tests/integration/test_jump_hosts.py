@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import HostKeyError, InputError, TransportError
-from orchestrator.transport.hostkeys import fingerprint
-from orchestrator.transport.ssh import SshTransport
+from orchestrator.reach.transport.hostkeys import fingerprint
+from orchestrator.reach.transport.ssh import SshTransport
 from tests.integration.test_remote import RemoteProject, remote  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.testbed

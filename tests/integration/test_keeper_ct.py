@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from orchestrator.keeper import client, place
+from orchestrator.reach.keeper import client, place
 from tests.conftest import wait_for
 from tests.integration.test_remote import ROOT, on_ct, remote  # noqa: F401 (fixture)
 
@@ -69,7 +69,7 @@ def test_later_commands_share_one_held_connection_and_a_resident_agent(remote, t
     assert conn["agents"] == serving_agents(testbed) and len(conn["agents"]) == 1
     traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "orchestrator.cli.main", "status", "--target",
                              "ct200"], cwd=remote.path, capture_output=True, text=True, timeout=60)
-    assert traced.returncode == 0 and "orchestrator.keeper.client" in traced.stderr, traced.stderr[-2000:]
+    assert traced.returncode == 0 and "orchestrator.reach.keeper.client" in traced.stderr, traced.stderr[-2000:]
     assert "paramiko" not in traced.stderr and "fabric" not in traced.stderr  # the keeper holds those
     listing = ok(remote, "connections", "list")
     assert "root@10.77.0.200:22" in listing and str(conn["pid"]) in listing
@@ -132,9 +132,9 @@ def test_a_changed_host_key_is_refused_even_for_a_held_connection(remote, testbe
 
 
 def test_a_new_agent_version_gets_a_new_resident(remote, testbed):
-    from orchestrator.agent_client import AgentClient
+    from orchestrator.reach.agent_client import AgentClient
     from orchestrator.config import load_settings
-    from orchestrator.targets import resolve_target
+    from orchestrator.reach.targets import resolve_target
 
     warm(remote)
     [before] = serving_agents(testbed)

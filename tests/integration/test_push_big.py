@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from orchestrator.agent_client import agent_zip
+from orchestrator.reach.agent_client import agent_zip
 from tests.integration.test_remote import ROOT, RemoteProject
 from tests.testbed.procs import peak_kb, pids_running
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import HostKeyError, TransportError, TransportTimeout
-from orchestrator.transport.pct import PctTransport
-from orchestrator.transport.hostkeys import fingerprint
-from orchestrator.transport.ssh import SshTransport
+from orchestrator.reach.transport.pct import PctTransport
+from orchestrator.reach.transport.hostkeys import fingerprint
+from orchestrator.reach.transport.ssh import SshTransport
 
 pytestmark = pytest.mark.testbed
 

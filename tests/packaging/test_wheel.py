@@ -57,13 +57,13 @@ def _env(bin_dir: Path) -> dict:
 
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path):
     code = ("import orchestrator, importlib.metadata as m, json; "
-            "from orchestrator.agent_client import agent_zip; from orchestrator import playbooks; "
+            "from orchestrator.reach.agent_client import agent_zip; from orchestrator import playbooks; "
             "print(json.dumps([orchestrator.__file__, m.version('orch'), agent_zip()[0], playbooks.builtin_names()]))")
     out = _run([str(installed / "python"), "-c", code], 60, cwd=tmp_path, env=_env(installed)).stdout
     path, version, digest, books = json.loads(out)
     assert Path(path).is_relative_to(installed.parent) and not Path(path).is_relative_to(REPO)
     from orchestrator import __version__
-    from orchestrator.agent_client import agent_zip
+    from orchestrator.reach.agent_client import agent_zip
 
     assert version == __version__
     assert digest == agent_zip()[0]  # the agent built from the installed files is the checkout's, byte for byte
@@ -74,7 +74,7 @@ def test_init_copies_the_shipped_playbooks(installed, tmp_path):
     _run([str(installed / "orch"), "init", "--playbooks"], 60, cwd=tmp_path, env=_env(installed))
     assert (tmp_path / "orch.toml").is_file()
     for name in ("deploy", "restart", "stop"):
-        shipped = REPO / "orchestrator" / "builtin_playbooks" / f"{name}.yaml"
+        shipped = REPO / "orchestrator" / "launch" / "builtin_playbooks" / f"{name}.yaml"
         assert (tmp_path / "playbooks" / f"{name}.yaml").read_text() == shipped.read_text()
 
 

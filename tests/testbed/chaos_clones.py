@@ -138,7 +138,7 @@ class Running:
 def orch_script() -> list[str]:
     """The installed ``orch`` (its entry point, which goes through the warm process)."""
     script = Path(sys.executable).with_name("orch")
-    return [str(script)] if script.exists() else [sys.executable, "-c", "from orchestrator.launch import main; main()"]
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from orchestrator.main import main; main()"]
 
 
 class Clone:
@@ -159,7 +159,7 @@ class Clone:
         return self.start(*args).wait(timeout)
 
     def registry(self):
-        from orchestrator.experiments import Registry
+        from orchestrator.records.experiments import Registry
 
         return Registry(self.db)
 

@@ -51,8 +51,8 @@ class Runtime:
 
     def pids(self, kind: str) -> list[int]:
         """The live processes of ``kind`` (``keeper`` or ``warm``) that serve this folder."""
-        module, sock = (b"orchestrator.keeper.warm", b"/warm-") if kind == "warm" else \
-            (b"orchestrator.keeper", b"/keeper-")
+        module, sock = (b"orchestrator.warm.server", b"/warm-") if kind == "warm" else \
+            (b"orchestrator.reach.keeper", b"/keeper-")
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():

@@ -9,8 +9,8 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "orchestrator"
 HEAVY = ("fabric", "paramiko", "proxmoxer", "requests", "libtmux", "numpy", "matplotlib")
-OWNERS = {"fabric": {"transport/ssh.py"}, "paramiko": {"transport/ssh.py", "transport/hostkeys.py"}, "proxmoxer": {"proxmox.py"},
-          "requests": {"proxmox.py"}, "sqlite3": {"experiments.py"}}
+OWNERS = {"fabric": {"reach/transport/ssh.py"}, "paramiko": {"reach/transport/ssh.py", "reach/transport/hostkeys.py"}, "proxmoxer": {"reach/proxmox.py"},
+          "requests": {"reach/proxmox.py"}, "sqlite3": {"records/experiments.py"}}
 
 
 def imports(path: Path, top_level_only: bool = False) -> list[str]:
@@ -40,7 +40,7 @@ def test_the_agent_imports_only_stdlib_libtmux_and_itself():
 
 
 def test_batching_and_metrics_do_no_io():
-    pure = list((PKG / "batching").glob("*.py")) + [PKG / "metrics.py", PKG / "logparse.py"]
+    pure = list((PKG / "batching").glob("*.py")) + [PKG / "watch" / "metrics.py", PKG / "watch" / "logparse.py"]
     for path in pure:
         for name in imports(path):
             root = name.lstrip(".").split(".")[0]

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from orchestrator import command
+from orchestrator.launch import command
 from orchestrator.config import DistributedSection
-from orchestrator.distributed import NodeFacts, plan
+from orchestrator.launch.distributed import NodeFacts, plan
 from orchestrator.errors import InputError
 
 NODES = [NodeFacts(0, "ct200", "10.77.0.200", "eth0"), NodeFacts(1, "ct201", "10.77.0.201", "eth0")]

@@ -3,7 +3,7 @@
 import os
 import stat
 
-from orchestrator import ct_cache
+from orchestrator.reach import ct_cache
 
 INFO = {"node": "pve1", "name": "trainer", "status": "running", "address": "10.0.0.5", "started": False,
         "config_summary": {"gpus": 2}}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from orchestrator import current
+from orchestrator.reach import current
 from orchestrator.cli.main import optional_values
 from orchestrator.config import load_settings, local_root
-from orchestrator.targets import planned_target, target_spec
+from orchestrator.reach.targets import planned_target, target_spec
 
 TOML = """
 [project]

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from orchestrator.batching import BatchSampler
-from orchestrator.metrics import Parser
+from orchestrator.watch.metrics import Parser
 from tests.testbed import torchsite
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.config import DistributedSection
-from orchestrator.distributed import NodeFacts, plan, script_args
+from orchestrator.launch.distributed import NodeFacts, plan, script_args
 
 NODES = [NodeFacts(0, "ct200", "10.77.0.200", "eth0"), NodeFacts(1, "ct201", "10.77.0.201", "eth0", gpus=2)]
 
@@ -53,7 +53,7 @@ def test_each_node_is_told_who_its_peers_are_for_the_jobs_stall_watchdog():
 
 
 def test_a_nodes_last_lines_stop_at_torchruns_own_failure_report():
-    from orchestrator.distributed import before_launcher_report
+    from orchestrator.launch.distributed import before_launcher_report
 
     report = ["E1201 12:24:32.345000 57 torch/distributed/elastic/multiprocessing/api.py:882] failed "
               "(exitcode: 3) local_rank: 0 (pid: 68) of binary: /usr/bin/python3", "Traceback (most recent call last):",

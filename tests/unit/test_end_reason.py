@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.end_reason import describe
+from orchestrator.records.end_reason import describe
 
 ME, OTHER = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
 

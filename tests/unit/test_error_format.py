@@ -193,7 +193,7 @@ def test_the_error_tree_drawing_matches_the_codes():
 
 def test_agent_failure_kinds_map_onto_the_tree():
     from orchestrator.agent.protocol import KINDS
-    from orchestrator.agent_client import _KIND_TO_ERROR
+    from orchestrator.reach.agent_client import _KIND_TO_ERROR
 
     assert set(KINDS) <= set(_KIND_TO_ERROR)
 
@@ -234,7 +234,7 @@ def test_every_node_ssh_key_is_documented():
                                           (None, "use an IP address")])
 def test_an_unresolvable_node_names_the_setting_to_change(role, setting):
     from orchestrator.errors import TransportError
-    from orchestrator.transport.ssh import SshTransport
+    from orchestrator.reach.transport.ssh import SshTransport
 
     transport = SshTransport("no-such-node.invalid", role=role, connect_retries=0, trust_file="/nonexistent")
     with pytest.raises(TransportError, match="cannot resolve host name") as info:

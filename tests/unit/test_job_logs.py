@@ -2,7 +2,7 @@
 
 import threading
 
-from orchestrator.job_logs import _Lines
+from orchestrator.watch.job_logs import _Lines
 
 
 def test_partial_lines_wait_for_their_newline_and_are_prefixed():

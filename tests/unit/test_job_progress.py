@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.job_progress import job_note, node_facts, node_note, summary
-from orchestrator.job_wait import first_to_tell
+from orchestrator.watch.job_progress import job_note, node_facts, node_note, summary
+from orchestrator.launch.job_wait import first_to_tell
 
 
 def _rec(rank: int, quiet: float | None, line: str | None, **more) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.job_settle import settle
+from orchestrator.records.job_settle import settle
 
 
 def node(rank, state, ended=None, code=None, reason=None, **more):

@@ -7,7 +7,7 @@ import io
 import pytest
 
 from orchestrator.errors import InputError
-from orchestrator.transport.jumps import MAX_JUMPS, Hop, Route, describe_jump, parse_hop, parse_proxy_jump, plan_route
+from orchestrator.reach.transport.jumps import MAX_JUMPS, Hop, Route, describe_jump, parse_hop, parse_proxy_jump, plan_route
 
 
 def lookup_of(text: str):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import SafetyError
-from orchestrator.keeper import client, place
+from orchestrator.reach.keeper import client, place
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -44,14 +44,14 @@ def test_two_users_get_folders_of_their_own_and_cannot_reach_each_other(monkeypa
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     mine = place.socket_path()
     assert mine.parent == Path(f"/tmp/orch-{os.getuid()}")
-    keeper = subprocess.Popen([sys.executable, "-m", "orchestrator.keeper", str(mine), "30"], cwd=REPO,
+    keeper = subprocess.Popen([sys.executable, "-m", "orchestrator.reach.keeper", str(mine), "30"], cwd=REPO,
                               start_new_session=True)
     try:
         deadline = time.monotonic() + 20
         while client._connect(str(mine)) is None:
             assert time.monotonic() < deadline and keeper.poll() is None, "the keeper did not listen"
             time.sleep(0.05)
-        code = ("import json, socket; from orchestrator.keeper import place\n"
+        code = ("import json, socket; from orchestrator.reach.keeper import place\n"
                 "p = place.socket_path(); s = socket.socket(socket.AF_UNIX)\n"
                 f"try:\n    s.connect({str(mine)!r}); reach = 'connected'\n"
                 "except OSError as e:\n    reach = type(e).__name__\n"

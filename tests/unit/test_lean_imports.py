@@ -35,21 +35,21 @@ PLOT = "matplotlib loads only for `orch experiments plot`"
 TOML_W = "tomlkit loads only to rewrite orch.toml (`orch init`, `orch use`)"
 NEVER = {
     "paramiko": SSH, "fabric": SSH, "invoke": SSH, "cryptography": SSH, "nacl": SSH, "bcrypt": SSH,
-    "orchestrator.transport.ssh": SSH, "orchestrator.transport.hostkeys": SSH,
-    "proxmoxer": PVE, "requests": PVE, "urllib3": PVE, "orchestrator.proxmox": PVE,
+    "orchestrator.reach.transport.ssh": SSH, "orchestrator.reach.transport.hostkeys": SSH,
+    "proxmoxer": PVE, "requests": PVE, "urllib3": PVE, "orchestrator.reach.proxmox": PVE,
     "numpy": NUMPY, "orchestrator.batching": NUMPY,
     "rich": RICH,
-    "libtmux": TMUX, "matplotlib": PLOT, "orchestrator.plots": PLOT, "tomlkit": TOML_W,
+    "libtmux": TMUX, "matplotlib": PLOT, "orchestrator.records.plots": PLOT, "tomlkit": TOML_W,
 }
 NO_CONFIG = "help text needs no loaded configuration, registry or playbook"
 READ_ONLY = "reading a run's state needs none of the launch machinery"
 FORBIDDEN = {
     "help": {**NEVER, "pydantic": NO_CONFIG, "sqlite3": NO_CONFIG, "yaml": NO_CONFIG,
-             "orchestrator.config": NO_CONFIG, "orchestrator.experiments": NO_CONFIG,
-             "orchestrator.agent_client": NO_CONFIG, "orchestrator.playbooks": NO_CONFIG},
-    "status": {**NEVER, "yaml": READ_ONLY, "orchestrator.playbooks": READ_ONLY,
-               "orchestrator.operations": READ_ONLY, "orchestrator.multinode": READ_ONLY,
-               "orchestrator.push": READ_ONLY, "orchestrator.revisions": READ_ONLY},
+             "orchestrator.config": NO_CONFIG, "orchestrator.records.experiments": NO_CONFIG,
+             "orchestrator.reach.agent_client": NO_CONFIG, "orchestrator.launch.playbooks": NO_CONFIG},
+    "status": {**NEVER, "yaml": READ_ONLY, "orchestrator.launch.playbooks": READ_ONLY,
+               "orchestrator.launch.operations": READ_ONLY, "orchestrator.launch.multinode": READ_ONLY,
+               "orchestrator.launch.push": READ_ONLY, "orchestrator.launch.revisions": READ_ONLY},
     "deploy": dict(NEVER),
     "dry-run": dict(NEVER),
 }
@@ -99,7 +99,7 @@ def test_status_of_a_local_run_loads_no_launch_ssh_or_numpy(deployed):
     proj, _ = deployed
     proc, modules = loaded(proj, "status")
     assert proc.returncode == 0 and "running" in proc.stdout, proc.stdout + proc.stderr
-    assert "orchestrator.agent_client" in modules  # it did ask the target
+    assert "orchestrator.reach.agent_client" in modules  # it did ask the target
     bad = offending(modules, "status")
     assert not bad, "orch status loads modules it does not need: " + "; ".join(bad)
 

@@ -1,4 +1,4 @@
-"""orchestrator.logparse on the lines real training frameworks print, each named by the source that prints it.
+"""orchestrator.watch.logparse on the lines real training frameworks print, each named by the source that prints it.
 
 The Hugging Face and Lightning logs in tests/data/logs were captured from real runs (the scripts beside them);
 the other lines are as the named source formats them.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.logparse import PARSER_VERSION, Parser, parser_key
+from orchestrator.watch.logparse import PARSER_VERSION, Parser, parser_key
 
 LOGS = Path(__file__).resolve().parent.parent / "data" / "logs"
 
@@ -212,14 +212,14 @@ def test_the_parser_key_changes_with_the_patterns() -> None:
 
 
 def test_logparse_does_no_io() -> None:
-    tree = ast.parse((Path(__file__).resolve().parents[2] / "orchestrator" / "logparse.py").read_text())
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "orchestrator" / "watch" / "logparse.py").read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not imported & {"os", "subprocess", "socket", "sqlite3", "pathlib", "io", "shutil"}
 
 
 def test_plain_drops_colour_codes_and_cursor_moves() -> None:
-    from orchestrator.logparse import plain
+    from orchestrator.watch.logparse import plain
 
     assert plain("\x1b[31mstep: 1  \x1b[32mloss: 2.5\x1b[39m\x1b[A") == "step: 1  loss: 2.5"
     assert plain("no escapes") == "no escapes"

@@ -1,4 +1,4 @@
-"""orchestrator.metrics: parsing log lines, bounded series, spikes and the summaries built on them."""
+"""orchestrator.watch.metrics: parsing log lines, bounded series, spikes and the summaries built on them."""
 
 from __future__ import annotations
 
@@ -13,22 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import metrics
+from orchestrator.watch import metrics
 from orchestrator.errors import ConfigError, InputError
-from orchestrator.metrics import (
-    Parser,
-    Series,
-    eta,
-    eta_tokens,
-    find_spikes,
-    format_duration,
-    format_rate,
-    is_stalled,
-    sparkline,
-    spike_episodes,
-    summarize,
-    throughput_change,
-)
+from orchestrator.watch.metrics import Parser, Series, eta, eta_tokens, find_spikes, format_duration, format_rate, is_stalled, sparkline, spike_episodes, summarize, throughput_change
 
 # -- parsing -----------------------------------------------------------------------------------
 
@@ -299,14 +286,14 @@ def test_is_stalled() -> None:
 def test_module_stays_pure(module: str) -> None:
     import importlib
 
-    tree = ast.parse(Path(importlib.import_module(f"orchestrator.{module}").__file__).read_text())
+    tree = ast.parse(Path(importlib.import_module(f"orchestrator.watch.{module}").__file__).read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module if node.module.startswith("orchestrator") else node.module.split(".")[0])
-    allowed = {"orchestrator.errors", "orchestrator.logparse"}
+    allowed = {"orchestrator.errors", "orchestrator.watch.logparse"}
     foreign = {m for m in imported if m not in sys.stdlib_module_names and m not in allowed}
     assert foreign == set()
     assert not imported & {"socket", "sqlite3", "subprocess", "os", "io", "pathlib"}
@@ -316,8 +303,8 @@ def test_eta_from_a_declared_token_total():
     import time as _time
 
     from orchestrator.config import Settings
-    from orchestrator.experiments import Experiment
-    from orchestrator.metrics_view import ingest, summary
+    from orchestrator.records.experiments import Experiment
+    from orchestrator.watch.metrics_view import ingest, summary
 
     settings = Settings()
     lines = ["total_tokens=2000000"] + [f"step={i} loss=1.0 tok/s=10000 tokens={i * 10000}" for i in range(1, 101)]

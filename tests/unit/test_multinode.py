@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import current
+from orchestrator.reach import current
 from orchestrator.config import Settings
-from orchestrator.multinode import job_state, node_specs
+from orchestrator.launch.multinode import job_state, node_specs
 
 
 def test_job_state():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from orchestrator.agent import causes
-from orchestrator.end_reason import describe
+from orchestrator.records.end_reason import describe
 
 KMSG = [
     "6,1201,88122334455,-;python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0",

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from orchestrator import playbooks
+from orchestrator.launch import playbooks
 from orchestrator.errors import ConfigError
-from orchestrator.playbooks import Inputs
+from orchestrator.launch.playbooks import Inputs
 
 
 def test_builtin_playbooks_load_and_plan():

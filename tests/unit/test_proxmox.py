@@ -10,9 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from orchestrator.errors import ConfigError, InputError, NotFoundError, OrchError, ProxmoxError, TargetError
-from orchestrator.proxmox import (
-    ProxmoxApiError, ProxmoxClient, config_summary, load_token, pick_address, resolve_ct, static_address,
-)
+from orchestrator.reach.proxmox import ProxmoxApiError, ProxmoxClient, config_summary, load_token, pick_address, resolve_ct, static_address
 from tests.testbed.pve_backends import MemoryBackend, MemoryCt
 from tests.testbed.pve_standin import StandIn, Token, start_standin
 

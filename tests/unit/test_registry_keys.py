@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from orchestrator.experiments import MIGRATIONS, Registry
+from orchestrator.records.experiments import MIGRATIONS, Registry
 
 
 def test_a_new_registry_keys_every_run(tmp_path):

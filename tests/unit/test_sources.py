@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import revisions
+from orchestrator.launch import revisions
 from orchestrator.errors import InputError
-from orchestrator.sources import collect, left_out_warning
+from orchestrator.launch.sources import collect, left_out_warning
 
 # karpathy/nanoGPT's .gitignore, line for line
 NANOGPT_GITIGNORE = """\

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from orchestrator.config import load_settings
-from orchestrator.metrics import Parser
+from orchestrator.watch.metrics import Parser
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tinylm"
 REPO = EXAMPLE.parents[1]

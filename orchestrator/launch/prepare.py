@@ -1,0 +1,143 @@
+"""Build the ``Launch`` of each operation from settings and flags, without touching the target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from . import playbooks, revisions, sources
+from .. import secrets
+from ..config import Settings
+from ..errors import InputError, NotFoundError
+from ..records.experiments import Experiment, Registry
+from .command import exec_argv
+from .limits import check as check_limits
+from .operations import Launch
+from .playbooks import Inputs, Playbook
+from ..reach.targets import Target
+
+
+def resolve_batching(settings: Settings) -> tuple[dict, dict | None]:
+    """The batching table handed to the run; with declared lengths, optimized and planned first."""
+    config = settings.batching.model_dump()
+    if not settings.batching.lengths:
+        return config, None
+    from .. import batching
+
+    path = Path(settings.batching.lengths)
+    if not path.is_absolute():
+        path = settings.project_dir / path
+    try:
+        lengths = batching.load_lengths(str(path))
+        resolved = batching.resolve(lengths, config)
+    except FileNotFoundError:
+        raise InputError(f"[batching] lengths file {path} does not exist",
+                         hint="fix [batching] lengths or remove it") from None
+    except ValueError as exc:
+        raise InputError(f"[batching]: {exc}", hint="check [batching] in orch.toml and the lengths file") from None
+    out = dict(config)
+    out.update(resolved["config"])
+    out["lengths"] = settings.batching.lengths
+    return out, resolved["planned"]
+
+
+def secret_values(settings: Settings, names: list[str] | None = None) -> secrets.SecretValues:
+    """The values of the named secrets (default: ``[project] secrets``); an error before anything changes."""
+    return secrets.collect(settings.project.secrets if names is None else names, settings.state_dir)
+
+
+def _env(env: dict, echo: Callable[[str], None]) -> dict:
+    """``[project] env`` as handed to the run, with one warning for keys that look like secrets."""
+    suspicious = secrets.looks_secret(env)
+    if suspicious:
+        what = "looks like a secret" if len(suspicious) == 1 else "look like secrets"
+        echo(f"warning: [project] env {', '.join(suspicious)} {what}: env values are recorded and written to the "
+             "run folder; name them in [project] secrets and keep the values in the environment or .orch/secrets.env")
+    return dict(env)
+
+
+def deploy(settings: Settings, target: Target, *, message: str | None, clean: bool, purge: bool, yes: bool,
+           confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
+           book: Playbook | None = None, secret: secrets.SecretValues | None = None,
+           progress: bool = False) -> Launch:
+    secret = secret_values(settings) if secret is None else secret
+    book = book or playbooks.load("deploy", settings.project_dir)
+    rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir,
+                          follow_symlinks=settings.project.follow_symlinks, progress=progress)
+    for line in sources.left_out_warning(rev.left_out):
+        echo(line)
+    batching, planned = resolve_batching(settings)
+    inputs = Inputs(target=target.name, root=target.root,
+                    checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
+                    files=len(rev.files), size=rev.size, argv=exec_argv(settings.project.command),
+                    command=settings.project.command, batching=batching, message=message)
+    launch = Launch(settings, target, book, inputs, revision=rev, env=_env(settings.project.env, echo),
+                    secrets=secret, config=_public_config(settings), batching_plan=planned, yes=yes,
+                    confirm=confirm, echo=echo, progress=progress)
+    check_limits(launch)  # what the agent would refuse, before anything is asked or stopped
+    return launch
+
+
+def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
+            purge: bool, yes: bool, confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
+            parent: Experiment | None = None) -> Launch:
+    """Relaunch ``parent`` (default: the target's latest experiment); a job's row is given by the caller."""
+    job = parent is not None
+    parent = parent or registry.latest(target.machine, target.name)
+    if parent is None:
+        raise NotFoundError(f"nothing to restart: no experiment on {target.label}",
+                            hint="use orch deploy first (or orch use to pick the target you deployed to)")
+    if parent.nodes and not job:
+        raise InputError(f"experiment {parent.id} is a job over {len(parent.nodes)} nodes: restart relaunches "
+                         "one target", hint="deploy the job again naming its nodes (orch deploy --ct A --ct B)")
+    project = parent.config.get("project") or {}
+    secret = secret_values(settings, list(project.get("secrets") or []))  # the parent's, as its env
+    book = playbooks.load("restart", settings.project_dir)
+    inputs = Inputs(target=target.name, root=target.root,
+                    checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge),
+                    revision=parent.revision, files=len(parent.revision_files),
+                    size=sum(f.get("size", 0) for f in parent.revision_files), argv=exec_argv(parent.command),
+                    command=parent.command, batching=parent.batching, parent=parent.id,
+                    message=message or parent.message)
+    env = _env(project.get("env") or {}, echo)
+    launch = Launch(settings, target, book, inputs, revision=None, env=env, secrets=secret, config=parent.config,
+                    batching_plan=parent.batching_plan, yes=yes, confirm=confirm, echo=echo,
+                    inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
+                               "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})
+    check_limits(launch)
+    return launch
+
+
+def stop(settings: Settings, target: Target, *, echo: Callable[[str], None]) -> Launch:
+    book = playbooks.load("stop", settings.project_dir)
+    inputs = Inputs(target=target.name, root=target.root,
+                    checkpoints=target.checkpoints)
+    return Launch(settings, target, book, inputs, echo=echo)
+
+
+def launches(path: Path) -> bool:
+    """Whether the playbook at ``path`` pushes a revision or starts a run (then it is built as a deploy)."""
+    book = playbooks.load_file(path)
+    return book.has("push_revision") or book.has("start_run")
+
+
+def play(settings: Settings, target: Target, path: Path, **kw) -> Launch:
+    book = playbooks.load_file(path)
+    if book.has("push_revision") or book.has("start_run"):
+        return deploy(settings, target, book=book, **kw)
+    inputs = Inputs(target=target.name, root=target.root,
+                    checkpoints=target.checkpoints,
+                    checkpoint_action=_action(kw.get("clean", False), kw.get("purge", False)))
+    launch = Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),
+                    echo=kw.get("echo", lambda _m: None), progress=kw.get("progress", False))
+    check_limits(launch)  # its shell steps, as the agent takes them
+    return launch
+
+
+def _action(clean: bool, purge: bool) -> str:
+    return "purge" if purge else ("move" if clean else "keep")
+
+
+def _public_config(settings: Settings) -> dict:
+    """The fully resolved settings as recorded; secrets are never settings (only their names), so this is safe."""
+    return settings.model_dump(mode="json")

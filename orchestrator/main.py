@@ -1,0 +1,40 @@
+"""The ``orch`` command: a command goes to this user's warm orch process when one listens, else runs here.
+
+A warm process (``warm/server.py``) has orch's modules loaded already; for each command it forks a child that
+takes this process's terminal (its stdin, stdout and stderr, passed over a Unix socket), working folder,
+environment and umask, runs the command exactly as here, and sends back its exit code. Signals this process
+gets (Ctrl-C, SIGTERM, SIGHUP) are passed on to that child; if this process is killed, the child kills itself.
+So a repeat command skips the ~200 ms of imports. Interactive commands (``attach``, ``ssh``, ``forward``) and
+shell completion always run here. When no warm process listens, the command runs here and starts one for the
+next commands (``ORCH_WARM=0`` turns this off).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+HERE_ONLY = {"attach", "ssh", "forward"}
+
+
+def _eligible(argv: list[str]) -> bool:
+    if os.environ.get("ORCH_WARM", "") == "0" or any(k.startswith(("_ORCH_COMPLETE", "_TYPER_COMPLETE"))
+                                                       for k in os.environ):
+        return False
+    if any(a in ("--install-completion", "--show-completion") for a in argv):
+        return False
+    return not HERE_ONLY & set(argv)  # wherever the word is (after --config PATH, too): here is always right
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if _eligible(argv):
+        from .warm import client as warm_client
+
+        code = warm_client.run(argv)
+        if code is not None:
+            sys.exit(code)
+        warm_client.start_later()
+    from .cli.main import main as cli_main
+
+    cli_main(argv)

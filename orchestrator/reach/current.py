@@ -1,0 +1,49 @@
+"""The project's current target: where bare commands act.
+
+A successful ``deploy``/``restart`` given ``--ct``/``--target`` (or ``orch use``) records its choice in
+``.orch/current-target.json`` beside the registry, so ``orch status``, ``logs``, ``restart``, ``stop``
+and ``checkpoints`` without flags follow the run that was just started. A fresh clone has no such
+file and starts from ``default_target``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..errors import OrchError
+
+FILE = "current-target.json"
+
+
+def load(state_dir: Path) -> dict | None:
+    """``{"target": NAME}``, ``{"ct": N}`` or ``{"nodes": [...]}`` (several), or None when nothing was chosen."""
+    try:
+        data = json.loads((state_dir / FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("target"), str):
+        return {"target": data["target"]}
+    if isinstance(data, dict) and isinstance(data.get("ct"), int):
+        return {"ct": data["ct"]}
+    if isinstance(data, dict) and isinstance(data.get("nodes"), list) and data["nodes"]:
+        return {"nodes": [n for n in data["nodes"] if isinstance(n, dict)]}
+    return None
+
+
+def save(state_dir: Path, name: str | None, ct: int | None, nodes: list[dict] | None = None) -> None:
+    """Record the flags that named the target (atomically: temp file, then rename).
+
+    ``nodes`` (``[{"ct": 200}, {"target": "gpu-b"}]``) records a job's nodes named by repeated flags.
+    """
+    data = {"nodes": nodes} if nodes else {"target": name} if name else {"ct": ct}
+    tmp = state_dir / f".{FILE}.{os.getpid()}"
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+        os.replace(tmp, state_dir / FILE)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OrchError(f"cannot record the current target in {state_dir / FILE}: {exc.strerror or exc}",
+                        hint=f"free space in (or fix the permissions of) {state_dir}") from None

@@ -1,0 +1,341 @@
+"""The keeper process: holds one ``SshTransport`` per connection spec and serves requests on its socket.
+
+Each request gets a thread. A held connection is reused while it is alive and while the files that decide
+whom it trusts (known_hosts, the trust file, the SSH config) are unchanged; otherwise it is closed and opened
+again with the full checks. A command that could not start because the held connection had died is sent once
+more on a fresh one (it never ran); a command that was running when the connection died is never repeated.
+When the orch command on the other end goes away (Ctrl-C), its SSH channel is closed, as a direct connection's
+would be.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ...errors import OrchError, TransportError
+from . import wire
+from .place import SUFFIX
+from .resident import Residents, Stale
+
+TRUST_FILES = ("~/.ssh/config", "/etc/ssh/ssh_config")
+
+
+def _signature(spec: dict) -> list:
+    """What each file that decides this connection's trust and route looks like now (None: missing)."""
+    paths = [*(spec.get("known_hosts_files") or []), spec.get("trust_file") or "",
+             spec.get("ssh_config_file") or "", *TRUST_FILES]
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(os.path.expanduser(path)) if path else None
+            out.append(None if st is None else [st.st_mtime_ns, st.st_size, st.st_ino])
+        except OSError:
+            out.append(None)
+    return out
+
+
+@dataclass
+class Held:
+    transport: Any
+    spec: dict
+    signature: list
+    since: float = field(default_factory=time.time)
+    last: float = field(default_factory=time.time)
+    commands: int = 0
+    reopened: int = 0
+
+
+class Keeper:
+    def __init__(self, path: Path, idle: float) -> None:
+        self.path = path
+        self.idle = idle
+        self.held: dict[str, Held] = {}
+        self.lock = threading.Lock()
+        self.active = 0
+        self.last = time.monotonic()
+        self.started = time.time()
+        self.stopping = threading.Event()
+        self.residents = Residents()
+
+    # -- the connections ---------------------------------------------------------------------------
+
+    def _held(self, spec: dict) -> Held:
+        from ..transport.ssh import SshTransport
+
+        key = json.dumps(spec, sort_keys=True)
+        now = _signature(spec)
+        with self.lock:
+            held = self.held.get(key)
+            if held is not None and held.signature != now:  # known_hosts or the SSH config changed: check again
+                self.residents.forget(held.transport)
+                held.transport.close()
+                held = None
+            if held is None:
+                held = self.held[key] = Held(SshTransport(**spec), spec, now)
+            held.last = time.time()
+            held.commands += 1
+            return held
+
+    def _run(self, held: Held, request: dict, stdin: Iterator[bytes], output: Any, cancel: threading.Event) -> Any:
+        from ..transport.ssh import NotStartedError
+
+        before = held.transport.stats.connections
+        for attempt in (1, 2):
+            try:
+                result = held.transport.run(request["argv"], input=stdin, timeout=request.get("timeout"),
+                                            stall=request.get("stall"), output=output, cancel=cancel)
+                break
+            except NotStartedError:  # the held connection had died: the command never started
+                if attempt == 2:
+                    raise
+                held.reopened += 1
+        return result, held.transport.stats.connections - before
+
+    # -- serving ---------------------------------------------------------------------------------------
+
+    def handle(self, conn: socket.socket) -> None:
+        with self.lock:
+            self.active += 1
+        try:
+            kind, body = wire.recv(conn)
+            request = json.loads(body) if kind == b"H" else {}
+            wire.send(conn, b"A")  # taken: from here on the request runs
+            try:
+                self._answer(conn, request)
+            except OrchError as exc:
+                wire.send_json(conn, b"F", {"cls": type(exc).__name__, "message": exc.message, "hint": exc.hint,
+                                            "detail": exc.detail})
+            except (wire.Closed, OSError):
+                raise
+            except Exception as exc:  # a bug in the keeper: the command gets one clear line
+                wire.send_json(conn, b"F", {"cls": "TransportError", "message": f"the connection keeper failed: "
+                                            f"{exc!r}"[:300], "hint": "rerun with [ssh] persist = 0, and report it"})
+        except (wire.Closed, OSError, ValueError):
+            pass
+        finally:
+            conn.close()
+            with self.lock:
+                self.active -= 1
+                self.last = time.monotonic()
+
+    def _answer(self, conn: socket.socket, request: dict) -> None:
+        op = request.get("op")
+        if op == "list":
+            wire.send_json(conn, b"R", {"pid": os.getpid(), "since": self.started, "idle": self.idle,
+                                        "connections": self.describe()})
+        elif op == "close":
+            closed = self.close(request.get("match"))
+            wire.send_json(conn, b"R", {"pid": os.getpid(), "closed": closed})
+            if request.get("exit"):
+                self.stopping.set()
+        elif op == "run":
+            self._serve_run(conn, request)
+        elif op == "agent":
+            self._serve_agent(conn, request)
+        elif op == "put":
+            data = b"".join(_stdin(conn, None))
+            held = self._held(request["spec"])
+            before = held.transport.stats.connections
+            held.transport.put(data, request["path"], int(request["mode"]))
+            wire.send_json(conn, b"R", {"connections": held.transport.stats.connections - before})
+        else:
+            raise TransportError(f"the connection keeper does not know the request {op!r}",
+                                 hint="set [ssh] persist = 0, or close the keeper: orch connections close")
+
+    def _serve_run(self, conn: socket.socket, request: dict, stdin: Iterator[bytes] | None = None,
+                   cancel: threading.Event | None = None) -> None:
+        held = self._held(request["spec"])
+        cancel = cancel or threading.Event()
+        stream = bool(request.get("stream"))
+        output = (lambda chunk: wire.send(conn, b"O", chunk)) if stream else None
+        result, opened = self._run(held, request, stdin if stdin is not None else _stdin(conn, cancel), output, cancel)
+        for start in range(0, len(result.stdout), 1 << 20):
+            wire.send(conn, b"O", memoryview(result.stdout)[start:start + (1 << 20)])
+        wire.send_json(conn, b"R", {"exit_code": result.exit_code, "connections": opened,
+                                    "stderr": base64.b64encode(result.stderr).decode()})
+
+    def _serve_agent(self, conn: socket.socket, request: dict) -> None:
+        """An agent call on a resident agent; one-shot when none serves there."""
+        held = self._held(request["spec"])
+        cancel = threading.Event()
+        out = bytearray()
+        stream = bool(request.get("stream"))
+        output = (lambda chunk: wire.send(conn, b"O", chunk)) if stream else out.extend
+        before = held.transport.stats.connections
+        stdin = Replay(_stdin(conn, cancel))
+        try:
+            served = self.residents.call(held.transport, request["argv"], stdin, output, request.get("timeout"),
+                                         request.get("stall"), cancel)
+        except Stale:  # it ran nothing: the same request one-shot, which pushes the agent again if it is gone
+            return self._serve_run(conn, request, stdin.again(), cancel)
+        if not served:
+            return self._serve_run(conn, request, stdin.again(), cancel)
+        for start in range(0, len(out), 1 << 20):
+            wire.send(conn, b"O", memoryview(out)[start:start + (1 << 20)])
+        wire.send_json(conn, b"R", {"exit_code": 0, "stderr": "", "resident": True,
+                                    "connections": held.transport.stats.connections - before})
+        return None
+
+    def describe(self) -> list[dict]:
+        with self.lock:
+            items = list(self.held.values())
+        out = []
+        for held in items:
+            t = held.transport
+            alive = t._conn is not None and t._conn.transport is not None and t._conn.transport.is_active()
+            out.append({"target": t.description, "role": held.spec.get("role"), "alive": alive,
+                        "since": held.since, "last": held.last, "commands": held.commands,
+                        "connections": t.stats.connections, "reopened": held.reopened,
+                        "local_port": _local_port(t) if alive else None, "agents": self.residents.names(t)})
+        return out
+
+    def close(self, match: str | None) -> int:
+        with self.lock:
+            keys = [k for k, h in self.held.items() if not match or match in h.transport.description
+                    or match == h.spec.get("host")]
+            dropped = [self.held.pop(k) for k in keys]
+        for held in dropped:
+            self.residents.forget(held.transport)
+            held.transport.close()
+        return len(dropped)
+
+    def serve(self) -> int:
+        lock_fd = os.open(f"{self.path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0  # another keeper took this socket a moment ago
+        try:
+            self.path.unlink()  # a keeper that crashed left its socket behind
+        except FileNotFoundError:
+            pass
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            listener.bind(str(self.path))
+        finally:
+            os.umask(old)
+        listener.listen(64)
+        listener.settimeout(0.5)
+        try:
+            while not self.stopping.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except socket.timeout:
+                    with self.lock:
+                        idle = self.active == 0 and time.monotonic() - self.last > self.idle
+                    if idle or not self.path.exists():  # idle, or its folder was removed: nobody can reach it
+                        break
+                    continue
+                conn.settimeout(None)
+                threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+        finally:
+            self.path.unlink(missing_ok=True)  # ours: the lock keeps any other keeper from binding it
+            listener.close()
+            _tidy(str(self.path))
+            os.close(lock_fd)
+            self.close(None)
+        return 0
+
+
+def _tidy(path: str) -> None:
+    """Remove this keeper's start marker, and its log when nothing was written to it."""
+    stem = path[:-len(SUFFIX)] if path.endswith(SUFFIX) else path
+    for name, only_empty in ((f"{stem}.spawned", False), (f"{stem}.log", True)):
+        try:
+            if not only_empty or os.path.getsize(name) == 0:
+                os.unlink(name)
+        except OSError:
+            pass
+
+
+def _local_port(transport: Any) -> int | None:
+    """This end's TCP port of a held connection (None through a jump host or a ProxyCommand)."""
+    try:
+        return int(transport._conn.transport.sock.getsockname()[1])
+    except (AttributeError, OSError, TypeError, IndexError):
+        return None
+
+
+class Replay:
+    """A command's stdin that can be read once more from the start (what a request sends is small; a big push
+    is not kept, and then cannot be replayed)."""
+
+    LIMIT = 1 << 20
+
+    def __init__(self, source: Iterator[bytes]) -> None:
+        self.source = source
+        self.kept: list[bytes] | None = []
+        self.size = 0
+        self.started = False
+
+    def _keep(self, piece: bytes) -> None:
+        if self.kept is not None:
+            self.size += len(piece)
+            if self.size <= self.LIMIT:
+                self.kept.append(bytes(piece))
+            else:
+                self.kept = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.started = True
+        for piece in self.source:
+            self._keep(piece)
+            yield piece
+
+    def again(self) -> Iterator[bytes]:
+        """Everything the command sends, from the start: what was read already and the rest."""
+        if not self.started:
+            return self.source  # nothing read yet: streamed as it comes
+        for piece in self.source:
+            self._keep(piece)
+        if self.kept is None:
+            raise TransportError("the agent's files on the target changed while a large request was sent to it; "
+                                 "nothing was run", hint="run the command again")
+        return iter(self.kept)
+
+
+def _stdin(conn: socket.socket, cancel: threading.Event | None) -> Iterator[bytes]:
+    """The command's stdin as the client sends it; once it ends, a watcher cancels the command when the
+    client goes away (nothing more is read from it)."""
+    while True:
+        try:
+            kind, body = wire.recv(conn)
+        except (wire.Closed, OSError):
+            if cancel is not None:
+                cancel.set()
+            raise TransportError("the orch command went away while sending", hint="") from None
+        if kind == b"I":
+            yield body
+        elif kind == b"E":
+            break
+    if cancel is not None:
+        threading.Thread(target=_watch, args=(conn, cancel), daemon=True).start()
+
+
+def _watch(conn: socket.socket, cancel: threading.Event) -> None:
+    try:
+        while conn.recv(1024):
+            pass
+    except OSError:
+        pass
+    cancel.set()
+
+
+def main(argv: list[str]) -> int:
+    import logging
+
+    path, idle = Path(argv[0]), float(argv[1])
+
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
+    return Keeper(path, idle).serve()
+

@@ -1,0 +1,93 @@
+"""Comparing experiments: what differs in their settings (batching first), and how they ran."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..launch.command import display
+from ..errors import InputError
+from .experiments import Experiment, Registry
+
+
+def _flat(prefix: str, value: Any, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+
+
+def _fields(exp: Experiment) -> dict:
+    fields: dict = {}
+    _flat("batching", exp.batching, fields)
+    fields.update({"revision": exp.revision, "command": display(exp.command), "target": exp.target,
+                   "git_commit": exp.git_commit, "parent": exp.parent, "secrets": ", ".join(exp.secret_names)})
+    env = (exp.config.get("project") or {}).get("env") or {}
+    _flat("env", env, fields)
+    rest: dict = {}
+    _flat("", {k: v for k, v in exp.config.items() if k not in ("batching", "targets", "project")}, rest)
+    fields.update({f"config.{k}": v for k, v in rest.items()})
+    return fields
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _throughput(summary: dict, first: dict, first_id: int) -> str:
+    """``11.9 Ktok/s, +5% vs exp 3``, or in steps/s when the log gave no token rate; compared with the first
+    experiment only in the same unit."""
+    from ..watch.metrics import throughput_change
+
+    for key, unit in (("median_tok_s", "tok/s"), ("median_steps_s", "steps/s")):
+        if summary.get(key):
+            return throughput_change(summary[key], first.get(key), f"exp {first_id}", unit)
+    return "-"
+
+
+def compare(registry: Registry, ids: list[int]) -> dict:
+    """The settings that differ (batching keys first) and the stored metrics, side by side.
+
+    Throughputs after the first are shown with their change against the first experiment.
+    """
+    if len(ids) < 2:
+        raise InputError("compare needs at least two experiment ids", hint="e.g. orch experiments compare 3 4")
+    exps = [registry.get(i) for i in ids]
+    flats = [_fields(e) for e in exps]
+    keys = sorted(set().union(*flats), key=lambda k: (not k.startswith("batching."), k))
+    diff = []
+    for k in keys:
+        values = [f.get(k) for f in flats]
+        if any(v != values[0] for v in values[1:]):
+            diff.append({"key": k, "values": [_fmt(v) for v in values]})
+    from ..watch.metrics import Series, format_duration, sparkline
+
+    rows: dict[str, list] = {m: [] for m in ("status", "median throughput", "final loss", "min loss", "spikes",
+                                             "duration", "loss trend", "throughput trend", "planned efficiency")}
+    raw = []
+    first = (registry.metrics(exps[0].id) or {"summary": {}})["summary"]
+    for e in exps:
+        m = registry.metrics(e.id) or {"summary": {}, "series": {}}
+        s = m["summary"]
+        raw.append({"id": e.id, "status": e.status, "exit_code": e.exit_code,
+                    **{k: v for k, v in s.items() if k not in ("_state", "throughput", "throughput_vs")}})
+        rows["status"].append(f"{e.status}" + (f" ({e.exit_code})" if e.exit_code not in (None, 0) else ""))
+        rows["median throughput"].append(_throughput(s, first if e.id != exps[0].id else {}, exps[0].id))
+        rows["final loss"].append(_fmt(s.get("loss")))
+        rows["min loss"].append(_fmt(s.get("min_loss")))
+        rows["spikes"].append(_fmt(s.get("spikes")))
+        dur = (e.ended or 0) - (e.started or 0) if e.ended and e.started else None
+        rows["duration"].append(format_duration(dur))
+        loss = Series.from_dict(m["series"]["loss"]).values() if "loss" in m["series"] else []
+        rows["loss trend"].append(sparkline(loss, 24) or "-")
+        rate_series = "tok_s" if "tok_s" in m["series"] else "steps_s"
+        tok = Series.from_dict(m["series"][rate_series]).values() if rate_series in m["series"] else []
+        rows["throughput trend"].append(sparkline(tok, 24) or "-")
+        plan = e.batching_plan or {}
+        rows["planned efficiency"].append(_fmt(plan.get("efficiency")))
+    return {"ids": ids, "diff": diff, "metrics": [{"metric": k, "values": v} for k, v in rows.items()],
+            "experiments": raw}

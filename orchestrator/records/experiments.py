@@ -1,0 +1,482 @@
+"""The experiment registry: one SQLite file per project, ``.orch/experiments.db``.
+
+The only module that imports sqlite3. The schema is versioned with ``PRAGMA user_version`` and
+upgraded by the ordered ``MIGRATIONS``; WAL mode and a busy timeout let two orch processes (two
+deploys racing) write without corrupting anything.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from pydantic import BaseModel
+
+from . import faults
+from ..errors import ConflictError, DiskFull, InputError, NotFoundError, OrchError, RegistryCorrupt
+from ..launch.guard import LaunchGuard, forget, launcher_alive
+
+STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed", "lost")
+# a run that ran and is over; "lost" (its container restarted under it) can still resume: see status.sync
+ENDED = ("finished", "crashed", "stopped", "lost")
+FINAL = (*ENDED, "failed")  # an experiment whose record will not change again
+
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE experiments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        project TEXT NOT NULL,
+        message TEXT,
+        created REAL NOT NULL,
+        started REAL,
+        ended REAL,
+        target TEXT NOT NULL,
+        target_info TEXT NOT NULL DEFAULT '{}',
+        revision TEXT NOT NULL,
+        revision_files TEXT NOT NULL DEFAULT '[]',
+        git_commit TEXT,
+        git_dirty INTEGER,
+        git_diff TEXT,
+        command TEXT NOT NULL,
+        config TEXT NOT NULL DEFAULT '{}',
+        batching TEXT NOT NULL DEFAULT '{}',
+        batching_plan TEXT,
+        parent INTEGER REFERENCES experiments(id),
+        checkpoints TEXT,
+        checkpoints_action TEXT,
+        checkpoints_entry TEXT,
+        status TEXT NOT NULL DEFAULT 'launching',
+        exit_code INTEGER,
+        error TEXT
+    );
+    CREATE INDEX experiments_target ON experiments(target, id);
+    """,
+    """
+    CREATE TABLE metrics (
+        experiment INTEGER PRIMARY KEY REFERENCES experiments(id),
+        updated REAL NOT NULL,
+        log_offset INTEGER NOT NULL DEFAULT 0,
+        series TEXT NOT NULL DEFAULT '{}',
+        summary TEXT NOT NULL DEFAULT '{}'
+    );
+    """,
+    """
+    ALTER TABLE experiments ADD COLUMN machine TEXT;
+    CREATE INDEX experiments_machine ON experiments(machine, id);
+    """,
+    """
+    ALTER TABLE experiments ADD COLUMN attempts TEXT;
+    """,
+    # this registry's id, the prefix of its run folders on a target (runs/<id>-<n>), so that two clones of a
+    # project sharing a target never collide; experiments numbered below keyed_from have plain runs/<n> folders
+    """
+    CREATE TABLE registry_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO registry_meta VALUES ('id', lower(hex(randomblob(6))));
+    INSERT INTO registry_meta SELECT 'keyed_from', 1 + MAX(COALESCE((SELECT MAX(id) FROM experiments), 0),
+        COALESCE((SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'), 0));
+    """,
+    """
+    ALTER TABLE experiments ADD COLUMN nodes TEXT;
+    """,
+    # how a run ended, in words: who stopped it, which signal and why, "end time unknown, noticed at ..."
+    """
+    ALTER TABLE experiments ADD COLUMN end_reason TEXT;
+    """,
+]
+
+_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes")
+
+
+class Experiment(BaseModel):
+    id: int
+    project: str
+    message: str | None = None
+    created: float
+    started: float | None = None
+    ended: float | None = None
+    target: str
+    target_info: dict = {}
+    machine: str | None = None  # what the target reaches (targets.machine_key): runs belong to it, not to a name
+    revision: str
+    revision_files: list = []
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    git_diff: str | None = None
+    command: list[str] | str  # as written: a shell line, or an argument list
+    config: dict = {}
+    batching: dict = {}
+    batching_plan: dict | None = None
+    parent: int | None = None
+    checkpoints: str | None = None
+    checkpoints_action: str | None = None
+    checkpoints_entry: str | None = None
+    status: str = "launching"
+    exit_code: int | None = None
+    error: str | None = None
+    attempts: list | None = None  # the supervisor's attempts.json entries: start, end, exit code, reason, resumed-from
+    nodes: list | None = None  # a job over several nodes: one record per node (multinode.py), node 0 first
+    end_reason: str | None = None  # "stopped by experiment 7", "SIGHUP: the tmux server went away", ...
+
+    def public(self) -> dict:
+        """The record as ``orch experiments show --json`` prints it."""
+        out = self.model_dump(exclude={"revision_files", "git_diff"})
+        out["files"] = len(self.revision_files)
+        out["secrets"] = self.secret_names
+        return out
+
+    @property
+    def secret_names(self) -> list[str]:
+        """The names of the secrets the run received (their values are never recorded)."""
+        return list((self.config.get("project") or {}).get("secrets") or [])
+
+
+LOCK_WAIT = 30.0  # s a command waits for another process's write transaction before it gives up
+ID_MAX = 2**63 - 1  # SQLite's largest integer
+
+
+class Registry:
+    """The registry file, opened for one command.
+
+    On a full disk it opens read-only (``writable`` False): reads work, writes of what a command learnt are
+    skipped with a warning (the target's run folders keep the truth; the next command records it), and a new
+    launch is refused. A lock held by another process is waited for, with a message, up to ``LOCK_WAIT``.
+    """
+
+    def __init__(self, path: Path, notice: Callable[[str], None] | None = None) -> None:
+        self.path = Path(path)
+        self.notice = notice or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.writable = True
+        self.skipped: set[int] = set()  # experiments whose new state this command could not write
+        self._stuck: ConflictError | None = None  # why this command gave up writing (the registry stayed locked)
+        self._told_unwritten = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=1.0, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            if faults.full(self.path):
+                raise DiskFull(f"cannot make the experiment registry {self.path}: no space left "
+                               f"({faults.space(self.path)})",
+                               hint=f"free space on the file system of {self.path.parent}") from exc
+            raise OrchError(f"cannot open the experiment registry {self.path}: {exc}",
+                            hint="check that the project folder is writable") from exc
+        self.db.row_factory = sqlite3.Row
+        try:
+            self._exec("PRAGMA foreign_keys=ON")
+            self._exec("PRAGMA journal_mode=WAL")
+            self._migrate()
+        except DiskFull:
+            if not self.path.exists() or not self.writable:
+                raise
+            self.db.close()
+            self.db = self._read_only()
+            self._migrate()
+
+    def _read_only(self) -> sqlite3.Connection:
+        """The file as it is, for reading without a lock or a ``-shm`` beside it (which needs free space)."""
+        self.writable = False
+        db = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?immutable=1", uri=True,
+                             isolation_level=None)
+        db.row_factory = sqlite3.Row
+        self.notice(f"orch: warning: the experiment registry {self.path} cannot be written: no space left "
+                    f"({faults.space(self.path)}); reading it as it was. What this command does on the target "
+                    "is recorded by the next command run with free space there")
+        return db
+
+    def _exec(self, sql: str, args: Sequence[Any] = (), fetch: str | None = None) -> Any:
+        """``db.execute`` (and its ``fetchone``/``fetchall`` with ``fetch="one"``/``"all"``) with SQLite's
+        failures said as orch errors; a busy registry is waited for."""
+        deadline = None
+        while True:
+            try:
+                cursor = self.db.execute(sql, args)
+                return cursor.fetchone() if fetch == "one" else cursor.fetchall() if fetch == "all" else cursor
+            except OverflowError as exc:
+                raise InputError(f"a number is out of range for the experiment registry: {exc}",
+                                 hint=f"ids run from 1 to {ID_MAX}") from None
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorname not in ("SQLITE_BUSY", "SQLITE_LOCKED") and "locked" not in str(exc):
+                    raise self._translated(exc) from exc
+                now = time.monotonic()
+                holder = faults.holder(self.path)
+                who = f" (pid {holder[0]}: {holder[1] or '?'})" if holder else ""
+                if deadline is None:
+                    deadline = now + LOCK_WAIT - 1.0  # the first second went to SQLite's own busy wait
+                    self.notice(f"orch: the experiment registry {self.path} is locked by another process{who}; "
+                                f"waiting up to {LOCK_WAIT:g} s")
+                if now >= deadline:
+                    raise ConflictError(
+                        f"the experiment registry {self.path} stayed locked for {LOCK_WAIT:g} s by another "
+                        f"process{who}",
+                        hint=f"wait for it to finish, or end it if it is stuck (kill {holder[0]}); then retry"
+                        if holder else "wait for the other orch command to finish, or end it if it is stuck; "
+                                       "then retry") from exc
+            except sqlite3.DatabaseError as exc:
+                raise self._translated(exc) from exc
+
+    def _translated(self, exc: sqlite3.Error) -> OrchError:
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) and faults.full(self.path):
+            return DiskFull(f"the experiment registry {self.path} cannot be written: no space left "
+                            f"({faults.space(self.path)})",
+                            hint=f"free space on the file system of {self.path.parent}, then run the command "
+                                 "again; runs on the targets go on, and the next command records them")
+        if name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
+            return RegistryCorrupt(f"the experiment registry {self.path} is corrupt ({exc}); it was left "
+                                   "untouched",
+                                   hint="`orch experiments rebuild` makes a new one from the run folders on the "
+                                        "targets (the corrupt file is kept aside)")
+        return OrchError(f"the experiment registry {self.path} failed: {exc}",
+                         hint=f"SQLite said {name or 'an error'}; check the file and its folder")
+
+    def require_writable(self) -> None:
+        """Refuse, before anything is done on a target, what must be recorded (a new launch)."""
+        if self._stuck is not None:
+            raise self._stuck
+        if not self.writable:
+            raise DiskFull(f"the experiment registry {self.path} cannot be written: no space left "
+                           f"({faults.space(self.path)}), so a new experiment cannot be recorded",
+                           hint=f"free space on the file system of {self.path.parent}; nothing was changed on "
+                                "the target (orch stop and orch status still work)")
+
+    def _unwritten(self, what: str, why: str | None = None) -> None:
+        if not self._told_unwritten:
+            self._told_unwritten = True
+            self.notice(f"orch: warning: {what} is not recorded in {self.path} ("
+                        + (why or f"no space left, {faults.space(self.path)}")
+                        + "); the next command records it from the target")
+
+    def _migrate(self) -> None:
+        version = self._exec("PRAGMA user_version", fetch="one")[0]
+        if version > len(MIGRATIONS):
+            raise OrchError(f"{self.path} was written by a newer orch (schema {version})",
+                            hint="upgrade orch to read it")
+        if version < len(MIGRATIONS) and not self.writable:
+            raise DiskFull(f"the experiment registry {self.path} must be upgraded and there is no space left "
+                           f"({faults.space(self.path)})", hint=f"free space on the file system of {self.path.parent}")
+        for i, sql in enumerate(MIGRATIONS[version:], start=version + 1):
+            self._exec("BEGIN IMMEDIATE")
+            try:
+                if self._exec("PRAGMA user_version", fetch="one")[0] < i:
+                    for stmt in filter(str.strip, sql.split(";")):
+                        self._exec(stmt)
+                    self._exec(f"PRAGMA user_version = {i}")
+                self._exec("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.rollback()
+                raise
+
+    def close(self) -> None:
+        self.db.close()
+
+    @classmethod
+    def write_new(cls, path: Path, registry_id: str, keyed_from: int, rows: list[dict]) -> None:
+        """A new registry file at ``path`` (absent) with ``rows`` (validated) under ``registry_id``."""
+        with cls(path) as reg:
+            reg._exec("BEGIN IMMEDIATE")
+            try:
+                reg._exec("UPDATE registry_meta SET value = ? WHERE key = 'id'", (registry_id,))
+                reg._exec("UPDATE registry_meta SET value = ? WHERE key = 'keyed_from'", (str(keyed_from),))
+                for fields in rows:
+                    data = Experiment.model_validate(fields).model_dump(exclude_none=True)
+                    data["git_dirty"] = None if data.get("git_dirty") is None else int(data["git_dirty"])
+                    row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in data.items()}
+                    reg._exec(f"INSERT INTO experiments ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
+                              list(row.values()))
+                reg._exec("COMMIT")
+            except BaseException:
+                if reg.db.in_transaction:
+                    reg.db.rollback()
+                raise
+
+    def _meta(self, key: str) -> str:
+        return self._exec("SELECT value FROM registry_meta WHERE key = ?", (key,), fetch="one")[0]
+
+    @property
+    def registry_id(self) -> str:
+        """12 hex digits, random, made when the registry was: this clone's runs on a target carry it."""
+        return self._meta("id")
+
+    def run_registry(self, exp_id: int) -> str | None:
+        """The registry id in experiment ``exp_id``'s run folder name; None for runs from before the keys."""
+        return None if exp_id < int(self._meta("keyed_from")) else self.registry_id
+
+    def owns(self, run: dict) -> bool:
+        """Whether a run the target reports (its ``id`` and ``registry``) is this registry's experiment."""
+        return run.get("id") is not None and run.get("registry") == self.run_registry(int(run["id"]))
+
+    def __enter__(self) -> "Registry":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create(self, min_id: int = 1, launcher: LaunchGuard | None = None, **fields: Any) -> Experiment:
+        """A new experiment numbered after every earlier one, and at least ``min_id``.
+
+        ``launcher`` takes its lock before the row is visible, so no reader sees the row without it.
+        """
+        self.require_writable()
+        fields.setdefault("created", time.time())
+        fields.setdefault("status", "launching")
+        row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
+        self._exec("BEGIN IMMEDIATE")
+        try:
+            last = self._exec("SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'", fetch="one")[0]
+            row["id"] = max(int(last or 0) + 1, min_id)
+            if launcher is not None:
+                launcher.hold(row["id"])
+            cols = ", ".join(row)
+            marks = ", ".join("?" for _ in row)
+            self._exec(f"INSERT INTO experiments ({cols}) VALUES ({marks})", list(row.values()))
+            self._exec("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.rollback()
+            raise
+        return self.get(row["id"])
+
+    def update(self, exp_id: int, **fields: Any) -> Experiment:
+        if "status" in fields and fields["status"] not in STATUSES:
+            raise ValueError(f"bad status {fields['status']!r}")
+        row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
+        sets = ", ".join(f"{k} = ?" for k in row)
+        if self.writable and self._stuck is None:
+            try:
+                self._exec(f"UPDATE experiments SET {sets} WHERE id = ?", [*row.values(), exp_id])
+                return self.get(exp_id)
+            except DiskFull:
+                self.writable = False
+            except ConflictError as exc:  # held past LOCK_WAIT: what the target did is not lost for that
+                self._stuck = exc
+        # the target keeps the truth: the next command that can write records it
+        self._unwritten(f"experiment {exp_id}'s new state", self._stuck.message if self._stuck else None)
+        self.skipped.add(exp_id)
+        return self.get(exp_id).model_copy(update=fields)
+
+    def _from_row(self, row: sqlite3.Row) -> Experiment:
+        data = dict(row)
+        for k in (*_JSON_FIELDS, "command"):
+            if data.get(k) is not None:
+                data[k] = json.loads(data[k])
+        if data.get("git_dirty") is not None:
+            data["git_dirty"] = bool(data["git_dirty"])
+        return Experiment.model_validate(data)
+
+    def get(self, exp_id: int) -> Experiment:
+        if not 0 <= exp_id <= ID_MAX:
+            raise InputError(f"no experiment can have the id {exp_id}", hint=f"ids run from 1 to {ID_MAX}")
+        row = self._exec("SELECT * FROM experiments WHERE id = ?", (exp_id,), fetch="one")
+        if row is None:
+            raise NotFoundError(f"no experiment {exp_id} in {self.path}", hint="see orch experiments list")
+        return self._from_row(row)
+
+    def list(self, target: str | None = None, status: str | None = None, limit: int | None = None,
+             machine: str | None = None) -> list[Experiment]:
+        sql, args = "SELECT * FROM experiments WHERE 1=1", []
+        if target:
+            sql += " AND target = ?"
+            args.append(target)
+        if machine:
+            sql += " AND machine = ?"
+            args.append(machine)
+        if status:
+            sql += " AND status = ?"
+            args.append(status)
+        sql += " ORDER BY id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [self._from_row(r) for r in self._exec(sql, args, fetch="all")]
+
+    def latest(self, machine: str, target: str | None = None) -> Experiment | None:
+        """The newest experiment on ``machine`` that reached it (failed or still launching ones do not count).
+
+        A running one comes first: two deploys racing are numbered before they queue for the target's lock,
+        so the higher id can be the one the other replaced. Rows recorded before machines were
+        (``machine`` NULL) match by their ``target`` name.
+        """
+        row = self._exec("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
+                         "AND status NOT IN ('failed', 'launching') ORDER BY status = 'running' DESC, id DESC "
+                         "LIMIT 1", (machine, target), fetch="one")
+        return self._from_row(row) if row else None
+
+    def orphans(self, machine: str, target: str | None, project: str) -> list[Experiment]:
+        """``launching`` experiments of ``project`` on ``machine`` whose launching process is gone."""
+        rows = self._exec("SELECT id FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
+                          "AND project = ? AND status = 'launching' ORDER BY id", (machine, target, project),
+                          fetch="all")
+        found = []
+        for (exp_id,) in rows:
+            if not launcher_alive(self.path.parent, exp_id):
+                exp = self.get(exp_id)  # read again: its launcher may have recorded it just before leaving
+                if exp.status == "launching":
+                    found.append(exp)
+        return found
+
+    def unsettled(self, machine: str, target: str | None, project: str) -> list[Experiment]:
+        """Every experiment of ``project`` on ``machine`` whose record can still change (launching, running, lost)."""
+        rows = self._exec("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
+                          "AND project = ? AND status IN ('launching', 'running', 'lost') ORDER BY id",
+                          (machine, target, project), fetch="all")
+        return [self._from_row(r) for r in rows]
+
+    def orphaned(self, exp: Experiment) -> bool:
+        """Whether ``exp`` is a launch whose process is gone and whose target has not been asked yet."""
+        return exp.status == "launching" and not launcher_alive(self.path.parent, exp.id)
+
+    def settle(self, exp_id: int, **fields: Any) -> Experiment:
+        """Record what the target said about an orphaned launch; its lock file goes with it."""
+        exp = self.update(exp_id, **fields)
+        if exp_id not in self.skipped:  # else its lock file says "launching, launcher gone" until the row is written
+            forget(self.path.parent, exp_id)
+        return exp
+
+    def save_metrics(self, exp_id: int, log_offset: int, series: dict, summary: dict) -> None:
+        if not self.writable or self._stuck is not None:
+            return  # read again from the log by the next command
+        try:
+            self._exec(
+                "INSERT INTO metrics (experiment, updated, log_offset, series, summary) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(experiment) DO UPDATE SET updated=excluded.updated, log_offset=excluded.log_offset, "
+                "series=excluded.series, summary=excluded.summary",
+                (exp_id, time.time(), log_offset, json.dumps(series), json.dumps(summary)))
+        except DiskFull:
+            self.writable = False
+            self._unwritten(f"experiment {exp_id}'s metrics")
+        except ConflictError as exc:
+            self._stuck = exc
+            self._unwritten(f"experiment {exp_id}'s metrics", exc.message)
+
+    def metrics(self, exp_id: int) -> dict | None:
+        row = self._exec("SELECT * FROM metrics WHERE experiment = ?", (exp_id,), fetch="one")
+        if row is None:
+            return None
+        return {"updated": row["updated"], "log_offset": row["log_offset"], "series": json.loads(row["series"]),
+                "summary": json.loads(row["summary"])}
+
+
+def salvage(path: Path) -> dict:
+    """What can still be read from a damaged registry: its id and the targets its experiments ran on ({} if none)."""
+    out: dict = {}
+    try:
+        db = sqlite3.connect(f"file:{quote(str(Path(path).resolve()))}?immutable=1", uri=True)
+    except sqlite3.Error:
+        return out
+    try:
+        for key, sql in (("registry_id", "SELECT value FROM registry_meta WHERE key = 'id'"),
+                         ("keyed_from", "SELECT value FROM registry_meta WHERE key = 'keyed_from'"),
+                         ("targets", "SELECT DISTINCT target FROM experiments")):
+            try:
+                rows = db.execute(sql).fetchall()
+            except sqlite3.Error:
+                continue
+            out[key] = [r[0] for r in rows] if key == "targets" else (rows[0][0] if rows else None)
+    finally:
+        db.close()
+    return {k: v for k, v in out.items() if v}

@@ -1,0 +1,73 @@
+"""Drawing experiments' metric series to an image (``orch experiments plot``).
+
+The only module that imports matplotlib, an optional extra (``pip install 'orch[plot]'``): it is
+imported when a plot is drawn, never on the CLI's start-up path.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError
+
+METRICS = {"loss": ("loss", "loss"), "throughput": ("tok_s", "throughput (tok/s)")}
+STEP_RATE = ("steps_s", "throughput (steps/s)")  # runs whose logs give no token rate
+
+
+def throughput_series(stored: list[dict]) -> str:
+    """``tok_s``, or ``steps_s`` when none of the experiments' logs gave tokens/s and all gave a step rate."""
+    if not any("tok_s" in s for s in stored) and stored and all(STEP_RATE[0] in s for s in stored):
+        return STEP_RATE[0]
+    return "tok_s"
+
+
+def series_key(metric: str) -> str:
+    """The registry series behind a ``--metric`` name."""
+    if metric not in METRICS:
+        raise InputError(f"unknown metric {metric!r}", hint="use one of: " + ", ".join(METRICS))
+    return METRICS[metric][0]
+
+
+def draw(curves: list[tuple[str, list[tuple[float, float]]]], metric: str, out: Path,
+         key: str | None = None) -> Path:
+    """Plot one line per (label, points) against the step; write ``out`` atomically (PNG, SVG, PDF).
+
+    ``key`` is the series drawn when it is not the metric's own (``steps_s`` for throughput)."""
+    series_key(metric)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise InputError(f"plotting needs matplotlib, which is not installed ({exc})",
+                         hint="pip install 'orch[plot]' (or pip install matplotlib)") from exc
+    out = Path(out)
+    fmt = out.suffix.lstrip(".").lower() or "png"
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    try:
+        for label, points in curves:
+            ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.2)
+        ax.set_xlabel("step")
+        ax.set_ylabel(STEP_RATE[1] if key == STEP_RATE[0] else METRICS[metric][1])
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        tmp: str | None = None
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fig.savefig(fh, format=fmt)
+            os.replace(tmp, out)
+        except (OSError, ValueError) as exc:
+            if tmp and os.path.exists(tmp):
+                os.unlink(tmp)
+            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+            raise InputError(f"cannot write {out}: {reason}",
+                             hint="give a writable --out path ending in .png, .svg or .pdf") from exc
+    finally:
+        plt.close(fig)
+    return out

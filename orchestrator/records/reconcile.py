@@ -1,0 +1,189 @@
+"""What runs where: ask the agent, reconcile the registry with what the target says.
+
+A run reported by a target is matched to a row only when its key is this registry's (run folders are
+``runs/<registry id>-<n>``; plain ``runs/<n>`` ones from before the keys match the registry's older rows)
+and the row's machine (or, for old rows, its target name) and project are the target's: another clone's
+run 7 is not ours. Every command that reaches a target calls ``reconcile`` first: one agent call brings every
+row of this registry on that machine and project that is not final yet (no window of recent runs) up to date
+with the target: its state, exit code or signal, real end time and how it ended (``end_reason``), and settles
+launches whose orch process died (``launch_guard``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import end_reason
+from ..launch import journal as launch_journal
+from ..reach.agent_client import AgentClient, Op
+from ..config import Settings
+from ..errors import ConflictError, NotFoundError, OrchError
+from .experiments import FINAL, Experiment, Registry
+from ..reach.targets import Target
+
+INTERRUPTED = "launch interrupted: orch stopped before the run was started on the target"
+
+
+def client_for(settings: Settings, target: Target, read_only: bool = False) -> AgentClient:
+    """An agent client; ``read_only`` calls are bounded by ``[ssh] read_timeout`` (a frozen target fails fast)."""
+    assert target.connect is not None
+    if read_only:
+        return AgentClient(target.connect(), target.root, target.python, timeout=settings.ssh.read_timeout,
+                           timeout_setting="[ssh] read_timeout")
+    return AgentClient(target.connect(), target.root, target.python, timeout=settings.ssh.command_timeout)
+
+
+def belongs(exp: Experiment, target: Target, project: str) -> bool:
+    """Whether a run the target reports under ``exp.id`` can be ``exp``: same machine, same project."""
+    same_place = exp.machine == target.machine if exp.machine else exp.target == target.name
+    return same_place and exp.project == project
+
+
+def is_job(exp: Experiment) -> bool:
+    """A job's row: settled from every node at once (``multinode``), never from one node's answer."""
+    return bool(exp.nodes) or bool((exp.target_info or {}).get("members"))
+
+
+def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> None:
+    """Record what the target reports: runs that ended on their own, crashed, or were stopped."""
+    for run in runs:
+        if not registry.owns(run) or run.get("project") not in (None, project):
+            continue  # another clone's run (its registry key differs), or another project's
+        try:
+            exp = registry.get(int(run["id"]))
+        except NotFoundError:
+            continue
+        if not belongs(exp, target, project) or registry.orphaned(exp) or is_job(exp):
+            continue  # another machine's or project's run 7; an orphaned launch is settled by recover(); a job
+        state = run["state"]
+        settled = exp.status in FINAL and exp.status not in ("failed", "lost")  # lost: may resume after boot
+        if run.get("attempts") and run["attempts"] != exp.attempts and not (settled and state not in FINAL):
+            exp = registry.update(exp.id, attempts=run["attempts"])
+        same = state == exp.status and (state not in FINAL or run.get("exit_code") == exp.exit_code)
+        if same or (settled and state not in FINAL):
+            continue
+        fields: dict = {"status": state}
+        if state in FINAL:
+            fields.update(ended_fields(run, registry.registry_id))
+        if run.get("started") and not exp.started:
+            fields["started"] = run["started"]
+        if exp.status == "lost" and state not in FINAL:
+            fields.update(ended=None, exit_code=None)  # resumed after a reboot
+        if exp.status == "failed" and state != "failed":
+            fields["error"] = None  # the launch did reach the target after all
+        registry.update(exp.id, **fields)
+
+
+def ended_fields(run: dict, registry_id: str | None, now: float | None = None) -> dict:
+    """exit code, end time and how it ended; an end time the target does not know is None, never the check's."""
+    now = time.time() if now is None else now
+    reason = end_reason.describe(run, registry_id, now)
+    ended = None if run.get("state") == "lost" else run.get("ended")
+    if ended is None and run.get("state") != "lost":
+        reason = (f"{reason}; " if reason else "") + f"end time unknown, noticed at {end_reason.noticed(now)}"
+    return {"exit_code": run.get("exit_code"), "ended": ended, "end_reason": reason}
+
+
+def reconcile(settings: Settings, target: Target, registry: Registry, client: AgentClient | None = None,
+              also: list[Op] | tuple = ()) -> list:
+    """Bring every non-final row of this registry on the target's machine and project up to date, in one
+    agent call together with the ops ``also`` (whose values are returned).
+
+    Orphaned launches need the target's lock (an agent the dead orch left behind finishes its step first);
+    if another operation holds it, they wait for the next command and the rest is read without it.
+    """
+    project = settings.project.name
+    rows = [e for e in registry.unsettled(target.machine, target.name, project) if not is_job(e)]
+    ops = [Op("status", {"project": project, "ids": [e.id for e in rows], "tail": False, "gpus": False,
+                         "registry": registry.registry_id})] if rows else []
+    lost = [e for e in rows if registry.orphaned(e)]
+    journals = [Op("journal_read", {"ids": [e.id for e in lost], "registry": registry.registry_id})] if lost else []
+    ops += journals + list(also)
+    if not ops:
+        return []
+    own = client is None
+    client = client or client_for(settings, target)
+    try:
+        try:
+            values = client.call(ops, lock=settings.run.lock_timeout if lost else None, what="check the runs")
+        except ConflictError:
+            if not lost:
+                raise
+            lost = []
+            values = client.call(ops, what="check the runs")
+    finally:
+        if own:
+            client.transport.close()
+    if rows:
+        runs = values.pop(0)["runs"]
+        found = values.pop(0) if journals else {}
+        told = {e.id: launch_journal.facts(found.get(str(e.id), [])) for e in lost}
+        _settle(registry, lost, runs, project, told)
+        sync(registry, runs, target, project)
+        _stopped_by_journal(registry, told, target, project)
+    return values
+
+
+def _settle(registry: Registry, lost: list[Experiment], runs: list[dict], project: str, told: dict) -> None:
+    """Orphaned launches: failed if the target never started them, else their real state; where their
+    checkpoints went, from their journal."""
+    found = {r["id"]: r for r in runs if r.get("project") in (None, project) and registry.owns(r)}
+    now = time.time()
+    for exp in lost:
+        run = found.get(exp.id)
+        facts = told.get(exp.id) or launch_journal.facts([])
+        if run is None:
+            fields: dict = {"status": "failed", "ended": now, "error": launch_journal.not_started(facts, INTERRUPTED)}
+        else:
+            state = "running" if run["state"] == "launching" else run["state"]
+            fields = {"status": state, "started": run.get("started") or now}
+            if state in FINAL:
+                fields.update(ended_fields(run, registry.registry_id, now))
+            if state == "failed" and launch_journal.where_checkpoints(facts):
+                fields["end_reason"] = (fields.get("end_reason") or "not started") + \
+                    launch_journal.where_checkpoints(facts)
+        fields.update(launch_journal.checkpoint_fields(facts))
+        registry.settle(exp.id, **fields)
+
+
+def _stopped_by_journal(registry: Registry, told: dict, target: Target, project: str) -> None:
+    """The runs an orphaned launch stopped, as its journal says: who stopped them, their exit codes."""
+    for exp_id, facts in told.items():
+        for run in facts["stopped"]:
+            if not registry.owns(run) or run.get("state") not in FINAL:
+                continue
+            try:
+                old = registry.get(int(run["id"]))
+            except NotFoundError:
+                continue
+            if belongs(old, target, project):
+                registry.update(old.id, status=run["state"], exit_code=run.get("exit_code"),
+                                ended=run.get("ended") or old.ended,
+                                end_reason=launch_journal.stopped_reason(exp_id, facts))
+
+
+def recover(settings: Settings, target: Target, registry: Registry, client: AgentClient | None = None) -> None:
+    """``reconcile`` alone, for a command about to reach the target."""
+    reconcile(settings, target, registry, client)
+
+
+def reconcile_quietly(settings: Settings, target: Target, registry: Registry, client: AgentClient) -> str | None:
+    """``reconcile`` for commands whose own work must not depend on it (exec, attach): the error, or None."""
+    try:
+        reconcile(settings, target, registry, client)
+    except OrchError as exc:
+        return exc.message
+    return None
+
+
+def target_status(settings: Settings, target: Target, registry: Registry, client: AgentClient) -> dict:
+    """The latest experiment on the target with its live state and the tail of its log."""
+    latest20 = Op("status", {"project": settings.project.name, "last": 20, "registry": registry.registry_id})
+    answer = reconcile(settings, target, registry, client, also=[latest20])[0]
+    sync(registry, answer["runs"], target, settings.project.name)
+    latest: Experiment | None = registry.latest(target.machine, target.name)
+    run = None
+    if latest is not None:
+        run = next((r for r in answer["runs"] if r.get("id") == latest.id and registry.owns(r)), None)
+    return {"target": target.name, "label": target.label, "info": target.info, "now": answer["now"],
+            "experiment": latest, "run": run, "runs": answer["runs"], "gpus": answer.get("gpus", [])}

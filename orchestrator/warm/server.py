@@ -1,0 +1,178 @@
+"""The warm orch process (``python -m orchestrator.warm.server SOCKET IDLE``): orch's modules loaded once,
+a child forked for each command (``launch.py`` sends it).
+
+It runs no command itself and starts no thread, so each child begins from the same clean state, as a fresh
+``orch`` would. The child takes the caller's standard streams, folder, environment and umask, runs the
+command, and sends back its exit code; when the caller goes away first (killed), the child kills itself.
+The process exits after IDLE seconds without a command, or when its socket is removed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from .client import CODE
+
+PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.watch", "orchestrator.cli.common",
+           "orchestrator.config", "orchestrator.records.experiments", "orchestrator.records.reconcile", "orchestrator.reach.agent_client",
+           "orchestrator.reach.keeper.client", "orchestrator.watch.metrics_view", "orchestrator.reach.targets", "orchestrator.launch.operations",
+           "orchestrator.launch.push", "orchestrator.watch.follow", "rich.console", "rich.table", "sqlite3", "tomllib")
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+    from orchestrator.reach.agent_client import agent_zip
+
+    agent_zip()  # built once here: every command's agent calls name it by its hash
+
+
+def _streams() -> None:
+    """Python's standard streams over the caller's descriptors, buffered as Python would for them."""
+    tty = os.isatty(1)
+    sys.stdin = io.TextIOWrapper(io.open(0, "rb", closefd=False), encoding="utf-8", errors="strict")
+    sys.stdout = io.TextIOWrapper(io.open(1, "wb", closefd=False), encoding="utf-8", errors="strict",
+                                  line_buffering=tty)
+    sys.stderr = io.TextIOWrapper(io.open(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace",
+                                  line_buffering=True)
+
+
+def _watch_caller(conn: socket.socket) -> None:
+    """The caller never closes first: if it does, it was killed, and so is this command."""
+    try:
+        while conn.recv(64):
+            pass
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the command waits for its own subprocesses
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.umask(int(request["umask"]))
+        os.environ.clear()
+        os.environ.update(request["env"])
+        _streams()
+        sys.argv = ["orch", *request["argv"]]
+        conn.sendall(CODE.pack(os.getpid()))
+        threading.Thread(target=_watch_caller, args=(conn,), daemon=True).start()
+        from orchestrator.cli.main import main
+
+        try:
+            main(request["argv"])
+            code = 0
+        except SystemExit as exc:
+            if exc.code is None or isinstance(exc.code, int):
+                code = exc.code or 0
+            else:
+                sys.stderr.write(f"{exc.code}\n")
+        except BaseException:  # what Python prints for an uncaught exception, and its exit code, as orch here
+            code = 1
+            try:
+                traceback.print_exc()
+            except OSError:
+                pass
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:
+                pass
+        conn.sendall(CODE.pack(code))
+    finally:
+        os._exit(code)
+
+
+def serve(path: Path, idle: float) -> int:
+    lock_fd = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another one took this socket a moment ago
+    _preload()
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(str(path))
+    finally:
+        os.umask(old)
+    listener.listen(64)
+    listener.settimeout(0.5)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped as they end
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # orch connections close: tidy up and go
+    last = time.monotonic()
+    try:
+        while time.monotonic() - last < idle and path.exists():
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            last = time.monotonic()
+            conn.settimeout(5)
+            try:
+                head, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
+                size = CODE.unpack(head[:CODE.size])[0]
+                body = head[CODE.size:]
+                while len(body) < size:
+                    more = conn.recv(size - len(body))
+                    if not more:
+                        raise OSError("the caller went away")
+                    body += more
+                request = json.loads(body)
+            except (OSError, ValueError, struct.error):
+                conn.close()
+                continue
+            if len(fds) != 3:
+                for fd in fds:
+                    os.close(fd)
+                conn.close()
+                continue
+            conn.settimeout(None)
+            if os.fork() == 0:
+                listener.close()
+                _child(conn, fds, request)
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+    finally:
+        path.unlink(missing_ok=True)
+        listener.close()
+        from ..reach.keeper.server import _tidy
+
+        _tidy(str(path))
+        os.close(lock_fd)
+    return 0
+
+
+
+
+
+def main(argv: list[str]) -> int:
+    return serve(Path(argv[0]), float(argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

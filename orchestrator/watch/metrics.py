@@ -1,0 +1,341 @@
+"""Training metrics read from plain log lines, with no change to the training code.
+
+Pure and stdlib-only (it sits on the CLI's start-up path): a line goes in, a metric event comes out.
+
+    >>> Parser().parse_line("step=12 loss=3.2141 Ktok/s=15.2 epoch=0")
+    {'step': 12.0, 'loss': 3.2141, 'tok_s': 15200.0, 'epoch': 0.0}
+
+Parsing lives in ``logparse.py`` (``Parser`` is re-exported here): the formats of nanoGPT, Hugging Face,
+Lightning, torchtitan and Megatron-LM, ``key=value`` pairs, JSON lines, and extra regexes from
+``[metrics] patterns``. On top of the
+events, this module has a bounded ``Series`` that keeps spikes, a robust spike detector, and the
+small summaries ``orch status`` and ``orch experiments compare`` show.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from orchestrator.errors import InputError
+from orchestrator.watch.logparse import Event, Parser  # noqa: F401 (part of this module's API)
+
+class Series:
+    """At most ``max_points`` (x, y) points of one metric, however long the run.
+
+    Points fall into buckets of ``stride`` raw points; each bucket keeps its lowest and its highest
+    point, so a one-step spike survives any amount of downsampling. When the buckets fill up,
+    neighbours merge and the stride doubles. The newest raw point is always kept.
+    """
+
+    def __init__(self, max_points: int = 512) -> None:
+        if max_points < 9:
+            raise InputError(f"a metric series needs max_points >= 9, got {max_points}",
+                             "raise the series size")
+        self.max_points = max_points
+        self.stride = 1
+        self.count = 0
+        self.skipped = 0
+        self.last: tuple[float, float] | None = None
+        self._cap = (max_points - 3) // 2
+        self._buckets: list[list[float]] = []  # [x_lo, y_lo, x_hi, y_hi]
+        self._open: list[float] | None = None
+        self._open_n = 0
+
+    def add(self, x: float, y: float) -> None:
+        """Append one point; non-finite values are counted in ``skipped`` and not plotted."""
+        if not math.isfinite(y):
+            self.skipped += 1
+            return
+        self.count += 1
+        self.last = (x, y)
+        b = self._open
+        if b is None:
+            self._open = [x, y, x, y]
+        else:
+            if y < b[1]:
+                b[0], b[1] = x, y
+            if y > b[3]:
+                b[2], b[3] = x, y
+        self._open_n += 1
+        if self._open_n >= self.stride:
+            self._buckets.append(self._open)  # type: ignore[arg-type]
+            self._open, self._open_n = None, 0
+            if len(self._buckets) > self._cap:
+                self._halve()
+
+    def _halve(self) -> None:
+        old = self._buckets
+        merged = [_merge(old[i], old[i + 1]) for i in range(0, len(old) - 1, 2)]
+        if len(old) % 2:
+            self._open, self._open_n = old[-1], self.stride
+        self._buckets = merged
+        self.stride *= 2
+
+    def points(self) -> list[tuple[float, float]]:
+        """The kept points in the order they were added (at most ``max_points``)."""
+        out: list[tuple[float, float]] = []
+        tail = [self._open] if self._open is not None else []
+        for x_lo, y_lo, x_hi, y_hi in self._buckets + tail:
+            if x_lo == x_hi:
+                out.append((x_lo, y_lo))
+            elif x_lo < x_hi:
+                out += [(x_lo, y_lo), (x_hi, y_hi)]
+            else:
+                out += [(x_hi, y_hi), (x_lo, y_lo)]
+        if self.last is not None and (not out or out[-1][0] < self.last[0]):
+            out.append(self.last)
+        return out
+
+    def values(self) -> list[float]:
+        return [y for _, y in self.points()]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_points": self.max_points, "stride": self.stride, "count": self.count,
+            "skipped": self.skipped, "last": list(self.last) if self.last else None,
+            "buckets": [list(b) for b in self._buckets],
+            "open": list(self._open) if self._open else None, "open_n": self._open_n,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Series:
+        try:
+            s = cls(int(data["max_points"]))
+            s.stride, s.count = int(data["stride"]), int(data["count"])
+            s.skipped, s._open_n = int(data["skipped"]), int(data["open_n"])
+            s.last = (float(data["last"][0]), float(data["last"][1])) if data["last"] else None
+            s._buckets = [[float(v) for v in b] for b in data["buckets"]]
+            s._open = [float(v) for v in data["open"]] if data["open"] else None
+            if any(len(b) != 4 for b in s._buckets) or len(s._buckets) > s._cap:
+                raise ValueError("bad bucket table")
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InputError(f"stored metric series is malformed: {exc}",
+                             "re-read the run's log to rebuild its metrics") from exc
+        return s
+
+
+def _merge(a: list[float], b: list[float]) -> list[float]:
+    lo = a[:2] if a[1] <= b[1] else b[:2]
+    hi = a[2:] if a[3] >= b[3] else b[2:]
+    return lo + hi
+
+
+class Spike(NamedTuple):
+    index: int
+    step: float | None
+    value: float
+    baseline: float
+
+
+def find_spikes(
+    values: Sequence[float],
+    steps: Sequence[float] | None = None,
+    *,
+    window: int = 50,
+    min_history: int = 10,
+    z: float = 6.0,
+    min_rel: float = 0.25,
+    min_abs: float = 0.05,
+) -> list[Spike]:
+    """Points that jump far above the trailing median of the last ``window`` finite values.
+
+    A point is a spike when ``value - median`` exceeds all of ``z`` robust standard deviations
+    (1.4826 x MAD), ``min_abs`` and ``min_rel x |median|``: the MAD rule follows the noise level,
+    the floors keep flat, low-noise curves from flagging harmless wiggles. Non-finite values
+    (NaN/inf loss) are always spikes. Only upward jumps count: a loss falling fast is healthy.
+    """
+    spikes: list[Spike] = []
+    recent: deque[float] = deque()
+    ordered: list[float] = []
+    for i, v in enumerate(values):
+        step = steps[i] if steps is not None else None
+        n = len(ordered)
+        med = _middle(ordered) if n else math.nan
+        if not math.isfinite(v):
+            spikes.append(Spike(i, step, v, med))
+            continue
+        if n >= min_history:
+            jump = v - med
+            if jump > min_abs and jump > min_rel * abs(med):
+                mad = _middle(sorted(abs(o - med) for o in ordered))
+                if jump > z * 1.4826 * mad:
+                    spikes.append(Spike(i, step, v, med))
+        recent.append(v)
+        bisect.insort(ordered, v)
+        if len(recent) > window:
+            del ordered[bisect.bisect_left(ordered, recent.popleft())]
+    return spikes
+
+
+def spike_episodes(spikes: Sequence[Spike]) -> list[list[Spike]]:
+    """Groups spikes at consecutive indices: 4.6 then 6.4 on the next logged step is one episode."""
+    episodes: list[list[Spike]] = []
+    for s in spikes:
+        if episodes and episodes[-1][-1].index == s.index - 1:
+            episodes[-1].append(s)
+        else:
+            episodes.append([s])
+    return episodes
+
+
+def summarize(events: Iterable[Mapping[str, float]]) -> dict[str, Any]:
+    """What ``orch status`` shows about a run, from its events in log order.
+
+    Keys: events, last_step, total_steps, epoch, last_loss, min_loss, min_loss_step, lr,
+    median_tok_s, spikes (episodes), spike_steps, and with ``t`` timestamps in the events
+    duration_s, steps_per_s, eta_s. A value is None when the log never showed it.
+    """
+    last: dict[str, float] = {}
+    losses: list[float] = []
+    loss_steps: list[float] = []
+    rates: list[float] = []
+    times: list[float] = []
+    timed_steps: list[tuple[float, float]] = []
+    n = 0
+    for n, e in enumerate(events, 1):
+        last.update(e)
+        if "loss" in e:
+            losses.append(e["loss"])
+            loss_steps.append(last.get("step", math.nan))
+        if "tok_s" in e:
+            rates.append(e["tok_s"])
+        if "t" in e:
+            times.append(e["t"])
+            if "step" in e:
+                timed_steps.append((e["t"], e["step"]))
+    best = min(((v, s) for v, s in zip(losses, loss_steps) if math.isfinite(v)), default=None)
+    episodes = spike_episodes(find_spikes(losses, loss_steps))
+    out: dict[str, Any] = {
+        "events": n,
+        "last_step": _num(last.get("step")),
+        "total_steps": _num(last.get("total_steps")),
+        "epoch": _num(last.get("epoch")),
+        "last_loss": losses[-1] if losses else None,
+        "min_loss": best[0] if best else None,
+        "min_loss_step": _num(best[1]) if best else None,
+        "lr": last.get("lr"),
+        "median_tok_s": _middle(sorted(rates)) if rates else None,
+        "spikes": len(episodes),
+        "spike_steps": [_num(ep[0].step) for ep in episodes],
+        "duration_s": times[-1] - times[0] if times else None,
+        "steps_per_s": None,
+        "eta_s": None,
+    }
+    if len(timed_steps) > 1 and timed_steps[-1][0] > timed_steps[0][0]:
+        (t0, s0), (t1, s1) = timed_steps[0], timed_steps[-1]
+        out["steps_per_s"] = (s1 - s0) / (t1 - t0)
+        if out["total_steps"] is not None:
+            out["eta_s"] = eta(s1, out["total_steps"], out["steps_per_s"])
+    return out
+
+
+def _num(v: float | None) -> float | int | None:
+    if v is None or not math.isfinite(v):
+        return None
+    return int(v) if v == int(v) else v
+
+
+def _middle(ordered: Sequence[float]) -> float:
+    """Median of an already sorted sequence."""
+    n = len(ordered)
+    return (ordered[n // 2] + ordered[(n - 1) // 2]) / 2
+
+
+def eta(step: float, total_steps: float, rate_steps_per_s: float | None) -> float | None:
+    """Seconds left at the current rate, or None when the rate is unknown or zero."""
+    if not rate_steps_per_s or rate_steps_per_s <= 0:
+        return None
+    return max(0.0, (total_steps - step) / rate_steps_per_s)
+
+
+def eta_tokens(tokens: float, target_tokens: float, tok_s: float | None) -> float | None:
+    """Seconds left for a run that stops after ``target_tokens`` tokens."""
+    return eta(tokens, target_tokens, tok_s)
+
+
+def format_size(n: float | None) -> str:
+    """Bytes for people: ``4.9 KB``, ``1.2 GB``."""
+    n = float(n or 0)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def format_duration(seconds: float | None) -> str:
+    """``45s``, ``12m 05s``, ``3h 07m``, ``2d 04h``; ``-`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    s = int(round(max(0.0, seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600:02d}h"
+
+
+def format_rate(tok_s: float, unit: str = "tok/s") -> str:
+    """``950 tok/s``, ``11.9 Ktok/s``, ``1.20 Mtok/s``; with ``unit="steps/s"``: ``170.6 steps/s``, ``0.52 steps/s``."""
+    if unit != "tok/s":
+        return f"{tok_s:.3g} {unit}" if tok_s < 100 else f"{tok_s:.1f} {unit}"
+    if tok_s >= 1e6:
+        return f"{tok_s / 1e6:.2f} Mtok/s"
+    if tok_s >= 1e3:
+        return f"{tok_s / 1e3:.1f} Ktok/s"
+    return f"{tok_s:.0f} tok/s"
+
+
+def throughput_change(current: float, previous: float | None, against: str = "previous",
+                      unit: str = "tok/s") -> str:
+    """``11.9 Ktok/s, −63% vs exp 12``: the current rate and its change against another run (same unit)."""
+    text = format_rate(current, unit)
+    if not previous or previous <= 0:
+        return text
+    pct = round((current - previous) / previous * 100)
+    sign = "+" if pct > 0 else ("\u2212" if pct < 0 else "±")
+    return f"{text}, {sign}{abs(pct)}% vs {against}"
+
+
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int = 40) -> str:
+    """Unicode block sparkline; with more values than ``width`` each cell shows its bucket's max."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite or width <= 0:
+        return ""
+    cells: list[float] = list(values)
+    if len(values) > width:
+        cells = []
+        for c in range(width):
+            chunk = [v for v in values[c * len(values) // width:(c + 1) * len(values) // width]
+                     if math.isfinite(v)]
+            cells.append(max(chunk) if chunk else math.nan)
+    lo, hi = min(finite), max(finite)
+    top = len(_BLOCKS) - 1
+    out = []
+    for v in cells:
+        if not math.isfinite(v):
+            out.append(" ")
+        elif hi == lo:
+            out.append(_BLOCKS[top // 2])
+        else:
+            out.append(_BLOCKS[round((v - lo) / (hi - lo) * top)])
+    return "".join(out)
+
+
+def is_stalled(last_line_age_s: float | None, last_step_age_s: float | None, limit_s: float) -> bool:
+    """True when the step counter has not moved for ``limit_s`` seconds.
+
+    A run that still prints (warnings, retries) but makes no progress is stalled too; before the
+    first step is seen, the age of the last line decides.
+    """
+    age = last_step_age_s if last_step_age_s is not None else last_line_age_s
+    return age is not None and age > limit_s

@@ -1,0 +1,311 @@
+"""Keeping each experiment's metrics up to date in the registry, incrementally.
+
+Each refresh reads the log from where the last one stopped (complete lines only), feeds the parsed
+events into bounded series (``metrics.Series``), and derives what ``status`` and ``compare`` show:
+step, loss, throughput and its change against the previous experiment on the target, spikes, ETA,
+stalls. The series stay bounded however long the run, so the registry stays small. Once a run has
+ended and its whole log is read, its metrics are marked complete and never read again.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+from ..reach.agent_client import AgentClient, decode_log
+from ..config import Settings
+from ..errors import NotFoundError, OrchError
+from ..records.experiments import ENDED, FINAL, Experiment, Registry
+from ..reach.targets import Target
+
+CHUNK = 4 << 20  # bytes per agent call
+STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
+TRACKED = ("loss", "tok_s", "steps_s", "lr", "grad_norm")
+
+
+def as_recorded(settings: Settings, exp: Experiment) -> Settings:
+    """The settings an experiment was launched with govern how its log is read (stalls, ETA); its patterns are
+    the recorded ones plus today's ``[metrics] patterns``."""
+    from pydantic import ValidationError
+
+    from ..config import MetricsSection
+
+    recorded = exp.config or {}
+    try:
+        metrics = MetricsSection.model_validate(recorded["metrics"]) if "metrics" in recorded else settings.metrics
+    except ValidationError:
+        return settings
+    # patterns added since teach orch to read earlier logs too; a name given now wins over the recorded one
+    metrics = metrics.model_copy(update={"patterns": {**metrics.patterns, **settings.metrics.patterns}})
+    total = (recorded.get("project") or {}).get("total_steps", settings.project.total_steps)
+    project = settings.project.model_copy(update={"total_steps": total})
+    return settings.model_copy(update={"metrics": metrics, "project": project})
+
+
+def _state(stored: dict | None) -> tuple[int, dict, dict]:
+    if not stored:
+        return 0, {}, {}
+    return stored["log_offset"], stored["series"], dict(stored["summary"].get("_state") or {})
+
+
+def is_complete(stored: dict | None, key: str | None = None) -> bool:
+    """True when the stored metrics cover a run that has ended, to its last byte, read the way ``key``
+    (``logparse.parser_key``) names: a changed pattern set or parser makes them stale."""
+    state = (stored or {}).get("summary", {}).get("_state") or {}
+    return bool(state.get("complete")) and (key is None or state.get("no_run_folder") or state.get("parser") == key)
+
+
+def reading_key(settings: Settings, exp: Experiment) -> str:
+    """How ``exp``'s log is read now: the parser's version and the patterns that apply to it."""
+    from .logparse import parser_key
+
+    return parser_key(as_recorded(settings, exp).metrics.patterns)
+
+
+def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict) -> None:
+    from .logparse import Parser
+    from .metrics import Series
+
+    parser = Parser(settings.metrics.patterns or None)
+    live = {k: Series.from_dict(v) for k, v in series.items()}
+    events = state.get("events", 0)
+    last_step = state.get("last_step")
+    state["lines"] = state.get("lines", 0) + sum(1 for line in text_lines if line.strip())
+    for ev in parser.parse_lines(text_lines):
+        if _evaluation_bar(ev, state):
+            continue
+        if "step" in ev:
+            state.setdefault("first_step", ev["step"])
+            last_step = state["last_step"] = ev["step"]
+        for key in ("total_steps", "epoch", "tokens", "total_tokens"):
+            if key in ev:
+                state[key] = ev[key]
+        if "loss" in ev:
+            state["last_loss"] = ev["loss"]
+            if state.get("min_loss") is None or ev["loss"] < state["min_loss"]:
+                state["min_loss"] = ev["loss"]
+        x = float(last_step if last_step is not None else events)
+        events += 1
+        for key in TRACKED:
+            if key in ev:
+                s = live.get(key)
+                if s is None:
+                    s = live[key] = Series()
+                s.add(x, float(ev[key]))
+    state["events"] = events
+    series.clear()
+    series.update({k: v.to_dict() for k, v in live.items()})
+
+
+def no_metrics_note(lines: int) -> str:
+    """What ``status`` and ``logs --metrics`` say about a log none of whose lines holds a metric."""
+    return (f"no metric line recognised in {lines} line{'s' if lines != 1 else ''}; hint: teach orch the "
+            "run's format with [metrics] patterns in orch.toml, e.g. patterns = { loss = 'loss ([0-9.]+)' }")
+
+
+def _evaluation_bar(ev: dict, state: dict) -> bool:
+    """A progress bar over fewer items than the training bar and behind it (Hugging Face's evaluation bar
+    has no name of its own): its counts are not training steps."""
+    total, known = ev.get("total_steps"), state.get("total_steps")
+    return (total is not None and known is not None and total < known
+            and set(ev) <= {"step", "total_steps", "steps_s"} and ev.get("step", -1.0) <= (state.get("last_step") or 0))
+
+
+def _int(v: float | None) -> float | int | None:
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run: dict | None,
+            previous: dict | None, now: float) -> dict:
+    from .metrics import Series, find_spikes, format_duration, format_rate, spike_episodes, throughput_change
+
+    out: dict[str, Any] = {"step": _int(state.get("last_step")), "total_steps": _int(state.get("total_steps")),
+                           "loss": state.get("last_loss"), "min_loss": state.get("min_loss"), "notes": []}
+    loss = Series.from_dict(series["loss"]) if "loss" in series else None
+    if loss is not None:
+        pts = loss.points()
+        episodes = spike_episodes(find_spikes([p[1] for p in pts], [p[0] for p in pts]))
+        out["spikes"] = len(episodes)
+        out["spike_steps"] = [_int(ep[0].step) for ep in episodes]
+    tok = Series.from_dict(series["tok_s"]).values() if "tok_s" in series else []
+    steps = Series.from_dict(series["steps_s"]).values() if "steps_s" in series and not tok else []
+    # tokens/s where the log gives it, else steps/s (time per iteration, it/s): never one passed off as the other
+    rate_key, unit, rates = ("median_tok_s", "tok/s", tok) if tok else ("median_steps_s", "steps/s", steps)
+    if rates:
+        out[rate_key] = statistics.median(rates)
+        prev_rate = (previous or {}).get(rate_key)
+        label = f"exp {previous['id']}" if previous else "previous"
+        out["throughput"] = throughput_change(out[rate_key], prev_rate, label, unit)
+        if prev_rate:
+            out["throughput_vs"] = {"experiment": previous["id"], rate_key: prev_rate,  # type: ignore[index]
+                                    "change": (out[rate_key] - prev_rate) / prev_rate}
+    run = run or {}
+    state_name = run.get("state", exp.status)
+    total = state.get("total_steps") or settings.project.total_steps
+    started = run.get("started") or exp.started or exp.created
+    last_time = run.get("log_mtime") or now
+    done_steps = (state.get("last_step") or 0) - (state.get("first_step") or 0)
+    if state_name == "running" and total and done_steps > 0 and last_time > started:
+        rate = done_steps / (last_time - started)
+        out["eta_s"] = max(0.0, (total - state["last_step"]) / rate)
+    elif state_name == "running" and state.get("total_tokens") and state.get("tokens") and tok:
+        out["eta_s"] = max(0.0, (state["total_tokens"] - state["tokens"]) / statistics.median(tok[-20:]))
+    if out.get("eta_s") is not None:
+        out["eta"] = format_duration(out["eta_s"])
+    if state_name == "running" and run.get("log_mtime"):
+        age = now - run["log_mtime"]
+        step_age = now - state["step_seen"] if state.get("step_seen") else None
+        if age > settings.metrics.stall_after:
+            out["notes"].append(f"stalled: no new log line for {format_duration(age)}")
+        elif step_age is not None and step_age > settings.metrics.stall_after:
+            out["notes"].append(f"stalled: no step progress for {format_duration(step_age)} (the log still grows)")
+    if out.get("spikes"):
+        out["notes"].append(f"{out['spikes']} loss spike(s), first at step {out['spike_steps'][0]}")
+    if out.get("median_tok_s") is not None:
+        out["tok_s_text"] = format_rate(out["median_tok_s"])
+    if state.get("lines") and not state.get("events"):
+        out["unrecognised_lines"] = state["lines"]
+        out["notes"].append(no_metrics_note(state["lines"]))
+    if state.get("behind"):
+        out["notes"].append(f"metrics read up to byte {state['offset']} of {state['size']}; "
+                            "the rest on the next refresh")
+    return out
+
+
+def refresh(settings: Settings, target: Target, registry: Registry, client: AgentClient,
+            exp: Experiment | None, *, now: float | None = None, budget_s: float | None = STATUS_BUDGET_S,
+            with_previous: bool = True) -> dict:
+    """Read what is new in the experiment's log, store it, and return the summary to show.
+
+    ``now`` is the target's clock when known (stall ages compare it with the log's mtime there);
+    ``budget_s`` bounds the time spent reading, None reads to the end.
+    """
+    if exp is None:
+        return {}
+    from ..records.reconcile import sync
+
+    base, settings = settings, as_recorded(settings, exp)
+    key = reading_key(settings, exp)
+    stored = registry.metrics(exp.id)
+    offset, series, state = _state(stored)
+    if state.get("parser") != key:  # read with other patterns or an older parser: read it again
+        offset, series, state = 0, {}, {}
+    state["parser"] = key
+    identity = state.get("identity")
+    old_step = state.get("last_step")
+    begin = time.monotonic()
+    while True:
+        try:
+            value = client.one("log_read", exp_id=exp.id, registry=registry.run_registry(exp.id), offset=offset,
+                               identity=identity, max_bytes=CHUNK)
+        except NotFoundError:
+            if exp.status in FINAL:  # it ended without a run folder here: nothing will ever be read
+                _keep_without_log(registry, exp.id, stored)
+            return {"notes": [f"experiment {exp.id} has no run folder on target {target.name}"]}
+        run = value["state"]
+        if value["reset"]:
+            offset, series, state = 0, {}, {"parser": key}
+        data = decode_log(value)
+        at_end = value["offset"] >= value["size"]
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1  # a progress bar's update ends with \r
+        if not cut and data and (len(data) >= CHUNK or (at_end and run.get("state") in ENDED)):
+            cut = len(data)  # a line longer than a chunk, or the run's unterminated last line
+        if cut:
+            ingest(settings, data[:cut].decode("utf-8", "replace").splitlines(), series, state)
+        offset = value["offset"] - len(data) + cut
+        identity = state["identity"] = value["identity"]
+        if cut == 0 or offset >= value["size"] or (budget_s is not None and time.monotonic() - begin > budget_s):
+            break
+    state["behind"] = offset < value["size"] and cut > 0
+    state["offset"], state["size"] = offset, value["size"]
+    if state.get("last_step") != old_step:
+        state["step_seen"] = run.get("log_mtime")
+    state["complete"] = run.get("state") in ENDED and offset >= value["size"]
+    if run.get("id") == exp.id and not exp.nodes:  # a job's state is every node's, settled by the job layer
+        sync(registry, [run], target, settings.project.name)
+        exp = registry.get(exp.id)
+    previous = _previous(base, target, registry, client, exp, with_previous, budget_s)
+    out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)
+    registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
+                                                   "_state": state})
+    return out
+
+
+def _keep_without_log(registry: Registry, exp_id: int, stored: dict | None) -> None:
+    """Marks an ended experiment's metrics final once its log is gone (its run folder collected): what was read
+    before, under other patterns or parser, is kept as it is rather than lost."""
+    if stored and (stored["series"] or stored["log_offset"]):
+        summary = dict(stored["summary"])
+        summary["_state"] = {**(summary.get("_state") or {}), "complete": True, "no_run_folder": True}
+        registry.save_metrics(exp_id, stored["log_offset"], stored["series"], summary)
+    else:
+        registry.save_metrics(exp_id, 0, {}, {"_state": {"complete": True, "no_run_folder": True}})
+
+
+def _previous(settings: Settings, target: Target, registry: Registry, client: AgentClient, exp: Experiment,
+              fetch: bool, budget_s: float | None) -> dict | None:
+    """The experiment to compare throughput against: the parent, else the one before on the target.
+
+    A candidate on this target whose metrics were never read (it ran while nobody asked), or were read
+    with other patterns, is read now.
+    """
+    candidates = [registry.get(exp.parent)] if exp.parent else []
+    nearby = registry.list(machine=exp.machine, limit=10) if exp.machine else \
+        registry.list(target=exp.target, limit=10)
+    candidates += [e for e in nearby if e.id < exp.id]
+    for cand in candidates:
+        m = registry.metrics(cand.id)
+        same = cand.machine == target.machine if cand.machine else cand.target == target.name
+        if fetch and same and cand.status != "failed" and not is_complete(m, reading_key(settings, cand)):
+            refresh(settings, target, registry, client, cand, budget_s=budget_s, with_previous=False)
+            m = registry.metrics(cand.id)
+        rates = {k: m["summary"][k] for k in ("median_tok_s", "median_steps_s") if m and m["summary"].get(k)}
+        if rates:
+            return {"id": cand.id, **rates}
+    return None
+
+
+def target_flags(settings: Settings, exp: Experiment) -> tuple[str | None, int | None]:
+    """The (--target, --ct) that reach the target an experiment ran on; for a job, its node 0 (whose log is the
+    job's metrics)."""
+    if exp.nodes:
+        first = exp.nodes[0]
+        return (first["target"], None) if first.get("target") in settings.targets or first.get("ct") is None \
+            else (None, int(first["ct"]))
+    if exp.target in settings.targets:
+        return exp.target, None
+    ct = exp.target_info.get("ct")
+    return (None, int(ct)) if ct is not None else (exp.target, None)
+
+
+def refresh_stale(settings: Settings, registry: Registry, exps: list[Experiment],
+                  resolve: Callable[[Experiment], Target], notice: Callable[[str], None]) -> int:
+    """Bring incomplete metrics up to date, one connection per target; returns how many were read.
+
+    Experiments whose metrics are complete cost nothing; a target that cannot be reached is
+    reported through ``notice`` and its experiments keep what the registry has.
+    """
+    from ..records.reconcile import client_for
+
+    todo: dict[str, list[Experiment]] = {}
+    for exp in exps:
+        if exp.status != "failed" and not is_complete(registry.metrics(exp.id), reading_key(settings, exp)):
+            todo.setdefault(exp.target, []).append(exp)
+    done = 0
+    for name, group in todo.items():
+        try:
+            target = resolve(group[0])
+            client = client_for(settings, target)
+        except OrchError as exc:
+            notice(f"metrics of experiment(s) {', '.join(str(e.id) for e in group)} not refreshed: {exc.message}")
+            continue
+        try:
+            for exp in group:
+                refresh(settings, target, registry, client, exp, budget_s=None, with_previous=False)
+                done += 1
+        except OrchError as exc:
+            notice(f"metrics on target {name} not refreshed: {exc.message}")
+        finally:
+            client.transport.close()
+    return done
