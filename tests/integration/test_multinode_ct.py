@@ -165,7 +165,11 @@ def test_kill_9_on_one_node_brings_the_job_down_everywhere(remote, testbed, torc
     _until_steps(testbed, nodes, 2)
     follower = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "logs", "--follow", "-n", "1"],
                                 cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
+    seen = ""
+    deadline = time.monotonic() + 60
+    while not ("[0] step=" in seen and "[1] step=" in seen):  # the follower is reading both nodes
+        assert time.monotonic() < deadline and follower.poll() is None, seen
+        seen += follower.stdout.readline()
     begin = time.monotonic()
     on_ct(testbed, 201, "pkill", "-9", "-f", "[d]dp_tiny.py")  # no controller involved from here on
     while _job_processes(testbed, 200) or _job_processes(testbed, 201):
@@ -173,6 +177,7 @@ def test_kill_9_on_one_node_brings_the_job_down_everywhere(remote, testbed, torc
         time.sleep(0.2)
     print(f"node 1's worker killed -> every process of the job gone in {time.monotonic() - begin:.1f} s")
     out, err = follower.communicate(timeout=60)
+    out = seen + out
     assert follower.returncode == 0, err
     assert "[0] step=" in out and "[1] step=" in out, out
     assert "experiment 1 crashed" in err, err
