@@ -59,26 +59,28 @@ term_timeout = 10                      # seconds after SIGTERM before SIGKILL
 '''
 
 
+def init(force: Annotated[bool, typer.Option("--force", help="Overwrite an existing orch.toml (with "
+                                             "--playbooks: the playbook copies only)")] = False,
+         name: Annotated[str, typer.Option("--name", help="Project name")] = "",
+         playbooks: Annotated[bool, typer.Option("--playbooks", help="Copy the built-in playbooks (deploy, "
+                                                 "restart, stop) into playbooks/ to edit them")] = False) -> None:
+    """Write a commented starter orch.toml in the working directory (--playbooks: the playbooks too)."""
+    from ..errors import InputError
+
+    path = Path.cwd() / "orch.toml"
+    if playbooks:
+        from ..launch.playbooks import copy_builtin
+
+        for written in copy_builtin(Path.cwd() / "playbooks", force=force):
+            render.out(f"wrote {written}")
+        if path.exists():
+            return
+    if path.exists() and not force:
+        raise InputError(f"{path} already exists", hint="pass --force to overwrite it")
+    project = name or "".join(c if c.isalnum() or c in "-_" else "-" for c in Path.cwd().name) or "project"
+    path.write_text(TEMPLATE.format(name=project), encoding="utf-8")
+    render.out(f"wrote {path}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def init(force: Annotated[bool, typer.Option("--force", help="Overwrite an existing orch.toml (with "
-                                                 "--playbooks: the playbook copies only)")] = False,
-             name: Annotated[str, typer.Option("--name", help="Project name")] = "",
-             playbooks: Annotated[bool, typer.Option("--playbooks", help="Copy the built-in playbooks (deploy, "
-                                                     "restart, stop) into playbooks/ to edit them")] = False) -> None:
-        """Write a commented starter orch.toml in the working directory (--playbooks: the playbooks too)."""
-        from ..errors import InputError
-
-        path = Path.cwd() / "orch.toml"
-        if playbooks:
-            from ..launch.playbooks import copy_builtin
-
-            for written in copy_builtin(Path.cwd() / "playbooks", force=force):
-                render.out(f"wrote {written}")
-            if path.exists():
-                return
-        if path.exists() and not force:
-            raise InputError(f"{path} already exists", hint="pass --force to overwrite it")
-        project = name or "".join(c if c.isalnum() or c in "-_" else "-" for c in Path.cwd().name) or "project"
-        path.write_text(TEMPLATE.format(name=project), encoding="utf-8")
-        render.out(f"wrote {path}")
+    app.command()(init)
