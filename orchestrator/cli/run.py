@@ -112,19 +112,10 @@ def _report(outcome, target, as_json: bool) -> None:
         raise typer.Exit(1)
 
 
-def _which(run: dict) -> str:
-    """``experiment 51``, or whose it is when another clone of the project (sharing the target) started it."""
-    if run.get("mine", True):
-        return f"experiment {run['id']}"
-    clone = run.get("clone") or {}
-    where = f" ({clone.get('host', '?')}, {clone.get('path', '?')})" if clone else ""
-    return f"experiment {run['id']} of another clone of this project{where}"
-
-
 def _say_outcome(outcome, target) -> None:
     exp = outcome.experiment
     for run in outcome.stopped:
-        render.say(f"stopped {_which(run)}: {run['state']} (exit {run['exit_code']})")
+        render.say(f"stopped {render.which(run)}: {run['state']} (exit {run['exit_code']})")
     if outcome.pushed:
         p = outcome.pushed
         resumed = f", resuming after {render.size(p['resumed_bytes'])} sent before" if p.get("resumed_bytes") else ""
@@ -237,7 +228,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     elif not outcome.stopped:
         render.out(f"nothing was running on {tgt.label}")
     for run in outcome.stopped if not as_json else []:
-        render.out(f"{_which(run)} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "
+        render.out(f"{render.which(run)} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "
                    f"signals: {', '.join(run['signals']) or 'none'})")
 
 
