@@ -17,13 +17,10 @@ def _exit(code: int) -> None:
 
 def _reconcile(settings, tgt, transport) -> None:
     """The registry's unsettled rows brought up to date; a failure is said, and the command goes on."""
-    from ..reach.agent_client import AgentClient
-    from ..records.reconcile import reconcile_quietly
+    from ..records.reconcile import client_for, reconcile_quietly
 
-    client = AgentClient(transport, tgt.root, tgt.python, timeout=settings.ssh.read_timeout,
-                         timeout_setting="[ssh] read_timeout")
     with common.registry(settings) as reg:
-        why = reconcile_quietly(settings, tgt, reg, client)
+        why = reconcile_quietly(settings, tgt, reg, client_for(settings, tgt, read_only=True, transport=transport))
     if why:
         render.say(f"orch: the registry was not brought up to date ({why})")
 

@@ -16,14 +16,10 @@ def use(ctx: typer.Context,
     """Make a target the current one (a deploy with --ct/--target does this too); alone: show it. Several
     CTs (repeated --ct) make a job's nodes current."""
     from ..reach import current
-    from ..reach.targets import check_ct
+    from ..reach.targets import check_cts
 
     settings = common.settings(ctx)
-    for vmid in ct or []:  # a CT that does not exist is refused when the API can say so
-        found = check_ct(settings, vmid, render.say)
-        if found is not None and found.get("status") != "running":
-            render.say(f"orch: CT {vmid} ({found.get('name') or '?'}) on node {found.get('node')} is "
-                       f"{found.get('status')}: a launch starts it with --start")
+    check_cts(settings, ct or [], render.say)  # a CT that does not exist is refused when the API can say so
     if name is None and len(ct or []) > 1:
         grp = common.group(settings, None, ct, resolve=False)
         common.remember_group(settings, grp)
