@@ -321,6 +321,57 @@ def find_config(start: Path | None = None) -> Path | None:
     return None
 
 
+CONFIG_MAX = 1 << 20  # an orch.toml is a few KiB: anything past this is not one (/dev/zero, /proc/kcore)
+
+
+def _read_config(path: Path, named_by: str | None) -> str:
+    """The text of the config file at ``path``; what is not a readable regular file is a ``ConfigError``.
+
+    The file is opened without blocking and checked on the open descriptor, so a FIFO never hangs orch and a
+    path swapped for a device after a check is still refused; ``named_by`` is the flag or variable that named it.
+    """
+    import stat
+
+    how = " (named by ORCH_CONFIG)" if named_by == "ORCH_CONFIG" else ""
+
+    def naming(value: object) -> str:
+        return f"set ORCH_CONFIG={value}" if named_by == "ORCH_CONFIG" else f"pass --config {value}"
+
+    hint = f"{naming('PATH')} of an orch.toml file, or run `orch init` to write one"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}{how} does not exist", hint="run `orch init` or pass --config PATH") \
+            from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}{how} cannot be opened: {exc.strerror}", hint=hint) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigError(f"config file {path}{how} is a folder, not a file",
+                              hint=f"{naming(path / CONFIG_NAME)} (the orch.toml inside it)")
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+            raise ConfigError(f"config file {path}{how} is {kind}, not a regular file", hint=hint)
+        chunks, size = [], 0
+        while size <= CONFIG_MAX:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError as exc:
+                raise ConfigError(f"config file {path}{how} cannot be read: {exc.strerror}", hint=hint) from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > CONFIG_MAX:
+            raise ConfigError(f"config file {path}{how} is larger than {CONFIG_MAX >> 20} MiB: not an orch.toml",
+                              hint=hint)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")
+
+
 def _parse_value(text: str) -> Any:
     """A --set / environment value: a TOML value when it parses as one, else the plain string."""
     try:
@@ -391,18 +442,17 @@ def load_settings(config_path: Path | str | None = None, *, overrides: list[str]
                   env: dict[str, str] | None = None, start: Path | None = None) -> Settings:
     """Merge every layer and validate once; raise ``ConfigError`` naming source, key and value."""
     env = dict(os.environ) if env is None else env
+    named_by = "--config"
     if config_path is None and env.get("ORCH_CONFIG"):
-        config_path = env["ORCH_CONFIG"]
+        config_path, named_by = env["ORCH_CONFIG"], "ORCH_CONFIG"
     path = Path(config_path).expanduser() if config_path else find_config(start)
     data: dict[str, Any] = {}
     sources: dict[str, str] = {}
     label = "built-in defaults"
     if path is not None:
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist", hint="run `orch init` or pass --config PATH")
         label = str(path)
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(_read_config(path, named_by if config_path else None))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}",
                               hint="fix the syntax; `orch init` shows a sample") from exc

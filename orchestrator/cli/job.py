@@ -82,10 +82,8 @@ def _wait(launch, grp, reg, exp) -> dict:
 
 def _say_stopped(stopped: list) -> None:
     """``stopped experiment 7 on CT 201: stopped (exit -15)``: what the job's start stopped on its nodes."""
-    from .run import _which
-
     for run in stopped:
-        render.say(f"stopped {_which(run)} on {run['label']} (node {run['node']}): {run['state']} "
+        render.say(f"stopped {render.which(run)} on {run['label']} (node {run['node']}): {run['state']} "
                    f"(exit {run['exit_code']})")
 
 

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import OrchError
+from ..errors import InputError, OrchError
 
 FILE = "current-target.json"
 
@@ -47,3 +47,17 @@ def save(state_dir: Path, name: str | None, ct: int | None, nodes: list[dict] | 
         tmp.unlink(missing_ok=True)
         raise OrchError(f"cannot record the current target in {state_dir / FILE}: {exc.strerror or exc}",
                         hint=f"free space in (or fix the permissions of) {state_dir}") from None
+
+
+def acting_on(settings, name: str | None, ct: int | None, chosen: dict) -> tuple[str | None, int | None]:
+    """The (--target, --ct) a command acts on: those given, else the current target ``chosen`` (``load``; after a
+    job, its node 0), else the default (None, None)."""
+    if name or ct is not None:
+        return name, ct
+    if chosen.get("nodes"):  # after a job over several nodes, a one-target command acts on node 0
+        first = chosen["nodes"][0]
+        return first.get("target"), first.get("ct")
+    if chosen.get("target") is not None and chosen["target"] not in settings.targets:
+        raise InputError(f"the current target {chosen['target']!r} is no longer in orch.toml",
+                         hint="pass --target/--ct, or pick another with `orch use NAME` or `orch use --ct N`")
+    return chosen.get("target"), chosen.get("ct")
