@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agent.protocol import manifest_id
+from ..files import atomic_write
 from ..cli.progress import Bar, bar
 from .sources import LeftOut, collect
 
@@ -96,9 +97,7 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
     if cache_file and new_cache != cache:
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(new_cache))
-            os.replace(tmp, cache_file)
+            atomic_write(cache_file, json.dumps(new_cache))
         except OSError:
             pass  # the cache only saves time
     rev = Revision(manifest_id(files), files, project_dir, local_paths=local_paths, left_out=chosen.left_out)
