@@ -16,9 +16,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
+                      field_validator, model_validator)
 
+from .batching import config as batching_keys
 from .errors import ConfigError
 
 CONFIG_NAME = "orch.toml"
@@ -95,28 +96,33 @@ class PathsSection(_Section):
     checkpoints: str = "/workspace/checkpoints/{project}"  # {project}: [project] name, one folder per project
 
 
-class BatchingSection(_Section):
-    strategy: Literal["sorted", "shuffle", "bucketed", "megabatch"] = "megabatch"
-    token_budget: int = Field(49152, gt=0)
-    max_seq_len: int = Field(8192, gt=0)
-    seed: int = 0
-    buckets: list[int] | None = None
-    num_buckets: int = Field(6, ge=1, le=256)
-    megabatch: int | None = Field(None, ge=1)
-    target_efficiency: float = Field(0.99, gt=0, le=1)
-    window: int = Field(8, ge=1)
-    overlong: Literal["error", "truncate", "drop"] = "error"
-    lengths: str | None = None
+class _BatchingChecks(_Section):
+    """What ties ``[batching]`` keys together; the keys themselves come from ``batching.config.KEYS``."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "BatchingSection":
-        if self.token_budget < self.max_seq_len:
-            raise ValueError(f"token_budget ({self.token_budget}) must be at least max_seq_len ({self.max_seq_len})")
-        if self.buckets is not None:
-            b = self.buckets
+        if self.token_budget < self.max_seq_len:  # type: ignore[attr-defined]
+            raise ValueError(f"token_budget ({self.token_budget}) must be at least max_seq_len "  # type: ignore
+                             f"({self.max_seq_len})")  # type: ignore[attr-defined]
+        if self.buckets is not None:  # type: ignore[attr-defined]
+            b = self.buckets  # type: ignore[attr-defined]
             if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
                 raise ValueError("buckets must be ascending boundaries starting at 0, e.g. [0, 770, 1216, 8192]")
-        return self
+        return self  # type: ignore[return-value]
+
+
+def _batching_field(key: batching_keys.Key) -> tuple[Any, Any]:
+    """The pydantic (annotation, Field) of one ``[batching]`` key of the table."""
+    kind: Any = list[int] if key.type is list else key.type
+    if key.choices:
+        kind = Literal[key.choices]  # type: ignore[valid-type]
+    if key.default is None:
+        kind = kind | None
+    return kind, Field(key.default, ge=key.minimum, gt=key.above, le=key.maximum, description=key.doc)
+
+
+BatchingSection = create_model("BatchingSection", __base__=_BatchingChecks, __module__=__name__,
+                               **{name: _batching_field(key) for name, key in batching_keys.KEYS.items()})
 
 
 class TargetSection(_Section):

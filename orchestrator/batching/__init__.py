@@ -12,13 +12,7 @@ longest sample over windows of ``window`` steps for every strategy.
 
 from __future__ import annotations
 
-from .buckets import optimal_boundaries, padded_cost, quantile_boundaries
-from .build import build_batches, complete
-from .config import DEFAULTS, normalize
-from .lengths import load_lengths
-from .metrics import metrics
-from .planner import plan, resolve
-from .sampler import BatchSampler
+from typing import Any
 
 __all__ = [
     "DEFAULTS",
@@ -34,3 +28,21 @@ __all__ = [
     "quantile_boundaries",
     "resolve",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public names load on first use, so that orch's settings can read the key table
+    (``batching.config``, stdlib only) without importing numpy."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .buckets import optimal_boundaries, padded_cost, quantile_boundaries
+    from .build import build_batches, complete
+    from .config import DEFAULTS, normalize
+    from .lengths import load_lengths
+    from .metrics import metrics
+    from .planner import plan, resolve
+    from .sampler import BatchSampler
+
+    found = locals()
+    globals().update({n: found[n] for n in __all__})  # after the imports: `metrics` is the function
+    return found[name]
