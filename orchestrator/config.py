@@ -100,15 +100,15 @@ class _BatchingChecks(_Section):
     """What ties ``[batching]`` keys together; the keys themselves come from ``batching.config.KEYS``."""
 
     @model_validator(mode="after")
-    def _consistent(self) -> "BatchingSection":
-        if self.token_budget < self.max_seq_len:  # type: ignore[attr-defined]
-            raise ValueError(f"token_budget ({self.token_budget}) must be at least max_seq_len "  # type: ignore
-                             f"({self.max_seq_len})")  # type: ignore[attr-defined]
-        if self.buckets is not None:  # type: ignore[attr-defined]
-            b = self.buckets  # type: ignore[attr-defined]
-            if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
-                raise ValueError("buckets must be ascending boundaries starting at 0, e.g. [0, 770, 1216, 8192]")
-        return self  # type: ignore[return-value]
+    def _consistent(self) -> "_BatchingChecks":
+        values = self.model_dump()
+        if values["token_budget"] < values["max_seq_len"]:
+            raise ValueError(f"token_budget ({values['token_budget']}) must be at least max_seq_len "
+                             f"({values['max_seq_len']})")
+        b = values["buckets"]
+        if b is not None and (len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:]))):
+            raise ValueError("buckets must be ascending boundaries starting at 0, e.g. [0, 770, 1216, 8192]")
+        return self
 
 
 def _batching_field(key: batching_keys.Key) -> tuple[Any, Any]:
