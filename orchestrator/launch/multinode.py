@@ -140,7 +140,7 @@ def prepare_nodes(launch: Launch, group: Group) -> list[Node]:
     nodes = []
     for rank, tgt in enumerate(group.members):
         inputs = replace(launch.inputs, target=tgt.name, root=tgt.root, checkpoints=tgt.checkpoints)
-        nodes.append(Node(rank, tgt, launch.settings, replace(launch, target=tgt, inputs=inputs, progress=False)))
+        nodes.append(Node(rank, tgt, launch.settings, replace(launch, target=tgt, inputs=inputs, progress=None)))
     return nodes
 
 
