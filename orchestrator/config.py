@@ -12,9 +12,10 @@ values of ``[project] secrets`` (only their names are settings; ``secrets.collec
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
                       field_validator, model_validator)
@@ -24,6 +25,12 @@ from .errors import ConfigError
 
 CONFIG_NAME = "orch.toml"
 ENV_PREFIX = "ORCH_"
+#: old key -> (the key that replaced it, what changed); the old one is still read, with a warning naming the new one
+RENAMED = {
+    "distributed.max_restarts": ("run.restarts", ""),
+    "run.stall_timeout": ("run.stall_after", ""),
+    "metrics.stall_after": ("run.stall_after", ", which also stops a run whose log stops"),
+}
 
 
 class _Section(BaseModel):
@@ -159,7 +166,6 @@ class DistributedSection(_Section):
     nproc_per_node: Literal["auto"] | int = "auto"  # auto: the GPUs nvidia-smi lists on that node, else 1
     port: int = Field(29400, ge=1, le=65535)
     interface: str | None = None  # None: the interface that routes to node 0's address, on each node
-    max_restarts: int = Field(0, ge=0)
     heartbeat_port: int | None = Field(None, ge=1, le=65535)  # None: port + 1 (UDP, between the supervisors)
 
     @property
@@ -222,11 +228,13 @@ class RunSection(_Section):
     lock_timeout: float = Field(10.0, ge=0, description="seconds to wait for another operation on the target")
     wait: float = Field(0.0, ge=0, description="after a launch, seconds to wait for the run's first metric line "
                                                 "(or its end); 0 returns once it has started")
-    restarts: int = Field(0, ge=0, le=1000, description="times the supervisor relaunches a run that ended")
+    restarts: int = Field(0, ge=0, le=1000, description="times a run that ended is relaunched: by its supervisor; "
+                                                        "a job's, by torchrun on every node")
     restart_on: Literal["failure", "always"] = "failure"
     backoff: list[float] = Field(default_factory=lambda: [10.0, 30.0, 60.0],
                                  description="seconds before each restart; the last value repeats")
-    stall_timeout: float | None = Field(None, gt=0, description="seconds without a new log line: a failure")
+    stall_after: float | None = Field(None, gt=0, description="seconds without a new log line (a job: on any "
+                                      "node) after which the run is stalled: stopped as a failure, so restarts apply")
     checkpoint_glob: str | None = Field(None, description="which entries of the checkpoint folder to resume from")
     resume_after_reboot: bool = False
 
@@ -240,7 +248,7 @@ class RunSection(_Section):
     def recovery(self) -> dict:
         """What the on-target supervisor needs to restart a run by itself (``agent/attempts.Policy``)."""
         return {"restarts": self.restarts, "restart_on": self.restart_on, "backoff": list(self.backoff),
-                "stall_timeout": self.stall_timeout, "term_timeout": self.term_timeout,
+                "stall_timeout": self.stall_after, "term_timeout": self.term_timeout,
                 "checkpoint_glob": self.checkpoint_glob, "resume_after_reboot": self.resume_after_reboot}
 
 
@@ -257,7 +265,6 @@ class CheckpointsSection(_Section):
 
 class MetricsSection(_Section):
     patterns: dict[str, str] = Field(default_factory=dict)
-    stall_after: float = Field(300.0, gt=0)
 
 
 def local_root() -> str:
@@ -351,6 +358,44 @@ def _assign(data: dict, dotted: str, value: Any, source: str, sources: dict[str,
     sources[dotted] = source
 
 
+def _shown(dotted: str) -> str:
+    section, _, key = dotted.rpartition(".")
+    return f"[{section}] {key}"
+
+
+def _take(data: dict, dotted: str) -> tuple[bool, Any]:
+    """(found, value) of a ``section.key``, removed from ``data``."""
+    section, _, key = dotted.rpartition(".")
+    node = data.get(section)
+    if not isinstance(node, dict) or key not in node:
+        return False, None
+    return True, node.pop(key)
+
+
+def _layer(source: str) -> int:
+    """0: the file, 1: an environment variable, 2: a --set flag (the precedence)."""
+    return 2 if source.startswith("--set") else 1 if source.startswith("environment variable") else 0
+
+
+def _renamed(data: dict, sources: dict[str, str], label: str, notice: Callable[[str], None]) -> None:
+    """Read each old key of ``RENAMED`` as its new one. Both in one layer with different values are an error;
+    across layers the higher one wins, as for any key."""
+    for old, (new, changed) in RENAMED.items():
+        found, value = _take(data, old)
+        if not found:
+            continue
+        where, there = sources.get(old, label), sources.get(new, label)
+        section, _, key = new.rpartition(".")
+        node = data.get(section) if isinstance(data.get(section), dict) else {}
+        if key in node and node[key] != value and _layer(where) == _layer(there):
+            raise ConfigError(f"{where}: {_shown(old)} = {value!r} and {_shown(new)} = {node[key]!r} disagree "
+                              f"({_shown(old)} is the old name of {_shown(new)})", hint=f"keep only {_shown(new)}")
+        if key not in node or _layer(where) > _layer(there):
+            _assign(data, new, value, where, sources)
+        notice(f"orch: warning: {where}: {_shown(old)} is now {_shown(new)}{changed} (read as {key} = {value!r}); "
+               "rename it")
+
+
 def _env_overrides(env: dict[str, str]) -> list[tuple[str, str, str]]:
     out = []
     for name, value in sorted(env.items()):
@@ -394,8 +439,11 @@ def _model_at(loc: list[str]) -> type[BaseModel] | None:
 
 
 def load_settings(config_path: Path | str | None = None, *, overrides: list[str] | tuple[str, ...] = (),
-                  env: dict[str, str] | None = None, start: Path | None = None) -> Settings:
-    """Merge every layer and validate once; raise ``ConfigError`` naming source, key and value."""
+                  env: dict[str, str] | None = None, start: Path | None = None,
+                  notice: Callable[[str], None] | None = None) -> Settings:
+    """Merge every layer and validate once; raise ``ConfigError`` naming source, key and value.
+
+    An old key (``RENAMED``) is read as its new one and ``notice`` (default: stderr) told so."""
     env = dict(os.environ) if env is None else env
     if config_path is None and env.get("ORCH_CONFIG"):
         config_path = env["ORCH_CONFIG"]
@@ -419,6 +467,7 @@ def load_settings(config_path: Path | str | None = None, *, overrides: list[str]
             raise ConfigError(f"--set {item!r} needs the form section.key=value", hint="e.g. --set batching.seed=3")
         dotted, value = item.split("=", 1)
         _assign(data, dotted.strip(), _parse_value(value.strip()), f"--set {dotted.strip()}", sources)
+    _renamed(data, sources, label, notice or (lambda line: print(line, file=sys.stderr, flush=True)))
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:

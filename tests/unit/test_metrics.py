@@ -227,7 +227,8 @@ def test_doubling_spikes_are_found_on_healthy_curves() -> None:
 # -- summaries ---------------------------------------------------------------------------------
 
 
-def _status_summary(lines: list[str], *, started_s_ago: float, log_age_s: float = 0.0) -> dict:
+def _status_summary(lines: list[str], *, started_s_ago: float, log_age_s: float = 0.0,
+                    stall_after: float | None = None) -> dict:
     """What ``orch status`` shows of a running run whose log holds ``lines`` (metrics_view, as status calls it)."""
     import time as _time
 
@@ -235,7 +236,7 @@ def _status_summary(lines: list[str], *, started_s_ago: float, log_age_s: float 
     from orchestrator.records.experiments import Experiment
     from orchestrator.watch.metrics_view import ingest, summary
 
-    settings = Settings()
+    settings = Settings.model_validate({"run": {"stall_after": stall_after}})
     series: dict = {}
     state: dict = {}
     ingest(settings, lines, series, state)
@@ -261,6 +262,14 @@ def test_status_of_a_log_without_metrics() -> None:
     s = _status_summary(["hello", "world"], started_s_ago=10.0)
     assert s["step"] is None and "spikes" not in s and "eta_s" not in s
     assert any(n.startswith("no metric line recognised in 2 lines") for n in s["notes"])
+
+
+def test_status_says_stalled_past_the_stall_setting_and_only_notes_a_quiet_run_without_it() -> None:
+    lines = ["step=1 loss=2.0", "step=2 loss=1.9"]
+    assert not [n for n in _status_summary(lines, started_s_ago=900, log_age_s=100)["notes"] if "log line" in n]
+    assert _status_summary(lines, started_s_ago=900, log_age_s=100, stall_after=60)["notes"] == \
+        ["stalled: no new log line for 1m 40s"]
+    assert _status_summary(lines, started_s_ago=900, log_age_s=400)["notes"] == ["no new log line for 6m 40s"]
 
 
 def test_durations() -> None:
