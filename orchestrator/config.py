@@ -248,7 +248,7 @@ class RunSection(_Section):
     def recovery(self) -> dict:
         """What the on-target supervisor needs to restart a run by itself (``agent/attempts.Policy``)."""
         return {"restarts": self.restarts, "restart_on": self.restart_on, "backoff": list(self.backoff),
-                "stall_timeout": self.stall_after, "term_timeout": self.term_timeout,
+                "stall_timeout": self.stall_after, "term_timeout": self.term_timeout,  # the agent's name for it
                 "checkpoint_glob": self.checkpoint_glob, "resume_after_reboot": self.resume_after_reboot}
 
 
@@ -394,6 +394,18 @@ def _renamed(data: dict, sources: dict[str, str], label: str, notice: Callable[[
             _assign(data, new, value, where, sources)
         notice(f"orch: warning: {where}: {_shown(old)} is now {_shown(new)}{changed} (read as {key} = {value!r}); "
                "rename it")
+
+
+def recorded_as_now(config: dict) -> dict:
+    """An experiment's recorded settings under today's key names (a record from before a rename holds both the
+    old keys it was launched with and their defaults: the first old key of ``RENAMED`` wins, silently)."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in (config or {}).items()}
+    for old, (new, _changed) in RENAMED.items():
+        found, value = _take(data, old)
+        section, _, key = new.rpartition(".")
+        if found and isinstance(data.setdefault(section, {}), dict):
+            data[section].setdefault(key, value)
+    return data
 
 
 def _env_overrides(env: dict[str, str]) -> list[tuple[str, str, str]]:

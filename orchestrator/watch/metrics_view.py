@@ -30,13 +30,11 @@ def as_recorded(settings: Settings, exp: Experiment) -> Settings:
     the recorded ones plus today's ``[metrics] patterns``."""
     from pydantic import ValidationError
 
-    from ..config import MetricsSection
+    from ..config import MetricsSection, recorded_as_now
 
-    recorded = exp.config or {}
-    try:  # keys since renamed (stall_after) are left out
-        metrics = MetricsSection.model_validate({k: v for k, v in recorded["metrics"].items()
-                                                 if k in MetricsSection.model_fields}) \
-            if isinstance(recorded.get("metrics"), dict) else settings.metrics
+    recorded = recorded_as_now(exp.config or {})
+    try:
+        metrics = MetricsSection.model_validate(recorded["metrics"]) if "metrics" in recorded else settings.metrics
     except ValidationError:
         return settings
     # patterns added since teach orch to read earlier logs too; a name given now wins over the recorded one
@@ -44,7 +42,7 @@ def as_recorded(settings: Settings, exp: Experiment) -> Settings:
     total = (recorded.get("project") or {}).get("total_steps", settings.project.total_steps)
     project = settings.project.model_copy(update={"total_steps": total})
     run = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
-    stall = run.get("stall_after", run.get("stall_timeout", settings.run.stall_after))  # what its supervisor got
+    stall = run.get("stall_after", settings.run.stall_after)  # what its supervisor was told
     run_section = settings.run.model_copy(update={"stall_after": stall if isinstance(stall, (int, float)) else None})
     return settings.model_copy(update={"metrics": metrics, "project": project, "run": run_section})
 

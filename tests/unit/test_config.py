@@ -154,3 +154,14 @@ def test_old_and_new_keys_that_agree_or_sit_in_different_layers(tmp_path):
     told: list[str] = []
     s = load_settings(cfg, env={}, overrides=["run.stall_after=5"], notice=told.append)
     assert s.run.stall_after == 5.0 and len(told) == 1  # the flag wins over the file, as for any key
+
+
+def test_a_record_from_before_the_renames_reads_under_the_new_names():
+    from orchestrator.config import recorded_as_now
+
+    old = {"run": {"restarts": 1, "stall_timeout": 900.0}, "metrics": {"patterns": {}, "stall_after": 300.0},
+           "distributed": {"port": 29400, "max_restarts": 0}}
+    assert recorded_as_now(old) == {"run": {"restarts": 1, "stall_after": 900.0}, "metrics": {"patterns": {}},
+                                    "distributed": {"port": 29400}}  # what its supervisor was told wins
+    assert old["run"] == {"restarts": 1, "stall_timeout": 900.0}  # the record itself is left as it was
+    assert recorded_as_now({"run": {"stall_after": 5.0}}) == {"run": {"stall_after": 5.0}}

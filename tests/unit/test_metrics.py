@@ -329,3 +329,14 @@ def test_eta_from_a_declared_token_total():
     exp = Experiment(id=1, project="p", created=now - 100, target="local", revision="r", command=["x"])
     out = summary(settings, exp, series, state, {"state": "running", "log_mtime": now}, None, now)
     assert out["eta_s"] == pytest.approx(100.0)  # 1M tokens left at 10K tok/s
+
+
+def test_an_experiment_recorded_before_the_renames_is_read_with_its_own_stall_setting_and_patterns():
+    from orchestrator.config import Settings
+    from orchestrator.records.experiments import Experiment
+    from orchestrator.watch.metrics_view import as_recorded
+
+    old = {"run": {"stall_timeout": 60.0}, "metrics": {"patterns": {"loss": "L=([0-9.]+)"}, "stall_after": 300.0}}
+    exp = Experiment(id=1, project="p", created=0.0, target="local", revision="r", command=["x"], config=old)
+    settings = as_recorded(Settings(), exp)
+    assert settings.run.stall_after == 60.0 and settings.metrics.patterns == {"loss": "L=([0-9.]+)"}
