@@ -158,8 +158,8 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
     if out.get("eta_s") is not None:
         out["eta"] = format_duration(out["eta_s"])
     if state_name == "running" and run.get("log_mtime"):
-        out["notes"] += _quiet_notes(now - run["log_mtime"], now - state["step_seen"] if state.get("step_seen") else None,
-                                     settings.run.stall_after)
+        step_age = now - state["step_seen"] if state.get("step_seen") else None
+        out["notes"] += _quiet_notes(now - run["log_mtime"], step_age, settings.run.stall_after)
     if out.get("spikes"):
         out["notes"].append(f"{out['spikes']} loss spike(s), first at step {out['spike_steps'][0]}")
     if out.get("median_tok_s") is not None:
