@@ -176,7 +176,7 @@ def _push_node(node: Node) -> None:
     launch = node.launch
     assert launch is not None
     if launch.revision is not None and launch.book.has("push_revision"):
-        node.pushed = push.send(_connect(node), launch.revision, node.probe.get("missing") or {}, show=False,
+        node.pushed = push.send(_connect(node), launch.revision, node.probe.get("missing") or {},
                                 stall=launch.settings.ssh.command_timeout)
 
 
