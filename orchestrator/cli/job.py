@@ -168,7 +168,7 @@ def progress_note(exp, settings) -> str:
     """When a running job last moved (any node), or that no node has: the end of its headline."""
     from ..watch.job_progress import job_note, summary
 
-    return job_note(summary(exp.nodes or []), settings.run.stall_timeout) if exp.status == "running" else ""
+    return job_note(summary(exp.nodes or []), settings.run.stall_after) if exp.status == "running" else ""
 
 
 def _node_lines(exp, settings) -> None:

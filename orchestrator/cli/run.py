@@ -169,7 +169,7 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
     confirm = render.confirm if render.interactive() else None
     launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
                             yes=yes, confirm=confirm, echo=render.say, secret=secret,
-                            progress=progress.enabled(as_json))
+                            progress=progress.meter(as_json))
     launch.wait = settings.run.wait if wait is None else wait
     if grp is not None:
         return job.deploy(launch, grp, settings, dry_run, as_json)
@@ -245,7 +245,7 @@ def play(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A playbo
     tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
     confirm = render.confirm if render.interactive() else None
     launch = prepare.play(settings, tgt, file, message=message, clean=clean_checkpoints, purge=False, yes=yes,
-                          confirm=confirm, echo=render.say, secret=secret, progress=progress.enabled(as_json))
+                          confirm=confirm, echo=render.say, secret=secret, progress=progress.meter(as_json))
     _run(launch, settings, dry_run, as_json, (target, ct))
 
 

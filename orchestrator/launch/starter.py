@@ -36,6 +36,8 @@ window = 8                             # stratified order: every 8 steps mix sho
 [run]
 stop_timeout = 30                      # seconds after SIGINT before SIGTERM
 term_timeout = 10                      # seconds after SIGTERM before SIGKILL
+# restarts = 3                         # relaunch a run that failed (a job: torchrun, on every node)
+# stall_after = 1800                   # seconds without a new log line: stalled, stopped (then restarted)
 
 [trash]
 # keep = 5                             # keep at most 5 trash entries (older ones are purged)

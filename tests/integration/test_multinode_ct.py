@@ -187,9 +187,9 @@ def test_kill_9_on_one_node_brings_the_job_down_everywhere(remote, testbed, torc
     assert all(c not in (None, 0) for c in codes), data["nodes"]
 
 
-def _stall_timeout(remote, seconds: int) -> None:  # noqa: F811
+def _stall_after(remote, seconds: int) -> None:  # noqa: F811
     toml = remote.path / "orch.toml"
-    toml.write_text(toml.read_text().replace("[run]\n", f"[run]\nstall_timeout = {seconds}\n", 1))
+    toml.write_text(toml.read_text().replace("[run]\n", f"[run]\nstall_after = {seconds}\n", 1))
 
 
 def _job_line(remote) -> list[str]:  # noqa: F811
@@ -201,7 +201,7 @@ def _job_line(remote) -> list[str]:  # noqa: F811
 def test_a_silent_node_of_a_moving_job_is_not_stalled_and_trains_to_the_end(remote, testbed, torch_cts):  # noqa: F811
     _job_project(remote, "python3 ddp_silent.py", 'OMP_NUM_THREADS = "1", DDP_STEPS = "160", DDP_SLEEP = "0.25"',
                  script=SILENT)
-    _stall_timeout(remote, 20)  # above the start-up on a loaded machine; node 1 is silent for twice as long
+    _stall_after(remote, 20)  # above the start-up on a loaded machine; node 1 is silent for twice as long
     assert remote.run("deploy", "--ct", "200", "--ct", "201").returncode == 0
     nodes = remote.registry().get(1).nodes
     _until_steps(testbed, nodes[:1], 40)
@@ -219,13 +219,13 @@ def test_a_silent_node_of_a_moving_job_is_not_stalled_and_trains_to_the_end(remo
     beat = json.loads(on_ct(testbed, 201, "cat", f"{data['nodes'][1]['run_dir']}/job.json"))
     assert beat["error"] is None and beat["peers"]["0"]["size"] > 0, beat  # what node 1's watchdog heard
     run = data["nodes"][1]
-    print(f"node 1 silent for {run['ended'] - run['started']:.0f} s with stall_timeout 20 s: finished")
+    print(f"node 1 silent for {run['ended'] - run['started']:.0f} s with stall_after 20 s: finished")
     assert run["ended"] - run["started"] > 40
 
 
 def test_a_frozen_node_is_noticed_by_the_stall_watchdog(remote, testbed, torch_cts, ct201):  # noqa: F811
     _job_project(remote, "python3 ddp_silent.py", LONG, script=SILENT)  # node 1, the one frozen, is silent anyway
-    _stall_timeout(remote, 20)
+    _stall_after(remote, 20)
     assert remote.run("deploy", "--ct", "200", "--ct", "201").returncode == 0
     nodes = remote.registry().get(1).nodes
     _until_steps(testbed, nodes[:1], 2)
@@ -236,7 +236,7 @@ def test_a_frozen_node_is_noticed_by_the_stall_watchdog(remote, testbed, torch_c
         while _job_processes(testbed, 200):
             assert time.monotonic() - begin < 60, _log(testbed, nodes[0])[-800:]
             time.sleep(0.5)
-        print(f"node 1 frozen -> node 0 down in {time.monotonic() - begin:.1f} s (stall_timeout 20 s)")
+        print(f"node 1 frozen -> node 0 down in {time.monotonic() - begin:.1f} s (stall_after 20 s)")
         while note not in _log(testbed, nodes[0]):  # its supervisor says so as it ends
             assert time.monotonic() - begin < 70, _log(testbed, nodes[0])[-800:]
             time.sleep(0.5)
