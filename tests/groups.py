@@ -1,6 +1,7 @@
 """The whole suite as two groups at once: the testbed's tests (real LXC containers, mostly waiting on them) and
 the local ones, each in a pytest process of its own. Each group's output is printed whole once it ends, then the
-time per group and one closing line with the totals.
+slowest tests of each group (setup, call and teardown together), the time per group and one closing line with the
+totals.
 
     python tests/groups.py              # what `make test` runs
     python tests/groups.py -x -k keeper # arguments go to both pytest processes
@@ -15,12 +16,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 GROUPS = (("testbed", ["-m", "testbed"]), ("local", ["-m", "not testbed"]))
 NO_TESTS = 5  # pytest's exit code when nothing was selected
 COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
+SLOWEST = 15  # tests listed per group at the end: CI's output is the only record of where the time went
 
 
 def totals(output: str) -> dict[str, int]:
@@ -35,12 +38,35 @@ def totals(output: str) -> dict[str, int]:
     return found
 
 
+def slowest(report: Path, count: int = SLOWEST) -> list[tuple[float, str]]:
+    """The ``count`` longest tests in a junit XML report, as (seconds, test id), longest first."""
+    try:
+        root = ET.parse(report).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    found = [(float(case.get("time") or 0), test_id(case.get("classname", ""), case.get("name", "")))
+             for case in root.iter("testcase")]
+    return sorted(found, reverse=True)[:count]
+
+
+def test_id(classname: str, name: str) -> str:
+    """pytest's id back from junit's dotted class name: ``tests/cli/test_watch.py::Class::name``."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = "/".join(parts[:cut]) + ".py"
+        if (REPO / path).is_file():
+            return "::".join([path, *parts[cut:], name])
+    return f"{classname}::{name}"
+
+
 def main(argv: list[str]) -> int:
+    scratch = tempfile.TemporaryDirectory(prefix="orch-groups-")
     started = []
     for name, select in GROUPS:
         log = tempfile.TemporaryFile()
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", *select, *argv], cwd=REPO, stdout=log,
-                                stderr=subprocess.STDOUT)
+        report = Path(scratch.name) / f"{name}.xml"
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", f"--junitxml={report}", *select, *argv],
+                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         started.append((name, proc, log, time.monotonic()))
     ended: dict[str, float] = {}
     while len(ended) < len(started):
@@ -57,6 +83,13 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(f"\n===== {name} tests =====\n{output}")
         sys.stdout.flush()
         results.append((name, code, took, totals(output)))
+    for name, *_ in started:
+        listed = slowest(Path(scratch.name) / f"{name}.xml")
+        if listed:
+            print(f"\n===== {len(listed)} slowest {name} tests =====")
+            for seconds, test in listed:
+                print(f"{seconds:7.1f} s  {test}")
+    scratch.cleanup()
     print("\n===== time per group =====")
     for name, code, took, counts in results:
         shown = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no summary"
