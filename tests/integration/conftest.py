@@ -1,8 +1,9 @@
 """The LXC testbed as pytest fixtures: real containers 200 and 201, a node with ``pct``, the API stand-in.
 
 ``testbed`` (session) builds everything once; ``ct200``/``ct201`` (function) hand a test a pristine,
-running container. After every test that used the testbed, faults are undone, proxies closed and
-any container that no longer answers SSH is reset, so one test's damage never leaks into the next.
+running container, and ``ct_pair`` both of them, reset side by side. A container is reset once per test,
+however many of these a test asks for. After every test that used the testbed, faults are undone, proxies
+closed and any container that no longer answers SSH is reset, so one test's damage never leaks into the next.
 Set ``ORCH_TESTBED_REQUIRED=1`` (CI does) to turn "LXC cannot run here" from a skip into an error.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 import sys
 import tempfile
 import time
@@ -25,7 +27,6 @@ from tests.testbed.proxy import TcpProxy
 
 VMIDS = (200, 201)
 
-
 class Testbed:
     """Handles on the running testbed; see the module docstring of ``tests/testbed/lxc.py``."""
 
@@ -35,6 +36,7 @@ class Testbed:
         self.known_hosts_path = str(workdir / "known_hosts")
         self.timings: dict[str, float] = {}
         self.cts: dict[int, Container] = {}
+        self.fresh: set[int] = set()  # the CTs reset for the test now running
         self.proxies: list[TcpProxy] = []
         self.api: Any = None
         begin = time.monotonic()
@@ -81,6 +83,18 @@ class Testbed:
     def reset(self, vmid: int) -> float:
         """Pristine, running, SSH answering; returns the seconds it took."""
         return self.ct(vmid).reset()
+
+    def pristine(self, *vmids: int) -> list[Container]:
+        """The CTs ``vmids`` pristine and running for this test: each reset once, several side by side
+        (each is mostly waiting for its own boot)."""
+        todo = [vmid for vmid in vmids if vmid not in self.fresh]
+        if len(todo) == 1:
+            self.reset(todo[0])
+        elif todo:
+            with ThreadPoolExecutor(len(todo)) as pool:
+                list(pool.map(self.reset, todo))  # the first failure is raised
+        self.fresh.update(todo)
+        return [self.ct(vmid) for vmid in vmids]
 
     def stop(self, vmid: int) -> None:
         self.ct(vmid).stop()
@@ -193,18 +207,25 @@ def testbed() -> Iterator[Testbed]:
 def _heal_testbed(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "testbed" in request.fixturenames:
-        request.getfixturevalue("testbed").heal()
+        bed = request.getfixturevalue("testbed")
+        bed.fresh.clear()  # whatever this test did, the next one resets the CTs it asks for
+        bed.heal()
 
 
 @pytest.fixture
 def ct200(testbed: Testbed) -> Container:
     """CT 200, reset to pristine and running."""
-    testbed.reset(200)
-    return testbed.ct(200)
+    return testbed.pristine(200)[0]
 
 
 @pytest.fixture
 def ct201(testbed: Testbed) -> Container:
     """CT 201, reset to pristine and running."""
-    testbed.reset(201)
-    return testbed.ct(201)
+    return testbed.pristine(201)[0]
+
+
+@pytest.fixture
+def ct_pair(testbed: Testbed) -> tuple[Container, Container]:
+    """CTs 200 and 201, both reset to pristine and running (side by side)."""
+    first, second = testbed.pristine(200, 201)
+    return first, second
