@@ -1,17 +1,21 @@
-"""The whole suite as two groups at once: the testbed's tests (real LXC containers, mostly waiting on them) and
-the local ones, each in a pytest process of its own. Each group's output is printed whole once it ends, then the
-slowest tests of each group (setup, call and teardown together), the time per group and one closing line with the
-totals.
+"""The whole suite as groups run at once: the testbed's tests (real LXC containers, mostly waiting on them) and
+the local ones, each in a pytest process of its own. The testbed's tests are two groups, ``testbed`` and
+``testbed-b``, each with a testbed of its own (the second in namespaces of its own: ``tests/testbed/instance.py``;
+which files go where: ``SECOND_SHARD`` in ``tests/integration/conftest.py``), unless LXC cannot run here or
+``ORCH_TESTBED_SPLIT=0``. Each group's output is printed whole once it ends, then the slowest tests of each group
+(setup, call and teardown together), the time per group and one closing line with the totals.
 
     python tests/groups.py              # what `make test` runs
-    python tests/groups.py -x -k keeper # arguments go to both pytest processes
+    python tests/groups.py -x -k keeper # arguments go to every pytest process
 
-The exit code is 0 only when both groups passed (a group that selects no test counts as passed).
+The exit code is 0 only when every group passed (a group that selects no test counts as passed).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,7 +24,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-GROUPS = (("testbed", ["-m", "testbed"]), ("local", ["-m", "not testbed"]))
+sys.path.insert(0, str(REPO))  # run as a script: the tests package is imported from the checkout
 NO_TESTS = 5  # pytest's exit code when nothing was selected
 COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
 SLOWEST = 15  # tests listed per group at the end: CI's output is the only record of where the time went
@@ -59,14 +63,45 @@ def test_id(classname: str, name: str) -> str:
     return f"{classname}::{name}"
 
 
+def groups() -> list[tuple[str, list[str], dict[str, str], str | None]]:
+    """Each group: name, pytest's selection, its environment, the testbed instance it runs in (None: this one)."""
+    testbed, local = ["-m", "testbed"], ["-m", "not testbed"]
+    if not split_testbed():
+        return [("testbed", testbed, {}, None), ("local", local, {}, None)]
+    return [("testbed", testbed, {"ORCH_TESTBED_SHARD": "a"}, None), ("local", local, {}, None),
+            ("testbed-b", testbed, {"ORCH_TESTBED_SHARD": "b"}, "b")]
+
+
+def split_testbed() -> bool:
+    from tests.testbed import lxc
+
+    wanted = os.environ.get("ORCH_TESTBED_SPLIT", "1") != "0"
+    return wanted and lxc.lxc_problem() is None and shutil.which("unshare") is not None
+
+
+def ready_base() -> None:
+    """The base image, built here if missing: the second testbed has no network to build it."""
+    from tests.testbed import lxc
+
+    try:
+        lxc.ensure_base()
+    except lxc.TestbedError:
+        pass  # each testbed group reports it
+
+
 def main(argv: list[str]) -> int:
+    from tests.testbed.instance import wrap
+
     scratch = tempfile.TemporaryDirectory(prefix="orch-groups-")
     started = []
-    for name, select in GROUPS:
+    for name, select, env, instance in groups():
+        if instance is not None:
+            ready_base()  # the other groups are running meanwhile
         log = tempfile.TemporaryFile()
         report = Path(scratch.name) / f"{name}.xml"
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", f"--junitxml={report}", *select, *argv],
-                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        command = [sys.executable, "-m", "pytest", "-q", f"--junitxml={report}", *select, *argv]
+        proc = subprocess.Popen(wrap(instance, command) if instance else command, cwd=REPO, stdout=log,
+                                stderr=subprocess.STDOUT, env=dict(os.environ, **env))
         started.append((name, proc, log, time.monotonic()))
     ended: dict[str, float] = {}
     while len(ended) < len(started):
@@ -93,7 +128,7 @@ def main(argv: list[str]) -> int:
     print("\n===== time per group =====")
     for name, code, took, counts in results:
         shown = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no summary"
-        print(f"{name:8} {took / 60:5.1f} min   {shown} (exit {code})")
+        print(f"{name:9} {took / 60:5.1f} min   {shown} (exit {code})")
     passed = sum(c.get("passed", 0) for *_, c in results)
     failed = sum(c.get("failed", 0) + c.get("errors", 0) for *_, c in results)
     skipped = sum(c.get("skipped", 0) for *_, c in results)

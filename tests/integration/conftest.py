@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -26,6 +26,28 @@ from tests.testbed.node import Node
 from tests.testbed.proxy import TcpProxy
 
 VMIDS = (200, 201)
+
+# `make test` runs the testbed's tests in two processes at once, each with a testbed of its own
+# (``tests/testbed/instance.py``): ORCH_TESTBED_SHARD=b runs these files, =a all the others. The second testbed
+# has no network, so the files that install torch or orch's dependencies stay in the first.
+SECOND_SHARD = frozenset({
+    "test_chaos_ct.py", "test_checkpoint_mounts_ct.py", "test_ct_cache_ct.py", "test_first_deploy_ct.py",
+    "test_follow_remote.py", "test_frozen_ct.py", "test_gc_ct.py", "test_into_ct.py", "test_jump_hosts.py",
+    "test_keeper_ct.py", "test_ssh_auth_ct.py", "test_transports.py", "test_trust_ct.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shard = os.environ.get("ORCH_TESTBED_SHARD")
+    if shard not in ("a", "b"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if (item.path.name in SECOND_SHARD) == (shard == "b") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
 
 class Testbed:
     """Handles on the running testbed; see the module docstring of ``tests/testbed/lxc.py``."""

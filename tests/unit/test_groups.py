@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -12,8 +13,9 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 def test_the_slowest_tests_of_each_group_are_listed_at_the_end(tmp_path):
     selection = ["tests/unit/test_jumps.py", "-k", "hops_are_read or none_and_empty", "-p", "no:cacheprovider"]
+    env = dict(os.environ, ORCH_TESTBED_SPLIT="0")  # one testbed group: no second testbed for this
     proc = subprocess.run([sys.executable, "tests/groups.py", *selection], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     # after both groups' own output, before the time per group: one line per test, longest first, as pytest ids
