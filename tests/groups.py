@@ -85,7 +85,7 @@ def ready_base() -> None:
 
     try:
         lxc.ensure_base()
-    except lxc.TestbedError:
+    except (lxc.TestbedError, OSError, subprocess.SubprocessError):
         pass  # each testbed group reports it
 
 
