@@ -163,6 +163,15 @@ class KeptTransport(Transport):
         self.stats.connections += answer.get("connections", 0)
         return None
 
+    def alive(self) -> bool:
+        return self._direct.alive() if self._direct is not None else True
+
+    def open_channel(self, argv: list[str] | None, *, pty: tuple[str, int, int] | None = None) -> Any:
+        return self.direct().open_channel(argv, pty=pty)
+
+    def open_tunnel(self, host: str, port: int, origin: tuple[str, int]) -> Any:
+        return self.direct().open_tunnel(host, port, origin)
+
     def close(self) -> None:
         if self._direct is not None:
             self._direct.close()

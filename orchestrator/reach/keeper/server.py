@@ -191,11 +191,11 @@ class Keeper:
         out = []
         for held in items:
             t = held.transport
-            alive = t._conn is not None and t._conn.transport is not None and t._conn.transport.is_active()
+            alive = t.alive()
             out.append({"target": t.description, "role": held.spec.get("role"), "alive": alive,
                         "since": held.since, "last": held.last, "commands": held.commands,
                         "connections": t.stats.connections, "reopened": held.reopened,
-                        "local_port": _local_port(t) if alive else None, "agents": self.residents.names(t)})
+                        "local_port": t.local_port() if alive else None, "agents": self.residents.names(t)})
         return out
 
     def close(self, match: str | None) -> int:
@@ -221,14 +221,6 @@ class Keeper:
             server.close()
             self.close(None)
         return 0
-
-
-def _local_port(transport: Any) -> int | None:
-    """This end's TCP port of a held connection (None through a jump host or a ProxyCommand)."""
-    try:
-        return int(transport._conn.transport.sock.getsockname()[1])
-    except (AttributeError, OSError, TypeError, IndexError):
-        return None
 
 
 class Replay:
