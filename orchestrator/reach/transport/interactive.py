@@ -44,6 +44,7 @@ def direct(transport: Transport) -> Transport:
     """A terminal or a port forward needs a connection of its own, not one the keeper holds."""
     return transport.direct()
 
+
 _SSH_SHELL = 'exec "${SHELL:-/bin/sh}" -l'
 
 
