@@ -57,13 +57,16 @@ def main() -> None:
         run(bed, work, a.runs)
     finally:
         from orchestrator.reach.keeper import client
+        from orchestrator.warm import client as warm_client
 
+        warm_client.close()
         client.close(None)
         bed.teardown()
 
 
 def run(bed, work: Path, runs: int) -> None:
     from orchestrator.reach.keeper import client
+    from orchestrator.warm import client as warm_client
 
     ct = bed.ct(200)
     proj = work / "proj"
@@ -104,7 +107,7 @@ user = "root"
     def keeper_up() -> None:
         orch("status")
         deadline = time.monotonic() + 30
-        while not (client.keepers() and client.warm_processes()):
+        while not (client.keepers() and warm_client.processes()):
             if time.monotonic() > deadline:
                 raise SystemExit("no keeper started")
             time.sleep(0.05)
@@ -127,7 +130,7 @@ user = "root"
     subprocess.run(["ssh", *opts, *master, "-O", "exit", dest], capture_output=True)
     subprocess.run(["ssh", *opts, dest, "tmux kill-server"], capture_output=True)
 
-    close = lambda: client.close(None)  # noqa: E731
+    close = lambda: (warm_client.close(), client.close(None))  # noqa: E731
     cold_deploy = median_ms(changed, runs, before=close)
     off = {"ORCH_SSH__PERSIST": "0", "ORCH_WARM": "0"}
     direct_deploy = median_ms(lambda i: changed(i, off), runs)

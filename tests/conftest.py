@@ -36,7 +36,9 @@ def _own_keepers(monkeypatch) -> Iterator[str]:
     monkeypatch.setenv("XDG_RUNTIME_DIR", folder)
     yield folder
     from orchestrator.reach.keeper import client
+    from orchestrator.warm import client as warm_client
 
+    warm_client.close()
     client.close(None)
     for marker in Path(folder, "orch").glob("*.spawned"):
         try:

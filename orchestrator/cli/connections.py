@@ -1,4 +1,5 @@
-"""orch connections list|close: the SSH connections the connection keeper holds for later commands."""
+"""orch connections list|close: the SSH connections the connection keeper holds for later commands, and the
+warm orch processes (each side is asked for its own)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ app = typer.Typer(help="SSH connections held open between commands ([ssh] persis
 def list_(as_json: JsonOpt = False) -> None:
     """The keepers of this user and the connections each holds."""
     from ..reach.keeper import client
+    from ..warm import client as warm_client
 
     found = client.keepers()
-    warm = client.warm_processes()
+    warm = warm_client.processes()
     if as_json:
         render.print_json({"keepers": found, "warm": warm})
         return
@@ -46,6 +48,9 @@ def close(target: Annotated[Optional[str], typer.Argument(help="Only the connect
                                                              "(default: all, and the keepers exit)")] = None) -> None:
     """Close held connections; the next command opens a new one."""
     from ..reach.keeper import client
+    from ..warm import client as warm_client
 
+    if target is None:
+        warm_client.close()
     closed = client.close(target)
     render.out(f"closed {closed} connection(s)" + ("" if target else "; the keepers exited"))

@@ -192,7 +192,7 @@ class AgentClient:
             stdin = itertools.chain([head], payload.open()) if isinstance(payload, Stream) else head + payload
             limit = timeout or self.timeout
             self.calls += 1
-            send = getattr(self.transport, "run_agent", self.transport.run)  # a resident agent, where one serves
+            send = self.transport.run_agent  # a resident agent, where one serves
             if on_frame is not None:
                 frames = Frames(on_frame)
                 result = send(argv, input=stdin, timeout=None, stall=limit, output=frames.feed)

@@ -1,21 +1,40 @@
 """The ``orch`` command's side of the warm process: hand it this terminal and the command, wait for the code.
 
     code = run(["status"])   # None: no warm process took it (run the command here instead)
+    start_later()            # then one starts in the background for the next commands
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import socket
 import struct
 import sys
+from pathlib import Path
 
+from .. import sockets
 from ..errors import OrchError
-from ..reach.keeper import place
 
 CODE = struct.Struct(">i")
+MODULE = "orchestrator.warm.server"  # what a warm process runs: python -m MODULE SOCKET IDLE_SECONDS
+IDLE = 600.0  # s a warm process waits for the next command before it exits
+
+
+def socket_path() -> Path:
+    """The warm orch process's socket: its name covers every file of the installed orch (names, sizes and
+    times), so a changed orch never runs a command in a process that loaded the old one."""
+    pkg = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256(f"{os.path.expanduser('~')}\0{sys.prefix}".encode())
+    for where, dirs, files in os.walk(pkg):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".py", ".yaml")):
+                st = os.stat(os.path.join(where, name))
+                h.update(f"{where}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return sockets.folder() / f"warm-{h.hexdigest()[:12]}{sockets.SUFFIX}"
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
@@ -34,15 +53,12 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
 def run(argv: list[str]) -> int | None:
     """The command's exit code, run by a warm process; None when none took it (nothing was run)."""
     try:
-        path = str(place.warm_socket_path())
+        path = socket_path()
         cwd = os.getcwd()
     except (OrchError, OSError):
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(path)
-    except OSError:
-        sock.close()
+    sock = sockets.connect(path, timeout=None)
+    if sock is None:
         return None
     umask = os.umask(0o022)
     os.umask(umask)
@@ -92,29 +108,34 @@ def _valid(fd: int) -> bool:
 
 def start_later() -> None:
     """Start a warm process in the background for the next commands, unless one is starting already."""
-    import subprocess
-
     try:
-        path = str(place.warm_socket_path())
+        path = socket_path()
     except OrchError:
         return
-    marker = f"{path[:-len(place.SUFFIX)]}.spawned"
-    from ..reach.keeper.client import _starting
+    sockets.spawn(path, MODULE, str(IDLE))
 
-    if _starting(marker):
-        return
+
+def processes() -> list[dict]:
+    """The warm orch processes of this user (any home or orch version): socket and pid."""
     try:
-        log = os.open(f"{path[:-len(place.SUFFIX)]}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        paths = sorted(sockets.folder().glob(f"warm-*{sockets.SUFFIX}"))
+    except OrchError:
+        return []
+    found = []
+    for path in paths:
+        pid = sockets.server_pid(path)
+        if pid is not None:
+            found.append({"socket": str(path), "pid": pid})
+    return found
+
+
+def close() -> int:
+    """Ask every warm orch process of this user to exit (they tidy up their sockets); how many were asked."""
+    asked = 0
+    for item in processes():
         try:
-            pid = subprocess.Popen([sys.executable, "-m", "orchestrator.warm.server", path, str(IDLE)], cwd="/",
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                   start_new_session=True, close_fds=True).pid
-        finally:
-            os.close(log)
-        with open(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-            fh.write(str(pid))
-    except OSError:
-        return
-
-
-IDLE = 600.0  # s a warm process waits for the next command before it exits
+            os.kill(item["pid"], signal.SIGTERM)
+            asked += 1
+        except OSError:
+            pass
+    return asked

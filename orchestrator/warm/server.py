@@ -1,5 +1,5 @@
 """The warm orch process (``python -m orchestrator.warm.server SOCKET IDLE``): orch's modules loaded once,
-a child forked for each command (``launch.py`` sends it).
+a child forked for each command (``client.py`` sends it).
 
 It runs no command itself and starts no thread, so each child begins from the same clean state, as a fresh
 ``orch`` would. The child takes the caller's standard streams, folder, environment and umask, runs the
@@ -9,7 +9,6 @@ The process exits after IDLE seconds without a command, or when its socket is re
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
@@ -18,10 +17,10 @@ import socket
 import struct
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 
+from .. import sockets
 from .client import CODE
 
 PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.status", "orchestrator.cli.logs",
@@ -107,31 +106,15 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
 
 
 def serve(path: Path, idle: float) -> int:
-    lock_fd = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    server = sockets.Server(path)
+    if not server.claim():
         return 0  # another one took this socket a moment ago
-    _preload()
-    path.unlink(missing_ok=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
     try:
-        listener.bind(str(path))
-    finally:
-        os.umask(old)
-    listener.listen(64)
-    listener.settimeout(0.5)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped as they end
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # orch connections close: tidy up and go
-    last = time.monotonic()
-    try:
-        while time.monotonic() - last < idle and path.exists():
-            try:
-                conn, _ = listener.accept()
-            except socket.timeout:
-                continue
-            last = time.monotonic()
+        _preload()
+        server.bind()
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped as they end
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # orch connections close: tidy up and go
+        for conn in server.connections(idle):
             conn.settimeout(5)
             try:
                 head, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
@@ -153,22 +136,14 @@ def serve(path: Path, idle: float) -> int:
                 continue
             conn.settimeout(None)
             if os.fork() == 0:
-                listener.close()
+                server.close_in_child()
                 _child(conn, fds, request)
             for fd in fds:
                 os.close(fd)
             conn.close()
     finally:
-        path.unlink(missing_ok=True)
-        listener.close()
-        from ..reach.keeper.server import _tidy
-
-        _tidy(str(path))
-        os.close(lock_fd)
+        server.close()
     return 0
-
-
-
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.reach.keeper import place
+from orchestrator.warm import client as warm_client
 from tests.conftest import run_on_pty, wait_for
 
 ORCH = str(Path(sys.executable).parent / "orch")
@@ -32,7 +32,7 @@ def forks() -> list[int]:
                 state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
             except OSError:
                 continue
-            if b"orchestrator.warm.server" in cmd and str(place.warm_socket_path()).encode() in cmd \
+            if b"orchestrator.warm.server" in cmd and str(warm_client.socket_path()).encode() in cmd \
                     and state not in (b"Z", b"X"):
                 out.append(int(entry.name))
     return out
@@ -40,7 +40,7 @@ def forks() -> list[int]:
 
 def warm_up(project) -> None:
     assert orch(project, "experiments", "list").returncode == 0
-    wait_for(lambda: place.warm_socket_path().exists() and forks(), timeout=30, what="the warm process")
+    wait_for(lambda: warm_client.socket_path().exists() and forks(), timeout=30, what="the warm process")
 
 
 def test_commands_run_in_a_fork_with_the_same_output_and_exit_codes(project):
@@ -85,18 +85,18 @@ def test_a_prompt_on_a_terminal_and_a_killed_caller(project):
 
 def test_a_changed_orch_is_never_served_by_the_old_warm_process(project):
     warm_up(project)
-    old = place.warm_socket_path()
-    source = Path(place.__file__).parents[2] / "warm" / "server.py"
+    old = warm_client.socket_path()
+    source = Path(warm_client.__file__).parent / "server.py"
     st = source.stat()
     os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     try:
-        new = place.warm_socket_path()
+        new = warm_client.socket_path()
         assert new != old and not new.exists()
         assert orch(project, "experiments", "list").returncode == 0  # here, not in the old process
         wait_for(lambda: new.exists(), timeout=30, what="a warm process for the changed orch")
     finally:
         os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert place.warm_socket_path() == old
+    assert warm_client.socket_path() == old
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not old.exists():
         time.sleep(0.1)

@@ -72,3 +72,87 @@ def test_orch_help_loads_no_heavy_module():
             "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in %r)))" % (HEAVY + ("pydantic",),))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def _private_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines: its functions and methods, and what it assigns to ``self._x``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                isinstance(node.value, ast.Name) and node.value.id == "self":
+            names.add(node.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _transport_privates() -> dict[str, str]:
+    """Each private attribute or method of a ``Transport`` class in the package, and the module defining it."""
+    classes = {}
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = (node, rel(path))
+    transports = {"Transport"}
+    while True:
+        more = {name for name, (node, _) in classes.items()
+                if any(isinstance(b, ast.Name) and b.id in transports for b in node.bases)} - transports
+        if not more:
+            break
+        transports |= more
+    owners = {}
+    for name in transports:
+        node, where = classes[name]
+        for private in _private_names(node):
+            owners.setdefault(private, where)
+    return owners
+
+
+def test_no_module_touches_another_modules_transport_private_attributes():
+    owners = _transport_privates()
+    assert {"_connection", "_timeout", "_conn", "_drop", "_direct"} <= owners.keys()  # the test sees them
+    for path in PKG.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        own = _private_names(tree)
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name)
+                                                        and node.value.id in ("self", "cls")):
+                name = node.attr
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) > 1 and \
+                    isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                name = node.args[1].value
+            if name in owners and name not in own and owners[name] != rel(path):
+                raise AssertionError(f"{rel(path)}:{node.lineno} touches {name}, private to a transport in "
+                                     f"{owners[name]}; use the public Transport surface (reach/transport/base.py)")
+
+
+def _modules(path: Path) -> list[str]:
+    """What a module imports, as absolute names (``from ... import warm`` in reach/keeper/x.py:
+    ``orchestrator.warm``)."""
+    here = ["orchestrator", *path.relative_to(PKG).parent.parts]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*here[:len(here) - node.level + 1], *([node.module] if node.module else [])]) \
+                if node.level else node.module or ""
+            out += [f"{base}.{a.name}" for a in node.names]
+    return out
+
+
+def test_the_keeper_and_the_warm_process_keep_to_their_own_sides():
+    forbidden = ("orchestrator.records", "orchestrator.launch", "orchestrator.cli", "orchestrator.warm",
+                 "orchestrator.watch", "typer", "rich", "sqlite3")
+    for path in (PKG / "reach" / "keeper").glob("*.py"):
+        for module in _modules(path):
+            assert not module.startswith(forbidden), f"{rel(path)} imports {module}"
+        assert "warm" not in path.read_text().lower(), f"{rel(path)} knows about the warm process"
+    for path in (PKG / "warm").glob("*.py"):
+        for module in _modules(path):
+            assert not module.startswith("orchestrator.reach.keeper"), f"{rel(path)} borrows from the keeper: {module}"
+    for module in _modules(PKG / "sockets.py"):  # a helper either side may use: the standard library only
+        assert module.startswith(("orchestrator.errors.", "__future__.")) or \
+            module.split(".")[0] in sys.stdlib_module_names, f"sockets.py imports {module}"

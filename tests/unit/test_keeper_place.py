@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import sockets
 from orchestrator.errors import SafetyError
 from orchestrator.reach.keeper import client, place
 
@@ -48,7 +49,7 @@ def test_two_users_get_folders_of_their_own_and_cannot_reach_each_other(monkeypa
                               start_new_session=True)
     try:
         deadline = time.monotonic() + 20
-        while client._connect(str(mine)) is None:
+        while sockets.connect(mine) is None:
             assert time.monotonic() < deadline and keeper.poll() is None, "the keeper did not listen"
             time.sleep(0.05)
         code = ("import json, socket; from orchestrator.reach.keeper import place\n"
@@ -82,9 +83,9 @@ def test_a_folder_another_user_owns_or_others_can_read_is_refused(monkeypatch, t
         os.chown(runtime / "orch", os.getuid(), os.getgid())
         os.chmod(runtime / "orch", 0o755)
         with pytest.raises(SafetyError, match="mode 755"):
-            place.folder()
+            sockets.folder()
         os.chmod(runtime / "orch", 0o700)
-        assert place.folder() == runtime / "orch"
+        assert sockets.folder() == runtime / "orch"
     finally:
         shutil.rmtree(runtime)
 
@@ -98,5 +99,5 @@ def test_the_socket_name_follows_the_home_folder(monkeypatch):
 
 def test_a_runtime_folder_too_long_for_a_socket_path_falls_back_to_tmp(monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/" + "x" * 90)
-    assert place.folder() == Path(f"/tmp/orch-{os.getuid()}")
+    assert sockets.folder() == Path(f"/tmp/orch-{os.getuid()}")
     assert len(str(place.socket_path())) < 100

@@ -13,77 +13,24 @@ import base64
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from typing import Any, Callable
 
-from ... import errors
+from ... import errors, sockets
 from ...errors import OrchError, TransportError
 from ..transport.base import Input, Output, Result, Transport, pieces
 from . import place, wire
-
-SPAWN_WAIT = 10.0  # s a keeper being started is given before another command starts one
-
-
-def _connect(path: str, timeout: float = 2.0) -> socket.socket | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(path)
-    except OSError:
-        sock.close()
-        return None
-    sock.settimeout(None)
-    return sock
-
-
-def spawn(path: str, persist: float) -> int:
-    """Start a keeper for ``path`` in a session of its own (Ctrl-C in this terminal does not reach it)."""
-    log = os.open(f"{path[:-len(place.SUFFIX)]}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        return subprocess.Popen([sys.executable, "-m", "orchestrator.reach.keeper", path, str(persist)], cwd="/",
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                start_new_session=True, close_fds=True).pid
-    finally:
-        os.close(log)
 
 
 def keeper(persist: float) -> socket.socket | None:
     """A connection to this user's keeper. When none listens, one is started in the background for the next
     commands and None returned: this command connects directly rather than wait for it."""
     try:
-        path = str(place.socket_path())
+        path = place.socket_path()
     except OrchError:
         return None
-    sock = _connect(path)
-    if sock is not None:
-        return sock
-    marker = f"{path[:-len(place.SUFFIX)]}.spawned"
-    if _starting(marker):
-        return None
-    try:
-        with open(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-            fh.write(str(spawn(path, persist)))
-    except OSError:
-        pass
-    return None
-
-
-def _starting(marker: str) -> bool:
-    """Whether a keeper started a moment ago is still coming up: commands meanwhile do not start more."""
-    try:
-        with open(marker) as fh:
-            pid = int(fh.read().strip() or 0)
-        if time.time() - os.stat(marker).st_mtime >= SPAWN_WAIT or pid <= 0:
-            return False
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return state not in (b"Z", b"X") and b"orchestrator.reach.keeper" in fh.read()
-    except (OSError, ValueError, IndexError):
-        return False  # no marker, or its keeper is gone (crashed, or exited idle)
+    return sockets.connect_or_spawn(path, place.MODULE, str(persist))
 
 
 class KeptTransport(Transport):
@@ -216,6 +163,15 @@ class KeptTransport(Transport):
         self.stats.connections += answer.get("connections", 0)
         return None
 
+    def alive(self) -> bool:
+        return self._direct.alive() if self._direct is not None else True
+
+    def open_channel(self, argv: list[str] | None, *, pty: tuple[str, int, int] | None = None) -> Any:
+        return self.direct().open_channel(argv, pty=pty)
+
+    def open_tunnel(self, host: str, port: int, origin: tuple[str, int]) -> Any:
+        return self.direct().open_tunnel(host, port, origin)
+
     def close(self) -> None:
         if self._direct is not None:
             self._direct.close()
@@ -252,24 +208,15 @@ def ask(sock: socket.socket, request: dict) -> Any:
 def keepers() -> list[dict]:
     """Every live keeper of this user (any home or orch version), with its connections. Sockets left by a
     keeper that crashed are removed."""
-    import fcntl
-
     found = []
     try:
-        paths = place.sockets()
+        paths = place.socket_paths()
     except OrchError:
         return []
     for path in paths:
-        sock = _connect(str(path))
+        sock = sockets.connect(path)
         if sock is None:
-            lock = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody serves it: a crashed keeper's
-                path.unlink(missing_ok=True)
-            except OSError:
-                pass  # a keeper is starting on it
-            finally:
-                os.close(lock)
+            sockets.remove_if_stale(path)
             continue
         try:
             answer = ask(sock, {"op": "list"})
@@ -281,40 +228,11 @@ def keepers() -> list[dict]:
     return found
 
 
-def warm_processes() -> list[dict]:
-    """The warm orch processes of this user (see ``warm.py``): socket and pid."""
-    found = []
-    try:
-        paths = sorted(place.folder().glob(f"warm-*{place.SUFFIX}"))
-    except OrchError:
-        return []
-    for path in paths:
-        marker = f"{str(path)[:-len(place.SUFFIX)]}.spawned"
-        try:
-            with open(marker) as fh:
-                pid = int(fh.read().strip())
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if str(path).encode() in fh.read():
-                    found.append({"socket": str(path), "pid": pid})
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def close(match: str | None = None) -> int:
-    """Close the held connections whose target matches ``match`` (all, and their keepers and the warm orch
-    processes, when None)."""
-    if match is None:
-        import signal
-
-        for item in warm_processes():
-            try:
-                os.kill(item["pid"], signal.SIGTERM)
-            except OSError:
-                pass
+    """Close the held connections whose target matches ``match`` (all, and their keepers exit, when None)."""
     closed = 0
     for item in keepers():
-        sock = _connect(item["socket"])
+        sock = sockets.connect(item["socket"])
         if sock is None:
             continue
         try:

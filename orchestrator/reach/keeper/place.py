@@ -1,38 +1,18 @@
-"""Where keepers listen: a 0700 folder of this user's (``$XDG_RUNTIME_DIR/orch``, else ``/tmp/orch-<uid>``),
-one socket per keeper. A keeper serves one home folder and one version of orch, so the socket name carries both:
-a new orch never talks to an old keeper (the old one idles out), and two users never share one.
+"""Where keepers listen: one socket per keeper in this user's private folder (``sockets.folder``). A keeper
+serves one home folder and one version of orch, so the socket name carries both: a new orch never talks to an
+old keeper (the old one idles out), and two users never share one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import sys
 from pathlib import Path
 
-from ...errors import SafetyError
+from ... import sockets
 
-SUFFIX = ".sock"
-MAX_FOLDER = 70
-
-
-def folder() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    if not os.path.isabs(runtime) or len(runtime) > MAX_FOLDER:  # a socket path has room for ~100 bytes
-        runtime = ""
-    base = Path(runtime) / "orch" if runtime else Path(f"/tmp/orch-{os.getuid()}")
-    try:
-        base.mkdir(mode=0o700, parents=runtime != "", exist_ok=True)
-    except OSError as exc:
-        raise SafetyError(f"cannot create the keeper folder {base}: {exc.strerror}",
-                          hint="set [ssh] persist = 0 to connect directly, or fix XDG_RUNTIME_DIR") from exc
-    info = base.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-        raise SafetyError(f"the keeper folder {base} is not a private folder of this user (owner {info.st_uid}, "
-                          f"mode {stat.S_IMODE(info.st_mode):o})",
-                          hint="remove it (another user may have made it), or set [ssh] persist = 0")
-    return base
+MODULE = "orchestrator.reach.keeper"  # what a keeper runs: python -m MODULE SOCKET IDLE_SECONDS
 
 
 def code_digest() -> str:
@@ -40,7 +20,9 @@ def code_digest() -> str:
     if "digest" not in _CACHE:
         pkg = Path(__file__).resolve().parent.parent
         h = hashlib.sha256(sys.prefix.encode())  # the installation: its python and its SSH libraries
-        for path in sorted([*(pkg / "keeper").glob("*.py"), *(pkg / "transport").glob("*.py"), pkg.parent / "errors.py"]):
+        top = pkg.parent
+        for path in sorted([*(pkg / "keeper").glob("*.py"), *(pkg / "transport").glob("*.py"), top / "errors.py",
+                            top / "sockets.py"]):
             h.update(path.read_bytes())
         _CACHE["digest"] = h.hexdigest()[:12]
     return _CACHE["digest"]
@@ -52,23 +34,9 @@ _CACHE: dict[str, str] = {}
 def socket_path() -> Path:
     home = os.path.expanduser("~")
     name = hashlib.sha256(f"{home}\0{code_digest()}".encode()).hexdigest()[:12]
-    return folder() / f"keeper-{name}{SUFFIX}"
+    return sockets.folder() / f"keeper-{name}{sockets.SUFFIX}"
 
 
-def warm_socket_path() -> Path:
-    """The warm orch process's socket: its name covers every file of the installed orch (names, sizes and
-    times), so a changed orch never runs a command in a process that loaded the old one."""
-    pkg = Path(__file__).resolve().parents[2]
-    h = hashlib.sha256(f"{os.path.expanduser('~')}\0{sys.prefix}".encode())
-    for where, dirs, files in os.walk(pkg):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".py", ".yaml")):
-                st = os.stat(os.path.join(where, name))
-                h.update(f"{where}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return folder() / f"warm-{h.hexdigest()[:12]}{SUFFIX}"
-
-
-def sockets() -> list[Path]:
+def socket_paths() -> list[Path]:
     """Every keeper socket in this user's folder (keepers of other homes or versions too)."""
-    return sorted(folder().glob(f"keeper-*{SUFFIX}"))
+    return sorted(sockets.folder().glob(f"keeper-*{sockets.SUFFIX}"))

@@ -11,7 +11,6 @@ like a one-shot call would (no further step starts) and exits, and the next requ
 
 from __future__ import annotations
 
-import shlex
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -35,9 +34,7 @@ class Resident:
     def __init__(self, transport: Any, argv: list[str]) -> None:
         self.transport = transport
         self.argv = argv
-        conn = transport._connection()
-        self.chan = conn.transport.open_session(timeout=transport._timeout)
-        self.chan.exec_command(shlex.join([*argv, "serve"]))
+        self.chan = transport.open_channel([*argv, "serve"])
         self.chan.settimeout(0.25)
         self.buf = bytearray()
         self.busy = True
@@ -190,9 +187,13 @@ class Residents:
         """A new resident, checked with an empty request; None when it does not serve (it exited: the agent
         file is missing, its python refuses). A target that does not answer in time is a timeout, as for a
         one-shot call: trying one-shot as well would only wait again."""
-        wait = limit if limit is not None else float(transport._timeout) * 3  # as long as the request may take
+        from ..transport.ssh import NotStartedError
+
+        wait = limit if limit is not None else transport.answer_timeout * 3  # as long as the request may take
         try:
             resident = Resident(transport, argv)
+        except NotStartedError:  # the held connection had died: one-shot, which reopens it
+            return None
         except OrchError:
             raise
         except Exception:

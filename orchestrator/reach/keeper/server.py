@@ -11,7 +11,6 @@ would be.
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import os
 import socket
@@ -21,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ... import sockets
 from ...errors import OrchError, TransportError
 from . import wire
-from .place import SUFFIX
 from .resident import Residents, Stale
 
 TRUST_FILES = ("~/.ssh/config", "/etc/ssh/ssh_config")
@@ -61,7 +60,7 @@ class Keeper:
         self.held: dict[str, Held] = {}
         self.lock = threading.Lock()
         self.active = 0
-        self.last = time.monotonic()
+        self.server: sockets.Server | None = None
         self.started = time.time()
         self.stopping = threading.Event()
         self.residents = Residents()
@@ -123,9 +122,10 @@ class Keeper:
             pass
         finally:
             conn.close()
+            if self.server is not None:
+                self.server.touch()  # before it counts as done: the idle clock starts from its end
             with self.lock:
                 self.active -= 1
-                self.last = time.monotonic()
 
     def _answer(self, conn: socket.socket, request: dict) -> None:
         op = request.get("op")
@@ -191,11 +191,11 @@ class Keeper:
         out = []
         for held in items:
             t = held.transport
-            alive = t._conn is not None and t._conn.transport is not None and t._conn.transport.is_active()
+            alive = t.alive()
             out.append({"target": t.description, "role": held.spec.get("role"), "alive": alive,
                         "since": held.since, "last": held.last, "commands": held.commands,
                         "connections": t.stats.connections, "reopened": held.reopened,
-                        "local_port": _local_port(t) if alive else None, "agents": self.residents.names(t)})
+                        "local_port": t.local_port() if alive else None, "agents": self.residents.names(t)})
         return out
 
     def close(self, match: str | None) -> int:
@@ -209,61 +209,18 @@ class Keeper:
         return len(dropped)
 
     def serve(self) -> int:
-        lock_fd = os.open(f"{self.path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        server = sockets.Server(self.path)
+        if not server.claim():
             return 0  # another keeper took this socket a moment ago
+        self.server = server
         try:
-            self.path.unlink()  # a keeper that crashed left its socket behind
-        except FileNotFoundError:
-            pass
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            listener.bind(str(self.path))
-        finally:
-            os.umask(old)
-        listener.listen(64)
-        listener.settimeout(0.5)
-        try:
-            while not self.stopping.is_set():
-                try:
-                    conn, _ = listener.accept()
-                except socket.timeout:
-                    with self.lock:
-                        idle = self.active == 0 and time.monotonic() - self.last > self.idle
-                    if idle or not self.path.exists():  # idle, or its folder was removed: nobody can reach it
-                        break
-                    continue
-                conn.settimeout(None)
+            server.bind()
+            for conn in server.connections(self.idle, busy=lambda: self.active > 0, stop=self.stopping):
                 threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
         finally:
-            self.path.unlink(missing_ok=True)  # ours: the lock keeps any other keeper from binding it
-            listener.close()
-            _tidy(str(self.path))
-            os.close(lock_fd)
+            server.close()
             self.close(None)
         return 0
-
-
-def _tidy(path: str) -> None:
-    """Remove this keeper's start marker, and its log when nothing was written to it."""
-    stem = path[:-len(SUFFIX)] if path.endswith(SUFFIX) else path
-    for name, only_empty in ((f"{stem}.spawned", False), (f"{stem}.log", True)):
-        try:
-            if not only_empty or os.path.getsize(name) == 0:
-                os.unlink(name)
-        except OSError:
-            pass
-
-
-def _local_port(transport: Any) -> int | None:
-    """This end's TCP port of a held connection (None through a jump host or a ProxyCommand)."""
-    try:
-        return int(transport._conn.transport.sock.getsockname()[1])
-    except (AttributeError, OSError, TypeError, IndexError):
-        return None
 
 
 class Replay:

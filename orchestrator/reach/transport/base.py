@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
+
+from ...errors import InputError
 
 #: what a command reads on stdin: bytes, or a stream of byte chunks (sent as they are produced)
 Input = Union[bytes, Iterable[bytes], None]
@@ -57,6 +59,11 @@ class TransportStats:
 class Transport(abc.ABC):
     """Runs argument lists on one target.
 
+    Besides ``run`` and ``put``: ``run_agent`` (an agent call), ``direct`` (the transport with a connection of its
+    own), ``connect``/``alive``/``local_port`` (the connection), ``open_channel``/``open_tunnel`` (streams left to
+    the caller: terminals, resident agents, port forwards). Code outside this package uses only these, never a
+    transport's private attributes.
+
     ``run`` raises ``TransportError`` (or ``TransportTimeout``) only when the target could not be
     reached or did not answer in time; a command's own failure is a ``Result`` with a non-zero code.
     ``timeout`` bounds the whole command; ``stall`` bounds the time without progress (a byte sent or
@@ -84,6 +91,47 @@ class Transport(abc.ABC):
 
         The parent directory is created when missing.
         """
+
+    def run_agent(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
+                  stall: float | None = None, output: Output = None) -> Result:
+        """``run`` for an agent call; a transport that can hand it to an agent already serving there does."""
+        given = {k: v for k, v in (("stall", stall), ("output", output)) if v is not None}
+        return self.run(argv, input=input, timeout=timeout, **given)  # only these: a run may take no more
+
+    def direct(self) -> "Transport":
+        """The transport that holds a connection of its own (a terminal or a port forward needs one): itself,
+        unless its commands go through another process."""
+        return self
+
+    def connect(self) -> None:
+        """Reach the target now rather than on first use (a no-op where there is no connection to open)."""
+
+    def alive(self) -> bool:
+        """Whether the connection is open now (one that was never opened, or was lost, is not)."""
+        return True
+
+    def local_port(self) -> int | None:
+        """This end's TCP port of the open connection, where there is one."""
+        return None
+
+    @property
+    def answer_timeout(self) -> float:
+        """Seconds the target is given to answer a new connection or channel."""
+        return 10.0
+
+    def open_channel(self, argv: list[str] | None, *, pty: tuple[str, int, int] | None = None) -> Any:
+        """``argv`` started on a channel of its own, its streams left to the caller as they come: what a
+        terminal, a streamed command and a resident agent need. ``pty`` (term, columns, rows) asks for a
+        terminal first; ``argv`` None is a login shell on it. The channel is the SSH library's
+        (``send``/``recv``/``recv_stderr``/``recv_exit_status``, ``close``)."""
+        raise InputError(f"cannot open an interactive session through {self.description}",
+                         hint="reach the node over SSH ([proxmox] node_ssh)")
+
+    def open_tunnel(self, host: str, port: int, origin: tuple[str, int]) -> Any:
+        """A channel to ``host:port`` as the target sees it, for a connection from ``origin`` (what ``ssh -L``
+        carries); a channel as ``open_channel``'s."""
+        raise InputError(f"cannot forward a port through {self.description}",
+                         hint="forward through an SSH target")
 
     def close(self) -> None:
         """Release the connection, if any. Safe to call twice."""

@@ -7,16 +7,15 @@
     forward(ssh, host, port, …) 127.0.0.1:LOCAL here -> host:port as seen from the SSH destination
 
 A CT reached through its node is the node's transport with ``pct exec <vmid> --`` in front of the argv
-(``pct exec`` gives the command a PTY in the CT when its own stdin is one). paramiko is imported inside
-functions and its failures become ``TransportError`` here; the SSH connection is ``SshTransport``'s own,
-opened with its host-key checks.
+(``pct exec`` gives the command a PTY in the CT when its own stdin is one). The channels come from the
+transport's ``open_channel``/``open_tunnel`` (``ssh.py`` quotes the command and translates paramiko's failures);
+the SSH connection is ``SshTransport``'s own, opened with its host-key checks.
 """
 
 from __future__ import annotations
 
 import os
 import select
-import shlex
 import signal
 import socket
 import subprocess
@@ -27,7 +26,7 @@ from typing import Any, Callable
 from ...errors import InputError, TransportError
 from .base import Transport
 from .local import LocalTransport
-from .pct import PctTransport
+from .pct import LOGIN_SHELL, PctTransport
 from .ssh import SshTransport
 
 _CHUNK = 1 << 15
@@ -43,11 +42,9 @@ def route(transport: Transport, argv: list[str]) -> tuple[Transport, list[str]]:
 
 def direct(transport: Transport) -> Transport:
     """A terminal or a port forward needs a connection of its own, not one the keeper holds."""
-    make = getattr(transport, "direct", None)
-    return make() if callable(make) else transport
+    return transport.direct()
 
 
-_PCT_SHELL = 'if command -v bash >/dev/null; then exec bash -l; fi; exec sh -l'
 _SSH_SHELL = 'exec "${SHELL:-/bin/sh}" -l'
 
 
@@ -56,7 +53,7 @@ def terminal(transport: Transport, argv: list[str] | None, cwd: str | None = Non
     to this terminal; its exit code."""
     if argv is None and (cwd is not None or isinstance(transport, PctTransport)) \
             and not isinstance(transport, LocalTransport):  # a constant script; the folder is an argument
-        shell = _PCT_SHELL if isinstance(transport, PctTransport) else _SSH_SHELL
+        shell = LOGIN_SHELL if isinstance(transport, PctTransport) else _SSH_SHELL
         argv = ["sh", "-c", 'cd -- "$1" 2>/dev/null; ' + shell, "sh", cwd or "."]
     if argv is not None and isinstance(transport, PctTransport):  # pct passes the node's env; make TERM ours
         argv = ["env", f"TERM={_term()}", *argv]
@@ -64,18 +61,7 @@ def terminal(transport: Transport, argv: list[str] | None, cwd: str | None = Non
     if isinstance(base, LocalTransport):
         env = {k: v for k, v in os.environ.items() if k != "TMUX"}  # attaching from inside tmux is fine
         return _local(full or [os.environ.get("SHELL") or "/bin/sh", "-l"], env=env, cwd=cwd)
-    chan = _session(base, full)
-    try:
-        cols, rows = _size()
-        chan.get_pty(term=_term(), width=cols, height=rows)
-        if full:
-            chan.exec_command(shlex.join(full))
-        else:
-            chan.invoke_shell()
-    except Exception as exc:
-        chan.close()
-        raise TransportError(f"{base.description} refused a terminal: {exc}",
-                             hint="check the target's sshd (PermitTTY) and retry") from exc
+    chan = base.open_channel(full or None, pty=(_term(), *_size()))
     return _join_terminal(chan, base)
 
 
@@ -98,13 +84,7 @@ def stream(transport: Transport, argv: list[str], cwd: str | None = None, python
     base, full = route(transport, argv)
     if isinstance(base, LocalTransport):
         return _local(full)
-    chan = _session(base, full)
-    try:
-        chan.exec_command(shlex.join(full))
-    except Exception as exc:
-        chan.close()
-        raise TransportError(f"connection to {base.description} lost before {argv[0]} started: {exc}",
-                             hint="check the target and rerun") from exc
+    chan = base.open_channel(full)
     stdin_fd = _fileno(sys.stdin)
     feed = stdin_fd is not None and not os.isatty(stdin_fd)  # a pipe or file: pass it on; a terminal: don't wait
     if not feed:
@@ -120,7 +100,7 @@ def forward(ssh: Transport, host: str, port: int, local_port: int,
     if not isinstance(ssh, SshTransport):
         raise InputError("the target is this machine: its ports are already local",
                          hint=f"open http://127.0.0.1:{port}/ directly")
-    conn = ssh._connection()
+    ssh.connect()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -134,14 +114,14 @@ def forward(ssh: Transport, host: str, port: int, local_port: int,
     ready(f"http://127.0.0.1:{listener.getsockname()[1]}/")
     try:
         while True:
-            if conn.transport is None or not conn.transport.is_active():
+            if not ssh.alive():
                 raise TransportError(f"connection to {ssh.description} lost; forwarding stopped",
                                      hint="run orch forward again")
             try:
                 client, peer = listener.accept()
             except socket.timeout:
                 continue
-            threading.Thread(target=_carry, args=(conn.transport, client, peer, host, port, notice),
+            threading.Thread(target=_carry, args=(ssh, client, peer, host, port, notice),
                              daemon=True).start()
     finally:
         listener.close()
@@ -149,13 +129,13 @@ def forward(ssh: Transport, host: str, port: int, local_port: int,
 
 # -- helpers ---------------------------------------------------------------------------------------
 
-def _carry(transport: Any, client: socket.socket, peer: tuple, host: str, port: int,
+def _carry(ssh: Transport, client: socket.socket, peer: tuple, host: str, port: int,
            notice: Callable[[str], None]) -> None:
     """One forwarded connection: a direct-tcpip channel, bytes both ways until either side closes."""
     try:
-        chan = transport.open_channel("direct-tcpip", dest_addr=(host, port), src_addr=peer, timeout=10)
-    except Exception as exc:  # paramiko.ChannelException (refused there), SSHException, EOFError
-        notice(f"{host}:{port} on the target refused the connection ({getattr(exc, 'text', None) or exc}); "
+        chan = ssh.open_tunnel(host, port, peer)
+    except TransportError as exc:
+        notice(f"{host}:{port} on the target refused the connection ({exc.message}); "
                "is the server up and listening there?")
         client.close()
         return
@@ -180,19 +160,6 @@ def _carry(transport: Any, client: socket.socket, peer: tuple, host: str, port: 
         client.close()
 
 
-def _session(ssh: Transport, argv: list[str]) -> Any:
-    if not isinstance(ssh, SshTransport):
-        raise InputError(f"cannot open an interactive session through {ssh.description}",
-                         hint="reach the node over SSH ([proxmox] node_ssh)")
-    conn = ssh._connection()
-    try:
-        return conn.transport.open_session(timeout=ssh._timeout)
-    except Exception as exc:
-        ssh._drop()
-        raise TransportError(f"connection to {ssh.description} lost before {(argv or ['the shell'])[0]} started: "
-                             f"{exc}", hint="check the target and rerun") from exc
-
-
 def _local(argv: list[str], cwd: str | None = None, env: dict | None = None) -> int:
     try:
         return subprocess.call(argv, cwd=cwd, env=env)
@@ -201,7 +168,7 @@ def _local(argv: list[str], cwd: str | None = None, env: dict | None = None) -> 
                              hint="check that it is installed and on PATH") from exc
 
 
-def _join_terminal(chan: Any, ssh: Any) -> int:
+def _join_terminal(chan: Any, ssh: Transport) -> int:
     """The local terminal in raw mode, window-size changes passed on, bytes both ways; restored at the end."""
     import termios
     import tty
@@ -226,7 +193,7 @@ def _join_terminal(chan: Any, ssh: Any) -> int:
     return _exit_code(chan, ssh)
 
 
-def _join_streams(chan: Any, ssh: Any, stdin_fd: int | None) -> int:
+def _join_streams(chan: Any, ssh: Transport, stdin_fd: int | None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     out = [(chan.recv, sys.stdout), (chan.recv_stderr, sys.stderr)]
@@ -270,12 +237,12 @@ def _write(dest: Any, data: bytes) -> None:
     dest.buffer.flush()
 
 
-def _exit_code(chan: Any, ssh: Any) -> int:
+def _exit_code(chan: Any, ssh: Transport) -> int:
     code = chan.recv_exit_status()
-    alive = chan.get_transport() is not None and chan.get_transport().is_active()
+    alive = ssh.alive()
     chan.close()
     if code == -1 and not alive:
-        ssh._drop()
+        ssh.close()
         raise TransportError(f"connection to {ssh.description} lost",
                              hint="the run on the target goes on; connect again")
     return code

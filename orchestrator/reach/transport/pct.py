@@ -8,6 +8,7 @@ straight through; pct's own failures (exit 255 with one of its known messages) b
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ...errors import TransportError
 from .base import Input, Output, Result, Transport
@@ -25,6 +26,8 @@ chmod -- "$2" "$tmp"
 mv -f -- "$tmp" "$1"
 trap - EXIT
 """
+
+LOGIN_SHELL = 'if command -v bash >/dev/null; then exec bash -l; fi; exec sh -l'
 
 _PCT_FAILURES = [
     (re.compile(r"container '(\d+)' not running!"),
@@ -64,13 +67,29 @@ class PctTransport(Transport):
                   stall: float | None = None, output: Output = None) -> Result:
         """An agent call: through a resident agent (``pct exec … agent serve``) when the node's connection is
         held by the keeper, else as ``run``."""
-        send = getattr(self.node, "run_agent", None)
-        if send is None:
-            return self.run(argv, input=input, timeout=timeout, stall=stall, output=output)
-        result = send(["pct", "exec", str(self.vmid), "--", *argv], input=input, timeout=timeout, stall=stall,
-                      output=output)
+        result = self.node.run_agent(["pct", "exec", str(self.vmid), "--", *argv], input=input, timeout=timeout,
+                                     stall=stall, output=output)
         self._check_pct(result)
         return Result(list(argv), result.exit_code, result.stdout, result.stderr)
+
+    def connect(self) -> None:
+        self.node.connect()
+
+    def alive(self) -> bool:
+        return self.node.alive()
+
+    def local_port(self) -> int | None:
+        return self.node.local_port()
+
+    @property
+    def answer_timeout(self) -> float:
+        return self.node.answer_timeout
+
+    def open_channel(self, argv: list[str] | None, *, pty: tuple[str, int, int] | None = None) -> Any:
+        """``argv`` in the CT on a channel of the node's (None: a login shell there, bash when it has one);
+        ``pct exec`` gives it a terminal in the CT when ``pty`` gives one to pct."""
+        return self.node.open_channel(["pct", "exec", str(self.vmid), "--", *(argv or ["sh", "-c", LOGIN_SHELL])],
+                                      pty=pty)
 
     def _check_pct(self, result: Result) -> None:
         """A 255 (127: no pct) whose stderr holds one of pct's own messages is pct failing, not the command."""

@@ -302,17 +302,9 @@ class SshTransport(Transport):
         orch command it runs for goes away)."""
         if not argv:
             raise InputError("empty command", hint="pass the program and its arguments as a list")
-        conn = self._connection()
-        command = shlex.join(argv)
         limit = timeout if timeout is not None else (self.command_timeout if stall is None else None)
+        chan = self.open_channel(argv)
         self.stats.commands += 1
-        try:
-            chan = conn.transport.open_session(timeout=self._timeout)
-            chan.exec_command(command)
-        except Exception as exc:
-            self._drop()
-            raise NotStartedError(f"connection to {self.description} lost before {argv[0]} started: {exc}",
-                                  hint="check the target and rerun") from exc
         try:
             out, err, code = self._exchange(chan, input, limit, stall, argv, output, cancel)
         except BaseException:
@@ -433,6 +425,64 @@ class SshTransport(Transport):
                 f"connection to {self.description} lost while {argv[0]} ran; the command may or may not have run",
                 hint="check the target's state before running it again")
         return out, err, code
+
+    # -- the connection, and channels left to the caller -------------------------------------------------
+
+    def connect(self) -> None:
+        self._connection()
+
+    def alive(self) -> bool:
+        conn = self._conn
+        return conn is not None and conn.transport is not None and conn.transport.is_active()
+
+    def local_port(self) -> int | None:
+        """None through a jump host or a ProxyCommand (no TCP socket of ours leads to the destination)."""
+        try:
+            return int(self._conn.transport.sock.getsockname()[1])
+        except (AttributeError, OSError, TypeError, IndexError):
+            return None
+
+    @property
+    def answer_timeout(self) -> float:
+        """``connect_timeout``, else ``ConnectTimeout`` from the SSH config, else 10 s."""
+        return float(self._timeout)
+
+    def open_channel(self, argv: list[str] | None, *, pty: tuple[str, int, int] | None = None) -> Any:
+        """A session channel running ``argv`` (quoted here, and only here). Without ``pty``, a connection found
+        dead before the command started is dropped and ``NotStartedError`` raised: it never ran."""
+        conn = self._connection()
+        what = argv[0] if argv else "the shell"
+        try:
+            chan = conn.transport.open_session(timeout=self._timeout)
+            if pty is None:
+                chan.exec_command(shlex.join(argv or []))
+        except Exception as exc:
+            self._drop()
+            raise NotStartedError(f"connection to {self.description} lost before {what} started: {exc}",
+                                  hint="check the target and rerun") from exc
+        if pty is None:
+            return chan
+        term, cols, rows = pty
+        try:
+            chan.get_pty(term=term, width=cols, height=rows)
+            if argv:
+                chan.exec_command(shlex.join(argv))
+            else:
+                chan.invoke_shell()
+        except Exception as exc:
+            chan.close()
+            raise TransportError(f"{self.description} refused a terminal: {exc}",
+                                 hint="check the target's sshd (PermitTTY) and retry") from exc
+        return chan
+
+    def open_tunnel(self, host: str, port: int, origin: tuple[str, int]) -> Any:
+        """A direct-tcpip channel; ``TransportError`` with the far side's reason when it is refused."""
+        conn = self._connection()
+        try:
+            return conn.transport.open_channel("direct-tcpip", dest_addr=(host, port), src_addr=origin, timeout=10)
+        except Exception as exc:  # ChannelException (refused there), SSHException, EOFError
+            raise TransportError(getattr(exc, "text", None) or str(exc) or type(exc).__name__,
+                                 hint="is the server up and listening there?") from exc
 
     # -- files ------------------------------------------------------------------------------------
 
