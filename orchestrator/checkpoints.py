@@ -97,7 +97,7 @@ def probe_ops(target: Target, settings: Settings, action: str) -> list[Op]:
     cleaning = action != "keep"
     return [Op("ckpt_check", {**folder(target), "busy_check": False, "movable": cleaning}),
             Op("ckpt_inventory", {**folder(target), **retention(settings), "full": action == "purge",
-                                   "ignore": settings.checkpoints.ignore})]
+                                  "ignore": settings.checkpoints.ignore})]
 
 
 def inventory_op(target: Target, settings: Settings | None = None, with_retention: bool = False) -> Op:
@@ -106,7 +106,7 @@ def inventory_op(target: Target, settings: Settings | None = None, with_retentio
     if settings is None:
         return Op("ckpt_inventory", folder(target))
     return Op("ckpt_inventory", {**folder(target), "ignore": settings.checkpoints.ignore,
-                                  **(retention(settings) if with_retention else {})})
+                                 **(retention(settings) if with_retention else {})})
 
 
 def check_op(target: Target, stopping: list) -> Op:
@@ -120,9 +120,9 @@ def trash_op(target: Target, settings: Settings, action: str, inv: dict | None, 
     the retention victims and (for a purge) the files the user confirmed from ``inv`` are deleted."""
     inv = inv or {}
     return Op("ckpt_trash", {**folder(target), "label": entry_label(writer, stopping, parent),
-                              "moved_by": moved_by, "stopping": stopping, **retention(settings),
-                              "purge": action == "purge", "purge_only": inv.get("all_files"),
-                              "retention_allowed": doomed(inv)})
+                             "moved_by": moved_by, "stopping": stopping, **retention(settings),
+                             "purge": action == "purge", "purge_only": inv.get("all_files"),
+                             "retention_allowed": doomed(inv)})
 
 
 def clean_ops(target: Target, settings: Settings, action: str, inv: dict | None, writer: Writer | None,
@@ -138,7 +138,7 @@ def clean_now_op(target: Target, settings: Settings, inv: dict, writer: Writer |
     """``orch checkpoints clean``: into an entry named after the writer ("manual" when none is known),
     deleting only the retention victims ``inv`` listed (and the user confirmed)."""
     return Op("ckpt_trash", {**folder(target), "label": f"exp{writer.id}" if writer is not None else "manual",
-                              **retention(settings), "retention_allowed": doomed(inv)})
+                             **retention(settings), "retention_allowed": doomed(inv)})
 
 
 def restore_op(target: Target, name: str) -> Op:
