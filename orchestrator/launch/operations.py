@@ -353,11 +353,7 @@ def _record_results(launch: Launch, registry: Registry, results: list[tuple[str,
                 fields["attempts"] = value["attempts"]
             if value["state"] in ("finished", "crashed", "stopped"):
                 fields.update(exit_code=value["exit_code"], ended=value.get("ended") or now)
-            if out.checkpoints:
-                fields.update(checkpoints_action=out.checkpoints["action"],
-                              checkpoints_entry=out.checkpoints.get("entry_path"))
-            else:
-                fields.update(checkpoints_action="kept")
+            fields.update(checkpoints.record(out.checkpoints) or {"checkpoints_action": "kept"})
             out.experiment = registry.update(exp.id, **fields)
     if out.experiment is not None and out.experiment.status == "launching":
         out.experiment = registry.update(out.experiment.id, status="running", started=now,
