@@ -12,17 +12,25 @@ values of ``[project] secrets`` (only their names are settings; ``secrets.collec
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
+                      field_validator, model_validator)
 
+from .batching import config as batching_keys
 from .errors import ConfigError
 
 CONFIG_NAME = "orch.toml"
 ENV_PREFIX = "ORCH_"
+#: old key -> (the key that replaced it, what changed); the old one is still read, with a warning naming the new one
+RENAMED = {
+    "distributed.max_restarts": ("run.restarts", ""),
+    "run.stall_timeout": ("run.stall_after", ""),
+    "metrics.stall_after": ("run.stall_after", ", which also stops a run whose log stops"),
+}
 
 
 class _Section(BaseModel):
@@ -95,28 +103,33 @@ class PathsSection(_Section):
     checkpoints: str = "/workspace/checkpoints/{project}"  # {project}: [project] name, one folder per project
 
 
-class BatchingSection(_Section):
-    strategy: Literal["sorted", "shuffle", "bucketed", "megabatch"] = "megabatch"
-    token_budget: int = Field(49152, gt=0)
-    max_seq_len: int = Field(8192, gt=0)
-    seed: int = 0
-    buckets: list[int] | None = None
-    num_buckets: int = Field(6, ge=1, le=256)
-    megabatch: int | None = Field(None, ge=1)
-    target_efficiency: float = Field(0.99, gt=0, le=1)
-    window: int = Field(8, ge=1)
-    overlong: Literal["error", "truncate", "drop"] = "error"
-    lengths: str | None = None
+class _BatchingChecks(_Section):
+    """What ties ``[batching]`` keys together; the keys themselves come from ``batching.config.KEYS``."""
 
     @model_validator(mode="after")
-    def _consistent(self) -> "BatchingSection":
-        if self.token_budget < self.max_seq_len:
-            raise ValueError(f"token_budget ({self.token_budget}) must be at least max_seq_len ({self.max_seq_len})")
-        if self.buckets is not None:
-            b = self.buckets
-            if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
-                raise ValueError("buckets must be ascending boundaries starting at 0, e.g. [0, 770, 1216, 8192]")
+    def _consistent(self) -> "_BatchingChecks":
+        values = self.model_dump()
+        if values["token_budget"] < values["max_seq_len"]:
+            raise ValueError(f"token_budget ({values['token_budget']}) must be at least max_seq_len "
+                             f"({values['max_seq_len']})")
+        b = values["buckets"]
+        if b is not None and (len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:]))):
+            raise ValueError("buckets must be ascending boundaries starting at 0, e.g. [0, 770, 1216, 8192]")
         return self
+
+
+def _batching_field(key: batching_keys.Key) -> tuple[Any, Any]:
+    """The pydantic (annotation, Field) of one ``[batching]`` key of the table."""
+    kind: Any = list[int] if key.type is list else key.type
+    if key.choices:
+        kind = Literal[key.choices]  # type: ignore[valid-type]
+    if key.default is None:
+        kind = kind | None
+    return kind, Field(key.default, ge=key.minimum, gt=key.above, le=key.maximum, description=key.doc)
+
+
+BatchingSection = create_model("BatchingSection", __base__=_BatchingChecks, __module__=__name__,
+                               **{name: _batching_field(key) for name, key in batching_keys.KEYS.items()})
 
 
 class TargetSection(_Section):
@@ -153,7 +166,6 @@ class DistributedSection(_Section):
     nproc_per_node: Literal["auto"] | int = "auto"  # auto: the GPUs nvidia-smi lists on that node, else 1
     port: int = Field(29400, ge=1, le=65535)
     interface: str | None = None  # None: the interface that routes to node 0's address, on each node
-    max_restarts: int = Field(0, ge=0)
     heartbeat_port: int | None = Field(None, ge=1, le=65535)  # None: port + 1 (UDP, between the supervisors)
 
     @property
@@ -216,11 +228,13 @@ class RunSection(_Section):
     lock_timeout: float = Field(10.0, ge=0, description="seconds to wait for another operation on the target")
     wait: float = Field(0.0, ge=0, description="after a launch, seconds to wait for the run's first metric line "
                                                 "(or its end); 0 returns once it has started")
-    restarts: int = Field(0, ge=0, le=1000, description="times the supervisor relaunches a run that ended")
+    restarts: int = Field(0, ge=0, le=1000, description="times a run that ended is relaunched: by its supervisor; "
+                                                        "a job's, by torchrun on every node")
     restart_on: Literal["failure", "always"] = "failure"
     backoff: list[float] = Field(default_factory=lambda: [10.0, 30.0, 60.0],
                                  description="seconds before each restart; the last value repeats")
-    stall_timeout: float | None = Field(None, gt=0, description="seconds without a new log line: a failure")
+    stall_after: float | None = Field(None, gt=0, description="seconds without a new log line (a job: on any "
+                                      "node) after which the run is stalled: stopped as a failure, so restarts apply")
     checkpoint_glob: str | None = Field(None, description="which entries of the checkpoint folder to resume from")
     resume_after_reboot: bool = False
 
@@ -234,7 +248,7 @@ class RunSection(_Section):
     def recovery(self) -> dict:
         """What the on-target supervisor needs to restart a run by itself (``agent/attempts.Policy``)."""
         return {"restarts": self.restarts, "restart_on": self.restart_on, "backoff": list(self.backoff),
-                "stall_timeout": self.stall_timeout, "term_timeout": self.term_timeout,
+                "stall_timeout": self.stall_after, "term_timeout": self.term_timeout,  # the agent's name for it
                 "checkpoint_glob": self.checkpoint_glob, "resume_after_reboot": self.resume_after_reboot}
 
 
@@ -251,7 +265,6 @@ class CheckpointsSection(_Section):
 
 class MetricsSection(_Section):
     patterns: dict[str, str] = Field(default_factory=dict)
-    stall_after: float = Field(300.0, gt=0)
 
 
 def local_root() -> str:
@@ -321,6 +334,57 @@ def find_config(start: Path | None = None) -> Path | None:
     return None
 
 
+CONFIG_MAX = 1 << 20  # an orch.toml is a few KiB: anything past this is not one (/dev/zero, /proc/kcore)
+
+
+def _read_config(path: Path, named_by: str | None) -> str:
+    """The text of the config file at ``path``; what is not a readable regular file is a ``ConfigError``.
+
+    The file is opened without blocking and checked on the open descriptor, so a FIFO never hangs orch and a
+    path swapped for a device after a check is still refused; ``named_by`` is the flag or variable that named it.
+    """
+    import stat
+
+    how = " (named by ORCH_CONFIG)" if named_by == "ORCH_CONFIG" else ""
+
+    def naming(value: object) -> str:
+        return f"set ORCH_CONFIG={value}" if named_by == "ORCH_CONFIG" else f"pass --config {value}"
+
+    hint = f"{naming('PATH')} of an orch.toml file, or run `orch init` to write one"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}{how} does not exist", hint="run `orch init` or pass --config PATH") \
+            from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}{how} cannot be opened: {exc.strerror}", hint=hint) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigError(f"config file {path}{how} is a folder, not a file",
+                              hint=f"{naming(path / CONFIG_NAME)} (the orch.toml inside it)")
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+            raise ConfigError(f"config file {path}{how} is {kind}, not a regular file", hint=hint)
+        chunks, size = [], 0
+        while size <= CONFIG_MAX:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError as exc:
+                raise ConfigError(f"config file {path}{how} cannot be read: {exc.strerror}", hint=hint) from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > CONFIG_MAX:
+            raise ConfigError(f"config file {path}{how} is larger than {CONFIG_MAX >> 20} MiB: not an orch.toml",
+                              hint=hint)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")
+
+
 def _parse_value(text: str) -> Any:
     """A --set / environment value: a TOML value when it parses as one, else the plain string."""
     try:
@@ -343,6 +407,56 @@ def _assign(data: dict, dotted: str, value: Any, source: str, sources: dict[str,
         node = child
     node[parts[-1]] = value
     sources[dotted] = source
+
+
+def _shown(dotted: str) -> str:
+    section, _, key = dotted.rpartition(".")
+    return f"[{section}] {key}"
+
+
+def _take(data: dict, dotted: str) -> tuple[bool, Any]:
+    """(found, value) of a ``section.key``, removed from ``data``."""
+    section, _, key = dotted.rpartition(".")
+    node = data.get(section)
+    if not isinstance(node, dict) or key not in node:
+        return False, None
+    return True, node.pop(key)
+
+
+def _layer(source: str) -> int:
+    """0: the file, 1: an environment variable, 2: a --set flag (the precedence)."""
+    return 2 if source.startswith("--set") else 1 if source.startswith("environment variable") else 0
+
+
+def _renamed(data: dict, sources: dict[str, str], label: str, notice: Callable[[str], None]) -> None:
+    """Read each old key of ``RENAMED`` as its new one. Both in one layer with different values are an error;
+    across layers the higher one wins, as for any key."""
+    for old, (new, changed) in RENAMED.items():
+        found, value = _take(data, old)
+        if not found:
+            continue
+        where, there = sources.get(old, label), sources.get(new, label)
+        section, _, key = new.rpartition(".")
+        node = data.get(section) if isinstance(data.get(section), dict) else {}
+        if key in node and node[key] != value and _layer(where) == _layer(there):
+            raise ConfigError(f"{where}: {_shown(old)} = {value!r} and {_shown(new)} = {node[key]!r} disagree "
+                              f"({_shown(old)} is the old name of {_shown(new)})", hint=f"keep only {_shown(new)}")
+        if key not in node or _layer(where) > _layer(there):
+            _assign(data, new, value, where, sources)
+        notice(f"orch: warning: {where}: {_shown(old)} is now {_shown(new)}{changed} (read as {key} = {value!r}); "
+               "rename it")
+
+
+def recorded_as_now(config: dict) -> dict:
+    """An experiment's recorded settings under today's key names (a record from before a rename holds both the
+    old keys it was launched with and their defaults: the first old key of ``RENAMED`` wins, silently)."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in (config or {}).items()}
+    for old, (new, _changed) in RENAMED.items():
+        found, value = _take(data, old)
+        section, _, key = new.rpartition(".")
+        if found and isinstance(data.setdefault(section, {}), dict):
+            data[section].setdefault(key, value)
+    return data
 
 
 def _env_overrides(env: dict[str, str]) -> list[tuple[str, str, str]]:
@@ -388,21 +502,23 @@ def _model_at(loc: list[str]) -> type[BaseModel] | None:
 
 
 def load_settings(config_path: Path | str | None = None, *, overrides: list[str] | tuple[str, ...] = (),
-                  env: dict[str, str] | None = None, start: Path | None = None) -> Settings:
-    """Merge every layer and validate once; raise ``ConfigError`` naming source, key and value."""
+                  env: dict[str, str] | None = None, start: Path | None = None,
+                  notice: Callable[[str], None] | None = None) -> Settings:
+    """Merge every layer and validate once; raise ``ConfigError`` naming source, key and value.
+
+    An old key (``RENAMED``) is read as its new one and ``notice`` (default: stderr) told so."""
     env = dict(os.environ) if env is None else env
+    named_by = "--config"
     if config_path is None and env.get("ORCH_CONFIG"):
-        config_path = env["ORCH_CONFIG"]
+        config_path, named_by = env["ORCH_CONFIG"], "ORCH_CONFIG"
     path = Path(config_path).expanduser() if config_path else find_config(start)
     data: dict[str, Any] = {}
     sources: dict[str, str] = {}
     label = "built-in defaults"
     if path is not None:
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist", hint="run `orch init` or pass --config PATH")
         label = str(path)
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(_read_config(path, named_by if config_path else None))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}",
                               hint="fix the syntax; `orch init` shows a sample") from exc
@@ -413,6 +529,7 @@ def load_settings(config_path: Path | str | None = None, *, overrides: list[str]
             raise ConfigError(f"--set {item!r} needs the form section.key=value", hint="e.g. --set batching.seed=3")
         dotted, value = item.split("=", 1)
         _assign(data, dotted.strip(), _parse_value(value.strip()), f"--set {dotted.strip()}", sources)
+    _renamed(data, sources, label, notice or (lambda line: print(line, file=sys.stderr, flush=True)))
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:

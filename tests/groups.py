@@ -1,26 +1,33 @@
-"""The whole suite as two groups at once: the testbed's tests (real LXC containers, mostly waiting on them) and
-the local ones, each in a pytest process of its own. Each group's output is printed whole once it ends, then the
-time per group and one closing line with the totals.
+"""The whole suite as groups run at once: the testbed's tests (real LXC containers, mostly waiting on them) and
+the local ones, each in a pytest process of its own. The testbed's tests are two groups, ``testbed`` and
+``testbed-b``, each with a testbed of its own (the second in namespaces of its own: ``tests/testbed/instance.py``;
+which files go where: ``SECOND_SHARD`` in ``tests/integration/conftest.py``), unless LXC cannot run here or
+``ORCH_TESTBED_SPLIT=0``. Each group's output is printed whole once it ends, then the slowest tests of each group
+(setup, call and teardown together), the time per group and one closing line with the totals.
 
     python tests/groups.py              # what `make test` runs
-    python tests/groups.py -x -k keeper # arguments go to both pytest processes
+    python tests/groups.py -x -k keeper # arguments go to every pytest process
 
-The exit code is 0 only when both groups passed (a group that selects no test counts as passed).
+The exit code is 0 only when every group passed (a group that selects no test counts as passed).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-GROUPS = (("testbed", ["-m", "testbed"]), ("local", ["-m", "not testbed"]))
+sys.path.insert(0, str(REPO))  # run as a script: the tests package is imported from the checkout
 NO_TESTS = 5  # pytest's exit code when nothing was selected
 COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
+SLOWEST = 15  # tests listed per group at the end: CI's output is the only record of where the time went
 
 
 def totals(output: str) -> dict[str, int]:
@@ -35,12 +42,66 @@ def totals(output: str) -> dict[str, int]:
     return found
 
 
+def slowest(report: Path, count: int = SLOWEST) -> list[tuple[float, str]]:
+    """The ``count`` longest tests in a junit XML report, as (seconds, test id), longest first."""
+    try:
+        root = ET.parse(report).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    found = [(float(case.get("time") or 0), test_id(case.get("classname", ""), case.get("name", "")))
+             for case in root.iter("testcase")]
+    return sorted(found, reverse=True)[:count]
+
+
+def test_id(classname: str, name: str) -> str:
+    """pytest's id back from junit's dotted class name: ``tests/cli/test_watch.py::Class::name``."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = "/".join(parts[:cut]) + ".py"
+        if (REPO / path).is_file():
+            return "::".join([path, *parts[cut:], name])
+    return f"{classname}::{name}"
+
+
+def groups() -> list[tuple[str, list[str], dict[str, str], str | None]]:
+    """Each group: name, pytest's selection, its environment, the testbed instance it runs in (None: this one)."""
+    testbed, local = ["-m", "testbed"], ["-m", "not testbed"]
+    if not split_testbed():
+        return [("testbed", testbed, {}, None), ("local", local, {}, None)]
+    return [("testbed", testbed, {"ORCH_TESTBED_SHARD": "a"}, None), ("local", local, {}, None),
+            ("testbed-b", testbed, {"ORCH_TESTBED_SHARD": "b"}, "b")]
+
+
+def split_testbed() -> bool:
+    from tests.testbed import lxc
+
+    wanted = os.environ.get("ORCH_TESTBED_SPLIT", "1") != "0"
+    return wanted and lxc.lxc_problem() is None and shutil.which("unshare") is not None
+
+
+def ready_base() -> None:
+    """The base image, built here if missing: the second testbed has no network to build it."""
+    from tests.testbed import lxc
+
+    try:
+        lxc.ensure_base()
+    except (lxc.TestbedError, OSError, subprocess.SubprocessError):
+        pass  # each testbed group reports it
+
+
 def main(argv: list[str]) -> int:
+    from tests.testbed.instance import wrap
+
+    scratch = tempfile.TemporaryDirectory(prefix="orch-groups-")
     started = []
-    for name, select in GROUPS:
+    for name, select, env, instance in groups():
+        if instance is not None:
+            ready_base()  # the other groups are running meanwhile
         log = tempfile.TemporaryFile()
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", *select, *argv], cwd=REPO, stdout=log,
-                                stderr=subprocess.STDOUT)
+        report = Path(scratch.name) / f"{name}.xml"
+        command = [sys.executable, "-m", "pytest", "-q", f"--junitxml={report}", *select, *argv]
+        proc = subprocess.Popen(wrap(instance, command) if instance else command, cwd=REPO, stdout=log,
+                                stderr=subprocess.STDOUT, env=dict(os.environ, **env))
         started.append((name, proc, log, time.monotonic()))
     ended: dict[str, float] = {}
     while len(ended) < len(started):
@@ -57,10 +118,17 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(f"\n===== {name} tests =====\n{output}")
         sys.stdout.flush()
         results.append((name, code, took, totals(output)))
+    for name, *_ in started:
+        listed = slowest(Path(scratch.name) / f"{name}.xml")
+        if listed:
+            print(f"\n===== {len(listed)} slowest {name} tests =====")
+            for seconds, test in listed:
+                print(f"{seconds:7.1f} s  {test}")
+    scratch.cleanup()
     print("\n===== time per group =====")
     for name, code, took, counts in results:
         shown = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no summary"
-        print(f"{name:8} {took / 60:5.1f} min   {shown} (exit {code})")
+        print(f"{name:9} {took / 60:5.1f} min   {shown} (exit {code})")
     passed = sum(c.get("passed", 0) for *_, c in results)
     failed = sum(c.get("failed", 0) + c.get("errors", 0) for *_, c in results)
     skipped = sum(c.get("skipped", 0) for *_, c in results)

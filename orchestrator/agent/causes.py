@@ -178,12 +178,3 @@ def kernel_log(kmsg: str = "/dev/kmsg") -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return proc.stdout.decode("utf-8", "replace").splitlines() if proc.returncode == 0 else []
-
-
-def signal_name(sig: int | None) -> str | None:
-    if not sig:
-        return None
-    try:
-        return signal.Signals(int(sig)).name
-    except ValueError:
-        return f"signal {sig}"

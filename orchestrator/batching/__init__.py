@@ -12,25 +12,32 @@ longest sample over windows of ``window`` steps for every strategy.
 
 from __future__ import annotations
 
-from .buckets import optimal_boundaries, padded_cost, quantile_boundaries
-from .build import build_batches, complete
-from .config import DEFAULTS, normalize
-from .lengths import load_lengths
-from .metrics import metrics
-from .planner import plan, resolve
-from .sampler import BatchSampler
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "DEFAULTS",
-    "BatchSampler",
-    "build_batches",
-    "complete",
-    "load_lengths",
-    "metrics",
-    "normalize",
-    "optimal_boundaries",
-    "padded_cost",
-    "plan",
-    "quantile_boundaries",
-    "resolve",
-]
+_HOMES = {  # each public name and the module that defines it
+    "DEFAULTS": "config",
+    "BatchSampler": "sampler",
+    "build_batches": "build",
+    "complete": "build",
+    "load_lengths": "lengths",
+    "metrics": "metrics",
+    "normalize": "config",
+    "optimal_boundaries": "buckets",
+    "padded_cost": "buckets",
+    "plan": "planner",
+    "quantile_boundaries": "buckets",
+    "resolve": "planner",
+}
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    """The public names load on first use, so that orch's settings can read the key table
+    (``batching.config``, stdlib only) without importing numpy."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    modules = {home: import_module(f".{home}", __name__) for home in set(_HOMES.values())}
+    # bound after every import: a submodule's import binds its own name (``metrics``) to the module
+    globals().update({n: getattr(modules[home], n) for n, home in _HOMES.items()})
+    return globals()[name]

@@ -1,33 +1,53 @@
-"""The ``[batching]`` keys, their defaults, and their validation.
+"""The ``[batching]`` keys: one table of names, types, defaults, bounds and meaning, and their validation.
 
-This is the one place that knows the keys. ``normalize`` takes a plain dict (or anything with
-``model_dump()``, such as orch's pydantic model), fills in defaults, and raises ``ValueError``
-naming the key and the allowed values::
+``KEYS`` is the one place that knows the keys; orch's ``[batching]`` settings section is built from it
+(``orchestrator.config``), and ``normalize`` checks a plain dict (or anything with ``model_dump()``)
+against it, fills in defaults, and raises ``ValueError`` naming the key and the allowed values::
 
     >>> normalize({"strategy": "sorted"})["token_budget"]
     49152
+    >>> KEYS["window"].doc
+    'stratified order: every `window` steps mix short and long batches'
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 STRATEGIES = ("sorted", "shuffle", "bucketed", "megabatch")
 OVERLONG_POLICIES = ("error", "truncate", "drop")
 
-DEFAULTS: dict[str, Any] = {
-    "strategy": "megabatch",
-    "token_budget": 49152,
-    "max_seq_len": 8192,
-    "seed": 0,
-    "buckets": None,
-    "num_buckets": 6,
-    "megabatch": None,
-    "target_efficiency": 0.99,
-    "window": 8,
-    "overlong": "error",
-    "lengths": None,
+
+@dataclass(frozen=True)
+class Key:
+    """One ``[batching]`` key. ``type``: int, float, str or list (of ints); a None default means "optional"."""
+
+    type: type
+    default: Any
+    doc: str
+    choices: tuple[str, ...] = ()  # for a str: the allowed values
+    minimum: float | None = None  # for a number: the smallest allowed value
+    above: float | None = None  # for a number: the value must be greater than this
+    maximum: float | None = None  # for a number: the largest allowed value
+
+
+KEYS: dict[str, Key] = {
+    "strategy": Key(str, "megabatch", "how samples are grouped into batches", choices=STRATEGIES),
+    "token_budget": Key(int, 49152, "tokens per batch, padding included", minimum=1),
+    "max_seq_len": Key(int, 8192, "the longest sample, in tokens", minimum=1),
+    "seed": Key(int, 0, "the seed of every shuffle", minimum=0),
+    "buckets": Key(list, None, "bucket boundaries for strategy = \"bucketed\", from 0 to max_seq_len"),
+    "num_buckets": Key(int, 6, "buckets to optimize when no boundaries are given", minimum=1, maximum=256),
+    "megabatch": Key(int, None, "batches per megabatch; none: chosen from the data", minimum=1),
+    "target_efficiency": Key(float, 0.99, "the share of sorted's padding efficiency a chosen megabatch keeps",
+                             above=0, maximum=1),
+    "window": Key(int, 8, "stratified order: every `window` steps mix short and long batches", minimum=1),
+    "overlong": Key(str, "error", "what happens to a sample longer than max_seq_len", choices=OVERLONG_POLICIES),
+    "lengths": Key(str, None, "a file of sample lengths (.npy, .txt, .json, .parquet) to plan each launch with"),
 }
+
+DEFAULTS: dict[str, Any] = {name: key.default for name, key in KEYS.items()}
 
 def _as_dict(config: Any) -> dict[str, Any]:
     if config is None:
@@ -40,7 +60,7 @@ def _as_dict(config: Any) -> dict[str, Any]:
     raise ValueError(f"batching config must be a dict or have model_dump(), got {type(config).__name__}")
 
 
-def _int(cfg: dict, key: str, minimum: int) -> int:
+def _int(cfg: dict, key: str) -> int:
     value = cfg[key]
     if isinstance(value, bool) or not isinstance(value, int):
         # numpy integers and integral floats from JSON are accepted; anything else is an error.
@@ -51,9 +71,25 @@ def _int(cfg: dict, key: str, minimum: int) -> int:
         if as_int is None or as_int != value:
             raise ValueError(f"batching.{key} must be an integer, got {value!r}")
         value = as_int
-    if value < minimum:
-        raise ValueError(f"batching.{key} must be >= {minimum}, got {value}")
+    return _bounded(key, value)
+
+
+def _bounded(name: str, value: float) -> Any:
+    key = KEYS[name]
+    if key.minimum is not None and value < key.minimum:
+        raise ValueError(f"batching.{name} must be >= {key.minimum:g}, got {value}")
+    if key.above is not None and value <= key.above:
+        raise ValueError(f"batching.{name} must be > {key.above:g}, got {value}")
+    if key.maximum is not None and value > key.maximum:
+        raise ValueError(f"batching.{name} must be <= {key.maximum:g}, got {value}")
     return value
+
+
+def _float(cfg: dict, name: str) -> float:
+    value = cfg[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"batching.{name} must be a number, got {value!r}")
+    return _bounded(name, float(value))
 
 
 def normalize(config: Any = None) -> dict[str, Any]:
@@ -65,26 +101,18 @@ def normalize(config: Any = None) -> dict[str, Any]:
     cfg = dict(DEFAULTS)
     cfg.update({k: v for k, v in given.items() if v is not None})  # None means "the default"
 
-    if cfg["strategy"] not in STRATEGIES:
-        raise ValueError(f"batching.strategy must be one of {', '.join(STRATEGIES)}, got {cfg['strategy']!r}")
-    if cfg["overlong"] not in OVERLONG_POLICIES:
-        raise ValueError(f"batching.overlong must be one of {', '.join(OVERLONG_POLICIES)}, got {cfg['overlong']!r}")
-    cfg["max_seq_len"] = _int(cfg, "max_seq_len", 1)
-    cfg["token_budget"] = _int(cfg, "token_budget", 1)
+    for name, key in KEYS.items():
+        if key.choices and cfg[name] not in key.choices:
+            raise ValueError(f"batching.{name} must be one of {', '.join(key.choices)}, got {cfg[name]!r}")
+        if key.type is int and cfg[name] is not None:
+            cfg[name] = _int(cfg, name)
+        if key.type is float and cfg[name] is not None:
+            cfg[name] = _float(cfg, name)
     if cfg["token_budget"] < cfg["max_seq_len"]:
         raise ValueError(
             f"batching.token_budget ({cfg['token_budget']}) is smaller than max_seq_len ({cfg['max_seq_len']}):"
             " a sample of max_seq_len tokens would not fit in any batch"
         )
-    cfg["seed"] = _int(cfg, "seed", 0)
-    cfg["num_buckets"] = _int(cfg, "num_buckets", 1)
-    cfg["window"] = _int(cfg, "window", 1)
-    if cfg["megabatch"] is not None:
-        cfg["megabatch"] = _int(cfg, "megabatch", 1)
-    target = cfg["target_efficiency"]
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < float(target) <= 1:
-        raise ValueError(f"batching.target_efficiency must be a number in (0, 1], got {target!r}")
-    cfg["target_efficiency"] = float(target)
     if cfg["buckets"] is not None:
         cfg["buckets"] = check_boundaries(cfg["buckets"], cfg["max_seq_len"])
     return cfg

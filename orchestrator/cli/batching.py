@@ -7,7 +7,6 @@ knows about both. numpy, rich tables and matplotlib are imported inside the comm
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -240,9 +239,9 @@ def optimize(
 
 def _write_buckets(path: Path, bounds: list[int]) -> None:
     """Set ``[batching] buckets`` keeping the rest of the file (comments included); atomic rename."""
-    import tempfile
-
     import tomlkit
+
+    from ..files import atomic_write
 
     try:
         document = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
@@ -251,13 +250,4 @@ def _write_buckets(path: Path, bounds: list[int]) -> None:
     if "batching" not in document:
         document["batching"] = tomlkit.table()
     document["batching"]["buckets"] = bounds
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(tomlkit.dumps(document))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, tomlkit.dumps(document))

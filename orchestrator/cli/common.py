@@ -46,21 +46,6 @@ def read_only(settings):
     return settings.model_copy(update={"ssh": ssh})
 
 
-def _selection(settings, name: str | None, ct: int | None, chosen: dict) -> tuple[str | None, int | None]:
-    """The flags a command acts on: those given, else the project's current target, else the default."""
-    from ..errors import InputError
-
-    if name or ct is not None:
-        return name, ct
-    if chosen.get("nodes"):  # after a job over several nodes, a one-target command acts on node 0
-        first = chosen["nodes"][0]
-        return first.get("target"), first.get("ct")
-    if chosen.get("target") is not None and chosen["target"] not in settings.targets:
-        raise InputError(f"the current target {chosen['target']!r} is no longer in orch.toml",
-                         hint="pass --target/--ct, or pick another with `orch use NAME` or `orch use --ct N`")
-    return chosen.get("target"), chosen.get("ct")
-
-
 def target(settings, name: str | None, ct: int | None, *, start: bool = False, trust: bool = False,
            resolve: bool = True):
     """The target the flags (or the current target) name; ``resolve=False`` skips every lookup.
@@ -72,7 +57,7 @@ def target(settings, name: str | None, ct: int | None, *, start: bool = False, t
     from . import render
 
     chosen = current.load(settings.state_dir) or {}
-    name, ct = _selection(settings, name, ct, chosen)
+    name, ct = current.acting_on(settings, name, ct, chosen)
     prefer = chosen.get("target")
     if not resolve:
         return planned_target(settings, *target_spec(settings, name, ct, render.say, prefer))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 import typer
@@ -13,13 +14,6 @@ KeepOpt = Annotated[int, typer.Option("--keep", min=0, max=1 << 20,
                                       help="Keep this project's last N experiments' runs and revisions")]
 DryOpt = Annotated[bool, typer.Option("--dry-run", help="List what would be removed, with sizes; change nothing")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
-
-
-def _kept_revisions(settings, tgt, keep: int) -> list[str]:
-    """The revisions of the project's last ``keep`` experiments on this machine, as the registry knows them."""
-    with common.registry(settings) as reg:
-        mine = [e for e in reg.list(machine=tgt.machine) if e.project == settings.project.name]
-    return sorted({e.revision for e in mine[:keep] if e.revision})
 
 
 def _show(res: dict, label: str) -> None:
@@ -50,35 +44,29 @@ def _show_kept(res: dict) -> None:
                    "the revision, and restarting it as it is is refused")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def gc(ctx: typer.Context, keep: KeepOpt = 5, dry_run: DryOpt = False, yes: YesOpt = False,
-           target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False,
-           as_json: JsonOpt = False) -> None:
-        """Remove revisions, blobs and run folders that no live run and none of the last N experiments use."""
-        from ..reach.agent_client import Op
-        from ..records.reconcile import client_for, reconcile
+def gc(ctx: typer.Context, keep: KeepOpt = 5, dry_run: DryOpt = False, yes: YesOpt = False,
+       target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False,
+       as_json: JsonOpt = False) -> None:
+    """Remove revisions, blobs and run folders that no live run and none of the last N experiments use."""
+    from ..launch.target_gc import collect
 
-        settings = common.settings(ctx)
-        tgt = common.target(settings, *common.one_node(target, ct, "gc"), trust=trust_new_host)
-        args = {"project": settings.project.name, "keep": keep, "checkpoints": [tgt.checkpoints],
-                "keep_revisions": _kept_revisions(settings, tgt, keep)}
-        client = client_for(settings, tgt)
-        try:
-            with common.registry(settings) as reg:
-                reconcile(settings, tgt, reg, client)
-            lock = settings.run.lock_timeout
-            plan = client.call([Op("gc", {**args, "dry_run": True})], lock=lock, what="gc (plan)")[0]
-            if dry_run or not plan["items"]:
-                return render.print_json(plan) if as_json else _show(plan, tgt.label)
-            if not as_json:
-                _show(plan, tgt.label)
-            render.confirm_or_refuse(yes, f"remove these {len(plan['items'])} item(s) from {tgt.label}?")
-            only = [f"{i['kind']}:{i['name']}" for i in plan["items"]]
-            res = client.call([Op("gc", {**args, "dry_run": False, "only": only})], lock=lock, what="gc")[0]
-        finally:
-            client.transport.close()
-        if as_json:
-            render.print_json(res)
-        else:
-            render.out(f"freed {render.size(res['freed'])} ({res['freed']} bytes) on {tgt.label}")
+    settings = common.settings(ctx)
+    tgt = common.target(settings, *common.one_node(target, ct, "gc"), trust=trust_new_host)
+
+    def confirm(plan: dict) -> None:
+        if not as_json:
+            _show(plan, tgt.label)
+        render.confirm_or_refuse(yes, f"remove these {len(plan['items'])} item(s) from {tgt.label}?")
+
+    plan, res = collect(settings, tgt, functools.partial(common.registry, settings), keep=keep, dry_run=dry_run,
+                        confirm=confirm)
+    if res is None:
+        return render.print_json(plan) if as_json else _show(plan, tgt.label)
+    if as_json:
+        render.print_json(res)
+    else:
+        render.out(f"freed {render.size(res['freed'])} ({res['freed']} bytes) on {tgt.label}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(gc)

@@ -17,88 +17,90 @@ def _exit(code: int) -> None:
 
 def _reconcile(settings, tgt, transport) -> None:
     """The registry's unsettled rows brought up to date; a failure is said, and the command goes on."""
-    from ..reach.agent_client import AgentClient
-    from ..records.reconcile import reconcile_quietly
+    from ..records.reconcile import client_for, reconcile_quietly
 
-    client = AgentClient(transport, tgt.root, tgt.python, timeout=settings.ssh.read_timeout,
-                         timeout_setting="[ssh] read_timeout")
     with common.registry(settings) as reg:
-        why = reconcile_quietly(settings, tgt, reg, client)
+        why = reconcile_quietly(settings, tgt, reg, client_for(settings, tgt, read_only=True, transport=transport))
     if why:
         render.say(f"orch: the registry was not brought up to date ({why})")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
-               trust_new_host: TrustOpt = False) -> None:
-        """Attach this terminal to the run's tmux pane; detach with C-b d (the run goes on)."""
-        from ..reach import into
-        from ..reach.transport.interactive import terminal
+def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
+           trust_new_host: TrustOpt = False) -> None:
+    """Attach this terminal to the run's tmux pane; detach with C-b d (the run goes on)."""
+    from ..reach import into
+    from ..reach.transport.interactive import terminal
 
-        into.require_terminal("attach")
-        settings = common.settings(ctx)
-        tgt = common.target(settings, *common.one_node(target, ct, "attach"), trust=trust_new_host)
-        with tgt.connect() as transport:
-            _reconcile(settings, tgt, transport)
-            into.require_alive(settings, tgt, transport)
-            code = terminal(transport, into.attach_argv(settings, tgt))
-        render.say(f"orch: detached from {tgt.label}; the run goes on" if code == 0 else
-                   f"orch: tmux on {tgt.label} exited with code {code}")
-        _exit(code)
+    into.require_terminal("attach")
+    settings = common.settings(ctx)
+    tgt = common.target(settings, *common.one_node(target, ct, "attach"), trust=trust_new_host)
+    with tgt.connect() as transport:
+        _reconcile(settings, tgt, transport)
+        into.require_alive(settings, tgt, transport)
+        code = terminal(transport, into.attach_argv(settings, tgt))
+    render.say(f"orch: detached from {tgt.label}; the run goes on" if code == 0 else
+               f"orch: tmux on {tgt.label} exited with code {code}")
+    _exit(code)
 
-    @app.command("exec", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
-    def exec_(ctx: typer.Context,
-              command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
-              target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
-        """Run a command on the target in the run's work folder; its exit code is orch's."""
-        from ..reach import into
-        from ..reach.transport.interactive import stream
 
-        settings = common.settings(ctx)
-        tgt = common.target(settings, *common.one_node(target, ct, "exec"), trust=trust_new_host)
-        with tgt.connect() as transport:
-            _reconcile(settings, tgt, transport)
+def exec_(ctx: typer.Context,
+          command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
+          target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
+    """Run a command on the target in the run's work folder; its exit code is orch's."""
+    from ..reach import into
+    from ..reach.transport.interactive import stream
+
+    settings = common.settings(ctx)
+    tgt = common.target(settings, *common.one_node(target, ct, "exec"), trust=trust_new_host)
+    with tgt.connect() as transport:
+        _reconcile(settings, tgt, transport)
+        with common.registry(settings) as reg:
+            folder = into.run_folder(settings, tgt, reg, transport)
+        into.require_program(tgt, transport, folder, command[0])
+        code = stream(transport, list(command), cwd=folder, python=tgt.python)
+    _exit(code)
+
+
+def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
+    """A login shell on the target (over SSH, or through the node's pct), in the run's work folder."""
+    from ..reach import into
+    from ..errors import NotFoundError
+    from ..reach.transport.interactive import terminal
+
+    into.require_terminal("ssh")
+    settings = common.settings(ctx)
+    tgt = common.target(settings, *common.one_node(target, ct, "ssh"), trust=trust_new_host)
+    with tgt.connect() as transport:
+        try:
             with common.registry(settings) as reg:
                 folder = into.run_folder(settings, tgt, reg, transport)
-            into.require_program(tgt, transport, folder, command[0])
-            code = stream(transport, list(command), cwd=folder, python=tgt.python)
-        _exit(code)
+        except NotFoundError:
+            folder = None  # nothing deployed there (yet, or any more): a plain login shell
+        _exit(terminal(transport, None, cwd=folder))
 
-    @app.command()
-    def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
-        """A login shell on the target (over SSH, or through the node's pct), in the run's work folder."""
-        from ..reach import into
-        from ..errors import NotFoundError
-        from ..reach.transport.interactive import terminal
 
-        into.require_terminal("ssh")
-        settings = common.settings(ctx)
-        tgt = common.target(settings, *common.one_node(target, ct, "ssh"), trust=trust_new_host)
-        with tgt.connect() as transport:
-            try:
-                with common.registry(settings) as reg:
-                    folder = into.run_folder(settings, tgt, reg, transport)
-            except NotFoundError:
-                folder = None  # nothing deployed there (yet, or any more): a plain login shell
-            _exit(terminal(transport, None, cwd=folder))
+def forward(ctx: typer.Context,
+            ports: Annotated[str, typer.Argument(metavar="PORT[:LOCAL]", help="The target's port, and the "
+                                                 "local one (default: the same)")],
+            target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
+    """Forward 127.0.0.1:LOCAL here to PORT on the target over SSH (e.g. TensorBoard), until Ctrl-C."""
+    from ..reach import into
+    from ..reach.transport.interactive import forward as carry
 
-    @app.command()
-    def forward(ctx: typer.Context,
-                ports: Annotated[str, typer.Argument(metavar="PORT[:LOCAL]", help="The target's port, and the "
-                                                     "local one (default: the same)")],
-                target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
-        """Forward 127.0.0.1:LOCAL here to PORT on the target over SSH (e.g. TensorBoard), until Ctrl-C."""
-        from ..reach import into
-        from ..reach.transport.interactive import forward as carry
+    port, local = into.parse_ports(ports)
+    settings = common.settings(ctx)
+    tgt = common.target(settings, *common.one_node(target, ct, "forward"), trust=trust_new_host)
+    with tgt.connect() as transport:
+        via, host = into.forward_destination(tgt, transport)
+        try:
+            carry(via, host, port, local, into.say_forwarding(tgt, port, host, render.say),
+                  lambda m: render.say(f"orch: {m}"))
+        except KeyboardInterrupt:
+            render.say("orch: stopped forwarding")
 
-        port, local = into.parse_ports(ports)
-        settings = common.settings(ctx)
-        tgt = common.target(settings, *common.one_node(target, ct, "forward"), trust=trust_new_host)
-        with tgt.connect() as transport:
-            via, host = into.forward_destination(tgt, transport)
-            try:
-                carry(via, host, port, local, into.say_forwarding(tgt, port, host, render.say),
-                      lambda m: render.say(f"orch: {m}"))
-            except KeyboardInterrupt:
-                render.say("orch: stopped forwarding")
+
+def register(app: typer.Typer) -> None:
+    app.command()(attach)
+    app.command("exec", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})(exec_)
+    app.command()(ssh)
+    app.command()(forward)

@@ -82,10 +82,8 @@ def _wait(launch, grp, reg, exp) -> dict:
 
 def _say_stopped(stopped: list) -> None:
     """``stopped experiment 7 on CT 201: stopped (exit -15)``: what the job's start stopped on its nodes."""
-    from .run import _which
-
     for run in stopped:
-        render.say(f"stopped {_which(run)} on {run['label']} (node {run['node']}): {run['state']} "
+        render.say(f"stopped {render.which(run)} on {run['label']} (node {run['node']}): {run['state']} "
                    f"(exit {run['exit_code']})")
 
 
@@ -170,7 +168,7 @@ def progress_note(exp, settings) -> str:
     """When a running job last moved (any node), or that no node has: the end of its headline."""
     from ..watch.job_progress import job_note, summary
 
-    return job_note(summary(exp.nodes or []), settings.run.stall_timeout) if exp.status == "running" else ""
+    return job_note(summary(exp.nodes or []), settings.run.stall_after) if exp.status == "running" else ""
 
 
 def _node_lines(exp, settings) -> None:

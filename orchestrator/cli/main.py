@@ -201,12 +201,13 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, connections, experiments, gc, init, into, run, targets, use, watch
+    from . import batching, checkpoints, connections, experiments, gc, init, into, logs, run, status, targets, use
 
     run.register(app)
     gc.register(app)
     targets.register(app)
-    watch.register(app)
+    status.register(app)
+    logs.register(app)
     use.register(app)
     into.register(app)
     init.register(app)

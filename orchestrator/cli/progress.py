@@ -6,6 +6,8 @@ import contextlib
 import sys
 from typing import Any, Iterator
 
+from ..launch.meter import Meter
+
 #: below this, a bar would only flicker
 MIN_BYTES = 4 << 20
 
@@ -32,6 +34,13 @@ class _RichBar(Bar):
 
 def enabled(as_json: bool = False) -> bool:
     return not as_json and sys.stderr.isatty()
+
+
+def meter(as_json: bool = False) -> Meter | None:
+    """What a launch counts its hashing and push on: bars on a terminal, nothing in ``--json`` or a pipe."""
+    if not enabled(as_json):
+        return None
+    return lambda label, total, files, keep=True: bar(label, total, files, True, keep=keep)
 
 
 @contextlib.contextmanager

@@ -23,6 +23,15 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def which(run: dict) -> str:
+    """``experiment 51``, or whose it is when another clone of the project (sharing the target) started it."""
+    if run.get("mine", True):
+        return f"experiment {run['id']}"
+    clone = run.get("clone") or {}
+    where = f" ({clone.get('host', '?')}, {clone.get('path', '?')})" if clone else ""
+    return f"experiment {run['id']} of another clone of this project{where}"
+
+
 def when(ts: float | None) -> str:
     if not ts:
         return "-"

@@ -112,19 +112,10 @@ def _report(outcome, target, as_json: bool) -> None:
         raise typer.Exit(1)
 
 
-def _which(run: dict) -> str:
-    """``experiment 51``, or whose it is when another clone of the project (sharing the target) started it."""
-    if run.get("mine", True):
-        return f"experiment {run['id']}"
-    clone = run.get("clone") or {}
-    where = f" ({clone.get('host', '?')}, {clone.get('path', '?')})" if clone else ""
-    return f"experiment {run['id']} of another clone of this project{where}"
-
-
 def _say_outcome(outcome, target) -> None:
     exp = outcome.experiment
     for run in outcome.stopped:
-        render.say(f"stopped {_which(run)}: {run['state']} (exit {run['exit_code']})")
+        render.say(f"stopped {render.which(run)}: {run['state']} (exit {run['exit_code']})")
     if outcome.pushed:
         p = outcome.pushed
         resumed = f", resuming after {render.size(p['resumed_bytes'])} sent before" if p.get("resumed_bytes") else ""
@@ -161,100 +152,105 @@ def _say_outcome(outcome, target) -> None:
         render.out(f"experiment {exp.id}: {exp.status} on {target.label} (revision {exp.revision})")
 
 
+def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
+           set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
+           yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
+           trust_new_host: TrustOpt = False, wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
+    """Push the code as a new revision and start it as a new experiment."""
+    from ..launch import prepare
+
+    from . import job
+
+    settings = common.settings(ctx, set_)
+    secret = prepare.secret_values(settings)  # a missing secret stops here, before the target is touched
+    grp = job.group(settings, target, ct, start, trust_new_host, dry_run)
+    one = common.single(target, ct)
+    tgt = grp.members[0] if grp is not None else _target(settings, *one, start, trust_new_host, dry_run)
+    confirm = render.confirm if render.interactive() else None
+    launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
+                            yes=yes, confirm=confirm, echo=render.say, secret=secret,
+                            progress=progress.meter(as_json))
+    launch.wait = settings.run.wait if wait is None else wait
+    if grp is not None:
+        return job.deploy(launch, grp, settings, dry_run, as_json)
+    _run(launch, settings, dry_run, as_json, one)
+
+
+def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
+            clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
+            dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
+            wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
+    """Stop the latest experiment and relaunch its revision and settings as a new experiment; a job: on
+    every node."""
+    from ..launch import prepare
+
+    from . import job
+
+    settings = common.settings(ctx)
+    confirm = render.confirm if render.interactive() else None
+    grp = job.group(settings, target, ct, start, trust_new_host, dry_run)
+    if grp is not None:
+        return job.restart(settings, grp, message=message, clean=clean_checkpoints or purge, purge=purge,
+                           yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json)
+    target, ct = common.single(target, ct)
+    tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
+    with common.registry(settings) as reg:
+        if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
+            from ..records.reconcile import recover
+
+            recover(settings, tgt, reg)
+        launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge,
+                                 purge=purge, yes=yes, confirm=confirm, echo=render.say)
+    launch.wait = settings.run.wait if wait is None else wait
+    _run(launch, settings, dry_run, as_json, (target, ct))
+
+
+def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_run: DryOpt = False,
+         trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
+    """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); a job: every node at once."""
+    from ..launch import prepare
+    from . import job
+
+    settings = common.settings(ctx)
+    grp = None if dry_run else job.group(settings, target, ct, False, trust_new_host, False)
+    if grp is not None:
+        return job.stop(settings, grp, as_json)
+    tgt = _target(settings, *common.single(target, ct), False, trust_new_host, dry_run)
+    launch = prepare.stop(settings, tgt, echo=render.say)
+    if dry_run:
+        return _run(launch, settings, True, as_json)
+    from ..launch.operations import execute
+
+    with common.registry(settings) as reg:
+        outcome = execute(launch, reg)
+    if as_json:
+        render.print_json({"stopped": outcome.stopped, "target_label": tgt.label})
+    elif not outcome.stopped:
+        render.out(f"nothing was running on {tgt.label}")
+    for run in outcome.stopped if not as_json else []:
+        render.out(f"{render.which(run)} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "
+                   f"signals: {', '.join(run['signals']) or 'none'})")
+
+
+def play(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A playbook .yaml")],
+         target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None, set_: SetOpt = None,
+         clean_checkpoints: CleanOpt = False, yes: YesOpt = False, dry_run: DryOpt = False,
+         start: StartOpt = False, trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
+    """Run any playbook (a YAML list of steps) against a target."""
+    from ..launch import prepare
+
+    target, ct = common.one_node(target, ct, "play")
+    settings = common.settings(ctx, set_)
+    secret = prepare.secret_values(settings) if prepare.launches(file) else None
+    tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
+    confirm = render.confirm if render.interactive() else None
+    launch = prepare.play(settings, tgt, file, message=message, clean=clean_checkpoints, purge=False, yes=yes,
+                          confirm=confirm, echo=render.say, secret=secret, progress=progress.meter(as_json))
+    _run(launch, settings, dry_run, as_json, (target, ct))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
-               set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
-               yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
-               trust_new_host: TrustOpt = False, wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
-        """Push the code as a new revision and start it as a new experiment."""
-        from ..launch import prepare
-
-        from . import job
-
-        settings = common.settings(ctx, set_)
-        secret = prepare.secret_values(settings)  # a missing secret stops here, before the target is touched
-        grp = job.group(settings, target, ct, start, trust_new_host, dry_run)
-        one = common.single(target, ct)
-        tgt = grp.members[0] if grp is not None else _target(settings, *one, start, trust_new_host, dry_run)
-        confirm = render.confirm if render.interactive() else None
-        launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
-                                yes=yes, confirm=confirm, echo=render.say, secret=secret,
-                                progress=progress.enabled(as_json))
-        launch.wait = settings.run.wait if wait is None else wait
-        if grp is not None:
-            return job.deploy(launch, grp, settings, dry_run, as_json)
-        _run(launch, settings, dry_run, as_json, one)
-
-    @app.command()
-    def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
-                clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
-                dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
-                wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
-        """Stop the latest experiment and relaunch its revision and settings as a new experiment; a job: on
-        every node."""
-        from ..launch import prepare
-
-        from . import job
-
-        settings = common.settings(ctx)
-        confirm = render.confirm if render.interactive() else None
-        grp = job.group(settings, target, ct, start, trust_new_host, dry_run)
-        if grp is not None:
-            return job.restart(settings, grp, message=message, clean=clean_checkpoints or purge, purge=purge,
-                               yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json)
-        target, ct = common.single(target, ct)
-        tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
-        with common.registry(settings) as reg:
-            if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
-                from ..records.reconcile import recover
-
-                recover(settings, tgt, reg)
-            launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge,
-                                     purge=purge, yes=yes, confirm=confirm, echo=render.say)
-        launch.wait = settings.run.wait if wait is None else wait
-        _run(launch, settings, dry_run, as_json, (target, ct))
-
-    @app.command()
-    def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_run: DryOpt = False,
-             trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
-        """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); a job: every node at once."""
-        from ..launch import prepare
-        from . import job
-
-        settings = common.settings(ctx)
-        grp = None if dry_run else job.group(settings, target, ct, False, trust_new_host, False)
-        if grp is not None:
-            return job.stop(settings, grp, as_json)
-        tgt = _target(settings, *common.single(target, ct), False, trust_new_host, dry_run)
-        launch = prepare.stop(settings, tgt, echo=render.say)
-        if dry_run:
-            return _run(launch, settings, True, as_json)
-        from ..launch.operations import execute
-
-        with common.registry(settings) as reg:
-            outcome = execute(launch, reg)
-        if as_json:
-            render.print_json({"stopped": outcome.stopped, "target_label": tgt.label})
-        elif not outcome.stopped:
-            render.out(f"nothing was running on {tgt.label}")
-        for run in outcome.stopped if not as_json else []:
-            render.out(f"{_which(run)} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "
-                       f"signals: {', '.join(run['signals']) or 'none'})")
-
-    @app.command()
-    def play(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A playbook .yaml")],
-             target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None, set_: SetOpt = None,
-             clean_checkpoints: CleanOpt = False, yes: YesOpt = False, dry_run: DryOpt = False,
-             start: StartOpt = False, trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
-        """Run any playbook (a YAML list of steps) against a target."""
-        from ..launch import prepare
-
-        target, ct = common.one_node(target, ct, "play")
-        settings = common.settings(ctx, set_)
-        secret = prepare.secret_values(settings) if prepare.launches(file) else None
-        tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
-        confirm = render.confirm if render.interactive() else None
-        launch = prepare.play(settings, tgt, file, message=message, clean=clean_checkpoints, purge=False, yes=yes,
-                              confirm=confirm, echo=render.say, secret=secret, progress=progress.enabled(as_json))
-        _run(launch, settings, dry_run, as_json, (target, ct))
+    app.command()(deploy)
+    app.command()(restart)
+    app.command()(stop)
+    app.command()(play)

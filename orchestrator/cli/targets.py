@@ -14,23 +14,25 @@ def _gpus(row: dict) -> str:
     return str(row["gpus"])
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def targets(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-        """List the CTs the Proxmox token can see: id, name, node, status, address, GPUs, this project's runs."""
-        from ..reach.discovery import list_targets
+def targets(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List the CTs the Proxmox token can see: id, name, node, status, address, GPUs, this project's runs."""
+    from ..reach.discovery import list_targets
 
-        settings = common.settings(ctx)
-        with common.registry(settings) as reg:
-            rows = list_targets(settings, reg)
-        if as_json:
-            render.print_json(rows)
-            return
-        if not rows:
-            render.out(f"the token {settings.proxmox.token_id} sees no containers")
-            return
-        render.table(None, ["ct", "name", "node", "status", "address", "gpus", f"runs of {settings.project.name}",
-                            "entry"],
-                     [[r["ct"], r["name"], r["node"], r["status"], r["address"] or r.get("error") or "-", _gpus(r),
-                       (f"{len(r['runs'])} (latest {r['runs'][0]})" if r["runs"] else "-"),
-                       ", ".join(r["entries"]) or "-"] for r in rows])
+    settings = common.settings(ctx)
+    with common.registry(settings) as reg:
+        rows = list_targets(settings, reg)
+    if as_json:
+        render.print_json(rows)
+        return
+    if not rows:
+        render.out(f"the token {settings.proxmox.token_id} sees no containers")
+        return
+    render.table(None, ["ct", "name", "node", "status", "address", "gpus", f"runs of {settings.project.name}",
+                        "entry"],
+                 [[r["ct"], r["name"], r["node"], r["status"], r["address"] or r.get("error") or "-", _gpus(r),
+                   (f"{len(r['runs'])} (latest {r['runs'][0]})" if r["runs"] else "-"),
+                   ", ".join(r["entries"]) or "-"] for r in rows])
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(targets)

@@ -94,10 +94,11 @@ def _launched(cmd: list[str], command: list[str] | str) -> list[str]:
 
 
 def plan(nodes: list[NodeFacts], argv: list[str] | str, dist: DistributedSection, project: str,
-         exp_id: int | None) -> list[NodeRun]:
+         exp_id: int | None, restarts: int = 0) -> list[NodeRun]:
     """One ``NodeRun`` per node, in rank order; node 0 hosts the rendezvous.
 
-    ``argv``: the project's command as written; a string is a shell line (``command.py``)."""
+    ``argv``: the project's command as written; a string is a shell line (``command.py``). ``restarts``
+    (``[run] restarts``): how often torchrun relaunches every node's workers after a failure."""
     n = len(nodes)
     master = nodes[0].address or "<node0-address>"
     addrs = " ".join(x.address or f"<node{x.rank}-address>" for x in nodes)
@@ -120,15 +121,15 @@ def plan(nodes: list[NodeFacts], argv: list[str] | str, dist: DistributedSection
             continue
         if iface:
             env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
-        if dist.max_restarts > 0:
+        if restarts > 0:
             env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         python = words[0] if words and _is_python(words[0]) else "python3"
         cmd = [python, "-m", "torch.distributed.run", f"--nnodes={n}", f"--nproc-per-node={nproc(dist, node)}",
                "--rdzv-backend=c10d", f"--rdzv-endpoint={master}:{dist.port}", f"--rdzv-id={rdzv_id(project, exp_id)}",
                f"--rdzv-conf=is_host={1 if node.rank == 0 else 0}",
                f"--local-addr={node.address or f'<node{node.rank}-address>'}"]
-        if dist.max_restarts > 0:
-            cmd.append(f"--max-restarts={dist.max_restarts}")
+        if restarts > 0:
+            cmd.append(f"--max-restarts={restarts}")
         runs.append(NodeRun(node.rank, node.name, _launched(cmd, argv), env, job))
     return runs
 

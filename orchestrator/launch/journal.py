@@ -11,6 +11,8 @@ The agent writes the journal in the new run's folder, one line per step of the l
 
 from __future__ import annotations
 
+from ..records.end_reason import stopped_by
+
 START_OPS = ("run_start", "run_verify")
 CANCELLED = "cancelled"  # the agent's word for the steps it did not run once the controller was gone
 
@@ -67,5 +69,5 @@ def not_started(told: dict, default: str) -> str:
 
 
 def stopped_reason(exp_id: int, told: dict) -> str:
-    """How a run this launch stopped ended, in the words ``way_back.stopped_by`` uses."""
-    return f"stopped by experiment {exp_id}" + (" (whose start then failed)" if start_failed(told) else "")
+    """How a run this launch stopped ended (``end_reason.stopped_by``)."""
+    return stopped_by({"experiment": exp_id}, why=" (whose start then failed)" if start_failed(told) else "") or ""

@@ -141,7 +141,7 @@ def prepare_nodes(launch: Launch, group: Group) -> list[Node]:
     nodes = []
     for rank, tgt in enumerate(group.members):
         inputs = replace(launch.inputs, target=tgt.name, root=tgt.root, checkpoints=tgt.checkpoints)
-        nodes.append(Node(rank, tgt, launch.settings, replace(launch, target=tgt, inputs=inputs, progress=False)))
+        nodes.append(Node(rank, tgt, launch.settings, replace(launch, target=tgt, inputs=inputs, progress=None)))
     return nodes
 
 
@@ -153,7 +153,7 @@ def plan_runs(launch: Launch, nodes: list[Node], exp_id: int | None) -> list[dis
         facts[0] = replace(facts[0], address=address_of(nodes[0].target))
     command = launch.inputs.command if launch.inputs.command is not None else launch.inputs.argv or []
     return distributed.plan(facts, command, launch.settings.distributed,
-                            launch.settings.project.name, exp_id)
+                            launch.settings.project.name, exp_id, restarts=launch.settings.run.restarts)
 
 
 def _check_runs(launch: Launch, nodes: list[Node]) -> None:
@@ -177,7 +177,7 @@ def _push_node(node: Node) -> None:
     launch = node.launch
     assert launch is not None
     if launch.revision is not None and launch.book.has("push_revision"):
-        node.pushed = push.send(_connect(node), launch.revision, node.probe.get("missing") or {}, show=False,
+        node.pushed = push.send(_connect(node), launch.revision, node.probe.get("missing") or {},
                                 stall=launch.settings.ssh.command_timeout)
 
 
@@ -371,7 +371,7 @@ def _stop_node_of(registry: Registry, old: Experiment, machine: str, run: dict, 
 
 def _node_recovery(settings, run: distributed.NodeRun, key: str | None) -> dict:
     """Each node's supervisor watches for stalls of the job (no node moving: its peers tell it over UDP);
-    restarts are the launcher's (``[distributed] max_restarts``): one node relaunched alone would wait for a
+    restarts are the launcher's (``[run] restarts``, torchrun's): one node relaunched alone would wait for a
     rendezvous that has gone."""
     job = {**run.job, "id": f"{run.job['id']}/{key or ''}"} if run.job else None
     return {**settings.run.recovery(), "restarts": 0, "resume_after_reboot": False, "job": job}

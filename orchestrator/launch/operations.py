@@ -31,6 +31,7 @@ from ..config import Settings
 from ..errors import Interrupted, OrchError, TransportError
 from ..records.experiments import Experiment, Registry
 from .guard import LaunchGuard
+from .meter import Meter
 from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
 from .revisions import Revision
@@ -56,7 +57,7 @@ class Launch:
     confirm: Callable[[str], bool] | None = None
     echo: Callable[[str], None] = lambda _msg: None
     wait: float = 0.0  # seconds to watch a started run for its first metric line
-    progress: bool = False  # progress bars on stderr for big pushes
+    progress: Meter | None = None  # counts a big push (the CLI's bar on a terminal)
 
 
 @dataclass
@@ -164,7 +165,7 @@ def _push(launch: Launch, client: AgentClient, probe: dict, out: Outcome) -> Non
     if launch.revision is None or not launch.book.has("push_revision"):
         return
     try:
-        out.pushed = push.send(client, launch.revision, probe.get("missing") or {}, show=launch.progress,
+        out.pushed = push.send(client, launch.revision, probe.get("missing") or {}, meter=launch.progress,
                                stall=launch.settings.ssh.command_timeout)
     except KeyboardInterrupt as exc:
         how, code = signals.describe(exc)

@@ -12,6 +12,7 @@ from ..errors import InputError, NotFoundError
 from ..records.experiments import Experiment, Registry
 from .command import exec_argv
 from .limits import check as check_limits
+from .meter import Meter
 from .operations import Launch
 from .playbooks import Inputs, Playbook
 from ..reach.targets import Target
@@ -59,7 +60,7 @@ def _env(env: dict, echo: Callable[[str], None]) -> dict:
 def deploy(settings: Settings, target: Target, *, message: str | None, clean: bool, purge: bool, yes: bool,
            confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
            book: Playbook | None = None, secret: secrets.SecretValues | None = None,
-           progress: bool = False) -> Launch:
+           progress: Meter | None = None) -> Launch:
     secret = secret_values(settings) if secret is None else secret
     book = book or playbooks.load("deploy", settings.project_dir)
     rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir,
@@ -129,7 +130,7 @@ def play(settings: Settings, target: Target, path: Path, **kw) -> Launch:
                     checkpoints=target.checkpoints,
                     checkpoint_action=_action(kw.get("clean", False), kw.get("purge", False)))
     launch = Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),
-                    echo=kw.get("echo", lambda _m: None), progress=kw.get("progress", False))
+                    echo=kw.get("echo", lambda _m: None), progress=kw.get("progress"))
     check_limits(launch)  # its shell steps, as the agent takes them
     return launch
 

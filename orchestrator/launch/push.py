@@ -1,4 +1,4 @@
-"""Sending a revision's missing blobs: streamed from the files in pieces, resumable, with a progress bar.
+"""Sending a revision's missing blobs: streamed from the files in pieces, resumable, its progress counted.
 
 Memory stays bounded whatever the tree's size: each file is read 1 MiB at a time while the channel
 takes it, and the agent writes each piece to disk as it arrives. The call is limited by progress
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..cli import progress
-from ..reach.agent_client import AgentClient, Op, Stream
 from ..errors import InputError
+from ..reach.agent_client import AgentClient, Op, Stream
+from .meter import Count, Meter, silent
 from .revisions import Revision
 
 CHUNK = 1 << 20
@@ -29,7 +29,7 @@ def plan(rev: Revision, missing: list[str], partial: dict) -> list[dict]:
     return out
 
 
-def _pieces(rev: Revision, entries: list[dict], bar: progress.Bar) -> Iterator[bytes]:
+def _pieces(rev: Revision, entries: list[dict], bar: Count) -> Iterator[bytes]:
     paths = {f["sha256"]: f["path"] for f in rev.files}
     for entry in entries:
         rel = paths[entry["sha256"]]
@@ -50,15 +50,16 @@ def _pieces(rev: Revision, entries: list[dict], bar: progress.Bar) -> Iterator[b
         bar.advance(0, files=1)
 
 
-def send(client: AgentClient, rev: Revision, probe_missing: dict, *, show: bool, stall: float) -> dict:
-    """Store the blobs the target lacks; what was sent (files, bytes, bytes resumed)."""
+def send(client: AgentClient, rev: Revision, probe_missing: dict, *, meter: Meter | None = None,
+         stall: float) -> dict:
+    """Store the blobs the target lacks, counting the bytes on ``meter``; what was sent (files, bytes, resumed)."""
     entries = plan(rev, probe_missing.get("missing", []), probe_missing.get("partial") or {})
     total = sum(e["size"] - e["offset"] for e in entries)
     sent = {"files": len(rev.files), "missing": len(entries), "bytes": total,
             "resumed_bytes": sum(e["offset"] for e in entries)}
     if not entries:
         return sent
-    with progress.bar("pushing", total, len(entries), show) as bar:
+    with (meter or silent)("pushing", total, len(entries)) as bar:
         client.call([Op("blobs_store", {"blobs": entries})], what="push", timeout=stall,
                     payload=Stream(total, lambda: _pieces(rev, entries, bar)))
     return sent

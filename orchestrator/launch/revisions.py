@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agent.protocol import manifest_id
-from ..cli.progress import Bar, bar
+from ..files import atomic_write
+from .meter import Count, Meter, silent
 from .sources import LeftOut, collect
 
 MAX_DIFF = 1 << 20
@@ -47,7 +48,7 @@ def _git(root: Path, *args: str) -> str | None:
     return out.stdout.decode("utf-8", "replace") if out.returncode == 0 else None
 
 
-def _hash_file(path: Path, bar: Bar) -> str:
+def _hash_file(path: Path, bar: Count) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -57,7 +58,7 @@ def _hash_file(path: Path, bar: Bar) -> str:
     return h.hexdigest()
 
 
-def _hash_all(paths: list[Path], total: int, shown: Bar) -> dict[Path, str]:
+def _hash_all(paths: list[Path], total: int, shown: Count) -> dict[Path, str]:
     """The files' hashes; a big set is hashed on several cores (hashlib releases the GIL)."""
     if len(paths) < 2 or total < PARALLEL_BYTES:
         return {path: _hash_file(path, shown) for path in paths}
@@ -68,11 +69,10 @@ def _hash_all(paths: list[Path], total: int, shown: Bar) -> dict[Path, str]:
 
 
 def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, *,
-          follow_symlinks: list[str] | tuple = (), progress: bool = False) -> Revision:
+          follow_symlinks: list[str] | tuple = (), progress: Meter | None = None) -> Revision:
     """Hash the project's sources into a revision (no network, no writes except the hash cache).
 
-    A symlink's content is sent under the link's path. With ``progress``, hashing more than a few MB of new or
-    changed files shows a bar on the terminal.
+    A symlink's content is sent under the link's path. The bytes hashed are counted on ``progress``.
     """
     cache_file = cache_dir / "hashes.json" if cache_dir else None
     try:
@@ -84,7 +84,7 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
     found = [(rel, path, path.stat()) for rel, path in chosen.files.items()]
     fresh = [(path, st.st_size) for rel, path, st in found
              if not cache.get(rel, {}).get(f"{st.st_size}:{st.st_mtime_ns}")]
-    with bar("hashing", sum(n for _p, n in fresh), len(fresh), progress, keep=False) as shown:
+    with (progress or silent)("hashing", sum(n for _p, n in fresh), len(fresh), keep=False) as shown:
         hashed = _hash_all([p for p, _n in fresh], sum(n for _p, n in fresh), shown)
     for rel, path, st in found:
         key = f"{st.st_size}:{st.st_mtime_ns}"
@@ -96,9 +96,7 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
     if cache_file and new_cache != cache:
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(new_cache))
-            os.replace(tmp, cache_file)
+            atomic_write(cache_file, json.dumps(new_cache))
         except OSError:
             pass  # the cache only saves time
     rev = Revision(manifest_id(files), files, project_dir, local_paths=local_paths, left_out=chosen.left_out)

@@ -18,16 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from .. import checkpoints
 from ..reach.agent_client import AgentClient
+from ..records.end_reason import stopped_by
 from ..records.experiments import Experiment, Registry
 
 if TYPE_CHECKING:
     from .operations import Launch
 
 START_OPS = ("start", "verify")
-
-
-def stopped_by(exp_id: int | None, why: str = "") -> str:
-    return f"stopped by experiment {exp_id}{why}" if exp_id is not None else "stopped by orch stop"
 
 
 def record_stopped(launch: Launch, registry: Registry, stop: dict | None, by: int | None, why: str = "") -> list:
@@ -38,7 +35,7 @@ def record_stopped(launch: Launch, registry: Registry, stop: dict | None, by: in
     for run in runs:
         run["mine"] = registry.owns(run)
         update_quietly(registry, run, launch, status=run["state"], exit_code=run["exit_code"],
-                       ended=run.get("ended") or time.time(), end_reason=stopped_by(by, why))
+                       ended=run.get("ended") or time.time(), end_reason=stopped_by({"experiment": by}, why=why))
     return runs
 
 

@@ -12,9 +12,10 @@ The file holds no secrets: addresses and names only, written 0600 like the rest 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
+
+from ..files import atomic_write
 
 FILE = "ct-cache.json"
 _served: list[tuple[Path, str]] = []  # (cache file, key) this process answered from: forgotten on failure
@@ -33,15 +34,11 @@ def _read(path: Path) -> dict:
 
 
 def _write(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(data), mode=0o600)
     except OSError:  # a cache that cannot be written only costs the next command an API lookup
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def lookup(state_dir: Path, api: str, vmid: int, access: str, ttl: float, now: float | None = None) -> dict | None:

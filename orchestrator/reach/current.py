@@ -9,10 +9,10 @@ file and starts from ``default_target``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from ..errors import OrchError
+from ..errors import InputError, OrchError
+from ..files import atomic_write
 
 FILE = "current-target.json"
 
@@ -33,17 +33,28 @@ def load(state_dir: Path) -> dict | None:
 
 
 def save(state_dir: Path, name: str | None, ct: int | None, nodes: list[dict] | None = None) -> None:
-    """Record the flags that named the target (atomically: temp file, then rename).
+    """Record the flags that named the target (atomically).
 
     ``nodes`` (``[{"ct": 200}, {"target": "gpu-b"}]``) records a job's nodes named by repeated flags.
     """
     data = {"nodes": nodes} if nodes else {"target": name} if name else {"ct": ct}
-    tmp = state_dir / f".{FILE}.{os.getpid()}"
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
-        os.replace(tmp, state_dir / FILE)
+        atomic_write(state_dir / FILE, json.dumps(data) + "\n")
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise OrchError(f"cannot record the current target in {state_dir / FILE}: {exc.strerror or exc}",
                         hint=f"free space in (or fix the permissions of) {state_dir}") from None
+
+
+def acting_on(settings, name: str | None, ct: int | None, chosen: dict) -> tuple[str | None, int | None]:
+    """The (--target, --ct) a command acts on: those given, else the current target ``chosen`` (``load``; after a
+    job, its node 0), else the default (None, None)."""
+    if name or ct is not None:
+        return name, ct
+    if chosen.get("nodes"):  # after a job over several nodes, a one-target command acts on node 0
+        first = chosen["nodes"][0]
+        return first.get("target"), first.get("ct")
+    if chosen.get("target") is not None and chosen["target"] not in settings.targets:
+        raise InputError(f"the current target {chosen['target']!r} is no longer in orch.toml",
+                         hint="pass --target/--ct, or pick another with `orch use NAME` or `orch use --ct N`")
+    return chosen.get("target"), chosen.get("ct")

@@ -222,6 +222,16 @@ def check_ct(settings: Settings, vmid: int, notice: Callable[[str], None]) -> di
     return None
 
 
+def check_cts(settings: Settings, cts: list[int], notice: Callable[[str], None]) -> None:
+    """Each CT ``check_ct`` finds; one that is not running is said through ``notice`` (a launch starts it with
+    --start)."""
+    for vmid in cts:
+        found = check_ct(settings, vmid, notice)
+        if found is not None and found.get("status") != "running":
+            notice(f"orch: CT {vmid} ({found.get('name') or '?'}) on node {found.get('node')} is "
+                   f"{found.get('status')}: a launch starts it with --start")
+
+
 def proxmox_client(px):
     """The API client a ``[proxmox]`` section describes (token from the environment or its file)."""
     from . import proxmox

@@ -18,6 +18,8 @@ def _flat(prefix: str, value: Any, out: dict) -> None:
 
 
 def _fields(exp: Experiment) -> dict:
+    from ..config import recorded_as_now
+
     fields: dict = {}
     _flat("batching", exp.batching, fields)
     fields.update({"revision": exp.revision, "command": display(exp.command), "target": exp.target,
@@ -25,7 +27,8 @@ def _fields(exp: Experiment) -> dict:
     env = (exp.config.get("project") or {}).get("env") or {}
     _flat("env", env, fields)
     rest: dict = {}
-    _flat("", {k: v for k, v in exp.config.items() if k not in ("batching", "targets", "project")}, rest)
+    config = recorded_as_now(exp.config)  # an experiment from before a key was renamed compares under its new name
+    _flat("", {k: v for k, v in config.items() if k not in ("batching", "targets", "project")}, rest)
     fields.update({f"config.{k}": v for k, v in rest.items()})
     return fields
 

@@ -15,14 +15,19 @@ import time
 
 
 def signal_name(sig: object) -> str | None:
+    """``SIGHUP`` for 1; ``signal 99`` for a number no signal has; None for none."""
     try:
         return signal.Signals(int(sig)).name if sig else None  # type: ignore[call-overload]
     except (TypeError, ValueError):
         return f"signal {sig}"
 
 
-def stopped_by(by: dict | None, registry_id: str | None) -> str | None:
-    """``stopped by experiment 7``; ``… of another clone of this project (host, path)``; ``by orch stop``."""
+def stopped_by(by: dict | None, registry_id: str | None = None, why: str = "") -> str | None:
+    """``stopped by experiment 7``; ``… of another clone of this project (host, path)``; ``by orch stop``.
+
+    ``by`` is what the target recorded (``{"experiment": 7, "registry": "ab12…", "clone": {…}}``), or what
+    this clone knows itself (``{"experiment": 7}``); ``why`` is added after the experiment.
+    """
     if not isinstance(by, dict):
         return None
     exp = by.get("experiment")
@@ -33,7 +38,7 @@ def stopped_by(by: dict | None, registry_id: str | None) -> str | None:
     if exp is None:
         return "stopped by orch stop" + (f" from another clone ({clone.get('host', '?')}, {clone.get('path', '?')})"
                                           if not mine else "")
-    return f"stopped by experiment {exp}{other}"
+    return f"stopped by experiment {exp}{other}{why}"
 
 
 def noticed(now: float) -> str:

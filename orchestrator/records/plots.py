@@ -6,11 +6,11 @@ imported when a plot is drawn, never on the CLI's start-up path.
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from pathlib import Path
 
 from ..errors import InputError
+from ..files import atomic_write
 
 METRICS = {"loss": ("loss", "loss"), "throughput": ("tok_s", "throughput (tok/s)")}
 STEP_RATE = ("steps_s", "throughput (steps/s)")  # runs whose logs give no token rate
@@ -55,16 +55,12 @@ def draw(curves: list[tuple[str, list[tuple[float, float]]]], metric: str, out: 
         ax.grid(True, alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        tmp: str | None = None
         try:
+            image = io.BytesIO()
+            fig.savefig(image, format=fmt)
             out.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                fig.savefig(fh, format=fmt)
-            os.replace(tmp, out)
+            atomic_write(out, image.getvalue())
         except (OSError, ValueError) as exc:
-            if tmp and os.path.exists(tmp):
-                os.unlink(tmp)
             reason = exc.strerror if isinstance(exc, OSError) else str(exc)
             raise InputError(f"cannot write {out}: {reason}",
                              hint="give a writable --out path ending in .png, .svg or .pdf") from exc

@@ -24,13 +24,16 @@ from ..reach.targets import Target
 INTERRUPTED = "launch interrupted: orch stopped before the run was started on the target"
 
 
-def client_for(settings: Settings, target: Target, read_only: bool = False) -> AgentClient:
-    """An agent client; ``read_only`` calls are bounded by ``[ssh] read_timeout`` (a frozen target fails fast)."""
-    assert target.connect is not None
+def client_for(settings: Settings, target: Target, read_only: bool = False, transport=None) -> AgentClient:
+    """An agent client (on ``transport`` when one is open already); ``read_only`` calls are bounded by
+    ``[ssh] read_timeout`` (a frozen target fails fast)."""
+    if transport is None:
+        assert target.connect is not None
+        transport = target.connect()
     if read_only:
-        return AgentClient(target.connect(), target.root, target.python, timeout=settings.ssh.read_timeout,
+        return AgentClient(transport, target.root, target.python, timeout=settings.ssh.read_timeout,
                            timeout_setting="[ssh] read_timeout")
-    return AgentClient(target.connect(), target.root, target.python, timeout=settings.ssh.command_timeout)
+    return AgentClient(transport, target.root, target.python, timeout=settings.ssh.command_timeout)
 
 
 def belongs(exp: Experiment, target: Target, project: str) -> bool:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from .client import CODE
 
-PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.watch", "orchestrator.cli.common",
+PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.status", "orchestrator.cli.logs",
+           "orchestrator.cli.common", "orchestrator.watch.status", "orchestrator.watch.log_view",
            "orchestrator.config", "orchestrator.records.experiments", "orchestrator.records.reconcile", "orchestrator.reach.agent_client",
            "orchestrator.reach.keeper.client", "orchestrator.watch.metrics_view", "orchestrator.reach.targets", "orchestrator.launch.operations",
            "orchestrator.launch.push", "orchestrator.watch.follow", "rich.console", "rich.table", "sqlite3", "tomllib")

@@ -44,14 +44,14 @@ def summary(records: list[dict]) -> dict | None:
     return {"moved_s": best["quiet_s"], "by": best.get("rank")}
 
 
-def job_note(moved: dict | None, stall_timeout: float | None) -> str:
-    """What the job line says about its progress."""
+def job_note(moved: dict | None, stall_after: float | None) -> str:
+    """What the job line says about its progress (``stall_after``: ``[run] stall_after``)."""
     if moved is None:
         return ""
     age = moved["moved_s"]
-    if stall_timeout is not None and age >= stall_timeout / 2:
-        return f"; no node has moved for {age:.0f} s (stalled at {stall_timeout:g} s: [run] stall_timeout)"
-    if stall_timeout is None and age >= 60:
+    if stall_after is not None and age >= stall_after / 2:
+        return f"; no node has moved for {age:.0f} s (stalled at {stall_after:g} s: [run] stall_after)"
+    if stall_after is None and age >= 60:
         return f"; no node has moved for {age:.0f} s"
     return f"; the job moved {age:.0f} s ago (node {moved['by']})"
 

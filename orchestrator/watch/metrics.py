@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from orchestrator.errors import InputError
@@ -182,79 +182,10 @@ def spike_episodes(spikes: Sequence[Spike]) -> list[list[Spike]]:
     return episodes
 
 
-def summarize(events: Iterable[Mapping[str, float]]) -> dict[str, Any]:
-    """What ``orch status`` shows about a run, from its events in log order.
-
-    Keys: events, last_step, total_steps, epoch, last_loss, min_loss, min_loss_step, lr,
-    median_tok_s, spikes (episodes), spike_steps, and with ``t`` timestamps in the events
-    duration_s, steps_per_s, eta_s. A value is None when the log never showed it.
-    """
-    last: dict[str, float] = {}
-    losses: list[float] = []
-    loss_steps: list[float] = []
-    rates: list[float] = []
-    times: list[float] = []
-    timed_steps: list[tuple[float, float]] = []
-    n = 0
-    for n, e in enumerate(events, 1):
-        last.update(e)
-        if "loss" in e:
-            losses.append(e["loss"])
-            loss_steps.append(last.get("step", math.nan))
-        if "tok_s" in e:
-            rates.append(e["tok_s"])
-        if "t" in e:
-            times.append(e["t"])
-            if "step" in e:
-                timed_steps.append((e["t"], e["step"]))
-    best = min(((v, s) for v, s in zip(losses, loss_steps) if math.isfinite(v)), default=None)
-    episodes = spike_episodes(find_spikes(losses, loss_steps))
-    out: dict[str, Any] = {
-        "events": n,
-        "last_step": _num(last.get("step")),
-        "total_steps": _num(last.get("total_steps")),
-        "epoch": _num(last.get("epoch")),
-        "last_loss": losses[-1] if losses else None,
-        "min_loss": best[0] if best else None,
-        "min_loss_step": _num(best[1]) if best else None,
-        "lr": last.get("lr"),
-        "median_tok_s": _middle(sorted(rates)) if rates else None,
-        "spikes": len(episodes),
-        "spike_steps": [_num(ep[0].step) for ep in episodes],
-        "duration_s": times[-1] - times[0] if times else None,
-        "steps_per_s": None,
-        "eta_s": None,
-    }
-    if len(timed_steps) > 1 and timed_steps[-1][0] > timed_steps[0][0]:
-        (t0, s0), (t1, s1) = timed_steps[0], timed_steps[-1]
-        out["steps_per_s"] = (s1 - s0) / (t1 - t0)
-        if out["total_steps"] is not None:
-            out["eta_s"] = eta(s1, out["total_steps"], out["steps_per_s"])
-    return out
-
-
-def _num(v: float | None) -> float | int | None:
-    if v is None or not math.isfinite(v):
-        return None
-    return int(v) if v == int(v) else v
-
-
 def _middle(ordered: Sequence[float]) -> float:
     """Median of an already sorted sequence."""
     n = len(ordered)
     return (ordered[n // 2] + ordered[(n - 1) // 2]) / 2
-
-
-def eta(step: float, total_steps: float, rate_steps_per_s: float | None) -> float | None:
-    """Seconds left at the current rate, or None when the rate is unknown or zero."""
-    if not rate_steps_per_s or rate_steps_per_s <= 0:
-        return None
-    return max(0.0, (total_steps - step) / rate_steps_per_s)
-
-
-def eta_tokens(tokens: float, target_tokens: float, tok_s: float | None) -> float | None:
-    """Seconds left for a run that stops after ``target_tokens`` tokens."""
-    return eta(tokens, target_tokens, tok_s)
 
 
 def format_size(n: float | None) -> str:
@@ -329,13 +260,3 @@ def sparkline(values: Sequence[float], width: int = 40) -> str:
         else:
             out.append(_BLOCKS[round((v - lo) / (hi - lo) * top)])
     return "".join(out)
-
-
-def is_stalled(last_line_age_s: float | None, last_step_age_s: float | None, limit_s: float) -> bool:
-    """True when the step counter has not moved for ``limit_s`` seconds.
-
-    A run that still prints (warnings, retries) but makes no progress is stalled too; before the
-    first step is seen, the age of the last line decides.
-    """
-    age = last_step_age_s if last_step_age_s is not None else last_line_age_s
-    return age is not None and age > limit_s

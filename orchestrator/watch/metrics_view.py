@@ -22,6 +22,7 @@ from ..reach.targets import Target
 CHUNK = 4 << 20  # bytes per agent call
 STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
 TRACKED = ("loss", "tok_s", "steps_s", "lr", "grad_norm")
+QUIET_S = 300.0  # without [run] stall_after, a running run this long without a line (or a step) is noted
 
 
 def as_recorded(settings: Settings, exp: Experiment) -> Settings:
@@ -29,9 +30,9 @@ def as_recorded(settings: Settings, exp: Experiment) -> Settings:
     the recorded ones plus today's ``[metrics] patterns``."""
     from pydantic import ValidationError
 
-    from ..config import MetricsSection
+    from ..config import MetricsSection, recorded_as_now
 
-    recorded = exp.config or {}
+    recorded = recorded_as_now(exp.config or {})
     try:
         metrics = MetricsSection.model_validate(recorded["metrics"]) if "metrics" in recorded else settings.metrics
     except ValidationError:
@@ -40,7 +41,10 @@ def as_recorded(settings: Settings, exp: Experiment) -> Settings:
     metrics = metrics.model_copy(update={"patterns": {**metrics.patterns, **settings.metrics.patterns}})
     total = (recorded.get("project") or {}).get("total_steps", settings.project.total_steps)
     project = settings.project.model_copy(update={"total_steps": total})
-    return settings.model_copy(update={"metrics": metrics, "project": project})
+    run = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
+    stall = run.get("stall_after", settings.run.stall_after)  # what its supervisor was told
+    run_section = settings.run.model_copy(update={"stall_after": stall if isinstance(stall, (int, float)) else None})
+    return settings.model_copy(update={"metrics": metrics, "project": project, "run": run_section})
 
 
 def _state(stored: dict | None) -> tuple[int, dict, dict]:
@@ -154,12 +158,8 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
     if out.get("eta_s") is not None:
         out["eta"] = format_duration(out["eta_s"])
     if state_name == "running" and run.get("log_mtime"):
-        age = now - run["log_mtime"]
         step_age = now - state["step_seen"] if state.get("step_seen") else None
-        if age > settings.metrics.stall_after:
-            out["notes"].append(f"stalled: no new log line for {format_duration(age)}")
-        elif step_age is not None and step_age > settings.metrics.stall_after:
-            out["notes"].append(f"stalled: no step progress for {format_duration(step_age)} (the log still grows)")
+        out["notes"] += _quiet_notes(now - run["log_mtime"], step_age, settings.run.stall_after)
     if out.get("spikes"):
         out["notes"].append(f"{out['spikes']} loss spike(s), first at step {out['spike_steps'][0]}")
     if out.get("median_tok_s") is not None:
@@ -171,6 +171,19 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
         out["notes"].append(f"metrics read up to byte {state['offset']} of {state['size']}; "
                             "the rest on the next refresh")
     return out
+
+
+def _quiet_notes(age: float, step_age: float | None, stall_after: float | None) -> list[str]:
+    """``stalled: …`` past ``[run] stall_after`` (its supervisor stops a run whose log stops; one whose log grows
+    without a step is only shown); without it, a run ``QUIET_S`` without a line or a step is only noted."""
+    from .metrics import format_duration
+
+    limit, word = (stall_after, "stalled: ") if stall_after is not None else (QUIET_S, "")
+    if age > limit:
+        return [f"{word}no new log line for {format_duration(age)}"]
+    if step_age is not None and step_age > limit:
+        return [f"{word}no step progress for {format_duration(step_age)} (the log still grows)"]
+    return []
 
 
 def refresh(settings: Settings, target: Target, registry: Registry, client: AgentClient,

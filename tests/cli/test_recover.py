@@ -108,7 +108,7 @@ def test_stop_during_backoff_is_final(project):
 
 
 def test_a_stalled_run_is_ended_and_restarted(project):
-    _deploy(project, STALLS, "run.restarts=2", "run.backoff=[0.2]", "run.stall_timeout=2", "run.term_timeout=1")
+    _deploy(project, STALLS, "run.restarts=2", "run.backoff=[0.2]", "run.stall_after=2", "run.term_timeout=1")
     wait_status(project, 1, ("finished",), timeout=60)
     tried = _show(project)["attempts"]
     assert [a["reason"] for a in tried] == ["stalled", "exit code 0"]

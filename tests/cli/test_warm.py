@@ -110,7 +110,7 @@ def test_errors_of_any_kind_come_through_with_their_own_lines_and_exit_codes(pro
     db = project.path / ".orch" / "experiments.db"
     db.write_bytes(os.urandom(8192))  # a corrupt registry: an error of orch's own
     cases = [["status"], ["experiments", "list"], ["experiments", "show", "99999999999999999999"],
-             ["--config", "/proc/self/mem", "status"]]  # an exception orch does not expect: Python's last line
+             ["--config", "/proc/self/mem", "status"]]  # a config file that cannot be read
     for args in cases:
         here = orch(project, *args, env={"ORCH_WARM": "0"})
         warm = orch(project, *args)

@@ -1,8 +1,9 @@
 """The LXC testbed as pytest fixtures: real containers 200 and 201, a node with ``pct``, the API stand-in.
 
 ``testbed`` (session) builds everything once; ``ct200``/``ct201`` (function) hand a test a pristine,
-running container. After every test that used the testbed, faults are undone, proxies closed and
-any container that no longer answers SSH is reset, so one test's damage never leaks into the next.
+running container, and ``ct_pair`` both of them, reset side by side. A container is reset once per test,
+however many of these a test asks for. After every test that used the testbed, faults are undone, proxies
+closed and any container that no longer answers SSH is reset, so one test's damage never leaks into the next.
 Set ``ORCH_TESTBED_REQUIRED=1`` (CI does) to turn "LXC cannot run here" from a skip into an error.
 """
 
@@ -13,6 +14,7 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,6 +27,28 @@ from tests.testbed.proxy import TcpProxy
 
 VMIDS = (200, 201)
 
+# `make test` runs the testbed's tests in two processes at once, each with a testbed of its own
+# (``tests/testbed/instance.py``): ORCH_TESTBED_SHARD=b runs these files, =a all the others. The second testbed
+# has no network, so the files that install torch or orch's dependencies stay in the first.
+SECOND_SHARD = frozenset({
+    "test_chaos_ct.py", "test_checkpoint_mounts_ct.py", "test_ct_cache_ct.py", "test_first_deploy_ct.py",
+    "test_follow_remote.py", "test_frozen_ct.py", "test_gc_ct.py", "test_into_ct.py", "test_jump_hosts.py",
+    "test_keeper_ct.py", "test_push_big.py", "test_remote.py", "test_ssh_auth_ct.py", "test_transports.py",
+    "test_trust_ct.py", "test_workflow_ct.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shard = os.environ.get("ORCH_TESTBED_SHARD")
+    if shard not in ("a", "b"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if (item.path.name in SECOND_SHARD) == (shard == "b") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
 
 class Testbed:
     """Handles on the running testbed; see the module docstring of ``tests/testbed/lxc.py``."""
@@ -35,6 +59,7 @@ class Testbed:
         self.known_hosts_path = str(workdir / "known_hosts")
         self.timings: dict[str, float] = {}
         self.cts: dict[int, Container] = {}
+        self.fresh: set[int] = set()  # the CTs reset for the test now running
         self.proxies: list[TcpProxy] = []
         self.api: Any = None
         begin = time.monotonic()
@@ -81,6 +106,18 @@ class Testbed:
     def reset(self, vmid: int) -> float:
         """Pristine, running, SSH answering; returns the seconds it took."""
         return self.ct(vmid).reset()
+
+    def pristine(self, *vmids: int) -> list[Container]:
+        """The CTs ``vmids`` pristine and running for this test: each reset once, several side by side
+        (each is mostly waiting for its own boot)."""
+        todo = [vmid for vmid in vmids if vmid not in self.fresh]
+        if len(todo) == 1:
+            self.reset(todo[0])
+        elif todo:
+            with ThreadPoolExecutor(len(todo)) as pool:
+                list(pool.map(self.reset, todo))  # the first failure is raised
+        self.fresh.update(todo)
+        return [self.ct(vmid) for vmid in vmids]
 
     def stop(self, vmid: int) -> None:
         self.ct(vmid).stop()
@@ -193,18 +230,25 @@ def testbed() -> Iterator[Testbed]:
 def _heal_testbed(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "testbed" in request.fixturenames:
-        request.getfixturevalue("testbed").heal()
+        bed = request.getfixturevalue("testbed")
+        bed.fresh.clear()  # whatever this test did, the next one resets the CTs it asks for
+        bed.heal()
 
 
 @pytest.fixture
 def ct200(testbed: Testbed) -> Container:
     """CT 200, reset to pristine and running."""
-    testbed.reset(200)
-    return testbed.ct(200)
+    return testbed.pristine(200)[0]
 
 
 @pytest.fixture
 def ct201(testbed: Testbed) -> Container:
     """CT 201, reset to pristine and running."""
-    testbed.reset(201)
-    return testbed.ct(201)
+    return testbed.pristine(201)[0]
+
+
+@pytest.fixture
+def ct_pair(testbed: Testbed) -> tuple[Container, Container]:
+    """CTs 200 and 201, both reset to pristine and running (side by side)."""
+    first, second = testbed.pristine(200, 201)
+    return first, second

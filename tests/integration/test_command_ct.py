@@ -11,7 +11,7 @@ import pytest
 from tests.cli.test_command_line import ARGS
 from tests.conftest import wait_for
 from tests.integration.test_frozen_ct import GRACEFUL
-from tests.integration.test_multinode_ct import _log, _until, torch_cts  # noqa: F401  (the fixture)
+from tests.integration.test_multinode_ct import _log, _on_host, _until, torch_cts  # noqa: F401  (the fixture)
 from tests.integration.test_remote import CKPT, on_ct, remote  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.testbed
@@ -40,12 +40,14 @@ def test_a_shell_line_runs_in_a_ct_and_a_shell_line_run_stops_gracefully(remote,
     _use(remote, {"job.py": ARGS, "graceful.py": GRACEFUL}, line)
     res = remote.run("deploy", "--ct", "200")
     assert res.returncode == 0, res.stderr
+    run_dir = f"/workspace/orch/runs/{remote.run_key(1)}"
+    ended = _on_host(testbed, 200, f"{run_dir}/exit.json")  # waited for without a process (CLI or in the CT)
+    wait_for(ended.exists, timeout=60, what="the shell line's exit code")
     data = wait_for(lambda: (d := _state(remote))["state"] not in ("running", "launching") and d, timeout=60,
                     what="the shell line to end")
     assert (data["state"], data["exit_code"]) == ("finished", 0), data
     ran = json.loads(on_ct(testbed, 200, "cat", f"{CKPT}/x/args.json"))
     assert ran["argv"] == [f"--out={CKPT}/x", "two words"]
-    run_dir = f"/workspace/orch/runs/{remote.run_key(1)}"
     assert on_ct(testbed, 200, "cat", f"{run_dir}/side.log") == "to the side log\n"
     assert "done 1" in on_ct(testbed, 200, "cat", f"{run_dir}/train.log")
 

@@ -96,7 +96,7 @@ command_timeout = 60
 
 
 @pytest.fixture
-def remote(testbed, tmp_path, monkeypatch, ct200, ct201):
+def remote(testbed, tmp_path, monkeypatch, ct_pair):
     monkeypatch.setenv("ORCH_PROXMOX_TOKEN", testbed.api.token_secret)
     path = tmp_path / "proj"
     path.mkdir()

@@ -75,11 +75,20 @@ def recipe_digest() -> str:
 
 
 def ensure_base(cache_dir: Path = CACHE_DIR) -> Path:
-    """Return the base rootfs, building it with mmdebstrap only when no complete copy is cached."""
+    """Return the base rootfs, building it with mmdebstrap only when no complete copy is cached. Two testbeds
+    that start at once (``tests/testbed/instance.py``) share it: the second waits for the first's build."""
     base = cache_dir / f"base-{recipe_digest()}"
     if (base / COMPLETE).exists():
         return base
     cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / f"{base.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (base / COMPLETE).exists():
+            _build_base(cache_dir, base)
+    return base
+
+
+def _build_base(cache_dir: Path, base: Path) -> None:
     tmp = cache_dir / f"{base.name}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     excludes = [f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("man", "locale", "doc")]
@@ -94,7 +103,6 @@ def ensure_base(cache_dir: Path = CACHE_DIR) -> Path:
         link.symlink_to("/dev/null")
     (tmp / COMPLETE).write_text(recipe_digest() + "\n")
     tmp.rename(base)
-    return base
 
 
 def lxc_problem() -> str | None:

@@ -90,6 +90,13 @@ def test_init_writes_a_config_that_loads(tmp_path, monkeypatch):
     assert s.targets["local"].root == local_root() and "/tmp" not in (tmp_path / "orch.toml").read_text()
     again = CliRunner().invoke(app, ["init"])
     assert again.exit_code == 2 and "already exists" in again.output
+    # its commented settings are today's names: uncommented, they load without a warning
+    text = (tmp_path / "orch.toml").read_text()
+    (tmp_path / "orch.toml").write_text(text.replace("# restarts = 3", "restarts = 3")
+                                        .replace("# stall_after = 1800", "stall_after = 1800"))
+    told: list[str] = []
+    s = load_settings(tmp_path / "orch.toml", env={}, notice=told.append)
+    assert (s.run.restarts, s.run.stall_after, told) == (3, 1800.0, [])
 
 
 def test_commands_need_a_project_config(tmp_path, monkeypatch):
@@ -103,3 +110,58 @@ def test_commands_need_a_project_config(tmp_path, monkeypatch):
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 2 and "no orch.toml" in res.output and "orch init" in res.output
     assert not (tmp_path / ".orch").exists()
+
+
+@pytest.mark.parametrize("text, env, new, value", [
+    ('[distributed]\nmax_restarts = 2\n', {}, ("run", "restarts"), 2),
+    ('[run]\nstall_timeout = 1800\n', {}, ("run", "stall_after"), 1800.0),
+    ('[metrics]\nstall_after = 600\n', {}, ("run", "stall_after"), 600.0),
+    ('', {"ORCH_DISTRIBUTED__MAX_RESTARTS": "4"}, ("run", "restarts"), 4),
+])
+def test_an_old_key_is_read_as_its_new_one_with_one_warning(tmp_path, text, env, new, value):
+    told: list[str] = []
+    s = load_settings(write(tmp_path / "orch.toml", text), env=env, notice=told.append)
+    assert getattr(getattr(s, new[0]), new[1]) == value
+    assert len(told) == 1 and f"is now [{new[0]}] {new[1]}" in told[0] and "rename it" in told[0]
+    assert "\n" not in told[0]
+
+
+def test_the_new_keys_alone_warn_nothing(tmp_path):
+    told: list[str] = []
+    s = load_settings(write(tmp_path / "orch.toml", "[run]\nrestarts = 1\nstall_after = 90\n"), env={},
+                      notice=told.append)
+    assert (s.run.restarts, s.run.stall_after, told) == (1, 90.0, [])
+    assert s.run.recovery()["stall_timeout"] == 90.0  # what the supervisor is told
+
+
+@pytest.mark.parametrize("text", [
+    '[run]\nrestarts = 3\n[distributed]\nmax_restarts = 1\n',
+    '[run]\nstall_after = 60\nstall_timeout = 120\n',
+    '[run]\nstall_timeout = 60\n[metrics]\nstall_after = 300\n',
+])
+def test_an_old_and_a_new_key_that_disagree_are_an_error(tmp_path, text):
+    told: list[str] = []
+    with pytest.raises(ConfigError) as err:
+        load_settings(write(tmp_path / "orch.toml", text), env={}, notice=told.append)
+    assert "disagree" in err.value.message and "is the old name of" in err.value.message
+    assert err.value.hint.startswith("keep only [run] ")
+
+
+def test_old_and_new_keys_that_agree_or_sit_in_different_layers(tmp_path):
+    cfg = write(tmp_path / "orch.toml", '[run]\nrestarts = 2\n[distributed]\nmax_restarts = 2\n')
+    assert load_settings(cfg, env={}, notice=lambda _m: None).run.restarts == 2
+    cfg = write(tmp_path / "orch.toml", '[run]\nstall_timeout = 60\n')
+    told: list[str] = []
+    s = load_settings(cfg, env={}, overrides=["run.stall_after=5"], notice=told.append)
+    assert s.run.stall_after == 5.0 and len(told) == 1  # the flag wins over the file, as for any key
+
+
+def test_a_record_from_before_the_renames_reads_under_the_new_names():
+    from orchestrator.config import recorded_as_now
+
+    old = {"run": {"restarts": 1, "stall_timeout": 900.0}, "metrics": {"patterns": {}, "stall_after": 300.0},
+           "distributed": {"port": 29400, "max_restarts": 0}}
+    assert recorded_as_now(old) == {"run": {"restarts": 1, "stall_after": 900.0}, "metrics": {"patterns": {}},
+                                    "distributed": {"port": 29400}}  # what its supervisor was told wins
+    assert old["run"] == {"restarts": 1, "stall_timeout": 900.0}  # the record itself is left as it was
+    assert recorded_as_now({"run": {"stall_after": 5.0}}) == {"run": {"stall_after": 5.0}}

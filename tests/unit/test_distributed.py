@@ -21,8 +21,8 @@ def test_torchrun_recipe_per_node():
 
 
 def test_restarts_port_interface_and_fixed_nproc():
-    dist = DistributedSection(max_restarts=3, port=29500, interface="vmbr1", nproc_per_node=4)
-    run = plan(NODES, ["python3", "train.py"], dist, "p", 1)[0]
+    dist = DistributedSection(port=29500, interface="vmbr1", nproc_per_node=4)
+    run = plan(NODES, ["python3", "train.py"], dist, "p", 1, restarts=3)[0]
     assert run.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1" and run.env["GLOO_SOCKET_IFNAME"] == "vmbr1"
     assert "--max-restarts=3" in run.argv and "--nproc-per-node=4" in run.argv
     assert "--rdzv-endpoint=10.77.0.200:29500" in run.argv

@@ -30,3 +30,16 @@ def test_a_lost_run_has_no_end_time_only_when_it_was_noticed():
     now = time.mktime((2026, 11, 30, 15, 20, 11, 0, 0, -1))
     assert describe({"state": "lost", "cause": "the container stopped"}, ME, now) == \
         "the container stopped; end time unknown, noticed at 2026-11-30 15:20:11"
+
+
+def test_one_wording_for_a_stop_whoever_records_it():
+    """The launch that stopped a run, the journal settled later and the target's record all say the same."""
+    from orchestrator.launch import journal
+    from orchestrator.records.end_reason import stopped_by
+
+    told = {"failed": {"op": "run_start", "kind": "error", "message": "tmux died"}}
+    recorded = describe({"state": "stopped", "stopped_by": {"experiment": 2, "registry": ME}}, ME)
+    assert recorded == stopped_by({"experiment": 2}) == journal.stopped_reason(2, {}) == "stopped by experiment 2"
+    assert journal.stopped_reason(2, told) == stopped_by({"experiment": 2}, why=" (whose start then failed)") \
+        == "stopped by experiment 2 (whose start then failed)"
+    assert describe({"state": "crashed", "signal": 99}) == "signal 99"

@@ -23,7 +23,7 @@ def test_a_silent_node_reads_against_the_jobs_progress_not_as_an_alarm():
 
 def test_no_node_moving_is_said_per_the_job_rule():
     records = [_rec(0, 40.0, "step=3"), _rec(1, 45.0, None)]
-    assert job_note(summary(records), 60) == "; no node has moved for 40 s (stalled at 60 s: [run] stall_timeout)"
+    assert job_note(summary(records), 60) == "; no node has moved for 40 s (stalled at 60 s: [run] stall_after)"
     assert job_note(summary(records), None) == "; the job moved 40 s ago (node 0)"
     assert job_note(summary([_rec(0, 75.0, "x")]), None) == "; no node has moved for 75 s"
     assert summary([{**records[0], "state": "finished"}]) is None

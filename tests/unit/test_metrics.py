@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from orchestrator.watch import metrics
 from orchestrator.errors import ConfigError, InputError
-from orchestrator.watch.metrics import Parser, Series, eta, eta_tokens, find_spikes, format_duration, format_rate, is_stalled, sparkline, spike_episodes, summarize, throughput_change
+from orchestrator.watch.metrics import Parser, Series, find_spikes, format_duration, format_rate, sparkline, spike_episodes, throughput_change
 
 # -- parsing -----------------------------------------------------------------------------------
 
@@ -227,32 +227,52 @@ def test_doubling_spikes_are_found_on_healthy_curves() -> None:
 # -- summaries ---------------------------------------------------------------------------------
 
 
-def test_summarize_a_parsed_log() -> None:
-    parser = Parser()
+def _status_summary(lines: list[str], *, started_s_ago: float, log_age_s: float = 0.0,
+                    stall_after: float | None = None) -> dict:
+    """What ``orch status`` shows of a running run whose log holds ``lines`` (metrics_view, as status calls it)."""
+    import time as _time
+
+    from orchestrator.config import Settings
+    from orchestrator.records.experiments import Experiment
+    from orchestrator.watch.metrics_view import ingest, summary
+
+    settings = Settings.model_validate({"run": {"stall_after": stall_after}})
+    series: dict = {}
+    state: dict = {}
+    ingest(settings, lines, series, state)
+    now = _time.time()
+    exp = Experiment(id=1, project="p", created=now - started_s_ago, target="local", revision="r", command=["x"])
+    return summary(settings, exp, series, state, {"state": "running", "log_mtime": now - log_age_s}, None, now)
+
+
+def test_status_summarizes_a_parsed_log() -> None:
     lines = ["total_steps=100"]
     for i, loss in enumerate(MOTIVATING[:70]):
-        lines.append(json.dumps({"step": i, "loss": loss, "tok/s": 1000 + i, "time": 1000.0 + 2 * i}))
-    s = summarize(parser.parse_lines(lines))
-    assert s["events"] == 71
-    assert s["last_step"] == 69 and s["total_steps"] == 100
-    assert s["last_loss"] == MOTIVATING[69]
-    assert s["min_loss"] == min(MOTIVATING[:70]) and isinstance(s["min_loss_step"], int)
+        lines.append(json.dumps({"step": i, "loss": loss, "tok/s": 1000 + i}))
+    s = _status_summary(lines, started_s_ago=138.0)
+    assert s["step"] == 69 and s["total_steps"] == 100
+    assert s["loss"] == MOTIVATING[69] and s["min_loss"] == min(MOTIVATING[:70])
     assert s["median_tok_s"] == 1034.5
     assert s["spikes"] == 1 and s["spike_steps"] == [60]
-    assert s["duration_s"] == 138.0 and s["steps_per_s"] == 0.5
-    assert s["eta_s"] == 62.0
+    assert s["eta_s"] == pytest.approx(62.0, rel=0.01)  # 31 steps left at 69 steps in 138 s
+    assert s["eta"] == format_duration(s["eta_s"])
 
 
-def test_summarize_without_anything() -> None:
-    s = summarize([])
-    assert s["events"] == 0 and s["last_step"] is None and s["spikes"] == 0 and s["eta_s"] is None
+def test_status_of_a_log_without_metrics() -> None:
+    s = _status_summary(["hello", "world"], started_s_ago=10.0)
+    assert s["step"] is None and "spikes" not in s and "eta_s" not in s
+    assert any(n.startswith("no metric line recognised in 2 lines") for n in s["notes"])
 
 
-def test_eta_and_durations() -> None:
-    assert eta(100, 1100, 2.0) == 500.0
-    assert eta(100, 1100, 0.0) is None and eta(100, 1100, None) is None
-    assert eta(2000, 1000, 1.0) == 0.0
-    assert eta_tokens(1e6, 3e6, 1e4) == 200.0
+def test_status_says_stalled_past_the_stall_setting_and_only_notes_a_quiet_run_without_it() -> None:
+    lines = ["step=1 loss=2.0", "step=2 loss=1.9"]
+    assert not [n for n in _status_summary(lines, started_s_ago=900, log_age_s=100)["notes"] if "log line" in n]
+    assert _status_summary(lines, started_s_ago=900, log_age_s=100, stall_after=60)["notes"] == \
+        ["stalled: no new log line for 1m 40s"]
+    assert _status_summary(lines, started_s_ago=900, log_age_s=400)["notes"] == ["no new log line for 6m 40s"]
+
+
+def test_durations() -> None:
     assert [format_duration(x) for x in (None, 4.6, 725, 3 * 3600 + 7 * 60, 2 * 86400 + 4 * 3600)] == [
         "-", "5s", "12m 05s", "3h 07m", "2d 04h",
     ]
@@ -273,13 +293,6 @@ def test_sparkline() -> None:
     assert sparkline([1.0, math.nan, 3.0]) == "▁ █"
     line = sparkline(MOTIVATING * 10, width=20)
     assert len(line) == 20 and line.count("█") == 10
-
-
-def test_is_stalled() -> None:
-    assert is_stalled(5, 700, 600)
-    assert not is_stalled(700, 5, 600)
-    assert is_stalled(700, None, 600)
-    assert not is_stalled(None, None, 600)
 
 
 @pytest.mark.parametrize("module", ["metrics", "logparse"])
@@ -316,3 +329,14 @@ def test_eta_from_a_declared_token_total():
     exp = Experiment(id=1, project="p", created=now - 100, target="local", revision="r", command=["x"])
     out = summary(settings, exp, series, state, {"state": "running", "log_mtime": now}, None, now)
     assert out["eta_s"] == pytest.approx(100.0)  # 1M tokens left at 10K tok/s
+
+
+def test_an_experiment_recorded_before_the_renames_is_read_with_its_own_stall_setting_and_patterns():
+    from orchestrator.config import Settings
+    from orchestrator.records.experiments import Experiment
+    from orchestrator.watch.metrics_view import as_recorded
+
+    old = {"run": {"stall_timeout": 60.0}, "metrics": {"patterns": {"loss": "L=([0-9.]+)"}, "stall_after": 300.0}}
+    exp = Experiment(id=1, project="p", created=0.0, target="local", revision="r", command=["x"], config=old)
+    settings = as_recorded(Settings(), exp)
+    assert settings.run.stall_after == 60.0 and settings.metrics.patterns == {"loss": "L=([0-9.]+)"}

@@ -194,7 +194,7 @@ class SshTransport(Transport):
         try:
             self._handshake(leg, sock)
         except (TransportError, _Retryable) as exc:
-            code = None if proxy is None or isinstance(exc, HostKeyError) else proxy.process.poll()
+            code = None if proxy is None or isinstance(exc, HostKeyError) else _exit_code(proxy.process)
             if proxy is not None:
                 proxy.close()
             if code is None:  # the command still ran: the failure is the far side's, already translated
@@ -516,6 +516,17 @@ class _Leg:
     conn: Any
     label: str | None
     proxy_command: str | None = None
+
+
+def _exit_code(process: Any, grace: float = 0.5) -> int | None:
+    """A ProxyCommand's exit code, or None while it runs. It closes its output just before it exits, so the
+    handshake can fail on that EOF an instant before the exit: give it a moment to say why it ended."""
+    import subprocess
+
+    try:
+        return process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _start_proxy_command(command: str, timeout: float) -> Any:

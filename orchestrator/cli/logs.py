@@ -1,0 +1,99 @@
+"""orch logs: a run's log (or a job's nodes' logs, merged), printed or followed to the run's end."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from . import common, render
+from .common import CtsOpt, TargetsOpt, TrustOpt
+
+ExperimentOpt = Annotated[Optional[int], typer.Option("--experiment", "-e", min=1, max=common.ID_MAX,
+                                                      help="Experiment id (default: the target's latest)")]
+LinesOpt = Annotated[int, typer.Option("-n", "--lines", min=0, max=common.ID_MAX, help="Start with the last N lines")]
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep following until the run ends, across dropped "
+                                         "connections")]
+MetricsOpt = Annotated[bool, typer.Option("--metrics", help="Print parsed metrics instead of raw lines")]
+NodeOpt = Annotated[Optional[int], typer.Option("--node", min=0, max=common.ID_MAX,
+                                                help="A job's node: only its log (rank)")]
+
+
+def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, experiment: ExperimentOpt = None,
+         lines: LinesOpt = 20, follow: FollowOpt = False, metrics: MetricsOpt = False, node: NodeOpt = None,
+         trust_new_host: TrustOpt = False) -> None:
+    """Print a run's log; --follow keeps going until it ends (Ctrl-C stops following, not the run). A job's
+    nodes are merged, each line prefixed with its node's rank."""
+    from ..watch import log_view
+    from ..watch.metrics_view import as_recorded
+
+    settings = common.settings(ctx)
+    settings = settings if follow else common.read_only(settings)  # a first read is bounded by read_timeout
+    grp = _job_of(settings, target, ct, experiment, trust_new_host)
+    if grp is not None:
+        from . import job
+
+        write = _metric_lines(settings) if metrics else _raw_writer()
+        job.logs(settings, grp, experiment, write=write, lines=lines, follow=follow,
+                 node=0 if metrics and node is None else node)
+        _finish(write)
+        return None
+    if node is not None:
+        from ..errors import InputError
+
+        raise InputError("--node names a node of a job over several nodes, and this is one target",
+                         hint="drop --node (or name the job's nodes: orch logs --ct A --ct B --node 1)")
+    with common.registry(settings) as reg:
+        tgt, exp, run_registry = log_view.find_run(
+            settings, reg, experiment, common.single(target, ct),
+            lambda name, ct_: common.target(settings, name, ct_, trust=trust_new_host))
+    if follow:
+        render.say(f"orch: following experiment {exp.id} on {tgt.label} (Ctrl-C stops following, not the run)")
+    write = _metric_lines(as_recorded(settings, exp)) if metrics else _raw_writer()
+    try:
+        state = log_view.read(settings, tgt, exp.id, run_registry, functools.partial(common.registry, settings),
+                              write=write, notice=lambda m: render.say(f"orch: {m}"), follow=follow,
+                              tail_lines=lines)
+    except KeyboardInterrupt:
+        render.say("orch: stopped following (the run goes on)")
+        raise typer.Exit(0) from None
+    _finish(write)
+    if follow:
+        render.say(f"orch: experiment {exp.id} {state.get('state')} (exit code {state.get('exit_code')})")
+
+
+def _job_of(settings, target, ct, experiment, trust: bool):
+    """The job's nodes when the flags, the current target or ``-e N`` name a job over several nodes."""
+    if experiment is not None and not target and not ct:
+        with common.registry(settings) as reg:
+            exp = reg.get(experiment)
+        return common.job_group(settings, exp, trust=trust) if exp.nodes else None
+    return common.group(settings, target, ct, trust=trust)
+
+
+def _raw_writer():
+    out = sys.stdout.buffer
+
+    def write(data: bytes) -> None:
+        out.write(data)
+        out.flush()
+    return write
+
+
+def _metric_lines(settings):
+    from ..watch.log_view import MetricLines
+
+    return MetricLines(settings.metrics.patterns, render.out)
+
+
+def _finish(write) -> None:
+    """After a ``--metrics`` read: the log's last line, then, on stderr, that no line held a metric (if so)."""
+    note = write.finish() if hasattr(write, "finish") else None
+    if note:
+        render.say(f"orch: {note}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(logs)

@@ -1,0 +1,50 @@
+"""Atomic file writes on the controller: a reader sees the old content or the new, never a part.
+
+    >>> atomic_write(state_dir / "current.json", '{"ct": 200}\\n')
+    >>> atomic_write(state_dir / "ct-cache.json", payload, mode=0o600)   # a file only its owner reads
+
+The data goes to a temporary file beside the target (same folder, so the rename never crosses a file
+system), is flushed to disk, and replaces the target by rename; the folder is flushed too, so the
+rename survives a power cut. On any failure the temporary file is removed and the old file is left as
+it was. The agent has its own helper (it ships alone).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def atomic_write(path: Path | str, data: bytes | str, *, mode: int = 0o666) -> None:
+    """Replace ``path`` with ``data`` (str is written as UTF-8); ``mode`` is filtered by the umask.
+
+    Raises the ``OSError`` of the step that failed; the target is then unchanged.
+    """
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot flush a folder; the rename is done all the same
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,85 @@
+"""What ``orch logs`` reads: which run's log, that log followed to its end, and its bytes as metric lines."""
+
+from __future__ import annotations
+
+from typing import Callable, ContextManager
+
+from ..config import Settings
+from ..records.experiments import Experiment, Registry
+from ..reach.targets import Target
+
+
+def find_run(settings: Settings, registry: Registry, experiment: int | None, flags: tuple[str | None, int | None],
+             resolve: Callable[[str | None, int | None], Target]) -> tuple[Target, Experiment, str | None]:
+    """The target, experiment and run-folder key of the log to read: experiment ``experiment`` (where it ran,
+    unless ``flags`` name a target), else the latest on the target the flags name; its rows reconciled first."""
+    from ..errors import NotFoundError
+    from ..records.reconcile import recover
+    from .metrics_view import target_flags
+
+    if experiment is not None and flags == (None, None):
+        flags = target_flags(settings, registry.get(experiment))
+    tgt = resolve(*flags)
+    recover(settings, tgt, registry)
+    exp = registry.get(experiment) if experiment is not None else registry.latest(tgt.machine, tgt.name)
+    if exp is None:
+        raise NotFoundError(f"no experiment on {tgt.label}",
+                            hint="orch deploy starts one (or orch use picks the target you deployed to)")
+    return tgt, exp, registry.run_registry(exp.id)
+
+
+def read(settings: Settings, target: Target, exp_id: int, run_registry: str | None,
+         open_registry: Callable[[], ContextManager[Registry]], *, write: Callable[[bytes], None],
+         notice: Callable[[str], None], follow: bool, tail_lines: int) -> dict:
+    """Write the run's log (its last ``tail_lines`` lines first); ``follow``: until the run ends, and then its
+    end recorded. Returns the run's state as the agent last reported it."""
+    from ..records.reconcile import sync
+    from .follow import follow as follow_log
+
+    result = follow_log(settings, target, exp_id, write=write, notice=notice, follow=follow, tail_lines=tail_lines,
+                        registry=run_registry)
+    if follow and result.state.get("id") == exp_id:
+        with open_registry() as reg:
+            sync(reg, [result.state], target, settings.project.name)
+    return result.state
+
+
+class MetricLines:
+    """Log bytes in, one ``emit`` per metric event out (``step=10  loss=2.31``; a progress bar's ``\\r`` updates
+    each count); it counts the lines, to say when none of them held a metric."""
+
+    def __init__(self, patterns: list | None, emit: Callable[[str], None]) -> None:
+        from .logparse import Parser
+
+        self.parser = Parser(patterns or None)
+        self.emit = emit
+        self.buf = bytearray()
+        self.lines = self.events = 0
+
+    def __call__(self, data: bytes) -> None:
+        self.buf.extend(data)
+        cut = max(self.buf.rfind(b"\n"), self.buf.rfind(b"\r")) + 1
+        if cut:
+            self._lines(bytes(self.buf[:cut]))
+            del self.buf[:cut]
+
+    def _lines(self, data: bytes) -> None:
+        for line in data.decode("utf-8", "replace").replace("\r\n", "\n").split("\n"):
+            if not line.strip():
+                continue
+            self.lines += 1
+            for ev in self.parser.events(line):
+                self.events += 1
+                self.emit("  ".join(f"{k}={v:g}" for k, v in ev.items()))
+
+    def finish(self) -> str | None:
+        """The rest of the log (its unterminated last line); then the note to give when no line held a metric
+        (the log was read; it just holds no metric orch knows), else None."""
+        if self.buf:
+            self._lines(bytes(self.buf))
+            self.buf.clear()
+        if self.lines and not self.events:
+            from .metrics_view import no_metrics_note
+
+            return no_metrics_note(self.lines)
+        return None

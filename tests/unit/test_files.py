@@ -1,0 +1,52 @@
+"""The controller's one atomic write: the old file survives a write that fails half-way."""
+
+import os
+import stat
+import subprocess
+import sys
+
+from orchestrator.files import atomic_write
+
+# A real failure in the middle of the write: the file size limit (RLIMIT_FSIZE) makes the write()
+# of the second kilobyte fail with EFBIG, as a full disk would with ENOSPC.
+CHILD = """
+import resource, signal, sys
+from orchestrator.files import atomic_write
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+try:
+    atomic_write(sys.argv[1], b"new" * 4096)
+except OSError as exc:
+    print(exc.errno)
+    sys.exit(3)
+"""
+
+
+def test_a_failure_mid_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "current-target.json"
+    target.write_text('{"ct": 200}\n')
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(target)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert target.read_text() == '{"ct": 200}\n'
+    assert os.listdir(tmp_path) == ["current-target.json"]
+
+
+def test_replaces_the_content_and_keeps_a_private_mode(tmp_path):
+    target = tmp_path / "cache.json"
+    target.write_text("old")
+    atomic_write(target, "new ü")
+    assert target.read_text(encoding="utf-8") == "new ü"
+    secret = tmp_path / "private.json"
+    atomic_write(secret, b"{}", mode=0o600)
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["cache.json", "private.json"]
+
+
+def test_a_missing_folder_raises_and_creates_nothing(tmp_path):
+    try:
+        atomic_write(tmp_path / "absent" / "f.json", "x")
+    except FileNotFoundError:
+        pass
+    else:
+        raise AssertionError("a write into a missing folder must fail")
+    assert os.listdir(tmp_path) == []
