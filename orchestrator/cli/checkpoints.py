@@ -14,44 +14,14 @@ app = typer.Typer(help="Checkpoints on a target, and the trash that makes cleani
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
 
 
-class _Checkpoints:
-    """One connection to the target for the whole command: read the folder, then change it under the lock."""
+def _place(ctx: typer.Context, target: str | None, ct: int | None, trust: bool) -> tuple:
+    """(settings, target, the registry opener) of a command on one node."""
+    settings = common.settings(ctx)
+    return settings, common.target(settings, target, ct, trust=trust), lambda: common.registry(settings)
 
-    def __init__(self, ctx: typer.Context, target: str | None, ct: int | None, trust: bool,
-                 read_only: bool = False) -> None:
-        from ..records.reconcile import client_for
 
-        self.settings = common.settings(ctx)
-        self.target = common.target(self.settings, target, ct, trust=trust)
-        self.client = client_for(self.settings, self.target, read_only=read_only)
-        self.base = {"path": self.target.checkpoints, "configured": self.target.checkpoints}
-
-    def reconcile(self, *also: object) -> list:
-        """The registry's unsettled rows brought up to date, in one agent call with the ops ``also``."""
-        from ..records.reconcile import reconcile
-
-        with common.registry(self.settings) as reg:
-            return reconcile(self.settings, self.target, reg, self.client, also=list(also))  # type: ignore[arg-type]
-
-    def inventory(self, retention: bool = False) -> dict:
-        from ..reach.agent_client import Op
-
-        max_gb = self.settings.trash.max_gb
-        keep = {"keep": self.settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
-        return self.reconcile(Op("ckpt_inventory", {**self.base, "ignore": self.settings.checkpoints.ignore,
-                                                    **(keep if retention else {})}))[0]
-
-    def change(self, op: str, **args: object) -> dict:
-        from ..reach.agent_client import Op
-
-        return self.client.call([Op(op, {**self.base, **args})], lock=self.settings.run.lock_timeout,
-                                what=f"checkpoints {op}")[0]
-
-    def __enter__(self) -> "_Checkpoints":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.client.transport.close()
+def _confirm():
+    return render.confirm if render.interactive() else None
 
 
 @app.command("list")
@@ -70,12 +40,12 @@ def list_(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_j
 
 
 def _list_one(ctx: typer.Context, target: str | None, ct: int | None, as_json: bool, trust: bool) -> dict:
-    with _Checkpoints(ctx, target, ct, trust, read_only=True) as ck:
-        inv = ck.inventory()
-    inv["target_label"] = ck.target.label
+    from .. import checkpoints
+
+    inv = checkpoints.listing(*_place(ctx, target, ct, trust))
     if as_json:
         return inv
-    render.out(f"{inv['path']} on {ck.target.label}: {inv['files']} file(s), {render.size(inv['bytes'])}, "
+    render.out(f"{inv['path']} on {inv['target_label']}: {inv['files']} file(s), {render.size(inv['bytes'])}, "
                f"newest {inv['newest'] or '-'}")
     where = ", ".join(inv.get("trash_dirs") or [inv["trash"]])
     if not inv["entries"]:
@@ -92,26 +62,14 @@ def _list_one(ctx: typer.Context, target: str | None, ct: int | None, as_json: b
 def clean(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, yes: YesOpt = False,
           trust_new_host: TrustOpt = False) -> None:
     """Move the checkpoints to the trash now (refused while a run writes to them)."""
-    with _Checkpoints(ctx, *common.one_node(target, ct, "checkpoints clean"), trust_new_host) as ck:
-        inv = ck.inventory(retention=True)
-        if not inv["files"]:
-            render.out(f"{inv['path']} is empty: nothing to move")
-            return
-        doomed = [d["entry"] for d in inv.get("retention", [])]
-        if doomed:
-            render.say(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {', '.join(doomed)}")
-        _confirm(yes, f"move {inv['files']} file(s), {render.size(inv['bytes'])}, from {inv['path']} to the trash"
-                      + (f" and delete {len(doomed)} older trash entr{'y' if len(doomed) == 1 else 'ies'}?"
-                         if doomed else "?"))
-        from ..launch.operations import checkpoint_writer
+    from .. import checkpoints
 
-        runs = ck.client.one("status", project=ck.settings.project.name, tail=False, gpus=False)["runs"]
-        writer = checkpoint_writer(runs, inv)
-        max_gb = ck.settings.trash.max_gb
-        res = ck.change("ckpt_trash", label=f"exp{writer.id}" if writer is not None else "manual",
-                        keep=ck.settings.trash.keep, retention_allowed=doomed,
-                        max_bytes=int(max_gb * (1 << 30)) if max_gb else None)
-    render.out(f"moved {res['moved']} file(s) on {ck.target.label} to {res['entry_path']} "
+    settings, tgt, registry = _place(ctx, *common.one_node(target, ct, "checkpoints clean"), trust_new_host)
+    res = checkpoints.clean(settings, tgt, registry, yes=yes, confirm=_confirm(), warn=render.say)
+    if res["action"] == "kept":
+        render.out(f"{res['path']} is empty: nothing to move")
+        return
+    render.out(f"moved {res['moved']} file(s) on {tgt.label} to {res['entry_path']} "
                f"(orch checkpoints restore {res['entry']})")
     for p in res.get("purged", []):
         render.out(f"trash retention: deleted {p['entry']} ({render.size(p['bytes'])})")
@@ -121,10 +79,11 @@ def clean(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, yes:
 def restore(ctx: typer.Context, entry: Annotated[str, typer.Argument(help="Trash entry name (see list)")],
             target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
     """Move a trash entry's files back into the checkpoint folder (never overwrites)."""
-    with _Checkpoints(ctx, *common.one_node(target, ct, "checkpoints restore"), trust_new_host) as ck:
-        ck.reconcile()
-        res = ck.change("ckpt_restore", name=entry)
-    render.out(f"restored {res['restored']} item(s) from {entry} into {res['path']} on {ck.target.label}")
+    from .. import checkpoints
+
+    settings, tgt, registry = _place(ctx, *common.one_node(target, ct, "checkpoints restore"), trust_new_host)
+    res = checkpoints.restore(settings, tgt, registry, entry)
+    render.out(f"restored {res['restored']} item(s) from {entry} into {res['path']} on {tgt.label}")
 
 
 @app.command()
@@ -132,27 +91,9 @@ def purge(ctx: typer.Context, entries: Annotated[Optional[list[str]], typer.Argu
           all_: Annotated[bool, typer.Option("--all", help="Every trash entry")] = False,
           target: TargetsOpt = None, ct: CtsOpt = None, yes: YesOpt = False, trust_new_host: TrustOpt = False) -> None:
     """Delete trash entries for good (asks first)."""
-    from ..errors import InputError
+    from .. import checkpoints
 
-    with _Checkpoints(ctx, *common.one_node(target, ct, "checkpoints purge"), trust_new_host) as ck:
-        inv = ck.inventory()
-        names = [e["name"] for e in inv["entries"]] if all_ else list(entries or [])
-        if not names:
-            raise InputError("name the trash entries to delete, or pass --all", hint="see orch checkpoints list")
-        total = sum(e["bytes"] for e in inv["entries"] if e["name"] in names)
-        _confirm(yes, f"PERMANENTLY delete {len(names)} trash entr{'y' if len(names) == 1 else 'ies'} "
-                      f"({render.size(total)})?")
-        res = ck.change("ckpt_purge", names=names)
+    settings, tgt, registry = _place(ctx, *common.one_node(target, ct, "checkpoints purge"), trust_new_host)
+    res = checkpoints.purge(settings, tgt, registry, entries or [], every=all_, yes=yes, confirm=_confirm())
     for p in res["purged"]:
         render.out(f"deleted {p['entry']} ({render.size(p['bytes'])})")
-
-
-def _confirm(yes: bool, question: str) -> None:
-    from ..errors import InputError
-
-    if yes:
-        return
-    if not render.interactive():
-        raise InputError("refusing without confirmation", hint="rerun with --yes, or in a terminal to be asked")
-    if not render.confirm(question):
-        raise InputError("cancelled: nothing was changed")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from . import distributed
+from .. import checkpoints
 from ..watch import job_progress as progress
 from ..records import job_settle
 from ..reach.agent_client import AgentClient, Op
@@ -182,13 +183,14 @@ def _push_node(node: Node) -> None:
 
 def _confirm_clean(nodes: list[Node], action: str) -> None:
     """One question per node whose checkpoint folder holds files (none with --yes)."""
-    from .operations import _confirm_checkpoints, checkpoint_writer, clone
+    from .operations import clone
 
     for n in nodes:
-        inv = n.probe.get("inventory")
-        if inv:
-            _confirm_checkpoints(n.launch, inv, action,  # type: ignore[arg-type]
-                                 checkpoint_writer(n.probe["status"]["runs"], inv, clone(n.launch.settings)))
+        inv, launch = n.probe.get("inventory"), n.launch
+        if inv and launch is not None:
+            checkpoints.confirm_launch(inv, action, launch.target.label,
+                                       checkpoints.writer(n.probe["status"]["runs"], inv, clone(launch.settings)),
+                                       yes=launch.yes, confirm=launch.confirm, echo=launch.echo)
 
 
 def preview(launch: Launch, group: Group) -> list[dict]:
@@ -319,11 +321,11 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
         values = client.call(ops, lock=settings.run.lock_timeout, what=f"start node {node.rank}", timeout=timeout,
                              journal=journal)
     except OrchError as exc:  # the checkpoints moved before the failure: say where they are
-        node.trash = next((v for op, v in zip(ops, exc.partial or []) if op.name == "ckpt_trash"), None)
+        node.trash = checkpoints.moved(ops, exc.partial)
         partial = exc.partial or []
         node.stopped = list((partial[1] or {}).get("stopped") or []) if len(partial) > 1 else []
         raise
-    node.trash = next((v for op, v in zip(ops, values) if op.name == "ckpt_trash"), None)
+    node.trash = checkpoints.moved(ops, values)
     node.stopped = list(values[1].get("stopped") or [])
     return values[-1] | {"run_dir": values[-2].get("run_dir")}
 
@@ -379,21 +381,11 @@ def _clean_ops(node: Node, exp: Experiment) -> list[Op]:
     """``--clean-checkpoints``/``--purge``: move (or delete) this node's checkpoints once its old run stopped."""
     launch = node.launch
     assert launch is not None
-    action = launch.inputs.checkpoint_action
-    if action == "keep":
-        return []
-    from .operations import _retention, checkpoint_writer
-
     inv = node.probe.get("inventory") or {}
     stopping = [r["id"] for r in node.probe.get("alive_runs", [])]
-    writer = checkpoint_writer(node.probe["status"]["runs"], inv) if inv else None
-    owner = writer.id if writer is not None else (max(stopping) if stopping else launch.inputs.parent)
-    ckpt = {"path": node.target.checkpoints, "configured": node.target.checkpoints}
-    return [Op("ckpt_check", {**ckpt, "stopping": stopping, "movable": True}),
-            Op("ckpt_trash", {**ckpt, "label": f"exp{owner}" if owner is not None else "unknown",
-                              "moved_by": exp.id, "stopping": stopping, **_retention(launch.settings),
-                              "purge": action == "purge", "purge_only": inv.get("all_files"),
-                              "retention_allowed": [d["entry"] for d in inv.get("retention", [])]})]
+    writer = checkpoints.writer(node.probe["status"]["runs"], inv) if inv else None
+    return checkpoints.clean_ops(node.target, launch.settings, launch.inputs.checkpoint_action, inv, writer,
+                                 stopping, launch.inputs.parent, exp.id)
 
 
 def _stop_one(node: Node, exp_id: int, key: str | None) -> dict:

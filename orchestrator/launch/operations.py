@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import result as launch_result, way_back
-from .. import signals
+from .. import checkpoints, signals
 from ..reach.agent_client import AgentClient, Op
 from ..config import Settings
-from ..errors import InputError, Interrupted, OrchError, TransportError
+from ..errors import Interrupted, OrchError, TransportError
 from ..records.experiments import Experiment, Registry
 from .guard import LaunchGuard
 from .meter import Meter
-from ..watch.metrics import format_size as _size
 from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
                         VerifyStarted, checkpoint_action)
 from .revisions import Revision
@@ -112,7 +111,8 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         action = _checkpoint_action(book, inputs)
         writer = _writer(probe, settings)
         if action != "keep":
-            _confirm_checkpoints(launch, probe["inventory"], action, writer)
+            checkpoints.confirm_launch(probe["inventory"], action, target.label, writer, yes=launch.yes,
+                                       confirm=launch.confirm, echo=launch.echo)
         elif book.has("start_run"):
             _notice_checkpoints(launch, probe.get("inventory"), writer)
         _push(launch, client, probe, out)
@@ -132,8 +132,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             raise Interrupted(f"{how}: {truth}", exit_code=code) from None
         except BaseException as exc:
             if exp is not None:
-                moved = {"checkpoints_action": out.checkpoints["action"],  # the trash op ran before the failure
-                         "checkpoints_entry": out.checkpoints.get("entry_path")} if out.checkpoints else {}
+                moved = checkpoints.record(out.checkpoints)  # the trash op ran before the failure
                 moved.update(out.undo)
                 registry.update(exp.id, status="failed", ended=time.time(), error=str(exc)[:2000], **moved)
                 out.experiment = registry.get(exp.id)
@@ -198,49 +197,14 @@ def preview(launch: Launch) -> dict:
             "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send}
 
 
-def _writer(probe: dict, settings: Settings) -> Writer | None:
-    return checkpoint_writer(probe["status"]["runs"], probe.get("inventory"), clone(settings))
+def _writer(probe: dict, settings: Settings) -> checkpoints.Writer | None:
+    return checkpoints.writer(probe["status"]["runs"], probe.get("inventory"), clone(settings))
 
 
-@dataclass(frozen=True)
-class Writer:
-    """The run that wrote a checkpoint folder's newest file; ``clone`` when another clone of the project
-    started it (its experiment numbers are that clone's own)."""
-
-    id: int
-    clone: dict | None = None
-
-    def __str__(self) -> str:
-        if not self.clone:
-            return f"experiment {self.id}"
-        return (f"experiment {self.id} of another clone of this project "
-                f"({self.clone.get('host', '?')}, {self.clone.get('path', '?')})")
-
-
-def checkpoint_writer(runs: list[dict], inv: dict | None, mine: dict | None = None) -> Writer | None:
-    """The run that wrote the checkpoint folder's newest file, as far as the target's run records tell: of the
-    runs using the folder, the last one started before that file was written (and not ended before it)."""
-    if not inv or not inv.get("files"):
-        return None
-    users = [r for r in runs if r.get("id") is not None and r.get("started")
-             and str(r.get("checkpoints") or "").rstrip("/") == inv["path"].rstrip("/")]
-    newest = inv.get("newest_mtime")
-    during = [r for r in users if newest is not None
-              and r["started"] - 2 <= newest <= (r.get("ended") or float("inf")) + 2]
-    chosen = during or users
-    if not chosen:
-        return None
-    run = max(chosen, key=lambda r: (r["started"], r["id"]))  # numbers of two clones do not compare
-    other = run.get("clone") if mine is not None and run.get("clone") not in (None, mine) else None
-    return Writer(run["id"], other)
-
-
-def _notice_checkpoints(launch: Launch, inv: dict | None, writer: Writer | None) -> None:
-    if not inv or not inv["files"]:
-        return
-    by = f", written by {writer}" if writer is not None else ""
-    launch.echo(f"checkpoints: {inv['path']} holds {inv['files']} file(s), {_size(inv['bytes'])} "
-                f"(newest {inv['newest']}{by}); the run will see them (--clean-checkpoints moves them aside)")
+def _notice_checkpoints(launch: Launch, inv: dict | None, writer: checkpoints.Writer | None) -> None:
+    said = checkpoints.notice(inv, writer)
+    if said:
+        launch.echo(said)
 
 
 def _checkpoint_action(book: Playbook, inputs: Inputs) -> str:
@@ -263,14 +227,8 @@ def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry
     ops.append(Op("status", {"project": project, "tail": False, "gpus": False}))  # preflight reports GPUs
     keys.append("status")
     action = _checkpoint_action(book, launch.inputs)
-    cleaning = action != "keep"
-    if book.has("start_run") or cleaning:
-        ckpt = {"path": target.checkpoints, "configured": target.checkpoints}
-        # refuse an unsafe folder, or one a clean would fail on, before anything changes
-        ops.append(Op("ckpt_check", {**ckpt, "busy_check": False, "movable": cleaning}))
-        # what is there (said before the run sees it); what retention would delete; for --purge every file
-        ops.append(Op("ckpt_inventory", {**ckpt, **_retention(launch.settings), "full": action == "purge",
-                                         "ignore": launch.settings.checkpoints.ignore}))
+    if book.has("start_run") or action != "keep":
+        ops += checkpoints.probe_ops(target, launch.settings, action)
         keys += ["ckpt_safe", "inventory"]
     if registry is not None:
         values = reconcile(launch.settings, target, registry, client, also=ops)
@@ -280,35 +238,6 @@ def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry
     probe["alive_runs"] = [r for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
     probe["alive"] = [r["id"] for r in probe["alive_runs"]]
     return probe
-
-
-def _retention(settings: Settings) -> dict:
-    max_gb = settings.trash.max_gb
-    return {"keep": settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
-
-
-def _confirm_checkpoints(launch: Launch, inv: dict, action: str, writer: Writer | None = None) -> None:
-    if not inv["files"]:
-        return
-    verb = "PERMANENTLY DELETE" if action == "purge" else "move to the trash"
-    by = f", written by {writer}" if writer is not None else ""
-    question = (f"{verb} {inv['files']} file(s), {_size(inv['bytes'])} (newest {inv['newest']}{by}) "
-                f"from {inv['path']} on {launch.target.label}?")
-    launch.echo(f"checkpoints: {inv['files']} file(s), {_size(inv['bytes'])} in {inv['path']} "
-                f"(newest {inv['newest']}{by})")
-    doomed = (inv.get("retention") or []) if action == "move" else []  # a purge leaves the trash alone
-    if doomed:
-        names = ", ".join(f"{d['entry']} ({_size(d['bytes'])})" for d in doomed)
-        launch.echo(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {len(doomed)} older "
-                    f"trash entr{'y' if len(doomed) == 1 else 'ies'}: {names}")
-        question = question[:-1] + f", and PERMANENTLY DELETE trash entries {', '.join(d['entry'] for d in doomed)}?"
-    if launch.yes:
-        return
-    if launch.confirm is None:
-        raise InputError(f"refusing to {verb.lower()} checkpoints without confirmation",
-                         hint="rerun with --yes to confirm, or in a terminal to be asked")
-    if not launch.confirm(question):
-        raise InputError("cancelled: the checkpoints were left as they are")
 
 
 def _record_fields(launch: Launch, probe: dict) -> dict:
@@ -332,15 +261,14 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
 
 
 def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict, action: str,
-           exp: Experiment | None, out: Outcome, writer: Writer | None) -> list[tuple[str, Any]]:
+           exp: Experiment | None, out: Outcome, writer: checkpoints.Writer | None) -> list[tuple[str, Any]]:
     book, target, settings, rev = launch.book, launch.target, launch.settings, launch.revision
     project = settings.project.name
-    ckpt = {"path": target.checkpoints, "configured": target.checkpoints}
     ops: list[Op] = []
     keys: list[str] = []
     stopping = probe["alive"] if book.has("stop_run") else []
     if action != "keep":
-        ops.append(Op("ckpt_check", {**ckpt, "stopping": stopping, "movable": True}))
+        ops.append(checkpoints.check_op(target, stopping))
         keys.append("ckpt_check")
     for step in book.steps:
         if isinstance(step, PushRevision) and rev is not None:  # its blobs were sent by _push
@@ -355,14 +283,8 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
                                        "term_timeout": settings.run.term_timeout, "by": by}))
             keys.append("stop")
         elif isinstance(step, Checkpoints) and action != "keep":
-            # the entry is named after the experiment whose checkpoints it holds, and records who moved them
-            owner = writer.id if writer is not None else (max(stopping) if stopping else launch.inputs.parent)
-            inv = probe.get("inventory") or {}
-            ops.append(Op("ckpt_trash", {**ckpt, "label": f"exp{owner}" if owner is not None else "unknown",
-                                         "moved_by": exp.id if exp else None, "stopping": stopping,
-                                         **_retention(settings), "purge": action == "purge",
-                                         "purge_only": inv.get("all_files"),
-                                         "retention_allowed": [d["entry"] for d in inv.get("retention", [])]}))
+            ops.append(checkpoints.trash_op(target, settings, action, probe.get("inventory"), writer, stopping,
+                                            launch.inputs.parent, exp.id if exp else None))
             keys.append("trash")
         elif isinstance(step, Shell):
             cwd = target.root if step.cwd == "root" else f"{target.root.rstrip('/')}/revisions/{launch.inputs.revision}"
@@ -432,11 +354,7 @@ def _record_results(launch: Launch, registry: Registry, results: list[tuple[str,
                 fields["attempts"] = value["attempts"]
             if value["state"] in ("finished", "crashed", "stopped"):
                 fields.update(exit_code=value["exit_code"], ended=value.get("ended") or now)
-            if out.checkpoints:
-                fields.update(checkpoints_action=out.checkpoints["action"],
-                              checkpoints_entry=out.checkpoints.get("entry_path"))
-            else:
-                fields.update(checkpoints_action="kept")
+            fields.update(checkpoints.record(out.checkpoints) or {"checkpoints_action": "kept"})
             out.experiment = registry.update(exp.id, **fields)
     if out.experiment is not None and out.experiment.status == "launching":
         out.experiment = registry.update(out.experiment.id, status="running", started=now,

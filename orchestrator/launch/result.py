@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import journal as launch_journal
+from .. import checkpoints
 from ..reach.agent_client import AgentClient, Op, decode_log
 from ..records.end_reason import describe
 from ..errors import OrchError
@@ -70,7 +71,7 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     ops = [Op("status", {"project": settings.project.name, "ids": ids, "tail": False, "gpus": False})]
     cleaning = exp is not None and launch.inputs.checkpoint_action != "keep" and launch.book.has("checkpoints")
     if cleaning:  # where this launch moved the checkpoints, if it got that far
-        ops.append(Op("ckpt_inventory", {"path": target.checkpoints, "configured": target.checkpoints}))
+        ops.append(checkpoints.inventory_op(target))
     if exp is not None:  # what its steps did, as the agent journaled them
         ops.append(Op("journal_read", {"ids": [exp.id], "registry": registry.run_registry(exp.id)}))
     grace = settings.run.stop_timeout + settings.run.term_timeout + settings.run.lock_timeout + 10
@@ -150,21 +151,12 @@ def _moved_entry(values: list, exp: Experiment | None, cleaning: bool) -> dict |
 
 def _moved(launch: Launch, registry: Registry, exp: Experiment, out: Outcome, entry: dict, put_back: bool) -> str:
     """The trash entry this launch made: recorded; put back when its new run never started."""
-    target = launch.target
     path = f"{entry['trash'].rstrip('/')}/{entry['name']}"
     if put_back:
-        try:
-            with target.connect() as transport:  # type: ignore[misc]
-                client = AgentClient(transport, target.root, target.python, timeout=launch.settings.ssh.command_timeout)
-                client.call([Op("ckpt_restore", {"path": target.checkpoints, "configured": target.checkpoints,
-                                                 "name": entry["name"]})], lock=launch.settings.run.lock_timeout,
-                            what="put the checkpoints back after an interrupted launch")
-            out.experiment = registry.update(exp.id, checkpoints_action="restored", checkpoints_entry=None)
-            return f"the checkpoints it moved aside were put back in {target.checkpoints}"
-        except OrchError as exc:
-            out.experiment = registry.update(exp.id, checkpoints_action="moved", checkpoints_entry=path)
-            return (f"the checkpoints it moved aside are in {path} (putting them back failed: {exc.message}); "
-                    f"orch checkpoints restore {entry['name']} puts them back")
+        back = checkpoints.put_back(launch.target, launch.settings, entry["name"], path,
+                                    what="put the checkpoints back after an interrupted launch")
+        out.experiment = registry.update(exp.id, **back.fields)
+        return back.said
     out.experiment = registry.update(exp.id, checkpoints_action="moved", checkpoints_entry=path)
     return f"checkpoints moved to {path} (orch checkpoints restore {entry['name']})"
 

@@ -6,8 +6,8 @@ fails after the old run was stopped and its checkpoints moved into a trash entry
 
     note = way_back.after_failed_start(launch, client, registry, exp, done, failed_op)
 
-puts the entry back with ``ckpt_restore`` (which never overwrites), records each stopped run as stopped
-by this experiment, and returns the sentence to add to the error: what was stopped, and where the
+puts the entry back (``checkpoints.put_back``, which never overwrites), records each stopped run as
+stopped by this experiment, and returns the sentence to add to the error: what was stopped, and where the
 checkpoints are now (with the ``orch checkpoints restore`` command when they could not be put back).
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..reach.agent_client import AgentClient, Op
-from ..errors import OrchError
+from .. import checkpoints
+from ..reach.agent_client import AgentClient
 from ..records.end_reason import stopped_by
 from ..records.experiments import Experiment, Registry
 
@@ -55,22 +55,11 @@ def after_failed_start(launch: Launch, client: AgentClient, registry: Registry, 
         names = ", ".join(str(r["id"]) for r in stopped)
         parts.append(f"experiment {names} was stopped by this launch")
     trash = done.get("trash") or {}
-    fields: dict = {"checkpoints_action": trash.get("action"), "checkpoints_entry": trash.get("entry_path")} \
-        if trash else {}
+    fields = checkpoints.record(trash)
     if failed in START_OPS and trash.get("entry"):
-        parts.append(_put_back(launch, client, trash, fields))
+        back = checkpoints.put_back(launch.target, launch.settings, trash["entry"], trash["entry_path"],
+                                    what="put the checkpoints back after a failed start", client=client,
+                                    moved=trash.get("moved", 0), action=trash["action"])
+        fields.update(back.fields)
+        parts.append(back.said)
     return "; ".join(parts), fields
-
-
-def _put_back(launch: Launch, client: AgentClient, trash: dict, fields: dict) -> str:
-    target, settings = launch.target, launch.settings
-    base = {"path": target.checkpoints, "configured": target.checkpoints}
-    try:
-        client.call([Op("ckpt_restore", {**base, "name": trash["entry"]})], lock=settings.run.lock_timeout,
-                    what="put the checkpoints back after a failed start")
-    except OrchError as exc:
-        return (f"the checkpoints it moved aside are in {trash['entry_path']} on {target.label} "
-                f"(putting them back failed: {exc.message}); orch checkpoints restore {trash['entry']} "
-                "puts them back")
-    fields.update(checkpoints_action="restored", checkpoints_entry=None)
-    return f"the {trash.get('moved', 0)} checkpoint file(s) it moved aside were put back in {target.checkpoints}"

@@ -1,6 +1,6 @@
 """Which run wrote a checkpoint folder's newest file, from the target's run records (pure)."""
 
-from orchestrator.launch.operations import Writer, checkpoint_writer
+from orchestrator.checkpoints import Writer, writer as checkpoint_writer
 
 MINE = {"host": "box", "path": "/home/me/proj"}
 THEIRS = {"host": "box", "path": "/home/me/proj-copy"}

@@ -1,0 +1,324 @@
+"""Every controller-side checkpoint decision: the ``ckpt_*`` ops, retention, confirmation, putting back.
+
+The agent (``orchestrator.agent.checkpoints``) moves files on the target; this module decides what to ask
+of it. Op arguments, retention limits, who wrote a folder and what to say are pure functions; the rest
+calls the agent through the ``AgentClient`` it is given (or opens one, for ``orch checkpoints ...``)::
+
+    ops = probe_ops(target, settings, "move")        # ckpt_check + ckpt_inventory, before anything changes
+    ops = [check_op(target, stopping=[6]), ...,      # in the locked apply: safe to move once run 6 stops
+           trash_op(target, settings, "move", inv, writer, stopping=[6], parent=6, moved_by=7)]
+    back = put_back(target, settings, entry, entry_path, client=client, what="...")
+    registry.update(7, **back.fields); print(back.said)
+    inv = listing(settings, target, open_registry)   # orch checkpoints list
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ContextManager, NamedTuple
+
+from .errors import InputError, OrchError
+from .reach.agent_client import AgentClient, Op
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .reach.targets import Target
+    from .records.experiments import Registry
+
+    OpenRegistry = Callable[[], ContextManager[Registry]]
+    Confirm = Callable[[str], bool] | None
+
+# registry fields of an experiment whose moved checkpoints are back in the folder
+RESTORED = {"checkpoints_action": "restored", "checkpoints_entry": None}
+
+
+def folder(target: Target) -> dict:
+    """The arguments every ``ckpt_*`` op starts with: the folder, and the one the configuration names."""
+    return {"path": target.checkpoints, "configured": target.checkpoints}
+
+
+def retention(settings: Settings) -> dict:
+    """``[trash] keep`` / ``max_gb`` as the agent's ``keep`` / ``max_bytes`` (None: no limit)."""
+    max_gb = settings.trash.max_gb
+    return {"keep": settings.trash.keep, "max_bytes": int(max_gb * (1 << 30)) if max_gb else None}
+
+
+def doomed(inv: dict | None) -> list[str]:
+    """The trash entries a clean now would delete to stay within retention (as the inventory listed them)."""
+    return [d["entry"] for d in (inv or {}).get("retention") or []]
+
+
+@dataclass(frozen=True)
+class Writer:
+    """The run that wrote a checkpoint folder's newest file; ``clone`` when another clone of the project
+    started it (its experiment numbers are that clone's own)."""
+
+    id: int
+    clone: dict | None = None
+
+    def __str__(self) -> str:
+        if not self.clone:
+            return f"experiment {self.id}"
+        return (f"experiment {self.id} of another clone of this project "
+                f"({self.clone.get('host', '?')}, {self.clone.get('path', '?')})")
+
+
+def writer(runs: list[dict], inv: dict | None, mine: dict | None = None) -> Writer | None:
+    """The run that wrote the checkpoint folder's newest file, as far as the target's run records tell: of the
+    runs using the folder, the last one started before that file was written (and not ended before it)."""
+    if not inv or not inv.get("files"):
+        return None
+    users = [r for r in runs if r.get("id") is not None and r.get("started")
+             and str(r.get("checkpoints") or "").rstrip("/") == inv["path"].rstrip("/")]
+    newest = inv.get("newest_mtime")
+    during = [r for r in users if newest is not None
+              and r["started"] - 2 <= newest <= (r.get("ended") or float("inf")) + 2]
+    chosen = during or users
+    if not chosen:
+        return None
+    run = max(chosen, key=lambda r: (r["started"], r["id"]))  # numbers of two clones do not compare
+    other = run.get("clone") if mine is not None and run.get("clone") not in (None, mine) else None
+    return Writer(run["id"], other)
+
+
+def entry_label(writer: Writer | None, stopping: list, parent: int | None) -> str:
+    """A launch's trash entry is named after the experiment whose checkpoints it holds: the folder's writer,
+    else the newest run it stops, else the run it restarts."""
+    owner = writer.id if writer is not None else (max(stopping) if stopping else parent)
+    return f"exp{owner}" if owner is not None else "unknown"
+
+
+# -- the ops ---------------------------------------------------------------------------------------------
+
+def probe_ops(target: Target, settings: Settings, action: str) -> list[Op]:
+    """Before anything changes: refuse an unsafe folder (or one a clean could not move), and what it holds
+    (said before the run sees it; what retention would delete; for a purge every file, to delete only those).
+    Their values are the probe's ``ckpt_safe`` and ``inventory``."""
+    cleaning = action != "keep"
+    return [Op("ckpt_check", {**folder(target), "busy_check": False, "movable": cleaning}),
+            Op("ckpt_inventory", {**folder(target), **retention(settings), "full": action == "purge",
+                                  "ignore": settings.checkpoints.ignore})]
+
+
+def inventory_op(target: Target, settings: Settings | None = None, with_retention: bool = False) -> Op:
+    """What the folder and its trash hold; with ``settings``, counted as ``[checkpoints] ignore`` says, and
+    with ``with_retention`` the entries a clean would delete. Bare, it lists the trash entries (who moved each)."""
+    if settings is None:
+        return Op("ckpt_inventory", folder(target))
+    return Op("ckpt_inventory", {**folder(target), "ignore": settings.checkpoints.ignore,
+                                 **(retention(settings) if with_retention else {})})
+
+
+def check_op(target: Target, stopping: list) -> Op:
+    """In the locked call, before a clean: the folder is safe to move once the runs ``stopping`` have stopped."""
+    return Op("ckpt_check", {**folder(target), "stopping": stopping, "movable": True})
+
+
+def trash_op(target: Target, settings: Settings, action: str, inv: dict | None, writer: Writer | None,
+             stopping: list, parent: int | None, moved_by: int | None) -> Op:
+    """A launch's ``--clean-checkpoints`` (``action`` "move") or ``--purge``, after the old run stopped: only
+    the retention victims and (for a purge) the files the user confirmed from ``inv`` are deleted."""
+    inv = inv or {}
+    return Op("ckpt_trash", {**folder(target), "label": entry_label(writer, stopping, parent),
+                             "moved_by": moved_by, "stopping": stopping, **retention(settings),
+                             "purge": action == "purge", "purge_only": inv.get("all_files"),
+                             "retention_allowed": doomed(inv)})
+
+
+def clean_ops(target: Target, settings: Settings, action: str, inv: dict | None, writer: Writer | None,
+              stopping: list, parent: int | None, moved_by: int | None) -> list[Op]:
+    """``check_op`` then ``trash_op``: a node's clean right after its ``run_stop``; none when keeping them."""
+    if action == "keep":
+        return []
+    return [check_op(target, stopping),
+            trash_op(target, settings, action, inv, writer, stopping, parent, moved_by)]
+
+
+def clean_now_op(target: Target, settings: Settings, inv: dict, writer: Writer | None) -> Op:
+    """``orch checkpoints clean``: into an entry named after the writer ("manual" when none is known),
+    deleting only the retention victims ``inv`` listed (and the user confirmed)."""
+    return Op("ckpt_trash", {**folder(target), "label": f"exp{writer.id}" if writer is not None else "manual",
+                             **retention(settings), "retention_allowed": doomed(inv)})
+
+
+def restore_op(target: Target, name: str) -> Op:
+    return Op("ckpt_restore", {**folder(target), "name": name})
+
+
+def purge_op(target: Target, names: list[str]) -> Op:
+    return Op("ckpt_purge", {**folder(target), "names": names})
+
+
+def record(trash: dict | None) -> dict:
+    """A launch's registry fields for what its ``ckpt_trash`` did (none when it did not run)."""
+    return {"checkpoints_action": trash["action"], "checkpoints_entry": trash.get("entry_path")} if trash else {}
+
+
+def moved(ops: list[Op], values: list | None) -> dict | None:
+    """The ``ckpt_trash`` value among an agent call's answers (the ops that finished), if it ran."""
+    return next((v for op, v in zip(ops, values or []) if op.name == "ckpt_trash"), None)
+
+
+# -- what to say, and asking first -----------------------------------------------------------------------
+
+def notice(inv: dict | None, writer: Writer | None) -> str | None:
+    """A launch that keeps the checkpoints says what its run will see."""
+    from .watch.metrics import format_size
+
+    if not inv or not inv["files"]:
+        return None
+    by = f", written by {writer}" if writer is not None else ""
+    return (f"checkpoints: {inv['path']} holds {inv['files']} file(s), {format_size(inv['bytes'])} "
+            f"(newest {inv['newest']}{by}); the run will see them (--clean-checkpoints moves them aside)")
+
+
+def confirm_launch(inv: dict, action: str, where: str, writer: Writer | None, *, yes: bool, confirm: Confirm,
+                   echo: Callable[[str], None]) -> None:
+    """A launch's clean (``action`` "move" or "purge") of ``inv`` on ``where``: said, then asked unless ``yes``;
+    refused (InputError) without a way to ask, or when the answer is no. An empty folder asks nothing."""
+    from .watch.metrics import format_size as size
+
+    if not inv["files"]:
+        return
+    verb = "PERMANENTLY DELETE" if action == "purge" else "move to the trash"
+    by = f", written by {writer}" if writer is not None else ""
+    question = (f"{verb} {inv['files']} file(s), {size(inv['bytes'])} (newest {inv['newest']}{by}) "
+                f"from {inv['path']} on {where}?")
+    echo(f"checkpoints: {inv['files']} file(s), {size(inv['bytes'])} in {inv['path']} (newest {inv['newest']}{by})")
+    victims = (inv.get("retention") or []) if action == "move" else []  # a purge leaves the trash alone
+    if victims:
+        names = ", ".join(f"{d['entry']} ({size(d['bytes'])})" for d in victims)
+        echo(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {len(victims)} older "
+             f"trash entr{'y' if len(victims) == 1 else 'ies'}: {names}")
+        question = question[:-1] + f", and PERMANENTLY DELETE trash entries {', '.join(doomed(inv))}?"
+    if yes:
+        return
+    if confirm is None:
+        raise InputError(f"refusing to {verb.lower()} checkpoints without confirmation",
+                         hint="rerun with --yes to confirm, or in a terminal to be asked")
+    if not confirm(question):
+        raise InputError("cancelled: the checkpoints were left as they are")
+
+
+def _ask(yes: bool, confirm: Confirm, question: str) -> None:
+    if yes:
+        return
+    if confirm is None:
+        raise InputError("refusing without confirmation", hint="rerun with --yes, or in a terminal to be asked")
+    if not confirm(question):
+        raise InputError("cancelled: nothing was changed")
+
+
+def _entries(n: int) -> str:
+    return f"entr{'y' if n == 1 else 'ies'}"
+
+
+# -- putting back ----------------------------------------------------------------------------------------
+
+class PutBack(NamedTuple):
+    said: str  # the sentence for the launch's error or interruption line
+    fields: dict  # the launch's registry fields: restored, or where the checkpoints still are
+
+
+def put_back(target: Target, settings: Settings, name: str, path: str, *, what: str,
+             client: AgentClient | None = None, moved: int | None = None, action: str = "moved") -> PutBack:
+    """Move a failed launch's trash entry ``name`` (at ``path``) back into the folder (``ckpt_restore`` never
+    overwrites); ``moved``: how many files it holds, when known.
+
+    Through ``client``, or a connection of its own when the launch's is gone. When it cannot, the sentence
+    says where they are and the command that puts them back, and the fields keep ``action`` with ``path``.
+    """
+    try:
+        if client is not None:
+            client.call([restore_op(target, name)], lock=settings.run.lock_timeout, what=what)
+        else:
+            assert target.connect is not None
+            with target.connect() as transport:
+                AgentClient(transport, target.root, target.python, timeout=settings.ssh.command_timeout).call(
+                    [restore_op(target, name)], lock=settings.run.lock_timeout, what=what)
+    except OrchError as exc:
+        return PutBack(f"the checkpoints it moved aside are in {path} on {target.label} (putting them back "
+                       f"failed: {exc.message}); orch checkpoints restore {name} puts them back",
+                       {"checkpoints_action": action, "checkpoints_entry": path})
+    files = f"the {moved} checkpoint file(s)" if moved is not None else "the checkpoints"
+    return PutBack(f"{files} it moved aside were put back in {target.checkpoints}", dict(RESTORED))
+
+
+# -- orch checkpoints list | clean | restore | purge -----------------------------------------------------
+
+class _Session:
+    """One connection to the target for the whole command: read the folder, then change it under the lock."""
+
+    def __init__(self, settings: Settings, target: Target, open_registry: OpenRegistry,
+                 read_only: bool = False) -> None:
+        from .records.reconcile import client_for
+
+        self.settings, self.target, self.open_registry = settings, target, open_registry
+        self.client = client_for(settings, target, read_only=read_only)
+
+    def reconcile(self, *also: Op) -> list:
+        """The registry's unsettled rows brought up to date, in one agent call with the ops ``also``."""
+        from .records.reconcile import reconcile
+
+        with self.open_registry() as reg:
+            return reconcile(self.settings, self.target, reg, self.client, also=list(also))
+
+    def change(self, op: Op) -> dict:
+        return self.client.call([op], lock=self.settings.run.lock_timeout, what=f"checkpoints {op.name}")[0]
+
+    def __enter__(self) -> "_Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.transport.close()
+
+
+def listing(settings: Settings, target: Target, open_registry: OpenRegistry) -> dict:
+    """``orch checkpoints list``: what the folder and its trash hold (read-only), with ``target_label``."""
+    with _Session(settings, target, open_registry, read_only=True) as s:
+        inv = s.reconcile(inventory_op(target, settings))[0]
+    return {**inv, "target_label": target.label}
+
+
+def clean(settings: Settings, target: Target, open_registry: OpenRegistry, *, yes: bool, confirm: Confirm,
+          warn: Callable[[str], None]) -> dict:
+    """``orch checkpoints clean``: move the folder's contents into a trash entry named after their writer,
+    deleting only the retention victims that were named (``warn``) and confirmed. Refused while a run writes
+    to the folder. The agent's answer with ``path``; ``action`` "kept" when there was nothing to move."""
+    from .watch.metrics import format_size as size
+
+    with _Session(settings, target, open_registry) as s:
+        inv = s.reconcile(inventory_op(target, settings, with_retention=True))[0]
+        if not inv["files"]:
+            return {"action": "kept", "moved": 0, "path": inv["path"]}
+        victims = doomed(inv)
+        if victims:
+            warn(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {', '.join(victims)}")
+        _ask(yes, confirm, f"move {inv['files']} file(s), {size(inv['bytes'])}, from {inv['path']} to the trash"
+                           + (f" and delete {len(victims)} older trash {_entries(len(victims))}?" if victims else "?"))
+        runs = s.client.one("status", project=settings.project.name, tail=False, gpus=False)["runs"]
+        res = s.change(clean_now_op(target, settings, inv, writer(runs, inv)))
+    return {"path": inv["path"], **res}
+
+
+def restore(settings: Settings, target: Target, open_registry: OpenRegistry, name: str) -> dict:
+    """``orch checkpoints restore NAME``: the entry's files back into the folder (never overwrites)."""
+    with _Session(settings, target, open_registry) as s:
+        s.reconcile()
+        return s.change(restore_op(target, name))
+
+
+def purge(settings: Settings, target: Target, open_registry: OpenRegistry, names: list[str], *, every: bool,
+          yes: bool, confirm: Confirm) -> dict:
+    """``orch checkpoints purge``: delete the trash entries ``names`` (or ``every`` one) for good, once confirmed."""
+    from .watch.metrics import format_size as size
+
+    with _Session(settings, target, open_registry) as s:
+        inv = s.reconcile(inventory_op(target, settings))[0]
+        names = [e["name"] for e in inv["entries"]] if every else list(names)
+        if not names:
+            raise InputError("name the trash entries to delete, or pass --all", hint="see orch checkpoints list")
+        total = sum(e["bytes"] for e in inv["entries"] if e["name"] in names)
+        _ask(yes, confirm, f"PERMANENTLY delete {len(names)} trash {_entries(len(names))} ({size(total)})?")
+        return s.change(purge_op(target, names))
+
