@@ -14,14 +14,13 @@ checkpoints are now (with the ``orch checkpoints restore`` command when they cou
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..reach.agent_client import AgentClient, Op
+from .result import update_quietly
 from ..errors import OrchError
 from ..records.experiments import Experiment, Registry
-
-if TYPE_CHECKING:
-    from .operations import Launch
+from .model import Launch
 
 START_OPS = ("start", "verify")
 
@@ -32,8 +31,6 @@ def stopped_by(exp_id: int | None, why: str = "") -> str:
 
 def record_stopped(launch: Launch, registry: Registry, stop: dict | None, by: int | None, why: str = "") -> list:
     """Record the runs a ``run_stop`` stopped (this registry's only), with who stopped them; returns them."""
-    from .result import update_quietly
-
     runs = (stop or {}).get("stopped") or []
     for run in runs:
         run["mine"] = registry.owns(run)
