@@ -1,7 +1,7 @@
 """A job over several nodes: gang deploy, stop and status, each node reached in parallel.
 
-Composes the single-target pieces (``operations._probe``, ``push.send``, the agent's ``run_start``,
-``run_stop`` and ``status``) with one transport per node::
+Composes the single-target pieces (``operations._probe``, ``push.send``, ``operations.locked_ops``: the
+playbook's actions as agent ops, the same on every node as on one target) with one transport per node::
 
     probe + push on every node (parallel) --any failed--> row "failed" naming the node; nothing started
         |

@@ -5,9 +5,10 @@ Execution has two phases so that nothing changes before everything has been chec
 1. **probe** (one unlocked agent call): preflight, which blobs the target lacks, what runs, what the
    checkpoint folder holds. Then, locally: confirmation; the blobs the target lacks are streamed
    (``push``, unlocked: storing them changes nothing visible); the experiment row (``launching``).
-2. **apply** (one agent call holding the target's lock): assemble the revision, check the
-   checkpoint folder is safe and that the new run can start (``run_check``), stop the old run, move
-   checkpoints, shell steps, start, verify.
+2. **apply** (one agent call holding the target's lock, its ops from the plan's actions by
+   ``locked_ops``, which a job's nodes use too): assemble the revision, check the checkpoint folder is
+   safe and that the new run can start (``run_check``), stop the old run, move checkpoints, shell
+   steps, start, verify.
 
 If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``; if it
 failed at the start, after the old run was stopped, the checkpoints it moved are put back (``way_back``).

@@ -42,7 +42,8 @@ def test_builtin_playbooks_load_and_plan_typed_actions():
     lines = plan_lines(actions)  # what --dry-run prints, from the actions
     assert lines[0].startswith("1. preflight: check python3 >= 3.10, tmux and 50 MB free under /r")
     assert lines[3] == "4. checkpoints: move the contents of /r/ck to its trash (restorable)"
-    assert lines[5] == "6. start_run: start `python3 t.py` as /bin/sh -c 'exec python3 t.py' in tmux (batching: megabatch)"
+    assert lines[5] == ("6. start_run: start `python3 t.py` as /bin/sh -c 'exec python3 t.py' in tmux "
+                        "(batching: megabatch)")
     with pytest.raises(InputError, match="there is none to push"):
         playbooks.plan(playbooks.load("deploy", None), Inputs(target="local", root="/r", checkpoints="/r/ck"))
 
@@ -175,7 +176,8 @@ def test_a_shell_step_before_the_start_writes_into_the_runs_work_folder(project)
     (project.path / "playbooks" / "deploy.yaml").write_text(
         "name: deploy\nsteps:\n  - step: preflight\n  - step: push_revision\n  - step: stop_run\n"
         "  - step: checkpoints\n  - step: record\n"
-        "  - step: shell\n    argv: [sh, -c, 'echo \"probed in $PWD for $ORCH_EXPERIMENT_ID\" > gpu.txt; echo probed']\n"
+        "  - step: shell\n"
+        "    argv: [sh, -c, 'echo \"probed in $PWD for $ORCH_EXPERIMENT_ID\" > gpu.txt; echo probed']\n"
         "  - step: start_run\n  - step: verify_started\n")
     toml = project.path / "orch.toml"
     toml.write_text(toml.read_text().replace('command = "python3 train.py"', 'command = "cat gpu.txt"'))
