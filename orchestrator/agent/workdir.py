@@ -30,9 +30,12 @@ def work_dir(run_dir: str) -> str:
 
 
 def for_step(layout: Layout, exp_id: int, registry: str | None, revision: str) -> str:
-    """The work folder of a run not started yet, for a playbook step that runs before it (``shell``): the run's
-    start finds it and keeps it, so what the step wrote there is the run's."""
+    """The work folder of this launch's new run, for a playbook step (``shell``): made now when the step comes
+    before the start, which finds it and keeps it, so what the step wrote there is the run's; the run's own
+    once it has started."""
     run_dir = layout.run_dir(exp_id, registry)
+    if os.path.isdir(work_dir(run_dir)):
+        return work_dir(run_dir)
     if not os.path.isdir(layout.revision(revision)):
         raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
     if os.path.lexists(run_dir) and not journal.only_launch(run_dir):
