@@ -49,13 +49,14 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
             exp = multinode.deploy(launch, grp, reg, stopped, shell)
         finally:
             _say_stopped(stopped)
-        _say_shell(shell)
+        if not as_json:  # --json: in the printed object
+            _say_shell(shell)
         common.remember_group(settings, grp)
         waited = _wait(launch, grp, reg, exp) if launch.wait and exp.status == "running" else None
         if waited is not None and waited["state"] != "running":
             exp, _ = multinode.status(settings, grp, reg)  # a node ended: every node's record as it is now
     if as_json:
-        render.print_json({"experiment": exp.public(), "group": grp.name, "waited": waited})
+        render.print_json({"experiment": exp.public(), "group": grp.name, "waited": waited, "shell": shell})
     else:
         _say_deployed(exp, grp, waited)
     if waited is not None and waited["state"] in ("crashed", "lost"):
