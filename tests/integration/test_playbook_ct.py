@@ -55,6 +55,9 @@ def test_a_custom_shell_step_runs_on_every_node_of_a_job_before_its_start(remote
         # the step wrote the file in the node's work folder before the run's command read it there
         assert f"probe on ct{vmid} in {node['run_dir']}/work" in _log(testbed, node).splitlines()
         assert "probe.txt" not in on_ct(testbed, vmid, "ls", "-A", f"{ROOT}/revisions/{revision}").split()
+    again = remote.run("deploy", *job, "--json")  # stdout stays JSON: the step's answers are in it
+    assert again.returncode == 0, again.stderr
+    assert [(s["node"], s["stdout"]) for s in json.loads(again.stdout)["shell"]] == [(0, "probed\n"), (1, "probed\n")]
 
 
 def test_the_same_step_runs_on_a_single_ct_before_its_start(remote, testbed):  # noqa: F811
