@@ -57,7 +57,7 @@ def _env(bin_dir: Path) -> dict:
 
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path):
     code = ("import orchestrator, importlib.metadata as m, json; "
-            "from orchestrator.reach.agent_client import agent_zip; from orchestrator import playbooks; "
+            "from orchestrator.reach.agent_client import agent_zip; from orchestrator.launch import playbooks; "
             "print(json.dumps([orchestrator.__file__, m.version('orch'), agent_zip()[0], playbooks.builtin_names()]))")
     out = _run([str(installed / "python"), "-c", code], 60, cwd=tmp_path, env=_env(installed)).stdout
     path, version, digest, books = json.loads(out)
