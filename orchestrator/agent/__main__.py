@@ -8,20 +8,27 @@ import sys
 import time
 import traceback
 
-from . import checkpoints, diskspace, gc, journal, logs, revisions, runs, start_check, system, validate
+from . import checkpoints, diskspace, gc, journal, logs, revisions, runs, start_check, system, validate, workdir
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
 from .protocol import PROTOCOL, AgentFailure, frame
 
 
-def _shell(layout: Layout, argv: list, cwd: str | None = None, timeout: float = 600, check: bool = True) -> dict:
+def _shell(layout: Layout, argv: list, cwd: str | None = None, timeout: float = 600, check: bool = True,
+           run: dict | None = None) -> dict:
+    """A playbook's shell step; with ``run``, in that new run's work folder (made now, kept for its start)."""
     import subprocess
 
     if not argv or not all(isinstance(a, str) for a in argv):
         raise AgentFailure("input", "a shell step needs argv: a list of strings")
+    env = None
+    if run is not None:
+        cwd = workdir.for_step(layout, run["exp_id"], run["registry"], run["revision"])
+        env = {**os.environ, "ORCH_EXPERIMENT_ID": str(run["exp_id"]), "ORCH_RUN_DIR": os.path.dirname(cwd),
+               "ORCH_WORK_DIR": cwd}
     try:
-        proc = subprocess.run(argv, cwd=cwd or layout.root, capture_output=True, timeout=timeout)
+        proc = subprocess.run(argv, cwd=cwd or layout.root, env=env, capture_output=True, timeout=timeout)
     except FileNotFoundError:
         if not check:  # an optional step (e.g. nvidia-smi on a CT without a GPU) must not block a launch
             return {"exit_code": None, "stdout": "", "stderr": "", "skipped": f"{argv[0]!r} is not installed"}

@@ -65,7 +65,7 @@ def _run_info(run_dir: str) -> dict:
     if not revision and os.path.basename(os.path.dirname(cwd)) == "revisions":  # an older orch ran in it
         revision = os.path.basename(cwd)
     project = exp.get("project")
-    if project is None and journal.only_journal(run_dir):  # a launch that never started: its journal names it
+    if project is None and journal.only_launch(run_dir):  # a launch that never started: its journal names it
         project = next((e.get("project") for e in journal.read(run_dir) if e["event"] == "begin"), None)
     return {"project": project, "revision": revision, "checkpoints": exp.get("checkpoints")}
 

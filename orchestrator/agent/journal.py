@@ -23,6 +23,7 @@ import time
 from .layout import Layout, fsync_dir
 
 FILE = "journal.jsonl"
+WORK = "work"  # a run's work folder (workdir.py)
 MAX_LINE = 64 << 10  # a step's value beyond this is recorded as truncated: the journal stays small
 
 
@@ -30,12 +31,14 @@ def path_in(run_dir: str) -> str:
     return os.path.join(run_dir, FILE)
 
 
-def only_journal(run_dir: str) -> bool:
-    """Whether ``run_dir`` holds nothing but a journal: the folder this launch's journal made, free for its run."""
+def only_launch(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds nothing but a launch's journal (and the work folder a shell step of that launch
+    made before the start): the folder this launch made, free for its run."""
     try:
-        return os.listdir(run_dir) == [FILE]
+        names = set(os.listdir(run_dir))
     except OSError:
         return False
+    return FILE in names and names <= {FILE, WORK}
 
 
 class Journal:
@@ -52,7 +55,7 @@ class Journal:
             try:
                 os.mkdir(run_dir)
             except FileExistsError:
-                if not only_journal(run_dir):
+                if not only_launch(run_dir):
                     self.ok = False  # not ours: the start check says so, and nothing is written into it
                     return
             self._append({"event": "begin", "what": what, "ops": ops, "pid": os.getpid(), **facts})

@@ -192,7 +192,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         reboot_unit.remove(other)  # a new run replaces the project's lost ones: none comes back at boot
     run_dir = layout.run_dir(exp_id, registry)
     experiment = {**experiment, "registry": registry}
-    if os.path.lexists(run_dir) and not journal.only_journal(run_dir):  # the journal of this launch may be there
+    if os.path.lexists(run_dir) and not journal.only_launch(run_dir):  # the journal of this launch may be there
         other = (read_json(os.path.join(run_dir, "experiment.json"), {}) or {}).get("project")
         raise AgentFailure("safety", f"run folder {run_dir} already exists (project {other})",
                            "give each project its own [paths] root, or remove the stale run folder")

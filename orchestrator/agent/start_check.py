@@ -40,7 +40,7 @@ def check(layout: Layout, exp_id: int, project: str, revision: str, registry: st
     ``stops_runs``: a ``run_stop`` of the project comes first; ``revision_pending``: assembled later in this call.
     """
     run_dir = layout.run_dir(exp_id, registry)
-    if os.path.lexists(run_dir) and not journal.only_journal(run_dir):  # this launch's journal may be there
+    if os.path.lexists(run_dir) and not journal.only_launch(run_dir):  # this launch's journal may be there
         other = (read_json(os.path.join(run_dir, "experiment.json"), {}) or {}).get("project")
         raise AgentFailure("safety", f"run folder {run_dir} already exists (project {other}); nothing was stopped",
                            "give each project its own [paths] root, or remove the stale run folder")

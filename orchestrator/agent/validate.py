@@ -223,6 +223,18 @@ def registry_id(value: Any, name: str = "registry") -> str | None:
 
 
 _STRINGS = lambda v, n: _list(v, n, _str)  # noqa: E731
+
+
+def run_of(value: Any, name: str = "run") -> dict:
+    """The new run a shell step works for: ``{"exp_id", "registry", "revision"}`` (its work folder's makings)."""
+    _dict(value, name)
+    if set(value) != {"exp_id", "registry", "revision"}:
+        raise fail(f"{name} must name exactly exp_id, registry and revision")
+    exp_id(value["exp_id"], f"{name}.exp_id")
+    registry_id(value["registry"], f"{name}.registry")
+    revision(value["revision"], f"{name}.revision")
+    return value
+
 _ANY_DICT = _dict
 
 # op -> {argument: check}; an argument not named here is refused (the op would fail on it anyway)
@@ -258,7 +270,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                    "purge_only": _optional(lambda v, n: _list(v, n, _dict))},
     "ckpt_restore": {"path": _str, "configured": _str, "name": trash_name},
     "ckpt_purge": {"path": _str, "configured": _str, "names": lambda v, n: _list(v, n, trash_name)},
-    "shell": {"argv": _STRINGS, "cwd": _optional(_str), "timeout": _num, "check": _bool},
+    "shell": {"argv": _STRINGS, "cwd": _optional(_str), "timeout": _num, "check": _bool, "run": _optional(run_of)},
     "gc": {"project": project, "keep": lambda v, n: _int(v, n, 0, 1 << 20),
            "keep_revisions": lambda v, n: _list(v, n, revision), "checkpoints": _STRINGS, "dry_run": _bool,
            "grace": _num, "only": _optional(_STRINGS)},

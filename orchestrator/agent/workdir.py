@@ -17,15 +17,32 @@ from __future__ import annotations
 import os
 import shutil
 
+from . import journal
 from .layout import Layout
 from .protocol import AgentFailure
 from .revisions import MANIFEST, listed_files
 
-WORK = "work"
+WORK = journal.WORK  # the one name journal.only_launch allows beside the journal
 
 
 def work_dir(run_dir: str) -> str:
     return os.path.join(run_dir, WORK)
+
+
+def for_step(layout: Layout, exp_id: int, registry: str | None, revision: str) -> str:
+    """The work folder of this launch's new run, for a playbook step (``shell``): made now when the step comes
+    before the start, which finds it and keeps it, so what the step wrote there is the run's; the run's own
+    once it has started."""
+    run_dir = layout.run_dir(exp_id, registry)
+    if os.path.isdir(work_dir(run_dir)):
+        return work_dir(run_dir)
+    if not os.path.isdir(layout.revision(revision)):
+        raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
+    if os.path.lexists(run_dir) and not journal.only_launch(run_dir):
+        raise AgentFailure("safety", f"run folder {run_dir} already exists",
+                           "give each project its own [paths] root, or remove the stale run folder")
+    os.makedirs(run_dir, exist_ok=True)
+    return build(layout, run_dir, revision)
 
 
 def build(layout: Layout, run_dir: str, revision: str) -> str:

@@ -22,14 +22,17 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
         from ..errors import TargetError
 
         nodes = multinode.preview(launch, grp)
+        lines = render.plan_lines(multinode.plan(launch, grp))
         failure = getattr(grp, "unasked", None) or next(
             (TargetError(f"node {n['rank']} ({n['target']}): {n['unreachable']}") for n in nodes if n["unreachable"]),
             None)
         if as_json:
-            render.print_json({"playbook": launch.book.name, "group": grp.name, "nodes": nodes,
+            render.print_json({"playbook": launch.book.name, "group": grp.name, "nodes": nodes, "steps": lines,
                                "revision": launch.inputs.revision})
         else:
             render.out(f"plan for {launch.book.name} on {grp.label} (dry run: nothing is changed)")
+            for line in lines:
+                render.out("  " + line)
             for node in nodes:
                 render.out(f"node {node['rank']} ({node['target']}):")
                 render.out("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node["env"].items())))
@@ -40,17 +43,20 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
             raise common.unasked(failure, grp.label)
         return None
     stopped: list = []
+    shell: list = []
     with common.registry(settings) as reg:
         try:
-            exp = multinode.deploy(launch, grp, reg, stopped)
+            exp = multinode.deploy(launch, grp, reg, stopped, shell)
         finally:
             _say_stopped(stopped)
+        if not as_json:  # --json: in the printed object
+            _say_shell(shell)
         common.remember_group(settings, grp)
         waited = _wait(launch, grp, reg, exp) if launch.wait and exp.status == "running" else None
         if waited is not None and waited["state"] != "running":
             exp, _ = multinode.status(settings, grp, reg)  # a node ended: every node's record as it is now
     if as_json:
-        render.print_json({"experiment": exp.public(), "group": grp.name, "waited": waited})
+        render.print_json({"experiment": exp.public(), "group": grp.name, "waited": waited, "shell": shell})
     else:
         _say_deployed(exp, grp, waited)
     if waited is not None and waited["state"] in ("crashed", "lost"):
@@ -85,6 +91,15 @@ def _say_stopped(stopped: list) -> None:
     for run in stopped:
         render.say(f"stopped {render.which(run)} on {run['label']} (node {run['node']}): {run['state']} "
                    f"(exit {run['exit_code']})")
+
+
+def _say_shell(answers: list) -> None:
+    """What the playbook's shell steps printed on each node, each line prefixed ``[rank]`` as in orch logs."""
+    for sh in answers:
+        if sh.get("skipped"):
+            render.say(f"warning: shell step skipped: {sh['skipped']} on {sh['label']} (node {sh['node']})")
+        for line in (sh.get("stdout") or "").rstrip().splitlines():
+            render.out(f"[{sh['node']}] {line}")
 
 
 def _say_deployed(exp, grp, waited: dict | None) -> None:

@@ -88,3 +88,43 @@ def confirm_or_refuse(yes: bool, question: str) -> None:
         raise InputError("refusing without confirmation", hint="rerun with --yes, or in a terminal to be asked")
     if not confirm(question):
         raise InputError("cancelled: nothing was changed")
+
+
+def plan_lines(actions) -> list[str]:
+    """One numbered line per action of a plan (``launch.model``): what ``--dry-run`` prints."""
+    import shlex
+
+    from ..launch import command as commands
+    from ..launch import model
+
+    lines = []
+    for i, a in enumerate(actions, 1):
+        if isinstance(a, model.Preflight):
+            text = f"check python3 >= 3.10, tmux and {a.min_free_mb} MB free under {a.root}"
+        elif isinstance(a, model.PushRevision):
+            text = f"push revision {a.revision} ({a.files} files, {a.size} bytes; only missing ones)"
+        elif isinstance(a, model.StopRun):
+            text = "stop this project's running experiment, if any (SIGINT, then SIGTERM, then SIGKILL)"
+        elif isinstance(a, model.Checkpoints):
+            text = {"keep": f"keep the checkpoints in {a.path}",
+                    "move": f"move the contents of {a.path} to its trash (restorable)",
+                    "purge": f"DELETE the contents of {a.path} (move to trash, then purge)"}[a.action]
+        elif isinstance(a, model.Record):
+            parent = f", parent {a.parent}" if a.parent else ""
+            text = f"record a new experiment (target {a.target}{parent})"
+        elif isinstance(a, model.StartRun):
+            shown = commands.display(a.command if isinstance(a.command, str) else list(a.command))
+            how = f" as {shlex.join(a.argv)}" if isinstance(a.command, str) else ""
+            text = f"start `{shown}`{how} in tmux (batching: {a.strategy})" + \
+                (" on every node, node 0 first" if a.nodes > 1 else "")
+        elif isinstance(a, model.VerifyStarted):
+            text = f"check the run is alive after {a.wait:g} s"
+        elif isinstance(a, model.Shell):
+            where = {"root": "the root folder", "revision": "the revision folder",
+                     "work": "the run's work folder"}[a.cwd]
+            text = f"run {shlex.join(a.argv)} in {where}" + (" on every node" if a.nodes > 1 else "") + \
+                ("" if a.check else " (may fail)")
+        else:
+            text = a.kind
+        lines.append(f"{i}. {a.label}: {text}")
+    return lines

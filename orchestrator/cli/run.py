@@ -49,9 +49,8 @@ def _run(launch, settings, dry_run: bool, as_json: bool, flags: tuple = (None, N
 def _dry_run(launch, as_json: bool) -> None:
     from ..errors import OrchError
     from ..launch.operations import preview
-    from ..launch.playbooks import plan
 
-    lines = plan(launch.book, launch.inputs)
+    lines = render.plan_lines(launch.actions)
     seen, failure = None, launch.target.unasked
     if launch.target.connect is not None:
         try:

@@ -1,7 +1,7 @@
 """A job over several nodes: gang deploy, stop and status, each node reached in parallel.
 
-Composes the single-target pieces (``operations._probe``, ``push.send``, the agent's ``run_start``,
-``run_stop`` and ``status``) with one transport per node::
+Composes the single-target pieces (``operations._probe``, ``push.send``, ``operations.locked_ops``: the
+playbook's actions as agent ops, the same on every node as on one target) with one transport per node::
 
     probe + push on every node (parallel) --any failed--> row "failed" naming the node; nothing started
         |
@@ -19,17 +19,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from . import distributed
 from .. import checkpoints
+from . import distributed
 from ..watch import job_progress as progress
 from ..records import job_settle
 from ..reach.agent_client import AgentClient, Op
 from ..errors import InputError, NotFoundError, OrchError
 from ..records.experiments import Experiment, Registry
-from .operations import Launch, _experiment_json, _probe, _record_fields
+from . import playbooks
+from .model import Launch, PushRevision, StartRun, StopRun
+from .operations import Start, _experiment_json, _probe, _record_fields, _writer, locked_ops
 from ..reach.targets import Target
 
 MAX_PARALLEL = 16
+VERIFY_WAIT = 0.5  # s each node's start is watched at least: a launcher that dies at once fails the job
 
 
 @dataclass
@@ -60,6 +63,7 @@ class Node:
     error: OrchError | None = None
     read_only: bool = False  # reads bounded by [ssh] read_timeout: a node cut off fails fast
     stopped: list = field(default_factory=list)  # the runs this node's launch stopped
+    shell: list = field(default_factory=list)  # what the plan's shell steps answered on this node
 
     def close(self) -> None:
         if self.client is not None:
@@ -137,12 +141,19 @@ job_state = job_settle.state
 
 
 def prepare_nodes(launch: Launch, group: Group) -> list[Node]:
-    """One ``Launch`` per node: the same revision, command and settings, each node's own paths."""
+    """One ``Launch`` per node: the same playbook, revision, command and settings, each node's own paths, so
+    every node runs the same actions."""
     nodes = []
     for rank, tgt in enumerate(group.members):
         inputs = replace(launch.inputs, target=tgt.name, root=tgt.root, checkpoints=tgt.checkpoints)
-        nodes.append(Node(rank, tgt, launch.settings, replace(launch, target=tgt, inputs=inputs, progress=None)))
+        mine = replace(launch, target=tgt, inputs=inputs, actions=playbooks.plan(launch.book, inputs), progress=None)
+        nodes.append(Node(rank, tgt, launch.settings, mine))
     return nodes
+
+
+def plan(launch: Launch, group: Group) -> tuple:
+    """The job's actions as its dry run shows them: the playbook's steps, each run on every node."""
+    return playbooks.plan(launch.book, replace(launch.inputs, target=group.name), nodes=len(group.members))
 
 
 def plan_runs(launch: Launch, nodes: list[Node], exp_id: int | None) -> list[distributed.NodeRun]:
@@ -176,7 +187,7 @@ def _push_node(node: Node) -> None:
 
     launch = node.launch
     assert launch is not None
-    if launch.revision is not None and launch.book.has("push_revision"):
+    if launch.revision is not None and launch.has(PushRevision):
         node.pushed = push.send(_connect(node), launch.revision, node.probe.get("missing") or {},
                                 stall=launch.settings.ssh.command_timeout)
 
@@ -215,13 +226,18 @@ def preview(launch: Launch, group: Group) -> list[dict]:
             for n, r in zip(nodes, plan_runs(launch, nodes, None))]
 
 
-def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | None = None) -> Experiment:
+def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | None = None,
+           shell: list | None = None) -> Experiment:
     """Gang launch: nothing starts anywhere unless every node passed its preflight and push.
 
     ``stopped`` gets one entry per run of this project the start stopped on a node (``id``, ``state``,
-    ``exit_code``, ``node``, ``label``, ``mine``); each is recorded as stopped by the new job."""
+    ``exit_code``, ``node``, ``label``, ``mine``); each is recorded as stopped by the new job. ``shell`` gets
+    what each node's shell steps answered (``node``, ``label`` and the step's ``stdout``, ``skipped``...)."""
     from .guard import LaunchGuard
 
+    if not launch.has(StartRun):
+        raise InputError(f"playbook {launch.book.name} starts no run: a job over several nodes needs a "
+                         "start_run step", hint="add start_run (after record) to the playbook, or name one target")
     nodes = prepare_nodes(launch, group)
     _check_runs(launch, nodes)  # a command no node could start is refused before any node is asked
     guard = LaunchGuard(registry.path.parent)
@@ -247,7 +263,7 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
             raise type(err)(f"{why}; nothing was started on any node (experiment {exp.id} failed)",
                             hint=err.hint)
         _check_runs(launch, nodes)  # again with the nodes' own addresses and GPU counts, before anything stops
-        previous = _current_job(registry, group)
+        previous = _current_job(registry, group) if launch.has(StopRun) else None
         if previous is not None:  # the job this one replaces stops on every node at once, like orch stop
             _halt(launch.settings, group, registry, previous, nodes)
             stuck = [n for n in nodes if n.error is not None]
@@ -268,6 +284,8 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
         found = _record_stopped(launch, registry, nodes, exp.id)
         if stopped is not None:
             stopped.extend(found)
+        if shell is not None:
+            shell.extend({"node": n.rank, "label": n.target.label, **v} for n in nodes for v in n.shell)
         failed = [n for n in nodes if n.error is not None]
         if failed:
             _parallel(lambda n: _stop_one(n, exp.id, key), [n for n in nodes if n.rank in started])
@@ -296,38 +314,32 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
 
 
 def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str | None, rid: str) -> dict:
+    """The plan's locked steps on one node, as on a single target: its old run stopped, its checkpoints handled,
+    its shell steps, then its part of the job started and verified."""
     launch = node.launch
     assert launch is not None
-    settings, rev = launch.settings, launch.revision
-    project = settings.project.name
+    settings = launch.settings
     client = _connect(node)
-    assemble = {"revision": rev.id, "files": rev.files} if rev is not None else {"revision": exp.revision}
-    from .operations import clone
-
-    by = {"experiment": exp.id, "registry": rid, "clone": clone(settings)}
-    ops = [Op("revision_assemble", assemble),
-           Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
-                           "term_timeout": settings.run.term_timeout, "by": by})]
-    ops += _clean_ops(node, exp)
-    ops += [Op("run_start", {"exp_id": exp.id, "registry": key, "project": project, "revision": exp.revision,
-                             "argv": run.argv, "env": {**launch.env, **run.env}, "secrets": dict(launch.secrets),
-                             "experiment": _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
-                             "batching": exp.batching, "recovery": _node_recovery(settings, run, key)}),
-            Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": 0.5})]
+    start = Start(run.argv, {**launch.env, **run.env},
+                  _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
+                  _node_recovery(settings, run, key), verify_wait=VERIFY_WAIT)
+    ops, keys = locked_ops(launch, node.probe, _writer(node.probe, settings), exp, key, rid, start)
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     # the node journals each step in its run folder: a launch orch never hears back from is settled from it
-    journal = {"exp_id": exp.id, "registry": key, "project": project}
+    journal = {"exp_id": exp.id, "registry": key, "project": settings.project.name}
     try:
         values = client.call(ops, lock=settings.run.lock_timeout, what=f"start node {node.rank}", timeout=timeout,
                              journal=journal)
     except OrchError as exc:  # the checkpoints moved before the failure: say where they are
-        node.trash = checkpoints.moved(ops, exc.partial)
-        partial = exc.partial or []
-        node.stopped = list((partial[1] or {}).get("stopped") or []) if len(partial) > 1 else []
+        done = dict(zip(keys, exc.partial or []))
+        node.trash = done.get("trash")
+        node.stopped = list((done.get("stop") or {}).get("stopped") or [])
         raise
-    node.trash = checkpoints.moved(ops, values)
-    node.stopped = list(values[1].get("stopped") or [])
-    return values[-1] | {"run_dir": values[-2].get("run_dir")}
+    done = dict(zip(keys, values))
+    node.trash = done.get("trash")
+    node.stopped = list((done.get("stop") or {}).get("stopped") or [])
+    node.shell = [v for k, v in zip(keys, values) if k == "shell"]
+    return done.get("verify", {"state": "running"}) | {"run_dir": (done.get("start") or {}).get("run_dir")}
 
 
 def _record_stopped(launch: Launch, registry: Registry, nodes: list[Node], by: int) -> list[dict]:
@@ -375,17 +387,6 @@ def _node_recovery(settings, run: distributed.NodeRun, key: str | None) -> dict:
     rendezvous that has gone."""
     job = {**run.job, "id": f"{run.job['id']}/{key or ''}"} if run.job else None
     return {**settings.run.recovery(), "restarts": 0, "resume_after_reboot": False, "job": job}
-
-
-def _clean_ops(node: Node, exp: Experiment) -> list[Op]:
-    """``--clean-checkpoints``/``--purge``: move (or delete) this node's checkpoints once its old run stopped."""
-    launch = node.launch
-    assert launch is not None
-    inv = node.probe.get("inventory") or {}
-    stopping = [r["id"] for r in node.probe.get("alive_runs", [])]
-    writer = checkpoints.writer(node.probe["status"]["runs"], inv) if inv else None
-    return checkpoints.clean_ops(node.target, launch.settings, launch.inputs.checkpoint_action, inv, writer,
-                                 stopping, launch.inputs.parent, exp.id)
 
 
 def _stop_one(node: Node, exp_id: int, key: str | None) -> dict:

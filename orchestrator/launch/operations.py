@@ -5,9 +5,10 @@ Execution has two phases so that nothing changes before everything has been chec
 1. **probe** (one unlocked agent call): preflight, which blobs the target lacks, what runs, what the
    checkpoint folder holds. Then, locally: confirmation; the blobs the target lacks are streamed
    (``push``, unlocked: storing them changes nothing visible); the experiment row (``launching``).
-2. **apply** (one agent call holding the target's lock): assemble the revision, check the
-   checkpoint folder is safe and that the new run can start (``run_check``), stop the old run, move
-   checkpoints, shell steps, start, verify.
+2. **apply** (one agent call holding the target's lock, its ops from the plan's actions by
+   ``locked_ops``, which a job's nodes use too): assemble the revision, check the checkpoint folder is
+   safe and that the new run can start (``run_check``), stop the old run, move checkpoints, shell
+   steps, start, verify.
 
 If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``; if it
 failed at the start, after the old run was stopped, the checkpoints it moved are put back (``way_back``).
@@ -21,8 +22,8 @@ With ``wait`` the run is watched until its first metric line, its end, or the ti
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from . import result as launch_result, way_back
 from .. import checkpoints, signals
@@ -31,45 +32,10 @@ from ..config import Settings
 from ..errors import Interrupted, OrchError, TransportError
 from ..records.experiments import Experiment, Registry
 from .guard import LaunchGuard
-from .meter import Meter
-from .playbooks import (Checkpoints, Inputs, Playbook, Preflight, PushRevision, Shell, StartRun, StopRun,
-                        VerifyStarted, checkpoint_action)
-from .revisions import Revision
+from .model import (Checkpoints, Launch, Outcome, Preflight, PushRevision, Record, Shell, StartRun, StopRun,
+                    VerifyStarted, checkpoint_action)
 from ..records.reconcile import reconcile
 from ..reach.targets import Target
-
-
-@dataclass
-class Launch:
-    """One operation, fully resolved before any I/O: what ``--dry-run`` shows."""
-
-    settings: Settings
-    target: Target
-    book: Playbook
-    inputs: Inputs
-    revision: Revision | None = None
-    env: dict = field(default_factory=dict)
-    secrets: dict = field(default_factory=dict, repr=False)  # name -> value: only ever sent in the agent's stdin
-    config: dict = field(default_factory=dict)
-    batching_plan: dict | None = None
-    inherited: dict = field(default_factory=dict)  # a restart's revision files and git facts, from its parent
-    yes: bool = False
-    confirm: Callable[[str], bool] | None = None
-    echo: Callable[[str], None] = lambda _msg: None
-    wait: float = 0.0  # seconds to watch a started run for its first metric line
-    progress: Meter | None = None  # counts a big push (the CLI's bar on a terminal)
-
-
-@dataclass
-class Outcome:
-    experiment: Experiment | None = None
-    stopped: list = field(default_factory=list)
-    checkpoints: dict | None = None
-    pushed: dict = field(default_factory=dict)
-    shell: list = field(default_factory=list)
-    stats: dict = field(default_factory=dict)
-    waited: dict | None = None  # what --wait saw: the first metric line, or how the run ended
-    undo: dict = field(default_factory=dict)  # registry fields after a failed apply (checkpoints put back)
 
 
 def clone(settings: Settings) -> dict:
@@ -90,12 +56,11 @@ def execute(launch: Launch, registry: Registry) -> Outcome:
 
 
 def _execute(launch: Launch, registry: Registry) -> Outcome:
-    book, target, inputs = launch.book, launch.target, launch.inputs
-    settings = launch.settings
+    target, settings = launch.target, launch.settings
     project = settings.project.name
     out = Outcome()
     assert target.connect is not None
-    if book.has("record"):
+    if launch.has(Record):
         registry.require_writable()  # a launch that cannot be recorded changes nothing
     transport = target.connect()
     guard = LaunchGuard(registry.path.parent)
@@ -108,25 +73,25 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         except KeyboardInterrupt as exc:
             how, code = signals.describe(exc)
             raise Interrupted(f"{how}: nothing was changed on the target", exit_code=code) from None
-        action = _checkpoint_action(book, inputs)
+        action = checkpoint_action(launch.actions)
         writer = _writer(probe, settings)
         if action != "keep":
             checkpoints.confirm_launch(probe["inventory"], action, target.label, writer, yes=launch.yes,
                                        confirm=launch.confirm, echo=launch.echo)
-        elif book.has("start_run"):
+        elif launch.has(StartRun):
             _notice_checkpoints(launch, probe.get("inventory"), writer)
         _push(launch, client, probe, out)
         exp = None
         try:
-            if book.has("record"):
+            if launch.has(Record):
                 # numbered by this registry alone: its runs' folders on the target carry its id (runs/<id>-<n>)
                 exp = registry.create(launcher=guard, **_record_fields(launch, probe))
                 out.experiment = exp
-            results = _apply(launch, client, registry, probe, action, exp, out, writer)
+            results = _apply(launch, client, registry, probe, exp, out, writer)
         except (KeyboardInterrupt, TransportError) as exc:
             transport.close()
             how, code = signals.describe(exc)
-            truth = launch_result.reconcile(launch, registry, probe, exp, out, how)
+            truth = launch_result.settle_interrupted(launch, registry, probe, exp, out, how)
             if isinstance(exc, TransportError):
                 raise TransportError(f"{exc.message}; {truth}", hint=exc.hint) from None
             raise Interrupted(f"{how}: {truth}", exit_code=code) from None
@@ -162,7 +127,7 @@ def _push(launch: Launch, client: AgentClient, probe: dict, out: Outcome) -> Non
     """Send the blobs the target lacks, before the lock is taken: storing them changes nothing visible."""
     from . import push
 
-    if launch.revision is None or not launch.book.has("push_revision"):
+    if launch.revision is None or not launch.has(PushRevision):
         return
     try:
         out.pushed = push.send(client, launch.revision, probe.get("missing") or {}, meter=launch.progress,
@@ -193,7 +158,7 @@ def preview(launch: Launch) -> dict:
         found = probe.get("missing") or {}
         entries = push.plan(launch.revision, found.get("missing", []), found.get("partial") or {})
         send = {"files": len(entries), "bytes": sum(e["size"] - e["offset"] for e in entries)}
-    return {"stop": probe["alive"] if launch.book.has("stop_run") else [],
+    return {"stop": probe["alive"] if launch.has(StopRun) else [],
             "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send}
 
 
@@ -207,33 +172,28 @@ def _notice_checkpoints(launch: Launch, inv: dict | None, writer: checkpoints.Wr
         launch.echo(said)
 
 
-def _checkpoint_action(book: Playbook, inputs: Inputs) -> str:
-    steps = [s for s in book.steps if isinstance(s, Checkpoints)]
-    return checkpoint_action(steps[0], inputs) if steps else "keep"
-
-
 def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry | None = None) -> dict:
-    book, target = launch.book, launch.target
+    target = launch.target
     ops: list[Op] = []
     keys: list[str] = []
-    for step in book.steps:
+    for step in launch.actions:
         if isinstance(step, Preflight) and "preflight" not in keys:
             ops.append(Op("preflight", {"min_free_mb": step.min_free_mb}))
             keys.append("preflight")
-    if book.has("push_revision") and launch.revision is not None and launch.revision.files:
+    if launch.has(PushRevision) and launch.revision is not None and launch.revision.files:
         hashes = sorted({f["sha256"] for f in launch.revision.files})
         ops.append(Op("blobs_missing", {"hashes": hashes}))
         keys.append("missing")
     ops.append(Op("status", {"project": project, "tail": False, "gpus": False}))  # preflight reports GPUs
     keys.append("status")
-    action = _checkpoint_action(book, launch.inputs)
-    if book.has("start_run") or action != "keep":
+    action = checkpoint_action(launch.actions)
+    if launch.has(StartRun) or action != "keep":
         ops += checkpoints.probe_ops(target, launch.settings, action)
         keys += ["ckpt_safe", "inventory"]
     if registry is not None:
         values = reconcile(launch.settings, target, registry, client, also=ops)
     else:
-        values = client.call(ops, what=f"{book.name} (probe)")
+        values = client.call(ops, what=f"{launch.book.name} (probe)")
     probe = dict(zip(keys, values))
     probe["alive_runs"] = [r for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
     probe["alive"] = [r["id"] for r in probe["alive_runs"]]
@@ -260,25 +220,39 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
     return fields
 
 
-def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict, action: str,
-           exp: Experiment | None, out: Outcome, writer: checkpoints.Writer | None) -> list[tuple[str, Any]]:
-    book, target, settings, rev = launch.book, launch.target, launch.settings, launch.revision
+@dataclass(frozen=True)
+class Start:
+    """How one target starts the new run: a job's node gets its launcher's argv and env and its own recovery."""
+
+    argv: list
+    env: dict
+    experiment: dict  # its experiment.json
+    recovery: dict
+    verify_wait: float = 0.0  # the least a verify step waits
+
+
+def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, exp: Experiment | None, key: str | None,
+               registry_id: str, start: Start | None) -> tuple[list[Op], list[str]]:
+    """The ops of the locked call, in the plan's order, with the key each result is known by; ``key`` is the
+    new run's registry key (its folder ``runs/<key>-<id>``), ``start`` how it starts (None: nothing starts)."""
+    target, settings, rev = launch.target, launch.settings, launch.revision
     project = settings.project.name
+    action = checkpoint_action(launch.actions)
     ops: list[Op] = []
     keys: list[str] = []
-    stopping = probe["alive"] if book.has("stop_run") else []
+    stopping = probe["alive"] if launch.has(StopRun) else []
     if action != "keep":
         ops.append(checkpoints.check_op(target, stopping))
         keys.append("ckpt_check")
-    for step in book.steps:
+    for step in launch.actions:
         if isinstance(step, PushRevision) and rev is not None:  # its blobs were sent by _push
             ops.append(Op("revision_assemble", {"revision": rev.id, "files": rev.files}))
             keys.append("revision")
         elif isinstance(step, PushRevision):
-            ops.append(Op("revision_assemble", {"revision": launch.inputs.revision}))
+            ops.append(Op("revision_assemble", {"revision": step.revision}))
             keys.append("revision")
         elif isinstance(step, StopRun):
-            by = {"experiment": exp.id if exp else None, "registry": registry.registry_id, "clone": clone(settings)}
+            by = {"experiment": exp.id if exp else None, "registry": registry_id, "clone": clone(settings)}
             ops.append(Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
                                        "term_timeout": settings.run.term_timeout, "by": by}))
             keys.append("stop")
@@ -287,33 +261,56 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
                                             launch.inputs.parent, exp.id if exp else None))
             keys.append("trash")
         elif isinstance(step, Shell):
-            cwd = target.root if step.cwd == "root" else f"{target.root.rstrip('/')}/revisions/{launch.inputs.revision}"
-            ops.append(Op("shell", {"argv": step.argv, "cwd": cwd, "check": step.check, "timeout": step.timeout}))
+            ops.append(Op("shell", _shell_args(launch, step, exp, key)))
             keys.append("shell")
         elif isinstance(step, StartRun):
-            assert exp is not None
-            ops.append(Op("run_start", {"exp_id": exp.id, "registry": registry.run_registry(exp.id),
-                                        "project": project, "revision": exp.revision,
-                                        "argv": launch.inputs.argv, "env": launch.env, "secrets": dict(launch.secrets),
-                                        "experiment": {**_experiment_json(exp), "clone": clone(launch.settings)},
-                                        "batching": exp.batching, "recovery": settings.run.recovery()}))
+            assert exp is not None and start is not None
+            ops.append(Op("run_start", {"exp_id": exp.id, "registry": key, "project": project,
+                                        "revision": exp.revision, "argv": start.argv, "env": start.env,
+                                        "secrets": dict(launch.secrets), "experiment": start.experiment,
+                                        "batching": exp.batching, "recovery": start.recovery}))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
-            ops.append(Op("run_verify", {"exp_id": exp.id, "registry": registry.run_registry(exp.id),
-                                         "wait": step.wait}))
+            wait = max(step.wait, start.verify_wait if start is not None else 0.0)
+            ops.append(Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": wait}))
             keys.append("verify")
+    if exp is not None and "start" in keys:
+        _check_start_first(launch, exp, key, ops, keys)
+    return ops, keys
+
+
+def _shell_args(launch: Launch, step: Shell, exp: Experiment | None, key: str | None) -> dict:
+    """A shell step's op: in orch's root, the revision folder, or the new run's work folder (made for it)."""
+    args: dict = {"argv": list(step.argv), "check": step.check, "timeout": step.timeout}
+    root = launch.target.root
+    if step.cwd == "work":
+        assert exp is not None  # the playbook records the run before the step (playbooks.load_file)
+        args["run"] = {"exp_id": exp.id, "registry": key, "revision": exp.revision}
+    elif step.cwd == "revision":
+        args["cwd"] = f"{root.rstrip('/')}/revisions/{launch.inputs.revision}"
+    else:
+        args["cwd"] = root
+    return args
+
+
+def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict, exp: Experiment | None,
+           out: Outcome, writer: checkpoints.Writer | None) -> list[tuple[str, Any]]:
+    settings = launch.settings
+    project = settings.project.name
+    key = registry.run_registry(exp.id) if exp is not None else None
+    start = Start(launch.inputs.argv or [], launch.env, {**_experiment_json(exp), "clone": clone(settings)},
+                  settings.run.recovery()) if exp is not None else None
+    ops, keys = locked_ops(launch, probe, writer, exp, key, registry.registry_id, start)
     if not ops:
         return []
-    if exp is not None and "start" in keys:
-        _check_start_first(launch, registry, exp, ops, keys)
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     try:
         # the target journals each step in the new run's folder: a controller that never hears back can learn it
-        journal = {"exp_id": exp.id, "registry": registry.run_registry(exp.id), "project": project} \
-            if exp is not None else None
-        values = client.call(ops, lock=settings.run.lock_timeout, what=book.name, timeout=timeout, journal=journal)
+        journal = {"exp_id": exp.id, "registry": key, "project": project} if exp is not None else None
+        values = client.call(ops, lock=settings.run.lock_timeout, what=launch.book.name, timeout=timeout,
+                             journal=journal)
     except TransportError:
-        raise  # what the target did is asked under its lock: launch_result.reconcile
+        raise  # what the target did is asked under its lock: launch_result.settle_interrupted
     except OrchError as exc:  # what the ops before the failure did happened: keep where the checkpoints went
         done = dict(zip(keys, exc.partial))
         out.checkpoints = done.get("trash", out.checkpoints)
@@ -326,11 +323,11 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
     return list(zip(keys, values))
 
 
-def _check_start_first(launch: Launch, registry: Registry, exp: Experiment, ops: list[Op], keys: list[str]) -> None:
+def _check_start_first(launch: Launch, exp: Experiment, key: str | None, ops: list[Op], keys: list[str]) -> None:
     """Put ``run_check`` before the first op that changes what runs or where checkpoints are."""
     first = next((i for i, k in enumerate(keys) if k in ("stop", "trash", "shell", "start")), len(keys))
     pending = "revision" in keys[first:]
-    ops.insert(first, Op("run_check", {"exp_id": exp.id, "registry": registry.run_registry(exp.id),
+    ops.insert(first, Op("run_check", {"exp_id": exp.id, "registry": key,
                                        "project": launch.settings.project.name, "revision": exp.revision,
                                        "secrets": sorted(launch.secrets), "checkpoints": launch.target.checkpoints,
                                        "stops_runs": "stop" in keys, "revision_pending": pending}))

@@ -2,21 +2,20 @@
 
 The built-in operations are YAML files shipped inside the package (``orchestrator/launch/builtin_playbooks/``,
 read with ``importlib.resources``); a ``playbooks/`` folder beside orch.toml overrides them by name.
-``plan()`` turns a playbook and the operation's inputs into human-readable steps (what ``--dry-run``
-prints); ``operations.execute()`` then runs them.
+``plan()`` turns a playbook and the operation's inputs into typed actions (``model``): what ``--dry-run``
+prints, and what ``operations.execute()`` (one target) and ``multinode.deploy()`` (every node of a job) run.
 """
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import command as commands
+from . import model
 from ..errors import ConfigError, InputError, NotFoundError
+from .model import Inputs
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -64,7 +63,7 @@ class VerifyStarted(_Step):
 class Shell(_Step):
     step: Literal["shell"]
     argv: list[str] = Field(min_length=1)
-    cwd: Literal["root", "revision"] = "root"
+    cwd: Literal["root", "revision", "work"] | None = None  # None: work once the run is recorded, else root
     check: bool = True
     timeout: float = Field(600, gt=0)
 
@@ -132,6 +131,11 @@ def load_file(path: Path | Traversable) -> Playbook:
     order = [s.step for s in book.steps]
     if "start_run" in order and order.index("record") > order.index("start_run"):
         raise ConfigError(f"{path}: the record step must come before start_run")
+    for i, step in enumerate(book.steps):
+        if isinstance(step, Shell) and step.cwd == "work" and not _run_made_before(book, i):
+            raise ConfigError(f"{path}: step {i + 1} (shell, cwd: work) runs in the new run's work folder, so it "
+                              "must come after the record step (and after push_revision)",
+                              hint="move the step down, or give it cwd: root")
     return book
 
 
@@ -147,58 +151,55 @@ def load(name: str, project_dir: Path | None) -> Playbook:
                              "playbooks/ beside orch.toml (orch init --playbooks copies the built-in ones there)")
 
 
-@dataclass
-class Inputs:
-    """Everything a plan depends on, gathered without touching the network."""
-
-    target: str
-    root: str
-    checkpoints: str
-    checkpoint_action: Literal["keep", "move", "purge"] = "keep"
-    revision: str | None = None
-    files: int = 0
-    size: int = 0
-    argv: list[str] | None = None  # what the target starts (command.exec_argv)
-    command: str | list[str] | None = None  # as the user wrote it, and as it is recorded
-    batching: dict | None = None
-    parent: int | None = None
-    message: str | None = None
-
-
 def checkpoint_action(step: Checkpoints, inputs: Inputs) -> str:
     return inputs.checkpoint_action if step.action == "flags" else step.action
 
 
-def plan(book: Playbook, inputs: Inputs) -> list[str]:
-    """One line per step saying what it will do. Pure: no network, no files."""
-    lines = []
-    for i, step in enumerate(book.steps, 1):
+def shell_cwd(book: Playbook, index: int) -> str:
+    """Where the shell step at ``index`` runs: as it says, else the new run's work folder once the playbook
+    has recorded the run (and assembled its revision) before it, else orch's root."""
+    step = book.steps[index]
+    assert isinstance(step, Shell)
+    if step.cwd is not None:
+        return step.cwd
+    return "work" if _run_made_before(book, index) else "root"
+
+
+def _run_made_before(book: Playbook, index: int) -> bool:
+    """Whether the steps before ``index`` record the new run and assemble its revision (if the book pushes one)."""
+    before = [s.step for s in book.steps[:index]]
+    return "record" in before and ("push_revision" in before or not book.has("push_revision"))
+
+
+def plan(book: Playbook, inputs: Inputs, nodes: int = 1) -> tuple[model.Action, ...]:
+    """The typed actions the playbook's steps become for these inputs (``nodes``: a job's). Pure: no I/O."""
+    actions: list[model.Action] = []
+    for i, step in enumerate(book.steps):
         label = step.name or step.step
         if isinstance(step, Preflight):
-            text = f"check python3 >= 3.10, tmux and {step.min_free_mb} MB free under {inputs.root}"
+            actions.append(model.Preflight(label=label, root=inputs.root, min_free_mb=step.min_free_mb))
         elif isinstance(step, PushRevision):
             if not inputs.revision:
                 raise InputError(f"playbook {book.name} pushes a revision but there is none to push")
-            text = f"push revision {inputs.revision} ({inputs.files} files, {inputs.size} bytes; only missing ones)"
+            actions.append(model.PushRevision(label=label, revision=inputs.revision, files=inputs.files,
+                                              size=inputs.size))
         elif isinstance(step, StopRun):
-            text = "stop this project's running experiment, if any (SIGINT, then SIGTERM, then SIGKILL)"
+            actions.append(model.StopRun(label=label))
         elif isinstance(step, Checkpoints):
-            action = checkpoint_action(step, inputs)
-            text = {"keep": f"keep the checkpoints in {inputs.checkpoints}",
-                    "move": f"move the contents of {inputs.checkpoints} to its trash (restorable)",
-                    "purge": f"DELETE the contents of {inputs.checkpoints} (move to trash, then purge)"}[action]
+            actions.append(model.Checkpoints(label=label, path=inputs.checkpoints,
+                                             action=checkpoint_action(step, inputs)))  # type: ignore[arg-type]
         elif isinstance(step, Record):
-            parent = f", parent {inputs.parent}" if inputs.parent else ""
-            text = f"record a new experiment (target {inputs.target}{parent})"
+            actions.append(model.Record(label=label, target=inputs.target, parent=inputs.parent))
         elif isinstance(step, StartRun):
-            strategy = (inputs.batching or {}).get("strategy", "?")
-            shown = commands.display(inputs.command if inputs.command is not None else inputs.argv or [])
-            how = f" as {shlex.join(inputs.argv or [])}" if isinstance(inputs.command, str) else ""
-            text = f"start `{shown}`{how} in tmux (batching: {strategy})"
+            command = inputs.command if inputs.command is not None else inputs.argv or []
+            actions.append(model.StartRun(label=label, command=command if isinstance(command, str) else tuple(command),
+                                          argv=tuple(inputs.argv or []),
+                                          strategy=str((inputs.batching or {}).get("strategy", "?")), nodes=nodes))
         elif isinstance(step, VerifyStarted):
-            text = f"check the run is alive after {step.wait:g} s"
+            actions.append(model.VerifyStarted(label=label, wait=step.wait))
         else:
             assert isinstance(step, Shell)
-            text = f"run {shlex.join(step.argv)} in the {step.cwd} folder" + ("" if step.check else " (may fail)")
-        lines.append(f"{i}. {label}: {text}")
-    return lines
+            cwd = shell_cwd(book, i)
+            actions.append(model.Shell(label=label, argv=tuple(step.argv), cwd=cwd,  # type: ignore[arg-type]
+                                       check=step.check, timeout=step.timeout, nodes=nodes))
+    return tuple(actions)

@@ -13,8 +13,8 @@ from ..records.experiments import Experiment, Registry
 from .command import exec_argv
 from .limits import check as check_limits
 from .meter import Meter
-from .operations import Launch
-from .playbooks import Inputs, Playbook
+from .model import Inputs, Launch
+from .playbooks import Playbook
 from ..reach.targets import Target
 
 
@@ -72,7 +72,8 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
                     files=len(rev.files), size=rev.size, argv=exec_argv(settings.project.command),
                     command=settings.project.command, batching=batching, message=message)
-    launch = Launch(settings, target, book, inputs, revision=rev, env=_env(settings.project.env, echo),
+    launch = Launch(settings, target, book, inputs, playbooks.plan(book, inputs), revision=rev,
+                    env=_env(settings.project.env, echo),
                     secrets=secret, config=_public_config(settings), batching_plan=planned, yes=yes,
                     confirm=confirm, echo=echo, progress=progress)
     check_limits(launch)  # what the agent would refuse, before anything is asked or stopped
@@ -101,7 +102,8 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
                     command=parent.command, batching=parent.batching, parent=parent.id,
                     message=message or parent.message)
     env = _env(project.get("env") or {}, echo)
-    launch = Launch(settings, target, book, inputs, revision=None, env=env, secrets=secret, config=parent.config,
+    launch = Launch(settings, target, book, inputs, playbooks.plan(book, inputs), revision=None, env=env,
+                    secrets=secret, config=parent.config,
                     batching_plan=parent.batching_plan, yes=yes, confirm=confirm, echo=echo,
                     inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
                                "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})
@@ -113,7 +115,7 @@ def stop(settings: Settings, target: Target, *, echo: Callable[[str], None]) -> 
     book = playbooks.load("stop", settings.project_dir)
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints)
-    return Launch(settings, target, book, inputs, echo=echo)
+    return Launch(settings, target, book, inputs, playbooks.plan(book, inputs), echo=echo)
 
 
 def launches(path: Path) -> bool:
@@ -129,7 +131,8 @@ def play(settings: Settings, target: Target, path: Path, **kw) -> Launch:
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints,
                     checkpoint_action=_action(kw.get("clean", False), kw.get("purge", False)))
-    launch = Launch(settings, target, book, inputs, yes=kw.get("yes", False), confirm=kw.get("confirm"),
+    launch = Launch(settings, target, book, inputs, playbooks.plan(book, inputs), yes=kw.get("yes", False),
+                    confirm=kw.get("confirm"),
                     echo=kw.get("echo", lambda _m: None), progress=kw.get("progress"))
     check_limits(launch)  # its shell steps, as the agent takes them
     return launch

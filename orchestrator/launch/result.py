@@ -1,6 +1,6 @@
 """What a launch did: its first metric line (``--wait``), or, after an interruption, what the target says.
 
-Both run after the locked apply of ``operations.execute``. ``reconcile`` asks the target under its lock,
+Both run after the locked apply of ``operations.execute``. ``settle_interrupted`` asks the target under its lock,
 so the interrupted agent has finished its step (and started no other) by the time it answers.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import posixpath
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import journal as launch_journal
 from .. import checkpoints
@@ -16,9 +16,7 @@ from ..reach.agent_client import AgentClient, Op, decode_log
 from ..records.end_reason import describe
 from ..errors import OrchError
 from ..records.experiments import ENDED, Experiment, Registry
-
-if TYPE_CHECKING:
-    from .operations import Launch, Outcome
+from .model import Checkpoints, Launch, Outcome, StopRun
 
 
 def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment, registry: str | None) -> dict:
@@ -58,7 +56,7 @@ def record_wait(registry: Registry, out: Outcome) -> None:
                                          ended=waited.get("ended") or time.time(), end_reason=waited.get("end_reason"))
 
 
-def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome,
+def settle_interrupted(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome,
               how: str = "interrupted") -> str:
     """After an interrupted apply: ask the target what was done, record it, and say it in one line.
 
@@ -66,10 +64,10 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
     ``how`` says what interrupted it ("interrupted", "interrupted by SIGTERM"); it goes into the record.
     """
     settings, target = launch.settings, launch.target
-    old = [r["id"] for r in probe["alive_runs"]] if launch.book.has("stop_run") else []
+    old = [r["id"] for r in probe["alive_runs"]] if launch.has(StopRun) else []
     ids = [*old, *([exp.id] if exp is not None else [])]
     ops = [Op("status", {"project": settings.project.name, "ids": ids, "tail": False, "gpus": False})]
-    cleaning = exp is not None and launch.inputs.checkpoint_action != "keep" and launch.book.has("checkpoints")
+    cleaning = exp is not None and launch.inputs.checkpoint_action != "keep" and launch.has(Checkpoints)
     if cleaning:  # where this launch moved the checkpoints, if it got that far
         ops.append(checkpoints.inventory_op(target))
     if exp is not None:  # what its steps did, as the agent journaled them
@@ -98,8 +96,7 @@ def reconcile(launch: Launch, registry: Registry, probe: dict, exp: Experiment |
             where = (f"; if it moved the checkpoints aside they are in an entry of {trash} (orch checkpoints list), "
                      "and orch checkpoints restore ENTRY puts them back")
         return f"what the target did is unknown ({why}); orch status tells once it answers{where}"
-    was_alive = {(r["id"], r.get("registry")) for r in probe["alive_runs"]} if launch.book.has("stop_run") \
-        else set()
+    was_alive = {(r["id"], r.get("registry")) for r in probe["alive_runs"]} if launch.has(StopRun) else set()
     now = time.time()
     gone = [r for r in values[0]["runs"] if (r["id"], r.get("registry")) in was_alive and r["state"] in ENDED]
     for run in gone:

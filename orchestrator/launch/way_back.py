@@ -14,23 +14,20 @@ checkpoints are now (with the ``orch checkpoints restore`` command when they cou
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import checkpoints
 from ..reach.agent_client import AgentClient
 from ..records.end_reason import stopped_by
+from .result import update_quietly
 from ..records.experiments import Experiment, Registry
-
-if TYPE_CHECKING:
-    from .operations import Launch
+from .model import Launch
 
 START_OPS = ("start", "verify")
 
 
 def record_stopped(launch: Launch, registry: Registry, stop: dict | None, by: int | None, why: str = "") -> list:
     """Record the runs a ``run_stop`` stopped (this registry's only), with who stopped them; returns them."""
-    from .result import update_quietly
-
     runs = (stop or {}).get("stopped") or []
     for run in runs:
         run["mine"] = registry.owns(run)

@@ -79,7 +79,7 @@ def test_a_locked_call_journals_each_step_and_the_one_that_failed(tmp_path):
         pass
     run_dir = root / "runs" / f"{REGISTRY}-7"
     assert os.listdir(run_dir) == [journal.FILE]  # the run folder holds only the journal: free for its run
-    assert journal.only_journal(str(run_dir))
+    assert journal.only_launch(str(run_dir))
     entries = journal.read(str(run_dir))
     assert [(e["event"], e.get("op")) for e in entries] == [
         ("begin", None), ("done", "ckpt_trash"), ("failed", "ckpt_restore"), ("end", None)]

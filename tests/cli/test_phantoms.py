@@ -74,8 +74,9 @@ def kill_at(project, path: Path, marker: Path | None, sig: int = signal.SIGKILL)
 def target_state(project, exp_id: int) -> str | None:
     """What the target's own files say about a run (None: the target never started it)."""
     run_dir = project.run_dir(exp_id)
-    if not run_dir.exists() or [p.name for p in run_dir.iterdir()] == ["journal.jsonl"]:
-        return None  # no folder, or only the journal of a launch that stopped before its start
+    if not run_dir.exists() or {p.name for p in run_dir.iterdir()} <= {"journal.jsonl", "work"}:
+        return None  # no folder, or only the journal of a launch that stopped before its start (and the work
+        # folder a shell step before the start ran in)
     if (run_dir / "exit.json").exists():
         return "ended"
     return "running" if (run_dir / "pid.json").exists() else "launching"
