@@ -28,7 +28,7 @@ def status(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_
     if all_:
         results = reading.read_all(settings, open_registry,
                                    lambda name, ct_: common.target(settings, name, ct_, trust=trust_new_host),
-                                   lambda exp: common.job_group(settings, exp, trust=trust_new_host),
+                                   functools.partial(_read_job, settings, trust=trust_new_host),
                                    metrics=metrics)
         return _show_all(settings, results, as_json)
     grp = common.group(settings, target, ct, trust=trust_new_host)
@@ -39,6 +39,14 @@ def status(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_
     tgt = common.target(settings, *common.single(target, ct), trust=trust_new_host)
     reading.watch(settings, tgt, open_registry, metrics=metrics, repeat=watch, notice=render.say,
                   show=functools.partial(_show, as_json=as_json, clear=watch))
+
+
+def _read_job(settings, exp, registry, *, trust: bool) -> tuple:
+    """(the job's group, its row settled from every node's answer) for ``status --all``."""
+    from ..launch import multinode
+
+    grp = common.job_group(settings, exp, trust=trust)
+    return grp, multinode.status(settings, grp, registry)[0]
 
 
 def _show(data: dict, *, as_json: bool, clear: bool) -> None:

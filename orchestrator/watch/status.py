@@ -80,10 +80,11 @@ def watch(settings: Settings, target: Target, open_registry: OpenRegistry, *, me
 
 
 def read_all(settings: Settings, open_registry: OpenRegistry,
-             resolve: Callable[[str | None, int | None], Target], resolve_job: Callable[[Experiment], Any], *,
+             resolve: Callable[[str | None, int | None], Target], read_job: Callable[[Experiment, Registry], Any], *,
              metrics: bool) -> list[dict]:
     """One status per machine this project has run on, all asked at once (an unreachable one costs its own
-    timeout and says why in ``error``; the rest go on). A job's entry has its nodes (``nodes``, ``job``)."""
+    timeout and says why in ``error``; the rest go on). A job's entry has its nodes (``nodes``, ``job``):
+    ``read_job(exp, registry)`` answers (its group, the job's settled row), asking every node."""
     from concurrent.futures import ThreadPoolExecutor
 
     with open_registry() as reg:
@@ -92,11 +93,11 @@ def read_all(settings: Settings, open_registry: OpenRegistry,
             latest.setdefault(exp.machine or exp.target, exp)
     exps = [exp for _, exp in sorted(latest.items())]
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(exps)))) as pool:
-        return list(pool.map(lambda exp: _read_one(settings, exp, open_registry, resolve, resolve_job, metrics),
+        return list(pool.map(lambda exp: _read_one(settings, exp, open_registry, resolve, read_job, metrics),
                              exps))
 
 
-def _read_one(settings: Settings, exp: Experiment, open_registry: OpenRegistry, resolve, resolve_job,
+def _read_one(settings: Settings, exp: Experiment, open_registry: OpenRegistry, resolve, read_job,
               metrics: bool) -> dict:
     """``read`` of the target ``exp`` ran on (a job: its nodes), or what is recorded and why not."""
     from ..errors import OrchError
@@ -106,11 +107,8 @@ def _read_one(settings: Settings, exp: Experiment, open_registry: OpenRegistry, 
     client = None
     try:
         if exp.nodes:
-            from ..launch import multinode
-
-            grp = resolve_job(exp)
             with open_registry() as reg:
-                job_exp, _ = multinode.status(settings, grp, reg)
+                grp, job_exp = read_job(exp, reg)
             return {"target": grp.name, "target_label": grp.label, "experiment": job_exp.id,
                     "state": job_exp.status, "exit_code": job_exp.exit_code, "nodes": job_exp.nodes, "job": job_exp}
         tgt = resolve(*metrics_view.target_flags(settings, exp))
