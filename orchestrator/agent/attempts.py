@@ -8,6 +8,8 @@ The supervisor (``runs.supervise``) asks this module three things, with no contr
 
 and keeps every attempt in ``runs/<id>/attempts.json`` (written atomically): start, end, exit code,
 reason and the checkpoint it resumed from. A stop (``stop_requested``) is never a failure to restart from.
+An attempt cut short by a reboot (reason ``lost``, or ``interrupted by the container's shutdown`` when the
+supervisor saw the shutdown's SIGTERM) costs no restart: the attempt after boot is one more.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from .causes import SHUTDOWN
 from .layout import read_json, write_json
 
 FILE = "attempts.json"
@@ -93,7 +96,11 @@ def marker(attempt: int, total: int, previous: dict | None, resumed_from: str) -
     """The line written to train.log before attempt ``attempt`` (0-based); the first attempt has none."""
     if not previous:
         return ""
-    why = "a container restart (lost)" if previous.get("reason") == "lost" else previous.get("reason")
+    why = previous.get("reason")
+    if why == "lost":
+        why = "a container restart (lost)"
+    elif why in SHUTDOWN:
+        why = why.removeprefix("interrupted by ")  # "after the container's shutdown"
     line = f"[orch] attempt {attempt + 1} of {total} after {why}"
     line += f"; resuming from {resumed_from}" if resumed_from else "; no checkpoint to resume from"
     return line + "\n"
@@ -137,7 +144,8 @@ class History:
 
     @property
     def lost(self) -> int:
-        return sum(1 for a in self.items if a.get("reason") == "lost")
+        """Attempts a reboot cut short: killed with their container (``lost``) or ended by its shutdown."""
+        return sum(1 for a in self.items if a.get("reason") == "lost" or a.get("reason") in SHUTDOWN)
 
     def _save(self) -> None:
         write_json(self.path, self.data)

@@ -3,6 +3,9 @@
     hangup_cause([signal.SIGHUP], run_dir)  # -> "the tmux server went away" (the supervisor got SIGHUP)
     lost_cause(pid_record)                  # -> "the container stopped" (a new boot id, or an init younger
                                             #    than the run), "the machine restarted", "its supervisor was killed"
+    shutting_down()                         # -> True while the system goes down (its init's SIGTERM to every
+                                            #    process is not an ``orch stop``, which leaves ``stop_requested``)
+    shutdown_cause()                        # -> "interrupted by the container's shutdown"
 
     oom_cause(1234, "python3")              # -> "killed by the kernel's OOM killer" when the kernel log
                                             #    (/dev/kmsg, else dmesg; when readable) says it took pid 1234
@@ -14,7 +17,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import subprocess
 import time
 from typing import Iterable
 
@@ -91,6 +96,37 @@ def lost_cause(pid: dict) -> str:
     if (then and now and then != now) or younger_init:
         return "the container stopped" if in_container() else "the machine restarted"
     return "its supervisor was killed"
+
+
+SHUTDOWN = ("interrupted by the container's shutdown", "interrupted by the machine's shutdown")
+SYSTEMD_RUNNING = "/run/systemd/system"
+FINAL_INIT = "systemd-shutdow"  # PID 1's name once systemd has handed over to systemd-shutdown (15 characters)
+
+
+def shutting_down(init_comm: str = "/proc/1/comm", running: str = SYSTEMD_RUNNING) -> bool:
+    """Whether the system (the container) is going down now. systemd first stops its units (a session's
+    processes get SIGTERM from their scope; ``systemctl is-system-running`` says ``stopping``), then PID 1
+    becomes ``systemd-shutdown``, which sends SIGTERM to every process left (those ``pct exec`` started).
+    Both are read the same way in a privileged and an unprivileged container."""
+    try:
+        with open(init_comm) as fh:
+            if fh.read().strip() == FINAL_INIT:
+                return True
+    except OSError:
+        pass
+    systemctl = shutil.which("systemctl")
+    if not os.path.isdir(running) or systemctl is None:
+        return False
+    try:
+        proc = subprocess.run([systemctl, "is-system-running"], capture_output=True, text=True, timeout=5,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.stdout.strip() == "stopping"
+
+
+def shutdown_cause() -> str:
+    return SHUTDOWN[0] if in_container() else SHUTDOWN[1]
 
 
 OOM = "killed by the kernel's OOM killer"
@@ -171,8 +207,6 @@ def kernel_log(kmsg: str = "/dev/kmsg") -> list[str]:
             finally:
                 os.close(fd)
             return lines
-    import subprocess
-
     try:
         proc = subprocess.run(["dmesg"], capture_output=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):

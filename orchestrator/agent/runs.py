@@ -6,6 +6,11 @@ env, the names of its secrets: their values pass through a pipe, see ``handover.
 panes' exit statuses) and ``work/`` (its working folder: the revision's files and what the run writes beside
 them, its modules' ``__pycache__/`` included; see ``workdir.py``). The tmux pane runs the supervisor, never a
 shell string. Every attempt of a run, and its resume after a reboot, starts in the same work folder.
+
+A shutdown of the container (its init's SIGTERM to every process) is not a stop: ``orch stop`` leaves
+``stop_requested`` first, a shutdown does not, and the system says it is going down (``causes.shutting_down``).
+The supervisor then records no exit and leaves the reboot unit in place: the run reads as ``lost``, interrupted
+by the shutdown (``pid.json``'s ``interrupted``), until the attempt after boot resumes it.
 """
 
 from __future__ import annotations
@@ -92,10 +97,12 @@ def run_state(run_dir: str) -> dict:
         out["state"] = "running"  # a supervisor still alive is about to record the exit code, or to restart
         if tried.get("waiting_until") and not _alive(pid.get("child"), pid.get("child_start")):
             out["phase"] = "restarting"
-    elif pid:  # supervisor and command gone without a word: killed, or the container restarted
+    elif pid:  # supervisor and command gone without an exit: killed, or the container shut down or restarted
         out["state"] = "stopped" if stop_req else "lost"
         out["lost"] = True
-        out["cause"] = causes.lost_cause(pid)
+        gone = pid.get("interrupted") or {}  # the supervisor saw the shutdown: cause and end time are known
+        out["cause"] = gone.get("cause") or causes.lost_cause(pid)
+        out["ended"] = gone.get("time")
     else:
         launched = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
         young = time.time() - float(launched.get("created", 0)) < 30
@@ -293,19 +300,25 @@ def supervise(run_dir: str) -> int:
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, forward)
-        if policy.resume_after_reboot:
+        resumes = policy.resume_after_reboot
+        if resumes:
             why = reboot_unit.install(run_dir, sys.executable, os.path.abspath(sys.argv[0]))
             log.write(f"[orch] resume_after_reboot: {why}; a reboot leaves this run lost\n".encode() if why else b"")
+            resumes = not why
         while True:
             ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children)
             if isinstance(ended, int):
                 return ended  # the command could not be started
             code, sig, reason = ended
+            if reason in causes.SHUTDOWN:
+                return _interrupted(run_dir, reason, log, resumes, code)
             if not policy.restart_after(len(history.items) - 1, code, reason, history.lost):
                 break
             pause = policy.delay(len(history.items))
             history.waiting(time.time() + pause)
             if not attempts.wait_backoff(run_dir, pause, stopping):
+                if _going_down(run_dir, stopping, 0):  # the shutdown came during the backoff
+                    return _interrupted(run_dir, causes.shutdown_cause(), log, resumes, code)
                 break
     cause = causes.hangup_cause(stopping, run_dir)
     if cause is None and sig == signal.SIGKILL and not stopping and not attempts.stop_requested(run_dir):
@@ -337,12 +350,35 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
     _write_pid(run_dir, child)
     rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log)
     code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
-    stopped = bool(stopping) or attempts.stop_requested(run_dir)
-    reason = "stopped" if stopped else attempts.reason_for(code, sig, stalled)
+    if _going_down(run_dir, stopping, code):
+        reason = causes.shutdown_cause()
+    elif stopping or attempts.stop_requested(run_dir):
+        reason = "stopped"
+    else:
+        reason = attempts.reason_for(code, sig, stalled)
     history.end(code, reason)
     if stalled:
         log.write(watchdog.stall_note(policy).encode())
     return code, sig, reason
+
+
+def _going_down(run_dir: str, stopping: list, code: int) -> bool:
+    """Whether the attempt (or the backoff) ended because the system is going down: a signal to the
+    supervisor, or the command's own failure (it may have got the SIGTERM first), with no ``orch stop``."""
+    if attempts.stop_requested(run_dir) or not (stopping or code != 0):
+        return False
+    return causes.shutting_down()
+
+
+def _interrupted(run_dir: str, cause: str, log, resumes: bool, code: int) -> int:
+    """The system is going down under the run: no exit is recorded and the reboot unit stays, so the run
+    reads as lost (``cause``, at this time) until the attempt after boot, which resumes from the newest
+    checkpoint."""
+    path = os.path.join(run_dir, "pid.json")
+    write_json(path, (read_json(path, {}) or {}) | {"interrupted": {"cause": cause, "time": time.time()}})
+    after = "it resumes at the next boot" if resumes else "orch restart resumes it from its newest checkpoint"
+    log.write(f"[orch] {cause}: {after}\n".encode())
+    return code
 
 
 def _write_pid(run_dir: str, child: subprocess.Popen) -> None:

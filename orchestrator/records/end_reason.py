@@ -6,6 +6,8 @@
         -> "stopped by experiment 7"
     describe({"state": "lost", "cause": "the container stopped"}, now=t)
         -> "the container stopped; end time unknown, noticed at 2026-11-30 15:20:11"
+    describe({"state": "lost", "cause": "interrupted by the container's shutdown", "ended": t})
+        -> "interrupted by the container's shutdown"  (not crashed: it resumes after boot, see resume_after_reboot)
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def describe(run: dict, registry_id: str | None = None, now: float | None = None
         return f"not started: {run['error']}" if run.get("error") else None
     if state == "lost":
         cause = run.get("cause") or "its supervisor vanished"
+        if run.get("ended"):  # its supervisor saw it go: "interrupted by the container's shutdown"
+            return cause
         return f"{cause}; end time unknown, noticed at {noticed(now or time.time())}"
     if state == "crashed":
         name = signal_name(run.get("signal"))

@@ -81,7 +81,7 @@ def ended_fields(run: dict, registry_id: str | None, now: float | None = None) -
     """exit code, end time and how it ended; an end time the target does not know is None, never the check's."""
     now = time.time() if now is None else now
     reason = end_reason.describe(run, registry_id, now)
-    ended = None if run.get("state") == "lost" else run.get("ended")
+    ended = run.get("ended")  # a lost run's is known only when its supervisor saw the shutdown
     if ended is None and run.get("state") != "lost":
         reason = (f"{reason}; " if reason else "") + f"end time unknown, noticed at {end_reason.noticed(now)}"
     return {"exit_code": run.get("exit_code"), "ended": ended, "end_reason": reason}

@@ -122,6 +122,9 @@ class Testbed:
     def stop(self, vmid: int) -> None:
         self.ct(vmid).stop()
 
+    def shutdown(self, vmid: int) -> float:
+        return self.ct(vmid).shutdown()
+
     def start(self, vmid: int) -> float:
         return self.ct(vmid).start()
 

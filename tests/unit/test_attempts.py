@@ -42,3 +42,15 @@ def test_history_is_kept_in_the_run_folder(tmp_path):
     s = summary(str(tmp_path))
     assert s["attempt"] == 2 and s["max_attempts"] == 4 and s["last_reason"] == "lost"
     assert s["resumed_from"] == "/c/ckpt-4.pt" and s["attempts"][0]["exit_code"] == 1
+
+
+def test_an_attempt_ended_by_the_shutdown_costs_no_restart_and_is_named_in_the_log(tmp_path):
+    p = Policy.from_dict({"restarts": 1})
+    h = History(str(tmp_path), p)
+    h.begin("")
+    h.end(143, "interrupted by the container's shutdown")
+    again = History(str(tmp_path), p)  # the supervisor the reboot unit starts at boot
+    assert again.lost == 1 and again.data["max"] == 3  # the restart is still there
+    assert marker(1, again.data["max"], again.items[-1], "/c/ckpt-4.pt") == \
+        "[orch] attempt 2 of 3 after the container's shutdown; resuming from /c/ckpt-4.pt\n"
+    assert summary(str(tmp_path))["last_reason"] == "interrupted by the container's shutdown"

@@ -43,3 +43,8 @@ def test_one_wording_for_a_stop_whoever_records_it():
     assert journal.stopped_reason(2, told) == stopped_by({"experiment": 2}, why=" (whose start then failed)") \
         == "stopped by experiment 2 (whose start then failed)"
     assert describe({"state": "crashed", "signal": 99}) == "signal 99"
+
+
+def test_a_run_interrupted_by_the_shutdown_is_named_so_with_its_known_end():
+    run = {"state": "lost", "cause": "interrupted by the container's shutdown", "ended": 1796140547.5}
+    assert describe(run, ME, time.time()) == "interrupted by the container's shutdown"
