@@ -226,6 +226,10 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
     try:
         master = address_of(group.members[0])
         _parallel(lambda n: _probe_node(n, master), nodes)
+        from . import spare_jobs  # another job with a node outside this one would lose only its nodes here
+
+        spare_jobs.check({n.target.machine: n.probe["alive_runs"] for n in nodes if n.error is None},
+                         {n.target.machine: n.target.label for n in nodes}, registry.registry_id, launch.book.name)
         if launch.inputs.checkpoint_action != "keep" and not any(n.error for n in nodes):
             _confirm_clean(nodes, launch.inputs.checkpoint_action)
         _parallel(_push_node, [n for n in nodes if n.error is None])

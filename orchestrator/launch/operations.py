@@ -108,6 +108,11 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         except KeyboardInterrupt as exc:
             how, code = signals.describe(exc)
             raise Interrupted(f"{how}: nothing was changed on the target", exit_code=code) from None
+        if book.has("stop_run") and book.has("start_run"):  # never one node of a job stopped alone
+            from . import spare_jobs
+
+            spare_jobs.check({target.machine: probe["alive_runs"]}, {target.machine: target.label},
+                             registry.registry_id, book.name)
         action = _checkpoint_action(book, inputs)
         writer = _writer(probe, settings)
         if action != "keep":
@@ -410,7 +415,8 @@ def _check_start_first(launch: Launch, registry: Registry, exp: Experiment, ops:
     ops.insert(first, Op("run_check", {"exp_id": exp.id, "registry": registry.run_registry(exp.id),
                                        "project": launch.settings.project.name, "revision": exp.revision,
                                        "secrets": sorted(launch.secrets), "checkpoints": launch.target.checkpoints,
-                                       "stops_runs": "stop" in keys, "revision_pending": pending}))
+                                       "stops_runs": "stop" in keys, "revision_pending": pending,
+                                       "spare_jobs": True}))
     keys.insert(first, "start_check")
 
 
