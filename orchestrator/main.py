@@ -19,7 +19,8 @@ HERE_ONLY = {"attach", "ssh", "forward"}
 
 
 def interrupted_while_starting(_signum: int, _frame: object) -> None:
-    """Ctrl-C while orch is still loading (before a command was handed on or run): nothing was done."""
+    """Ctrl-C while orch is still loading (before a command was handed on or run): nothing was done. The same as
+    ``cli.main``'s, which this module must not import before the handler is in place."""
     os.write(2, b"interrupted: nothing was done\n")
     os._exit(130)
 
