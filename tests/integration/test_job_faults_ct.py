@@ -178,31 +178,31 @@ def test_a_deploy_or_restart_onto_one_node_of_a_running_job_is_refused_and_stops
                  extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
     toml = remote.path / "orch.toml"
     toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
+    assert remote.run("deploy", "--target", "n1", "-m", "one node").returncode == 0  # what a restart there relaunches
     job = remote.run("deploy", "--target", "n0", "--target", "n1", "-m", "the job")
     assert job.returncode == 0, job.stderr
     before = {vmid: _live(testbed, vmid) for vmid in (200, 201)}
     assert all(b[-1] == "1 job process(es)" for b in before.values()), before
     current = (remote.path / ".orch" / "current-target.json").read_text()
     node = testbed.node.name
-    for argv, ct, rank in ((("deploy", "--target", "n1", "-m", "one node"), 201, 1),
-                           (("restart", "--target", "n0"), 200, 0)):
+    for argv in (("deploy", "--target", "n1", "-m", "again"), ("restart", "--target", "n1")):
         res = remote.run(*argv)
         assert res.returncode == 5, (argv, res.stdout, res.stderr)
-        assert (f"error: CT {ct} on {node} runs node {rank} of experiment 1, a job over 2 nodes "
+        assert (f"error: CT 201 on {node} runs node 1 of experiment 2, a job over 2 nodes "
                 f"(CT 200 on {node}, CT 201 on {node}): this {argv[0]} would stop only that node; nothing was "
                 "stopped") in res.stderr, res.stderr
         assert "hint: stop the whole job first: orch stop --ct 200 --ct 201" in res.stderr, res.stderr
-        assert [e.id for e in remote.registry().list()] == [1], argv  # nothing recorded
-        assert {vmid: _live(testbed, vmid) for vmid in (200, 201)} == before, argv  # nothing stopped, nothing sent
+        assert [e.id for e in remote.registry().list()] == [2, 1], argv  # nothing recorded
+        assert {vmid: _live(testbed, vmid) for vmid in (200, 201)} == before, argv  # nothing stopped or started
         assert (remote.path / ".orch" / "current-target.json").read_text() == current
     status = remote.run("status", "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["state"] == "running"
-    assert [n["state"] for n in remote.registry().get(1).nodes] == ["running", "running"]
+    assert [n["state"] for n in remote.registry().get(2).nodes] == ["running", "running"]
 
     stop = remote.run("stop", "--ct", "200", "--ct", "201")  # the command the hint names ends the whole job
     assert stop.returncode == 0, stop.stderr
-    assert remote.registry().get(1).status == "stopped"
-    single = remote.run("deploy", "--target", "n1", "-m", "one node")
+    assert remote.registry().get(2).status == "stopped"
+    single = remote.run("restart", "--target", "n1")
     assert single.returncode == 0, single.stderr
-    assert remote.registry().get(2).status == "running"
+    assert remote.registry().get(3).status == "running" and remote.registry().get(3).parent == 1
