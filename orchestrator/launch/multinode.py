@@ -545,7 +545,11 @@ def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list
             n.close()
     settled = _settled(settings, group, registry, exp, nodes, "run")
     if orphaned and all(n.error is None for n in nodes):
-        settled = registry.settle(exp.id, nodes=settled.nodes)  # every node answered: its lock file goes
+        began = {}
+        if settled.status == "launching":  # interrupted once its nodes had started: the job runs
+            starts = [r["started"] for r in settled.nodes or [] if r.get("started")]
+            began = {"status": "running", "started": min(starts) if starts else time.time()}
+        settled = registry.settle(exp.id, nodes=settled.nodes, **began)  # every node answered: its lock file goes
     return settled, nodes
 
 
