@@ -206,3 +206,38 @@ def test_a_deploy_or_restart_onto_one_node_of_a_running_job_is_refused_and_stops
     single = remote.run("restart", "--target", "n1")
     assert single.returncode == 0, single.stderr
     assert remote.registry().get(3).status == "running" and remote.registry().get(3).parent == 1
+
+
+def test_a_job_launch_interrupted_by_ctrl_c_mid_start_is_settled_as_running(remote, testbed, ct201):  # noqa: F811
+    import signal
+    import subprocess
+    import sys
+
+    (remote.path / "job.py").write_text(JOB.replace('time.sleep(2 if rank == "1" else 4)', "time.sleep(600)"))
+    _job_project(remote, "python3 job.py", 'OMP_NUM_THREADS = "1"',
+                 extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
+    _timeouts(remote)
+    deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
+                               "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    begin = time.monotonic()
+    try:
+        while "train.log" not in testbed.ct(200).attach("sh", "-c", "ls /workspace/orch/runs/*/ 2>/dev/null || true"
+                                                        ).stdout.decode():
+            assert deploy.poll() is None and time.monotonic() - begin < 60, deploy.communicate()
+            time.sleep(0.05)
+        ct201.freeze()  # node 0 started; node 1's start cannot be answered
+        deploy.send_signal(signal.SIGINT)  # Ctrl-C while orch waits for node 1
+        time.sleep(1)
+    finally:
+        ct201.thaw()
+    _out, err = deploy.communicate(timeout=60)
+    assert deploy.returncode == 130 and b"interrupted" in err, err
+    assert remote.registry().get(1).status == "launching"
+    res = remote.run("status", "--target", "n0", "--target", "n1", "--json")
+    assert res.returncode == 0, res.stderr
+    exp = remote.registry().get(1)
+    assert exp.status == "running", (exp.status, exp.nodes)  # node 0 runs: the job is not launching any more
+    assert exp.nodes[0]["state"] == "running", exp.nodes
+    assert json.loads(res.stdout)["state"] == "running"
