@@ -35,13 +35,15 @@ def main() -> None:
             try:
                 bed.setup()
                 bed.reset(200)
+                bed.reset(201)
                 with Chaos(bed, work / "clones", seed=a.seed) as chaos:
                     summary = chaos.run(a.cycles, log=None if a.quiet else lambda line: print(line, flush=True))
             finally:
                 bed.teardown()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("chaos over CT 200: two clones, one action per cycle, a fault in about three quarters of the cycles")
+    print("chaos over CTs 200 and 201: two clones on CT 200 and a 2-node job, one action per cycle, a fault in "
+          "about three quarters of the cycles")
     print(summary.table())
     print(summary.report())
     sys.exit(1 if summary.violations else 0)

@@ -29,6 +29,7 @@ from .protocol import AgentFailure
 
 LOG = "train.log"
 POLL_S = 0.01  # how often a wait for a run's files looks again: stat calls, cheap
+JOB_NODE_KEYS = ("rank", "ct", "target", "label", "machine")  # what a run of a job says of each of its nodes
 
 
 def socket_name(layout: Layout) -> str:
@@ -81,6 +82,9 @@ def run_state(run_dir: str) -> dict:
            "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints")}
     tried = attempts.summary(run_dir)
     out.update(tried)
+    nodes = exp.get("nodes")
+    if isinstance(nodes, list) and len(nodes) > 1:  # a node of a job: a launch that would stop it alone refuses
+        out["job"] = {"nodes": [{k: n.get(k) for k in JOB_NODE_KEYS} for n in nodes if isinstance(n, dict)]}
     heard = heartbeat.read_state(run_dir)  # a node of a job: what its stall watchdog heard from its peers
     if heard is not None:
         out["heartbeat"] = heard

@@ -3,7 +3,7 @@
 ``check`` runs inside the locked apply, before ``run_stop`` and ``ckpt_trash``, and refuses (touching
 nothing) what would make ``runs.start`` fail afterwards: a run folder that already exists, a revision
 that is not there, secrets of the wrong shape, no tmux, folders the agent cannot create, or a live run
-of the project that this launch does not stop. What is left to fail after the old run is stopped is what
+of the project that this launch does not stop, or one node of a job that it would stop alone. What is left to fail after the old run is stopped is what
 no check can foresee (the container killed during the start); the controller then puts the moved
 checkpoints back.
 """
@@ -34,10 +34,11 @@ def _creatable(path: str, write_in: bool) -> bool:
 
 def check(layout: Layout, exp_id: int, project: str, revision: str, registry: str | None = None,
           secrets: list | None = None, checkpoints: str | None = None, stops_runs: bool = True,
-          revision_pending: bool = False) -> dict:
+          revision_pending: bool = False, spare_jobs: bool = False) -> dict:
     """Raise the failure ``runs.start`` would meet.
 
-    ``stops_runs``: a ``run_stop`` of the project comes first; ``revision_pending``: assembled later in this call.
+    ``stops_runs``: a ``run_stop`` of the project comes first; ``revision_pending``: assembled later in this call;
+    ``spare_jobs``: a launch on this target alone, which must not stop one node of a job (started since its probe).
     """
     run_dir = layout.run_dir(exp_id, registry)
     if os.path.lexists(run_dir) and not journal.only_launch(run_dir):  # this launch's journal may be there
@@ -56,6 +57,12 @@ def check(layout: Layout, exp_id: int, project: str, revision: str, registry: st
         if path and not _creatable(path, write_in):
             raise AgentFailure("safety", f"the {what} {path} cannot be created or written; nothing was stopped",
                                "check its owner and permissions on the target")
+    if stops_runs and spare_jobs:
+        node = next((r for r in alive_runs(layout, project) if r.get("job")), None)
+        if node is not None:
+            raise AgentFailure("conflict", f"experiment {node['id']} of project {project} runs here as one node of a "
+                               f"job over {len(node['job']['nodes'])} nodes, and this launch would stop only this "
+                               "node; nothing was stopped", "stop the whole job first (orch stop naming its nodes)")
     busy = [] if stops_runs else alive_runs(layout, project)
     if busy:
         raise AgentFailure("conflict", f"experiment {busy[0]['id']} of project {project} is running and this "

@@ -7,7 +7,7 @@ import signal
 import sys
 
 
-def _interrupted_while_starting(_signum: int, _frame: object) -> None:
+def interrupted_while_starting(_signum: int, _frame: object) -> None:
     """Ctrl-C while orch is still importing: nothing was done, so say that instead of an import's traceback."""
     os.write(2, b"interrupted: nothing was done\n")
     os._exit(130)
@@ -16,7 +16,7 @@ def _interrupted_while_starting(_signum: int, _frame: object) -> None:
 # only when this process is orch itself (the script, or python -m): a program importing the module keeps its own
 # Ctrl-C; main() puts Python's back before any command runs
 if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "orch":
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    signal.signal(signal.SIGINT, interrupted_while_starting)
 
 import functools  # noqa: E402  (after the handler: these imports are most of orch's start-up time)
 import inspect  # noqa: E402

@@ -244,6 +244,10 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
     try:
         master = address_of(group.members[0])
         _parallel(lambda n: _probe_node(n, master), nodes)
+        from . import spare_jobs  # another job with a node outside this one would lose only its nodes here
+
+        spare_jobs.check({n.target.machine: n.probe["alive_runs"] for n in nodes if n.error is None},
+                         {n.target.machine: n.target.label for n in nodes}, registry.registry_id, launch.book.name)
         if launch.inputs.checkpoint_action != "keep" and not any(n.error for n in nodes):
             _confirm_clean(nodes, launch.inputs.checkpoint_action)
         _parallel(_push_node, [n for n in nodes if n.error is None])
@@ -322,7 +326,7 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
     client = _connect(node)
     start = Start(run.argv, {**launch.env, **run.env},
                   _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
-                  _node_recovery(settings, run, key), verify_wait=VERIFY_WAIT)
+                  _node_recovery(settings, run, key), verify_wait=VERIFY_WAIT, alone=False)
     ops, keys = locked_ops(launch, node.probe, _writer(node.probe, settings), exp, key, rid, start)
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     # the node journals each step in its run folder: a launch orch never hears back from is settled from it
@@ -534,7 +538,11 @@ def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list
             n.close()
     settled = _settled(settings, group, registry, exp, nodes, "run")
     if orphaned and all(n.error is None for n in nodes):
-        settled = registry.settle(exp.id, nodes=settled.nodes)  # every node answered: its lock file goes
+        began = {}
+        if settled.status == "launching":  # interrupted once its nodes had started: the job runs
+            starts = [r["started"] for r in settled.nodes or [] if r.get("started")]
+            began = {"status": "running", "started": min(starts) if starts else time.time()}
+        settled = registry.settle(exp.id, nodes=settled.nodes, **began)  # every node answered: its lock file goes
     return settled, nodes
 
 

@@ -73,6 +73,11 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         except KeyboardInterrupt as exc:
             how, code = signals.describe(exc)
             raise Interrupted(f"{how}: nothing was changed on the target", exit_code=code) from None
+        if launch.has(StopRun) and launch.has(StartRun):  # never one node of a job stopped alone
+            from . import spare_jobs
+
+            spare_jobs.check({target.machine: probe["alive_runs"]}, {target.machine: target.label},
+                             registry.registry_id, launch.book.name)
         action = checkpoint_action(launch.actions)
         writer = _writer(probe, settings)
         if action != "keep":
@@ -229,6 +234,7 @@ class Start:
     experiment: dict  # its experiment.json
     recovery: dict
     verify_wait: float = 0.0  # the least a verify step waits
+    alone: bool = True  # a launch on this target alone: it must not stop one node of another job
 
 
 def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, exp: Experiment | None, key: str | None,
@@ -275,7 +281,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
             ops.append(Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": wait}))
             keys.append("verify")
     if exp is not None and "start" in keys:
-        _check_start_first(launch, exp, key, ops, keys)
+        _check_start_first(launch, exp, key, ops, keys, spare_jobs=start.alone)
     return ops, keys
 
 
@@ -323,14 +329,16 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
     return list(zip(keys, values))
 
 
-def _check_start_first(launch: Launch, exp: Experiment, key: str | None, ops: list[Op], keys: list[str]) -> None:
+def _check_start_first(launch: Launch, exp: Experiment, key: str | None, ops: list[Op], keys: list[str],
+                       spare_jobs: bool) -> None:
     """Put ``run_check`` before the first op that changes what runs or where checkpoints are."""
     first = next((i for i, k in enumerate(keys) if k in ("stop", "trash", "shell", "start")), len(keys))
     pending = "revision" in keys[first:]
     ops.insert(first, Op("run_check", {"exp_id": exp.id, "registry": key,
                                        "project": launch.settings.project.name, "revision": exp.revision,
                                        "secrets": sorted(launch.secrets), "checkpoints": launch.target.checkpoints,
-                                       "stops_runs": "stop" in keys, "revision_pending": pending}))
+                                       "stops_runs": "stop" in keys, "revision_pending": pending,
+                                       "spare_jobs": spare_jobs}))
     keys.insert(first, "start_check")
 
 

@@ -63,29 +63,44 @@ def run(argv: list[str]) -> int | None:
     umask = os.umask(0o022)
     os.umask(umask)
     request = json.dumps({"argv": argv, "cwd": cwd, "env": dict(os.environ), "umask": umask}).encode()
+    fds = [fd for fd in (0, 1, 2) if _valid(fd)]
+    if len(fds) < 3:
+        sock.close()
+        return None  # a closed standard stream: run here, where Python copes with it as usual
+    child: list[int] = []  # the pid of the warm process's child running the command, once it said it
+    forwarded: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:  # a signal before the pid came is passed on when it comes
+        forwarded.append(signum)
+        for pid in child:
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    before = {signum: signal.signal(signum, forward) for signum in signals}
     try:
-        fds = [fd for fd in (0, 1, 2) if _valid(fd)]
-        if len(fds) < 3:
-            return None  # a closed standard stream: run here, where Python copes with it as usual
         socket.send_fds(sock, [CODE.pack(len(request)) + request], fds)
         pid_bytes = _recv_exact(sock, CODE.size)
     except OSError:
         pid_bytes = None
-    if pid_bytes is None:
+    if pid_bytes is None:  # no warm process took the command: it runs here, as if none had listened
         sock.close()
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        if forwarded:
+            signal.raise_signal(forwarded[-1])
         return None
-    pid = CODE.unpack(pid_bytes)[0]
-    forwarded: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        forwarded.append(signum)
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)  # one that comes now is passed on by forward(), once
+    child.append(CODE.unpack(pid_bytes)[0])
+    pending = list(forwarded)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    for signum in pending:
         try:
-            os.kill(pid, signum)
+            os.kill(child[0], signum)
         except OSError:
             pass
-
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(signum, forward)
     code = _recv_exact(sock, CODE.size)
     if code is not None:
         return CODE.unpack(code)[0]

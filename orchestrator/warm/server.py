@@ -77,9 +77,12 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
         os.environ.update(request["env"])
         _streams()
         sys.argv = ["orch", *request["argv"]]
+        from orchestrator.cli.main import interrupted_while_starting, main
+
+        # a Ctrl-C the caller passes on before the command runs says nothing was done, as orch here would
+        signal.signal(signal.SIGINT, interrupted_while_starting)
         conn.sendall(CODE.pack(os.getpid()))
         threading.Thread(target=_watch_caller, args=(conn,), daemon=True).start()
-        from orchestrator.cli.main import main
 
         try:
             main(request["argv"])

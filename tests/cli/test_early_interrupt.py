@@ -33,3 +33,31 @@ def test_a_ctrl_c_at_any_point_of_the_start_says_nothing_was_done(project):
     assert interrupted, seen  # some of the signals came while it started
     assert all("interrupted" in err for err in interrupted), [err for err in interrupted if "interrupted" not in err]
     assert all("Traceback" not in err for code, err in seen if code in (0, 130)), seen
+
+
+def test_a_ctrl_c_while_the_orch_script_loads_or_hands_its_command_on_says_nothing_was_done(project):
+    """The installed script, as typed: its first commands load the warm client before anything else (and start a
+    warm process), the later ones hand the command to that process. No interrupt shows a traceback of orch's."""
+    from tests.cli.test_warm import ORCH, forks
+
+    rng = random.Random(11)
+    seen = []
+    try:
+        for _ in range(24):
+            proc = subprocess.Popen([ORCH, "experiments", "list"], cwd=project.path, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+            time.sleep(rng.uniform(0.03, 0.3))
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            _out, err = proc.communicate(timeout=60)
+            seen.append((proc.returncode, err.decode(errors="replace")))
+    finally:
+        for pid in forks():
+            os.kill(pid, signal.SIGKILL)
+    interrupted = [err for code, err in seen if code == 130]
+    assert interrupted, seen
+    assert all("interrupted" in err for err in interrupted), [err for err in interrupted if "interrupted" not in err]
+    orchs = [err for _code, err in seen if "Traceback" in err and "/orchestrator/" in err]
+    assert not orchs, orchs

@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.test_multinode_ct import LONG, SILENT, _job_processes, _job_project, _until, \
     _until_steps, torch_cts  # noqa: F401  (the fixture)
-from tests.integration.test_remote import remote  # noqa: F401  (the fixture)
+from tests.integration.test_remote import on_ct, remote  # noqa: F401  (the fixture)
 from tests.testbed import faults
 
 pytestmark = pytest.mark.testbed
@@ -162,3 +162,82 @@ def test_a_job_launch_killed_mid_start_is_settled_from_the_nodes(remote, testbed
     assert exp.nodes[1]["state"] in ("failed", "crashed"), exp.nodes
     assert exp.end_reason and "node 0 finished" in exp.end_reason and "node 1 " in exp.end_reason, exp.end_reason
     print(f"interrupted job launch settled: {exp.status}; {exp.end_reason}")
+
+
+def _live(testbed, vmid: int) -> list[str]:
+    """The run folders on CT ``vmid`` and the job processes there (``job.py``), as the CT sees them."""
+    folders = on_ct(testbed, vmid, "sh", "-c", "ls /workspace/orch/runs 2>/dev/null || true").split()
+    procs = on_ct(testbed, vmid, "sh", "-c", "pgrep -f '[j]ob.py' || true").split()
+    return folders + [f"{len(procs)} job process(es)"]
+
+
+def test_a_deploy_or_restart_onto_one_node_of_a_running_job_is_refused_and_stops_nothing(
+        remote, testbed, ct201):  # noqa: F811
+    (remote.path / "job.py").write_text(JOB.replace('time.sleep(2 if rank == "1" else 4)', "time.sleep(600)"))
+    _job_project(remote, "python3 job.py", 'OMP_NUM_THREADS = "1"',
+                 extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
+    assert remote.run("deploy", "--target", "n1", "-m", "one node").returncode == 0  # what a restart there relaunches
+    job = remote.run("deploy", "--target", "n0", "--target", "n1", "-m", "the job")
+    assert job.returncode == 0, job.stderr
+    before = {vmid: _live(testbed, vmid) for vmid in (200, 201)}
+    assert all(b[-1] == "1 job process(es)" for b in before.values()), before
+    current = (remote.path / ".orch" / "current-target.json").read_text()
+    node = testbed.node.name
+    for argv in (("deploy", "--target", "n1", "-m", "again"), ("restart", "--target", "n1")):
+        res = remote.run(*argv)
+        assert res.returncode == 5, (argv, res.stdout, res.stderr)
+        assert (f"error: CT 201 on {node} runs node 1 of experiment 2, a job over 2 nodes "
+                f"(CT 200 on {node}, CT 201 on {node}): this {argv[0]} would stop only that node; nothing was "
+                "stopped") in res.stderr, res.stderr
+        assert "hint: stop the whole job first: orch stop --ct 200 --ct 201" in res.stderr, res.stderr
+        assert [e.id for e in remote.registry().list()] == [2, 1], argv  # nothing recorded
+        assert {vmid: _live(testbed, vmid) for vmid in (200, 201)} == before, argv  # nothing stopped or started
+        assert (remote.path / ".orch" / "current-target.json").read_text() == current
+    status = remote.run("status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["state"] == "running"
+    assert [n["state"] for n in remote.registry().get(2).nodes] == ["running", "running"]
+
+    stop = remote.run("stop", "--ct", "200", "--ct", "201")  # the command the hint names ends the whole job
+    assert stop.returncode == 0, stop.stderr
+    assert remote.registry().get(2).status == "stopped"
+    single = remote.run("restart", "--target", "n1")
+    assert single.returncode == 0, single.stderr
+    assert remote.registry().get(3).status == "running" and remote.registry().get(3).parent == 1
+
+
+def test_a_job_launch_interrupted_by_ctrl_c_mid_start_is_settled_as_running(remote, testbed, ct201):  # noqa: F811
+    import signal
+    import subprocess
+    import sys
+
+    (remote.path / "job.py").write_text(JOB.replace('time.sleep(2 if rank == "1" else 4)', "time.sleep(600)"))
+    _job_project(remote, "python3 job.py", 'OMP_NUM_THREADS = "1"',
+                 extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
+    _timeouts(remote)
+    deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
+                               "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    begin = time.monotonic()
+    try:
+        while "train.log" not in testbed.ct(200).attach("sh", "-c", "ls /workspace/orch/runs/*/ 2>/dev/null || true"
+                                                        ).stdout.decode():
+            assert deploy.poll() is None and time.monotonic() - begin < 60, deploy.communicate()
+            time.sleep(0.05)
+        ct201.freeze()  # node 0 started; node 1's start cannot be answered
+        deploy.send_signal(signal.SIGINT)  # Ctrl-C while orch waits for node 1
+        time.sleep(1)
+    finally:
+        ct201.thaw()
+    _out, err = deploy.communicate(timeout=60)
+    assert deploy.returncode == 130 and b"interrupted" in err, err
+    assert remote.registry().get(1).status == "launching"
+    res = remote.run("status", "--target", "n0", "--target", "n1", "--json")
+    assert res.returncode == 0, res.stderr
+    exp = remote.registry().get(1)
+    assert exp.status == "running", (exp.status, exp.nodes)  # node 0 runs: the job is not launching any more
+    assert exp.nodes[0]["state"] == "running", exp.nodes
+    assert json.loads(res.stdout)["state"] == "running"

@@ -1,23 +1,28 @@
-"""A seeded chaos loop over the real testbed: two clones of one project on CT 200, one action per cycle through
-the real CLI, a random fault in about three quarters of the cycles, and the invariants checked after every cycle.
+"""A seeded chaos loop over the real testbed: two clones of one project on CT 200 and a third clone, J, of another
+project whose 2-node job runs over CTs 200 and 201 (``chaos_jobs``), one action per cycle through the real CLI, a
+random fault in about three quarters of the cycles, and the invariants checked after every cycle.
 
     chaos = Chaos(testbed, workdir, seed=7)
     summary = chaos.run(cycles=20)
     print(summary.table()); assert not summary.violations, summary.report()
 
-A cycle: pick a clone and an action (``deploy``, ``restart --clean-checkpoints --yes``, ``stop``), maybe a
+A cycle: pick a clone and an action (``deploy``, ``restart --clean-checkpoints --yes``, ``stop``; or ``job``: J
+deploys its job over both CTs, restarts it with ``--clean-checkpoints --yes`` or stops it, its first a deploy, with
+maybe a fault of CT 200's below or ``node-freeze``/``node-cut``: node 1's CT frozen, or its link down), maybe a
 fault (``cut`` the proxied clone's connection mid-command, ``freeze`` the CT for a moment, ``sshd`` down in the
-CT for a moment, ``sigkill`` or ``sigint`` the CLI at a random moment, a ``race``: the other clone deploys at the
-same time, ``full``: the CT's workspace filled to 100%, see ``chaos_disk``, and while it is still full the remedies
-``checkpoints list`` and ``checkpoints purge`` of the oldest trash entry must work, as must a ``stop``; ``keeper``,
+CT for a moment, ``sigkill`` or ``sigint`` the CLI at a random moment (a third of the SIGINTs within 0.3 s,
+Python still starting), a ``race``: the other clone deploys at the same time, ``full``: the CT's workspace filled
+to 100%, see ``chaos_disk``, and while it is still full the remedies ``checkpoints list`` and ``checkpoints purge``
+of the oldest trash entry must work, as must a ``stop``; ``keeper``,
 ``agent``, ``warm``: SIGKILL of the connection keeper, of the resident agents in the CT, of the warm orch process
 and the command it runs (clone A's commands go through it); ``slow``/``lossy``: CT 200's link through a token bucket
 for the whole action, ``lossy`` with a queue so short that it drops; ``orch-full``: the clone's own ``.orch``, a
 small filesystem of its own, filled to 100%, and while it is full ``status`` and ``stop`` must work; ``locked``:
 another process holds a write transaction on the clone's registry for a few seconds, less than orch waits;
 ``locked-long``: longer, so that a command that must write fails with an error naming the holder); run it; heal;
-probe the target; ``orch status`` once from each clone; probe again; check (``chaos_checks``). The same seed
-gives the same choices and delays (what the target does with them still depends on timing).
+probe the targets; ``orch status`` once from each clone (J's once it launched a job); probe again; check
+(``chaos_checks``). The same seed gives the same choices and delays (what the target does with them still depends
+on timing).
 """
 
 from __future__ import annotations
@@ -32,22 +37,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import chaos_checks as checks
-from . import chaos_disk, lxc
+from . import chaos_disk, chaos_jobs, lxc, torchsite
 from . import chaos_faults as faults
 from .chaos_clones import ROOT, WORKSPACE, Clone, Outcome, make_clones
 
 ACTIONS = {"deploy": ["deploy"], "restart": ["restart", "--clean-checkpoints", "--yes"], "stop": ["stop"]}
-WEIGHTS = {"deploy": 5, "restart": 3, "stop": 2}
+WEIGHTS = {"deploy": 5, "restart": 3, "stop": 2, "job": 2}  # job: clone J's 2-node job (``chaos_jobs``)
+JOB_WEIGHTS = {"deploy": 1, "restart": 1, "stop": 1}  # after J's first, which is a deploy
 FAULT_WEIGHTS = {"cut": 1, "freeze": 1, "sshd": 1, "sigkill": 1, "sigint": 1, "race": 1, "full": 1,
                  "keeper": 1, "agent": 1, "warm": 1, "slow": 1, "lossy": 1, "orch-full": 1, "locked": 1,
                  "locked-long": 0.5}  # each long lock costs the cycle the registry's whole 30 s wait
 FAULTS = tuple(FAULT_WEIGHTS)
+# a job action meets the faults of CT 200 (its node 0) and of the command, and the two of its node 1 (CT 201)
+JOB_FAULT_WEIGHTS = {"node-freeze": 2, "node-cut": 2, "freeze": 1, "sshd": 1, "sigkill": 1, "sigint": 1,
+                     "agent": 1, "keeper": 1, "slow": 1}
 FAULT_RATE = 0.75  # of the cycles
-STRIKES = ("cut", "freeze", "sshd", "sigkill", "sigint", "full", "keeper", "agent", "warm", "orch-full")
+STRIKES = ("cut", "freeze", "sshd", "sigkill", "sigint", "full", "keeper", "agent", "warm", "orch-full",
+           *chaos_jobs.NODE_FAULTS)
 LATENCY = {"slow": "20ms", "lossy": "1ms"}
 # these strike at a quarter of the delay (within 0.75 s): a command through the keeper or the warm process is quick.
-# Not sigint: a Ctrl-C in orch's first ~0.4 s (Python still starting) can end it with no word of what was done
-QUICK = tuple(f for f in STRIKES if f != "sigint")
+# Not sigint: a third of them strike within orch's first 0.3 s (Python still starting), the rest at the delay;
+# nor the node faults: a job's launch reaches node 1 after node 0's start
+QUICK = tuple(f for f in STRIKES if f != "sigint" and f not in chaos_jobs.NODE_FAULTS)
+EARLY_SIGINT = 1 / 3
 LOCK_LONG = 34.0  # s: past the registry's 30 s wait
 ACTION_TIMEOUT = 120.0  # s: a CLI call still going after this counts as hung
 STATUS_TIMEOUT = 60.0
@@ -102,6 +114,7 @@ class Plan:
     fault: str | None
     delay: float  # s after the start when the fault strikes
     length: float  # s a freeze lasts; a short registry lock lasts twice that
+    argv: list[str] = field(default_factory=list)  # the action's CLI words
 
 
 class Chaos:
@@ -110,6 +123,11 @@ class Chaos:
         self.proxy = testbed.proxy("10.77.0.200", 22)
         self.runtime = faults.Runtime.make()
         self.a, self.b = make_clones(testbed, workdir, self.proxy, self.runtime.path, steps=steps)
+        self.j = chaos_jobs.make_job_clone(testbed, workdir, self.runtime.path)
+        self.job_planned = self.job_started = False  # a job action planned; one run (J's rows and CT 201 matter)
+        self.site = torchsite.ensure_site()
+        for vmid in chaos_jobs.NODES:  # torch in both CTs: each restarts, before the workspace is made small
+            torchsite.mount(testbed.ct(vmid), self.site)
         self.seen: dict[str, str] = {}  # every checkpoint file seen in the folder: path -> sha256
         self.summary = Summary(seed)
         self._reported: set[str] = set()
@@ -135,6 +153,8 @@ class Chaos:
         self.heal()
         for clone in (self.a, self.b):
             faults.unmount(clone.path / ".orch")
+        for vmid in chaos_jobs.NODES:
+            torchsite.unmount(self.testbed.ct(vmid), self.site)
         self.runtime.close()
 
     def __enter__(self) -> "Chaos":
@@ -167,9 +187,22 @@ class Chaos:
     def plan(self) -> Plan:
         rng = self.rng
         action = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
-        fault = rng.choices(FAULTS, weights=list(FAULT_WEIGHTS.values()))[0] if rng.random() < FAULT_RATE else None
-        clone = self.b if fault == "cut" else self.a if fault == "warm" else rng.choice((self.a, self.b))
-        return Plan(clone, action, fault, delay=rng.uniform(0.3, 3.0), length=rng.uniform(0.5, 4.0))
+        if action == "job":
+            sub = rng.choices(list(JOB_WEIGHTS), weights=list(JOB_WEIGHTS.values()))[0] if self.job_planned \
+                else "deploy"
+            self.job_planned = True
+            fault = rng.choices(list(JOB_FAULT_WEIGHTS), weights=list(JOB_FAULT_WEIGHTS.values()))[0] \
+                if rng.random() < FAULT_RATE else None
+            action, clone, argv = f"job-{sub}", self.j, chaos_jobs.JOB_ACTIONS[sub]
+        else:
+            fault = rng.choices(FAULTS, weights=list(FAULT_WEIGHTS.values()))[0] if rng.random() < FAULT_RATE \
+                else None
+            clone = self.b if fault == "cut" else self.a if fault == "warm" else rng.choice((self.a, self.b))
+            argv = ACTIONS[action]
+        delay = rng.uniform(0.3, 3.0)
+        if fault == "sigint" and rng.random() < EARLY_SIGINT:
+            delay = rng.uniform(0.05, 0.3)
+        return Plan(clone, action, fault, delay=delay, length=rng.uniform(0.5, 4.0), argv=argv)
 
     def cycle(self, plan: Plan) -> tuple[list[str], list[int | None]]:
         """Run one planned cycle; what broke, and the exit codes of the action's CLI calls."""
@@ -191,26 +224,38 @@ class Chaos:
         for outcome in self.remedies:
             self.summary.remedies += 1
             found += checks.clean_output(outcome, STATUS_TIMEOUT)
-        before = self.probe()
-        for clone in (self.a, self.b):
-            status = clone.run("status", "--no-metrics", timeout=STATUS_TIMEOUT)
+        nodes = chaos_jobs.NODES if self.job_started else (200,)
+        before = {vmid: self.probe(vmid) for vmid in nodes}
+        for clone, args in self.statuses():
+            status = clone.run(*args, timeout=STATUS_TIMEOUT)
             found += checks.clean_output(status, STATUS_TIMEOUT)
-        after = self.probe()
-        for probe in (before, after):
-            if probe.get("lock_wait") is None:
-                found.append("the target's lock was still held 30 s after the cycle")
+        after = {vmid: self.probe(vmid) for vmid in nodes}
+        for vmid in nodes:
+            if before[vmid].get("lock_wait") is None or after[vmid].get("lock_wait") is None:
+                found.append(f"CT {vmid}'s lock was still held 30 s after the cycle")
                 return found, exits
         for clone in (self.a, self.b):
             registry_id, rows = clone.rows()
-            found += checks.rows_agree(clone.name, registry_id, rows, before, after)
-        found += checks.checkpoints_kept(self.seen, after)
-        found += checks.target_tidy(before, after)
+            found += checks.rows_agree(clone.name, registry_id, rows, before[200], after[200])
+        if self.job_started:
+            registry_id, rows = self.j.rows()
+            found += chaos_jobs.job_rows_agree(self.j.name, registry_id, rows, before, after)
+        found += checks.checkpoints_kept(self.seen, after[200])
+        for vmid in nodes:
+            found += checks.target_tidy(before[vmid], after[vmid])
         for what in found:  # a lost checkpoint is reported once, not again every cycle
             if what.startswith("checkpoint "):
                 self.seen.pop(what.split()[1], None)
-        self._remember(before)
-        self._remember(after)
+        self._remember(before[200])
+        self._remember(after[200])
         return found, exits
+
+    def statuses(self) -> list[tuple[Clone, tuple[str, ...]]]:
+        """The ``orch status`` calls after each cycle: every clone's, J's once it has launched a job."""
+        calls = [(clone, ("status", "--no-metrics")) for clone in (self.a, self.b)]
+        if self.job_started:
+            calls.append((self.j, ("status", "--no-metrics", *chaos_jobs.FLAGS)))
+        return calls
 
     def act(self, plan: Plan) -> list[Outcome]:
         """Run the action with its fault; the outcomes of every CLI call the cycle made."""
@@ -222,7 +267,9 @@ class Chaos:
             self.holder = faults.Holder(plan.clone.db, LOCK_LONG if plan.fault == "locked-long" else 2 * plan.length)
             self.held_by = self.holder.pid
             self.summary.landed[plan.fault] += 1
-        running = [plan.clone.start(*ACTIONS[plan.action])]
+        running = [plan.clone.start(*plan.argv)]
+        if plan.clone is self.j:
+            self.job_started = True
         if plan.fault == "race":
             other = self.a if plan.clone is self.b else self.b
             running.append(other.start(*ACTIONS["deploy"]))
@@ -311,6 +358,8 @@ class Chaos:
             faults.kill_agents(self.testbed.ct(200))
         elif plan.fault == "orch-full":
             self.fill_orch(plan.clone)  # full until heal(), after status and stop
+        elif plan.fault in chaos_jobs.NODE_FAULTS:
+            chaos_jobs.node_fault(self.testbed, plan.fault, plan.length)
 
     def heal(self) -> None:
         self.proxy.resume()
@@ -329,14 +378,15 @@ class Chaos:
             ct.thaw()
         if not lxc.answers(ct.address, ct.port):
             self.start_sshd()
+        chaos_jobs.heal(self.testbed)
 
     def start_sshd(self) -> None:
         ct = self.testbed.ct(200)
         ct.attach("systemctl", "start", "ssh.service")
         lxc.wait_port(ct.address, ct.port, timeout=20)
 
-    def probe(self) -> dict:
-        proc = self.testbed.ct(200).attach("python3", "-", ROOT, WORKSPACE, input=PROBE.read_bytes())
+    def probe(self, vmid: int = 200) -> dict:
+        proc = self.testbed.ct(vmid).attach("python3", "-", ROOT, WORKSPACE, input=PROBE.read_bytes())
         return json.loads(proc.stdout)
 
     def _remember(self, probe: dict) -> None:

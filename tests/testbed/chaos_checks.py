@@ -78,6 +78,8 @@ def clean_output(outcome: Outcome, timeout: float) -> list[str]:
     if outcome.signalled == "SIGKILL" and outcome.returncode == -9:
         return []
     lines = outcome.stderr.splitlines()
+    if outcome.signalled == "SIGINT" and _python_starting(outcome):
+        return []  # a Ctrl-C before orch's first line ran: nothing was done, and nothing could say so
     if "Traceback (most recent call last)" in outcome.stderr:
         return [f"{what} printed a traceback (exit {outcome.returncode}): {_tail(outcome.stderr)}"]
     if outcome.returncode == 0:
@@ -109,6 +111,16 @@ def names_holder(outcome: Outcome, pid: int | None) -> list[str]:
         return []
     return [f"clone {outcome.clone} `orch {' '.join(outcome.argv)}` failed (exit {outcome.returncode}) on a "
             f"registry held by pid {pid} without naming it: {_tail(outcome.stderr)}"]
+
+
+def _python_starting(outcome: Outcome) -> bool:
+    """Python's own start-up interrupted (the interpreter, ``site``'s ``.pth`` files, the entry script's import):
+    killed by the signal without a word, or a ``KeyboardInterrupt`` traceback in which no frame is orch's."""
+    lines = outcome.stderr.strip().splitlines()
+    if not lines:
+        return outcome.returncode == -2  # SIGINT's default action, before Python had its handler
+    frames = [line for line in lines if line.lstrip().startswith('File "')]
+    return lines[-1] == "KeyboardInterrupt" and not any("/orchestrator/" in line for line in frames)
 
 
 def _tail(text: str, lines: int = 4) -> str:

@@ -73,3 +73,46 @@ def test_a_remedy_that_fails_on_a_full_disk_is_named():
     assert checks.succeeded([ok], "on a full disk") == []
     [problem] = checks.succeeded([ok, bad], "on a full disk")
     assert problem.startswith("clone B `orch checkpoints purge e1 --yes` on a full disk exited 1: error: no space")
+
+
+def job_row(n: int, status: str, nodes: list[str | None]):
+    return SimpleNamespace(id=n, status=status, exit_code=None,
+                           nodes=[{"rank": r, "state": s} for r, s in enumerate(nodes)])
+
+
+def test_a_job_row_agrees_with_both_nodes_or_is_named():
+    from tests.testbed.chaos_jobs import job_rows_agree
+
+    key = f"{REG}-1"
+    running = {200: probe({key: {"state": "live"}}), 201: probe({key: {"state": "live"}})}
+    half = {200: probe({key: {"state": "ended", "exit_code": 0}}), 201: probe({key: {"state": "live"}})}
+    over = {200: probe({key: {"state": "ended", "exit_code": 0}}), 201: probe({key: {"state": "ended"}})}
+    assert job_rows_agree("J", REG, [job_row(1, "running", ["finished", "running"])], half, half) == []
+    assert job_rows_agree("J", REG, [job_row(1, "stopped", ["stopped", "stopped"])], over, over) == []
+    assert job_rows_agree("J", REG, [job_row(1, "failed", ["failed", None])], over, over) == []  # start undone
+    lying = job_rows_agree("J", REG, [job_row(1, "stopped", ["stopped", "stopped"])], half, half)
+    assert any("job 1 is stopped, a node's run is live" in p for p in lying), lying
+    assert any("job 1 node 1 is stopped, its run is live" in p for p in lying), lying
+    assert any(f"run {key} is live on CT 201, clone J says stopped" in p for p in lying), lying
+    stale = job_rows_agree("J", REG, [job_row(1, "running", ["running", "running"])], over, over)
+    assert any("job 1 is running, the nodes say ['ended', 'ended']" in p for p in stale), stale
+    unknown = job_rows_agree("J", REG, [], running, running)
+    assert any(f"run {key} is live on CT 200, clone J says nothing" in p for p in unknown), unknown
+    assert any("is launching" in p for p in job_rows_agree("J", REG, [job_row(1, "launching", [None, None])],
+                                                            running, running))
+
+
+def test_a_ctrl_c_in_pythons_own_start_up_may_end_it_without_a_word_but_not_in_orchs():
+    site = ('Traceback (most recent call last):\n  File "/v/lib/python3.11/site-packages/__editable___finder.py", '
+            'line 5, in <module>\nKeyboardInterrupt\n')
+    orch = site.replace("site-packages/__editable___finder.py", "site-packages/orchestrator/warm/server.py")
+
+    def sigint(code: int, err: str) -> Outcome:
+        return Outcome(["deploy"], "A", code, "", err, signalled="SIGINT")
+
+    assert checks.clean_output(sigint(-2, ""), 60) == []  # killed by the signal before Python had a handler
+    assert checks.clean_output(sigint(1, site), 60) == []
+    assert checks.clean_output(sigint(130, "interrupted: nothing was done\n"), 60) == []
+    assert "without saying what was done" in checks.clean_output(sigint(130, ""), 60)[0]
+    assert "printed a traceback" in checks.clean_output(sigint(1, orch), 60)[0]
+    assert "printed a traceback" in checks.clean_output(Outcome(["deploy"], "A", 1, "", site), 60)[0]
