@@ -58,13 +58,13 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
     if as_json:
         render.print_json(data)
         return
-    from ..launch.command import display
+    from ..records.experiments import command_line
 
     render.out(f"experiment {exp.id}: {exp.status}" + (f" (exit code {exp.exit_code})" if exp.exit_code is not None
                                                         else ""))
     for label, value in (("message", exp.message), ("target", exp.target), ("revision", exp.revision),
                          ("git", f"{exp.git_commit or '-'}{' (dirty)' if exp.git_dirty else ''}"),
-                         ("command", display(exp.command)), ("secrets", ", ".join(exp.secret_names)),
+                         ("command", command_line(exp.command)), ("secrets", ", ".join(exp.secret_names)),
                          ("parent", exp.parent),
                          ("created", render.when(exp.created)), ("started", render.when(exp.started)),
                          ("ended", render.when(exp.ended)), ("how", exp.end_reason),
@@ -136,7 +136,7 @@ def _refreshed(settings, reg, ids: list[int], refresh: bool) -> None:
 def compare(ctx: typer.Context, ids: IdsArg,
             as_json: JsonOpt = False, refresh: RefreshOpt = True) -> None:
     """Config differences (batching first) and metrics side by side."""
-    from ..records.compare import compare as build
+    from ..watch.compare import compare as build
 
     settings = common.settings(ctx)
     with common.registry(settings) as reg:

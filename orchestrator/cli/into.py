@@ -28,7 +28,7 @@ def _reconcile(settings, tgt, transport) -> None:
 def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
            trust_new_host: TrustOpt = False) -> None:
     """Attach this terminal to the run's tmux pane; detach with C-b d (the run goes on)."""
-    from ..reach import into
+    from ..watch import into
     from ..reach.transport.interactive import terminal
 
     into.require_terminal("attach")
@@ -47,7 +47,7 @@ def exec_(ctx: typer.Context,
           command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
           target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
     """Run a command on the target in the run's work folder; its exit code is orch's."""
-    from ..reach import into
+    from ..watch import into
     from ..reach.transport.interactive import stream
 
     settings = common.settings(ctx)
@@ -63,7 +63,7 @@ def exec_(ctx: typer.Context,
 
 def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
     """A login shell on the target (over SSH, or through the node's pct), in the run's work folder."""
-    from ..reach import into
+    from ..watch import into
     from ..errors import NotFoundError
     from ..reach.transport.interactive import terminal
 
@@ -84,7 +84,7 @@ def forward(ctx: typer.Context,
                                                  "local one (default: the same)")],
             target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
     """Forward 127.0.0.1:LOCAL here to PORT on the target over SSH (e.g. TensorBoard), until Ctrl-C."""
-    from ..reach import into
+    from ..watch import into
     from ..reach.transport.interactive import forward as carry
 
     port, local = into.parse_ports(ports)

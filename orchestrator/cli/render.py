@@ -94,7 +94,7 @@ def plan_lines(actions) -> list[str]:
     """One numbered line per action of a plan (``launch.model``): what ``--dry-run`` prints."""
     import shlex
 
-    from ..launch import command as commands
+    from ..records.experiments import command_line
     from ..launch import model
 
     lines = []
@@ -113,7 +113,7 @@ def plan_lines(actions) -> list[str]:
             parent = f", parent {a.parent}" if a.parent else ""
             text = f"record a new experiment (target {a.target}{parent})"
         elif isinstance(a, model.StartRun):
-            shown = commands.display(a.command if isinstance(a.command, str) else list(a.command))
+            shown = command_line(a.command if isinstance(a.command, str) else list(a.command))
             how = f" as {shlex.join(a.argv)}" if isinstance(a.command, str) else ""
             text = f"start `{shown}`{how} in tmux (batching: {a.strategy})" + \
                 (" on every node, node 0 first" if a.nodes > 1 else "")

@@ -16,7 +16,7 @@ def _gpus(row: dict) -> str:
 
 def targets(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List the CTs the Proxmox token can see: id, name, node, status, address, GPUs, this project's runs."""
-    from ..reach.discovery import list_targets
+    from ..records.discovery import list_targets
 
     settings = common.settings(ctx)
     with common.registry(settings) as reg:

@@ -23,11 +23,6 @@ ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 OPERATOR_CHARS = set(";&|<>()")
 
 
-def display(command: str | list[str]) -> str:
-    """The command as its user wrote it: the line itself, or the list quoted as a shell would need it."""
-    return command if isinstance(command, str) else shlex.join(command)
-
-
 def words(line: str) -> list[str]:
     """The line's words as written (quotes and ``$VAR`` kept), split at unquoted blanks.
 

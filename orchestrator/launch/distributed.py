@@ -12,7 +12,7 @@ With ``launcher = "none"`` the project's command runs as it is, with the ``ORCH_
 
 from __future__ import annotations
 
-import os
+import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -53,7 +53,7 @@ def nproc(dist: DistributedSection, node: NodeFacts) -> int:
 
 
 def _is_python(word: str) -> bool:
-    base = os.path.basename(word)
+    base = posixpath.basename(word)
     return base in PYTHONS or (base.startswith("python3.") and base[len("python3."):].isdigit())
 
 

@@ -25,7 +25,7 @@ from ..watch import job_progress as progress
 from ..records import job_settle
 from ..reach.agent_client import AgentClient, Op
 from ..errors import InputError, NotFoundError, OrchError
-from ..records.experiments import Experiment, Registry
+from ..records.experiments import Experiment, Registry, clone
 from . import playbooks
 from .model import Launch, PushRevision, StartRun, StopRun
 from .operations import Start, _experiment_json, _probe, _record_fields, _writer, locked_ops
@@ -194,8 +194,6 @@ def _push_node(node: Node) -> None:
 
 def _confirm_clean(nodes: list[Node], action: str) -> None:
     """One question per node whose checkpoint folder holds files (none with --yes)."""
-    from .operations import clone
-
     for n in nodes:
         inv, launch = n.probe.get("inventory"), n.launch
         if inv and launch is not None:
@@ -233,7 +231,7 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
     ``stopped`` gets one entry per run of this project the start stopped on a node (``id``, ``state``,
     ``exit_code``, ``node``, ``label``, ``mine``); each is recorded as stopped by the new job. ``shell`` gets
     what each node's shell steps answered (``node``, ``label`` and the step's ``stdout``, ``skipped``...)."""
-    from .guard import LaunchGuard
+    from ..records.launch_guard import LaunchGuard
 
     if not launch.has(StartRun):
         raise InputError(f"playbook {launch.book.name} starts no run: a job over several nodes needs a "
@@ -548,7 +546,7 @@ def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list
 
 def _not_started(node: Node, exp_id: int, key: str | None) -> str:
     """Why an interrupted launch never started on ``node``, as the node's launch journal tells."""
-    from . import journal as launch_journal
+    from ..records import launch_journal
     from ..records.reconcile import INTERRUPTED
 
     found = _connect(node).one("journal_read", ids=[exp_id], registry=key)

@@ -30,20 +30,12 @@ from .. import checkpoints, signals
 from ..reach.agent_client import AgentClient, Op
 from ..config import Settings
 from ..errors import Interrupted, OrchError, TransportError
-from ..records.experiments import Experiment, Registry
-from .guard import LaunchGuard
+from ..records.experiments import Experiment, Registry, clone
+from ..records.launch_guard import LaunchGuard
 from .model import (Checkpoints, Launch, Outcome, Preflight, PushRevision, Record, Shell, StartRun, StopRun,
                     VerifyStarted, checkpoint_action)
 from ..records.reconcile import reconcile
 from ..reach.targets import Target
-
-
-def clone(settings: Settings) -> dict:
-    """Which clone of the project starts a run (recorded in its experiment.json): another clone that stops
-    it can say whose run it stopped."""
-    import socket
-
-    return {"host": socket.gethostname(), "path": str(settings.project_dir)}
 
 
 def _experiment_json(exp: Experiment) -> dict:

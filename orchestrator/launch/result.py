@@ -10,7 +10,7 @@ import posixpath
 import time
 from typing import Any
 
-from . import journal as launch_journal
+from ..records import launch_journal
 from .. import checkpoints
 from ..reach.agent_client import AgentClient, Op, decode_log
 from ..records.end_reason import describe

@@ -8,6 +8,7 @@ deploys racing) write without corrupting anything.
 from __future__ import annotations
 
 import json
+import shlex
 import sqlite3
 import sys
 import time
@@ -20,7 +21,7 @@ from pydantic import BaseModel
 
 from . import faults
 from ..errors import ConflictError, DiskFull, InputError, NotFoundError, OrchError, RegistryCorrupt
-from ..launch.guard import LaunchGuard, forget, launcher_alive
+from .launch_guard import LaunchGuard, forget, launcher_alive
 
 STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed", "lost")
 # a run that ran and is over; "lost" (its container restarted under it) can still resume: see status.sync
@@ -89,6 +90,19 @@ MIGRATIONS: list[str] = [
     ALTER TABLE experiments ADD COLUMN end_reason TEXT;
     """,
 ]
+
+def command_line(command: str | list[str]) -> str:
+    """A command as its user wrote it: the line itself, or the list quoted as a shell would need it."""
+    return command if isinstance(command, str) else shlex.join(command)
+
+
+def clone(settings: Any) -> dict:
+    """Which clone of the project starts a run (recorded in its experiment.json): another clone that stops
+    it can say whose run it stopped."""
+    import socket
+
+    return {"host": socket.gethostname(), "path": str(settings.project_dir)}
+
 
 _JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes")
 

@@ -16,7 +16,7 @@ from typing import Callable
 from ..reach.agent_client import AgentClient
 from ..config import Settings
 from ..errors import InputError, OrchError, RegistryCorrupt
-from .experiments import Experiment, Registry, salvage
+from .experiments import Experiment, Registry, clone, salvage
 from ..reach.targets import Target
 
 RECORD_FIELDS = set(Experiment.model_fields) - {"id", "status", "exit_code", "ended", "config"}
@@ -99,7 +99,6 @@ def _row(run: dict) -> dict:
 def rebuild(settings: Settings, resolve: Callable[[str | None, int | None], Target], *,
             registry_id: str | None = None, notice: Callable[[str], None]) -> dict:
     """Replace an unreadable (or missing) registry with one made from the targets' run folders."""
-    from ..launch.operations import clone
 
     path = settings.state_dir / "experiments.db"
     if path.exists():

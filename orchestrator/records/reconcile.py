@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from . import end_reason
-from ..launch import journal as launch_journal
+from . import launch_journal
 from ..reach.agent_client import AgentClient, Op
 from ..config import Settings
 from ..errors import ConflictError, NotFoundError, OrchError

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from orchestrator.launch import journal as launch_journal
+from orchestrator.records import launch_journal
 from orchestrator.agent import journal
 from orchestrator.reach.agent_client import AgentClient, Op
 from orchestrator.errors import NotFoundError

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.reach.into import parse_ports, tmux_socket
+from orchestrator.watch.into import parse_ports, tmux_socket
 from tests.conftest import tmux_socket as conftest_socket
 
 DETACH = b"\x02d"  # C-b d

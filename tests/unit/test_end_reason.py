@@ -34,7 +34,7 @@ def test_a_lost_run_has_no_end_time_only_when_it_was_noticed():
 
 def test_one_wording_for_a_stop_whoever_records_it():
     """The launch that stopped a run, the journal settled later and the target's record all say the same."""
-    from orchestrator.launch import journal
+    from orchestrator.records import launch_journal as journal
     from orchestrator.records.end_reason import stopped_by
 
     told = {"failed": {"op": "run_start", "kind": "error", "message": "tmux died"}}

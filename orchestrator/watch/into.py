@@ -17,8 +17,8 @@ from typing import Callable
 from ..config import Settings
 from ..errors import CommandNotFound, InputError, NotFoundError
 from ..records.experiments import Registry
-from .targets import Target
-from .transport.base import Transport
+from ..reach.targets import Target
+from ..reach.transport.base import Transport
 
 
 def tmux_socket(root: str) -> str:
@@ -112,7 +112,7 @@ def forward_destination(target: Target, transport: Transport) -> tuple[Transport
 
     Over SSH the target itself (its loopback); through pct the node, towards the CT's address.
     """
-    from .transport.pct import PctTransport
+    from ..reach.transport.pct import PctTransport
 
     if not isinstance(transport, PctTransport):
         return transport, "127.0.0.1"

@@ -11,7 +11,7 @@ The agent writes the journal in the new run's folder, one line per step of the l
 
 from __future__ import annotations
 
-from ..records.end_reason import stopped_by
+from .end_reason import stopped_by
 
 START_OPS = ("run_start", "run_verify")
 CANCELLED = "cancelled"  # the agent's word for the steps it did not run once the controller was gone

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..launch.command import display
 from ..errors import InputError
-from .experiments import Experiment, Registry
+from ..records.experiments import Experiment, Registry, command_line
 
 
 def _flat(prefix: str, value: Any, out: dict) -> None:
@@ -22,7 +21,7 @@ def _fields(exp: Experiment) -> dict:
 
     fields: dict = {}
     _flat("batching", exp.batching, fields)
-    fields.update({"revision": exp.revision, "command": display(exp.command), "target": exp.target,
+    fields.update({"revision": exp.revision, "command": command_line(exp.command), "target": exp.target,
                    "git_commit": exp.git_commit, "parent": exp.parent, "secrets": ", ".join(exp.secret_names)})
     env = (exp.config.get("project") or {}).get("env") or {}
     _flat("env", env, fields)
@@ -44,7 +43,7 @@ def _fmt(v: Any) -> str:
 def _throughput(summary: dict, first: dict, first_id: int) -> str:
     """``11.9 Ktok/s, +5% vs exp 3``, or in steps/s when the log gave no token rate; compared with the first
     experiment only in the same unit."""
-    from ..watch.metrics import throughput_change
+    from .metrics import throughput_change
 
     for key, unit in (("median_tok_s", "tok/s"), ("median_steps_s", "steps/s")):
         if summary.get(key):
@@ -67,7 +66,7 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         values = [f.get(k) for f in flats]
         if any(v != values[0] for v in values[1:]):
             diff.append({"key": k, "values": [_fmt(v) for v in values]})
-    from ..watch.metrics import Series, format_duration, sparkline
+    from .metrics import Series, format_duration, sparkline
 
     rows: dict[str, list] = {m: [] for m in ("status", "median throughput", "final loss", "min loss", "spikes",
                                              "duration", "loss trend", "throughput trend", "planned efficiency")}

@@ -10,7 +10,7 @@ import re
 
 from ..config import Settings
 from ..errors import InputError
-from ..records.experiments import Registry
+from .experiments import Registry
 
 MACHINE = re.compile(r"ct:(?P<ct>\d+)@(?P<cluster>[^:]*):")
 
@@ -35,8 +35,8 @@ def runs_by_ct(settings: Settings, registry: Registry) -> dict[int, list[int]]:
 
 def list_targets(settings: Settings, registry: Registry) -> list[dict]:
     """One row per visible CT, with ``runs``: this project's experiment ids there, and the target entries naming it."""
-    from . import proxmox
-    from .targets import proxmox_client
+    from ..reach import proxmox
+    from ..reach.targets import proxmox_client
 
     if settings.proxmox is None:
         raise InputError("orch targets lists Proxmox containers, but orch.toml has no [proxmox] section",

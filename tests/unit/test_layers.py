@@ -1,0 +1,156 @@
+"""The architecture as a test: which part of orch may import which (ARCHITECTURE.md says why).
+
+Every import counts, the lazy ones inside functions too: a circle through a lazy import is still a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "orchestrator"
+
+# Lowest first: a part may import only parts below it (and itself). The agent and batching ship to the targets
+# alone, so they sit beside everything else and import only themselves (and batching, for the agent).
+LAYERS = [
+    {"errors"},
+    {"config", "secrets", "signals", "files", "sockets"},
+    {"reach", "warm.client"},  # the warm client only finds and talks to the warm process
+    {"records"},
+    {"watch"},
+    {"checkpoints"},
+    {"launch"},
+    {"cli"},
+    {"warm"},
+    {"main"},
+]
+SHIPPED = {"agent": {"agent", "batching"}, "batching": {"batching"}}
+PURE = [*(p.relative_to(PKG).as_posix() for p in (PKG / "batching").glob("*.py") if p.name != "lengths.py"),
+        "watch/logparse.py", "watch/metrics.py", "watch/job_progress.py", "launch/command.py",
+        "launch/distributed.py", "launch/limits.py", "records/end_reason.py", "records/job_settle.py",
+        "records/launch_journal.py"]
+IO = {"os", "io", "subprocess", "socket", "sqlite3", "shutil", "pathlib", "tempfile", "fcntl", "select",
+      "fabric", "paramiko", "requests", "proxmoxer", "libtmux", "typer", "rich", "pydantic"}
+SCREEN = {"rich", "typer"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def imported(path: Path) -> set[str]:
+    """Every orchestrator module and outside package that ``path`` imports, anywhere in its code."""
+    name = module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.add(full if full in MODULES else base)
+    return found
+
+
+def part(module: str) -> str:
+    """The part a module belongs to: the finest name placed in LAYERS (``warm.client``), else its subpackage,
+    else its own name at the top level."""
+    names = module.split(".")[1:]
+    placed = set().union(*LAYERS)
+    for n in (2, 1):
+        if ".".join(names[:n]) in placed:
+            return ".".join(names[:n])
+    return names[0] if names else module
+
+
+GRAPH = {name: {m for m in imported(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+
+
+def test_every_part_is_placed():
+    placed = set().union(*LAYERS) | set(SHIPPED)
+    parts = {part(m) for m in MODULES if m != "orchestrator"}
+    assert parts <= placed, f"not in LAYERS or SHIPPED: {sorted(parts - placed)}"
+
+
+def test_parts_import_only_what_lies_below_them():
+    level = {p: i for i, layer in enumerate(LAYERS) for p in layer}
+    wrong = []
+    for name, targets in GRAPH.items():
+        if name == "orchestrator":
+            continue
+        mine = part(name)
+        for target in targets:
+            theirs = part(target)
+            if target == "orchestrator" or theirs == mine:
+                continue
+            if mine in SHIPPED:
+                ok = theirs in SHIPPED[mine]
+            elif theirs in SHIPPED:
+                ok = True  # the controller reads the agent's protocol and the batching library
+            else:
+                ok = level[theirs] < level[mine]
+            if not ok:
+                wrong.append(f"{name} -> {target}")
+    assert not wrong, "imports against the layers:\n" + "\n".join(sorted(wrong))
+
+
+def test_no_import_circle():
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == 1:
+                circles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(GRAPH):
+        if node not in state:
+            visit(node)
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def _paths(spec: str) -> list[Path]:
+    target = PKG / spec
+    return sorted(target.rglob("*.py")) if target.is_dir() else [target]
+
+
+def test_pure_code_does_no_io():
+    for spec in PURE:
+        for path in _paths(spec):
+            roots = {m.split(".")[0] for m in imported(path)}
+            assert not roots & IO, f"{path.relative_to(PKG)} imports {sorted(roots & IO)}"
+
+
+def test_below_the_cli_nothing_knows_the_screen():
+    for name, path in MODULES.items():
+        if part(name) in {"cli", "warm", "warm.client", "main"}:
+            continue
+        roots = {m.split(".")[0] for m in imported(path)}
+        assert not roots & SCREEN, f"{name} imports {sorted(roots & SCREEN)}"
+
+
+def test_the_connection_keeper_knows_only_how_to_reach():
+    for name, targets in GRAPH.items():
+        if name.startswith("orchestrator.reach.keeper"):
+            bad = {t for t in targets if part(t) in {"records", "launch", "cli", "warm", "watch", "checkpoints"}}
+            assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_at_most_ten_modules_at_the_top():
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(top) <= 10, top
