@@ -77,9 +77,18 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
         os.environ.update(request["env"])
         _streams()
         sys.argv = ["orch", *request["argv"]]
-        from orchestrator.cli.main import interrupted_while_starting, main
+        from orchestrator.cli.main import main
 
-        # a Ctrl-C the caller passes on before the command runs says nothing was done, as orch here would
+        def interrupted_while_starting(_signum: int, _frame: object) -> None:
+            """A Ctrl-C the caller passes on before the command runs: nothing was done, as orch here would say;
+            its exit code goes back to the caller, which would otherwise die of the signal it passed on."""
+            os.write(2, b"interrupted: nothing was done\n")
+            try:
+                conn.sendall(CODE.pack(130))
+            except OSError:
+                pass
+            os._exit(130)
+
         signal.signal(signal.SIGINT, interrupted_while_starting)
         conn.sendall(CODE.pack(os.getpid()))
         threading.Thread(target=_watch_caller, args=(conn,), daemon=True).start()

@@ -106,8 +106,9 @@ def test_sigkill_of_a_deploy_to_a_ct_leaves_no_launching_row(remote, testbed, tm
     assert now[2].status == "running"
     runs = on_ct(testbed, 200, "ls", f"{ROOT}/runs").split()
     assert remote.run_key(2) in runs
-    # the first launch was killed inside its locked call, before its start: its folder holds only its journal
-    assert on_ct(testbed, 200, "ls", "-A", f"{ROOT}/runs/{remote.run_key(1)}").split() == ["journal.jsonl"]
+    # the first launch was killed inside its locked call, before its start: its folder holds only its journal and
+    # the work folder made for its shell step (a step after `record` runs where the run would)
+    assert on_ct(testbed, 200, "ls", "-A", f"{ROOT}/runs/{remote.run_key(1)}").split() == ["journal.jsonl", "work"]
     assert '"event":"begin"' in on_ct(testbed, 200, "cat", f"{ROOT}/runs/{remote.run_key(1)}/journal.jsonl")
     restart = remote.run("restart", "--json")
     assert restart.returncode == 0, restart.stderr
