@@ -80,14 +80,11 @@ def split_testbed() -> bool:
 
 
 def ready_base() -> None:
-    """The base image, built here if missing: the second testbed has no network to build it. And the bridge here
-    too: the second testbed's own bridge lives in its network namespace, but /sys there is still this one's, and
-    lxc-start looks a bridge up in /sys/class/net before it attaches a container to it."""
+    """The base image, built here if missing: the second testbed has no network to build it."""
     from tests.testbed import lxc
 
     try:
         lxc.ensure_base()
-        lxc.ensure_bridge()
     except (lxc.TestbedError, OSError, subprocess.SubprocessError):
         pass  # each testbed group reports it
 

@@ -271,5 +271,24 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def run_as_main() -> None:
+    """``python -m orchestrator.cli.main``: exit with the command's own code. Python run with ``-m`` ends a run
+    whose Ctrl-C it saw by killing itself with SIGINT, which would turn `interrupted: nothing was done` (130)
+    into a death by signal."""
+    code: int = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            sys.stderr.write(f"{exc.code}\n")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    run_as_main()

@@ -54,6 +54,13 @@ def _enter(name: str) -> None:
             source.mkdir(parents=True, exist_ok=True)
             target.mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
+    # /sys still shows the machine's network devices, and lxc-start looks a bridge up there: a sysfs mounted in
+    # this network namespace shows its own, bind-mounted over the two places that list them
+    view = RUN / name / "sys"
+    view.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "sysfs", "sysfs", str(view)], check=True)
+    for place in ("class/net", "devices/virtual/net"):
+        subprocess.run(["mount", "--bind", str(view / place), f"/sys/{place}"], check=True)
 
 
 def main(argv: list[str]) -> int:
