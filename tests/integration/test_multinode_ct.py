@@ -302,7 +302,7 @@ for i in range(20000):
     sys.stdout.write(f"node={rank} line={i} pad={'x' * (i % 40)}\\n")
     if i % 400 == 0:
         sys.stdout.flush()
-        time.sleep(0.05)
+        time.sleep(0.2)  # 10 s in all: the follower is cut twice while both nodes still write
 """
 
 
