@@ -125,15 +125,6 @@ def trash_op(target: Target, settings: Settings, action: str, inv: dict | None, 
                              "retention_allowed": doomed(inv)})
 
 
-def clean_ops(target: Target, settings: Settings, action: str, inv: dict | None, writer: Writer | None,
-              stopping: list, parent: int | None, moved_by: int | None) -> list[Op]:
-    """``check_op`` then ``trash_op``: a node's clean right after its ``run_stop``; none when keeping them."""
-    if action == "keep":
-        return []
-    return [check_op(target, stopping),
-            trash_op(target, settings, action, inv, writer, stopping, parent, moved_by)]
-
-
 def clean_now_op(target: Target, settings: Settings, inv: dict, writer: Writer | None) -> Op:
     """``orch checkpoints clean``: into an entry named after the writer ("manual" when none is known),
     deleting only the retention victims ``inv`` listed (and the user confirmed)."""

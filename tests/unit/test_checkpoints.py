@@ -40,7 +40,8 @@ def _every_op(settings, target) -> list:
     writer = checkpoints.Writer(4)
     return [*checkpoints.probe_ops(target, settings, "keep"), *checkpoints.probe_ops(target, settings, "purge"),
             checkpoints.inventory_op(target), checkpoints.inventory_op(target, settings, with_retention=True),
-            *checkpoints.clean_ops(target, settings, "move", INV, writer, [4], 3, 5),
+            checkpoints.check_op(target, [4]),
+            checkpoints.trash_op(target, settings, "move", INV, writer, [4], 3, 5),
             checkpoints.trash_op(target, settings, "purge", INV, None, [], None, None),
             checkpoints.clean_now_op(target, settings, INV, None),
             checkpoints.restore_op(target, "20260101T000000Z-exp1"),
@@ -91,7 +92,8 @@ def test_a_launchs_entry_is_named_after_the_writer_else_the_newest_stopped_run_e
 
 def test_a_clean_deletes_only_the_confirmed_retention_entries_and_a_purge_only_the_confirmed_files(place):
     settings, target = place
-    check, trash = checkpoints.clean_ops(target, settings, "move", INV, None, [6], 5, 7)
+    check = checkpoints.check_op(target, [6])
+    trash = checkpoints.trash_op(target, settings, "move", INV, None, [6], 5, 7)
     assert check.name == "ckpt_check" and check.args["stopping"] == [6] and check.args["movable"] is True
     assert "busy_check" not in check.args  # the runs not stopping still make it refuse
     assert trash.name == "ckpt_trash"
@@ -101,7 +103,6 @@ def test_a_clean_deletes_only_the_confirmed_retention_entries_and_a_purge_only_t
     purge = checkpoints.trash_op(target, settings, "purge", INV, None, [6], 5, 7)
     assert purge.args["purge"] is True and purge.args["purge_only"] == INV["all_files"]
     assert checkpoints.trash_op(target, settings, "move", None, None, [], None, None).args["retention_allowed"] == []
-    assert checkpoints.clean_ops(target, settings, "keep", INV, None, [6], 5, 7) == []
 
 
 def test_orch_checkpoints_clean_names_the_entry_after_the_writer_or_manual(place):
