@@ -9,16 +9,14 @@ shell completion always run here. When no warm process listens, the command runs
 next commands (``ORCH_WARM=0`` turns this off).
 """
 
-from __future__ import annotations
-
+import _signal  # the C module, loaded with Python: the handler below is in place before anything slower loads
 import os
-import signal
 import sys
 
 HERE_ONLY = {"attach", "ssh", "forward"}
 
 
-def interrupted_while_starting(_signum: int, _frame: object) -> None:
+def interrupted_while_starting(_signum, _frame):
     """Ctrl-C while orch is still loading (before a command was handed on or run): nothing was done. The same as
     ``cli.main``'s, which this module must not import before the handler is in place."""
     os.write(2, b"interrupted: nothing was done\n")
@@ -26,7 +24,7 @@ def interrupted_while_starting(_signum: int, _frame: object) -> None:
 
 
 if os.path.basename(sys.argv[0]) == "orch":  # the entry script: its imports (the warm client's) come next
-    signal.signal(signal.SIGINT, interrupted_while_starting)
+    _signal.signal(_signal.SIGINT, interrupted_while_starting)
 
 
 def _eligible(argv: list[str]) -> bool:

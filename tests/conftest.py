@@ -26,6 +26,25 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 EXAMPLE = REPO / "examples" / "tinylm"
 
 
+@pytest.hookimpl(trylast=True)  # after ``-m`` has deselected its part
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``ORCH_LOCAL_SHARD=a`` or ``b``: half of the selected test files (``tests/groups.py`` runs both halves at
+    once). Files are dealt out largest first, back and forth, so each half gets as many tests as the other."""
+    shard = os.environ.get("ORCH_LOCAL_SHARD")
+    if shard not in ("a", "b"):
+        return
+    sizes: dict[Path, int] = {}
+    for item in items:
+        sizes[item.path] = sizes.get(item.path, 0) + 1
+    order = sorted(sizes, key=lambda p: (-sizes[p], str(p)))
+    half = {p for i, p in enumerate(order) if (i % 4 in (0, 3)) == (shard == "a")}
+    keep = [item for item in items if item.path in half]
+    drop = [item for item in items if item.path not in half]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(autouse=True)
 def _own_keepers(monkeypatch) -> Iterator[str]:
     """A runtime folder of the test's own: the connection keepers its commands start serve only it, and are

@@ -1,5 +1,6 @@
 """The whole suite as groups run at once: the testbed's tests (real LXC containers, mostly waiting on them) and
-the local ones, each in a pytest process of its own. The testbed's tests are two groups, ``testbed`` and
+the local ones, each in a pytest process of its own. The local tests are two groups, ``local`` and ``local-b``
+(half of the files each: ``ORCH_LOCAL_SHARD`` in ``tests/conftest.py``), as are the testbed's, ``testbed`` and
 ``testbed-b``, each with a testbed of its own (the second in namespaces of its own: ``tests/testbed/instance.py``;
 which files go where: ``SECOND_SHARD`` in ``tests/integration/conftest.py``), unless LXC cannot run here or
 ``ORCH_TESTBED_SPLIT=0``. Each group's output is printed whole once it ends, then the slowest tests of each group
@@ -68,7 +69,8 @@ def groups() -> list[tuple[str, list[str], dict[str, str], str | None]]:
     testbed, local = ["-m", "testbed"], ["-m", "not testbed"]
     if not split_testbed():
         return [("testbed", testbed, {}, None), ("local", local, {}, None)]
-    return [("testbed", testbed, {"ORCH_TESTBED_SHARD": "a"}, None), ("local", local, {}, None),
+    return [("testbed", testbed, {"ORCH_TESTBED_SHARD": "a"}, None),
+            ("local", local, {"ORCH_LOCAL_SHARD": "a"}, None), ("local-b", local, {"ORCH_LOCAL_SHARD": "b"}, None),
             ("testbed-b", testbed, {"ORCH_TESTBED_SHARD": "b"}, "b")]
 
 

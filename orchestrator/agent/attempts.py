@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from .causes import SHUTDOWN
+from .diskspace import FULL
 from .layout import read_json, write_json
 
 FILE = "attempts.json"
@@ -148,7 +149,11 @@ class History:
         return sum(1 for a in self.items if a.get("reason") == "lost" or a.get("reason") in SHUTDOWN)
 
     def _save(self) -> None:
-        write_json(self.path, self.data)
+        try:
+            write_json(self.path, self.data)
+        except OSError as exc:  # a full disk: the record waits in memory for the next save, the run goes on
+            if exc.errno not in FULL:
+                raise
 
     def begin(self, resumed_from: str) -> dict:
         entry = {"attempt": len(self.items), "started": time.time(), "ended": None, "exit_code": None,

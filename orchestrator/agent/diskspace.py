@@ -87,3 +87,22 @@ def _remove_if_old(path: str, now: float) -> bool:
         return True
     except OSError:
         return False
+
+
+class SparedLog:
+    """The supervisor's handle on a run's log: a line it cannot write on a full disk is skipped, and the run goes on
+    (the command writes through ``fileno`` itself)."""
+
+    def __init__(self, fh) -> None:
+        self.fh = fh
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            if exc.errno not in FULL:
+                raise
+            return 0
+
+    def fileno(self) -> int:
+        return self.fh.fileno()

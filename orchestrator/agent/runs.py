@@ -16,6 +16,7 @@ by the shutdown (``pid.json``'s ``interrupted``), until the attempt after boot r
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 import signal
@@ -23,8 +24,8 @@ import subprocess
 import sys
 import time
 
-from . import attempts, causes, grace, handover, heartbeat, journal, reboot_unit, watchdog, workdir
-from .layout import Layout, parse_run_key, read_json, write_json
+from . import attempts, causes, diskspace, grace, handover, heartbeat, journal, reboot_unit, watchdog, workdir
+from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
 
 LOG = "train.log"
@@ -284,7 +285,8 @@ def supervise(run_dir: str) -> int:
     policy = attempts.Policy.from_dict(launch.get("recovery"))
     history = attempts.History(run_dir, policy)
     print(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}", flush=True)
-    with open(log_path, "ab", buffering=0) as log:
+    with open(log_path, "ab", buffering=0) as raw:
+        log = diskspace.SparedLog(raw)
         if secrets is None:
             why = "its secrets did not arrive from the agent"
             log.write(f"orch: not started: {why} ({', '.join(launch['secrets'])})\n".encode())
@@ -304,6 +306,7 @@ def supervise(run_dir: str) -> int:
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, forward)
+        _reserve_exit(run_dir)
         resumes = policy.resume_after_reboot
         if resumes:
             why = reboot_unit.install(run_dir, sys.executable, os.path.abspath(sys.argv[0]))
@@ -395,11 +398,44 @@ def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
                       "boot_id": causes.boot_id()})
 
 
+EXIT_RESERVE = ".exit-reserve"  # space for the exit record, taken before the command starts
+RESERVE_BYTES = 4096
+
+
+def _reserve_exit(run_dir: str) -> None:
+    """Take the exit record's space while there is some: a command that ends on a full disk still reads as
+    finished or crashed, with its code, not as lost."""
+    try:
+        with open(os.path.join(run_dir, EXIT_RESERVE), "wb") as fh:
+            fh.write(b" " * RESERVE_BYTES)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        pass  # already full: the exit is recorded if space comes back
+
+
 def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = None,
                  cause: str | None = None) -> int:
     reboot_unit.remove(run_dir)  # the run is over: nothing to resume at the next boot
     record = {"exit_code": code, "signal": sig, "ended": time.time()} | ({"cause": cause} if cause else {})
-    write_json(os.path.join(run_dir, "exit.json"), record | ({"error": error} if error else {}))
+    data = (json.dumps(record | ({"error": error} if error else {}), indent=2, sort_keys=True) + "\n").encode()
+    path, reserve = os.path.join(run_dir, "exit.json"), os.path.join(run_dir, EXIT_RESERVE)
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        if exc.errno not in diskspace.FULL or len(data) > RESERVE_BYTES or not os.path.exists(reserve):
+            raise
+        with open(reserve, "r+b") as fh:  # its blocks are allocated: overwriting them takes no new space
+            fh.write(data)
+            fh.truncate(len(data))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(reserve, path)
+        return code
+    try:
+        os.unlink(reserve)
+    except FileNotFoundError:
+        pass
     return code
 
 

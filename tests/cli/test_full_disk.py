@@ -59,6 +59,14 @@ def fill(root: Path) -> Path:
     return filler
 
 
+def logged(root: Path, text: str, timeout: float = 30.0) -> None:
+    """Wait until a run's log under ``root`` holds ``text``: the command has started and written its line."""
+    deadline = time.monotonic() + timeout
+    while not any(text in p.read_text(errors="replace") for p in (root / "runs").glob("*/train.log")):
+        assert time.monotonic() < deadline, f"no run logged {text!r} within {timeout:g} s"
+        time.sleep(0.1)
+
+
 def leftovers(root: Path) -> list[str]:
     """Partial files of orch's own: temporary files and blob parts."""
     return [str(p) for sub in ("blobs", "revisions", "runs") for p in (root / sub).rglob("*")
@@ -77,6 +85,7 @@ def test_stop_list_and_purge_work_on_a_full_target_and_a_deploy_fails_cleanly(pr
     for name, size in (("ckpt-2.npz", 1000), ("ckpt-3.npz.tmp", 50), ("ckpt-4.npz.tmp-81", 50), (".lock", 1)):
         (ck / name).write_bytes(b"x" * size)
     assert project.run("deploy", *quiet).returncode == 0
+    logged(full_root, "step=1")  # its one line written: from now on it writes nothing, so the full disk is no harm
     fill(full_root)
 
     listing = project.cli("checkpoints", "list", "--json")
@@ -130,3 +139,23 @@ def test_stale_temporary_files_are_cleaned_on_the_next_locked_call(project):
     assert project.cli("stop").exit_code == 0  # a locked call
     assert not old.exists() and not stale_dir.exists() and not stale_run.exists()
     assert new.exists() and part.exists()
+
+
+ENDS = "import time\nprint('step=1 loss=1.0', flush=True)\ntime.sleep(2)\nraise SystemExit(3)\n"
+
+
+def test_a_command_that_ends_on_a_full_disk_reads_as_crashed_with_its_code(project, full_root):
+    (project.path / "ends.py").write_text(ENDS)
+    project.configure(extra="")
+    res = project.run("deploy", "--set", "project.sources=['ends.py', 'train.py']", "--set",
+                      "project.command=python3 ends.py")
+    assert res.returncode == 0, res.stderr
+    logged(full_root, "step=1")
+    filler = fill(full_root)
+    deadline = time.monotonic() + 30
+    while (state := json.loads(project.run("status", "--json").stdout))["state"] == "running":
+        assert time.monotonic() < deadline, state
+        time.sleep(0.3)
+    assert state["state"] == "crashed" and state["exit_code"] == 3, state  # not "lost": its exit was recorded
+    assert os.statvfs(full_root).f_bavail == 0  # it was recorded on a disk still full
+    filler.unlink()

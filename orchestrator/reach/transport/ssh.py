@@ -220,6 +220,10 @@ class SshTransport(Transport):
         except paramiko.BadHostKeyException as exc:
             raise self.host_keys.changed(known_hosts_name(conn.host, conn.port), exc.key, leg.label) from exc
         except paramiko.AuthenticationException as exc:
+            if "transport shut down or saw EOF" in str(exc):  # the connection dropped mid-login: no refusal
+                raise _Retryable(TransportError(f"{where} closed the connection while orch logged in",
+                                                hint="check the network and the target's sshd (MaxStartups, "
+                                                     "logs)")) from exc
             raise self._auth_failed(leg, where, f"refused every key offered ({exc})") from exc
         except NoValidConnectionsError as exc:
             raise _Retryable(TransportError(
