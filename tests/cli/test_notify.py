@@ -20,6 +20,7 @@ attempt = int(os.environ.get("ORCH_ATTEMPT", "0"))
 for i in range(3):
     print(f"step={i} loss={1.0 / (i + 1):.3f}", flush=True)
 if mode == "crash" or (mode == "flaky" and attempt == 0):
+    time.sleep(2)  # past the launch's start check: orch has exited when the crash comes
     print("Traceback (most recent call last):\\nRuntimeError: CUDA error: out of memory", flush=True)
     sys.exit(3)
 if mode == "stall":
