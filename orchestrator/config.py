@@ -279,7 +279,7 @@ def local_root() -> str:
 
 
 SECRET_KEYS = ("notify.url",)  # never shown in an error: the value is a secret
-NOTIFY_EVENTS = ("crashed", "stalled", "restarted", "finished")  # those the supervisor sends (agent/notify.py)
+NOTIFY_EVENTS = ("crashed", "stalled", "restarted", "finished", "spike", "slow")  # those the supervisor sends (agent/notify.py)
 
 
 class NotifySection(_Section):

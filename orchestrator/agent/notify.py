@@ -18,6 +18,7 @@ The body follows each service's documented webhook shape::
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -26,7 +27,7 @@ import urllib.request
 
 from .protocol import AgentFailure
 
-EVENTS = ("crashed", "stalled", "restarted", "finished")
+EVENTS = ("crashed", "stalled", "restarted", "finished", "spike", "slow")
 FORMATS = ("slack", "discord", "ntfy", "json")
 SCHEMA = "orch.notify/1"
 URL_KEY = "orch:notify_url"  # the URL's name in the secrets pipe: never an environment variable's
@@ -37,10 +38,10 @@ PAUSE_S = 1.0  # before the second try; doubled before each next one
 DISCORD_MAX = 2000
 LINES = 10  # last log lines in a crash's message
 _HEADLINE = {"crashed": "crashed", "stalled": "stalled", "restarted": "restarted", "finished": "finished",
-             "test": "test notification"}
+             "spike": "has a loss spike", "slow": "is slow", "test": "test notification"}
 _NTFY = {"crashed": ("high", "rotating_light"), "stalled": ("high", "warning"),
          "restarted": ("default", "repeat"), "finished": ("default", "white_check_mark"),
-         "test": ("low", "bell")}
+         "spike": ("default", "chart_with_upwards_trend"), "slow": ("default", "snail"), "test": ("low", "bell")}
 
 
 def check(spec: object) -> dict:
@@ -94,7 +95,21 @@ def _numbers(event: str, d: dict) -> str:
         return ", ".join(parts)
     if event == "stalled":
         return f"no new log line for {d.get('stall_after', 0):g} s"
+    if event == "spike":
+        at = f" at step {d['step']:g}" if d.get("step") is not None else ""
+        return f"loss {d.get('loss'):.4g}{at}, median {d.get('median'):.4g}"
+    if event == "slow":
+        pct = int(d.get("change_pct") or 0)
+        sign = "\u2212" if pct < 0 else "+"
+        return (f"{_rate(d.get('rate'))} {d.get('unit')}, {sign}{abs(pct)}% vs experiment {d.get('against')} "
+                f"({_rate(d.get('baseline'))} {d.get('unit')})")
     return ""
+
+
+def _rate(value: object) -> str:
+    """``11,873`` or ``2.41``: a throughput as people read it."""
+    number = float(value) if isinstance(value, (int, float)) else math.nan
+    return f"{number:,.0f}" if abs(number) >= 100 else f"{number:.3g}"
 
 
 def payload(fmt: str, event: str, context: dict, details: dict, now: float | None = None) -> tuple[bytes, dict]:
@@ -254,3 +269,61 @@ def test(layout: object, notify: dict) -> dict:
     spec = check(notify)
     body, headers = payload(spec["format"], "test", spec.get("context") or {}, {})
     return post(spec["url"], body, headers)
+
+
+class MetricWatch:
+    """What is new in the run's log, read at each tick of the supervisor's watch: ``spike`` (a loss jump, at most
+    one message per ``SPIKE_GAP_S``) and ``slow`` (the median throughput under ``SLOW`` of the baseline run's,
+    the parent's, sent again only after it came back over ``AGAIN``)."""
+
+    SLOW, AGAIN, SPIKE_GAP_S, READ_MAX = 0.7, 0.9, 300.0, 1 << 20
+
+    def __init__(self, told: Notifier, log_path: str) -> None:
+        from . import metric_lines
+
+        self.told, self.path, self.lines = told, log_path, metric_lines
+        try:
+            self.offset = os.path.getsize(log_path)  # this attempt's lines only
+        except OSError:
+            self.offset = 0
+        self.rest = b""
+        self.spikes, self.rate = metric_lines.Spikes(), metric_lines.Rate()
+        base = told.context.get("baseline") or {}
+        self.unit_key = "tok_s" if base.get("tok_s") else "steps_s" if base.get("steps_s") else None
+        self.baseline = base.get(self.unit_key) if self.unit_key else None
+        self.against = base.get("experiment")
+        self.last_spike, self.slow_sent = -math.inf, False
+
+    def tick(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(self.READ_MAX)
+        except OSError:
+            return
+        self.offset += len(data)
+        *complete, self.rest = (self.rest + data).split(b"\n")
+        if len(self.rest) > self.READ_MAX:
+            self.rest = b""  # one endless line (a progress bar without newlines): not a metric line
+        for raw in complete:
+            self.line(raw.decode("utf-8", "replace").rsplit("\r", 1)[-1])
+
+    def line(self, text: str) -> None:
+        found = self.lines.parse(text)
+        if "loss" in found and self.told.wants("spike"):
+            median = self.spikes.add(found["loss"])
+            now = time.monotonic()
+            if median is not None and now - self.last_spike >= self.SPIKE_GAP_S:
+                self.last_spike = now
+                self.told.send("spike", loss=found["loss"], step=found.get("step"), median=median)
+        if self.unit_key in found and self.baseline and self.told.wants("slow"):
+            rate = self.rate.add(found[self.unit_key])
+            if rate is None:
+                return
+            if not self.slow_sent and rate < self.SLOW * self.baseline:
+                self.slow_sent = True
+                self.told.send("slow", rate=rate, baseline=self.baseline, against=self.against,
+                               unit=self.unit_key.replace("_", "/"), step=found.get("step"),
+                               change_pct=round((rate - self.baseline) / self.baseline * 100))
+            elif rate >= self.AGAIN * self.baseline:
+                self.slow_sent = False

@@ -378,7 +378,11 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
         return _record_exit(run_dir, 127, None, error=exc.strerror)
     children.append(child)
     _write_pid(run_dir, child)
-    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log)
+    metrics = notices.MetricWatch(told, os.path.join(run_dir, LOG)) if told.wants("spike") or told.wants("slow") \
+        else None
+    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, metrics.tick if metrics else None)
+    if metrics is not None:
+        metrics.tick()  # the lines written since the last tick
     code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
     if _going_down(run_dir, stopping, code):
         reason = causes.shutdown_cause()

@@ -34,13 +34,36 @@ def context(settings: Settings, target: Target, exp_id: int | None) -> dict:
             "node": target.info.get("node") if target.spec.kind == "proxmox" else target.spec.host}
 
 
-def spec(settings: Settings, target: Target, exp_id: int | None) -> dict | None:
+def spec(settings: Settings, target: Target, exp_id: int | None, parent: int | None = None) -> dict | None:
     """The ``notify`` argument of the agent's ``run_start`` (None: nothing is sent)."""
     address = url(settings)
     if address is None:
         return None
-    return {"url": address, "format": settings.notify.format, "on": list(settings.notify.on),
-            "context": context(settings, target, exp_id)}
+    about = context(settings, target, exp_id)
+    if "slow" in settings.notify.on and exp_id is not None:
+        found = baseline(settings, target, exp_id, parent)
+        if found:
+            about["baseline"] = found
+    return {"url": address, "format": settings.notify.format, "on": list(settings.notify.on), "context": about}
+
+
+def baseline(settings: Settings, target: Target, exp_id: int, parent: int | None) -> dict | None:
+    """The throughput a ``slow`` run is measured against, as ``orch status`` compares it: the parent's median,
+    else that of the latest earlier experiment on this machine whose metrics were read."""
+    from ..records.experiments import Registry
+
+    path = settings.state_dir / "experiments.db"
+    if not path.exists():
+        return None
+    with Registry(path) as reg:
+        ids = [parent] if parent else []
+        ids += [e.id for e in reg.list(machine=target.machine, limit=10) if e.id < exp_id and e.id != parent]
+        for cand in ids:
+            summary = (reg.metrics(cand) or {}).get("summary") or {}
+            for key, unit in (("median_tok_s", "tok_s"), ("median_steps_s", "steps_s")):
+                if summary.get(key):
+                    return {"experiment": cand, unit: float(summary[key])}
+    return None
 
 
 def check(settings: Settings) -> None:

@@ -267,7 +267,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "secrets": dict(launch.secrets), "experiment": start.experiment,
                                         "batching": exp.batching, "recovery": start.recovery}
-                          | _notify_arg(launch, exp.id)))
+                          | _notify_arg(launch, exp)))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
             wait = max(step.wait, start.verify_wait if start is not None else 0.0)
@@ -278,11 +278,11 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
     return ops, keys
 
 
-def _notify_arg(launch: Launch, exp_id: int) -> dict:
+def _notify_arg(launch: Launch, exp: Experiment) -> dict:
     """``[notify]`` for the run's supervisor: its webhook's URL travels like a secret (``launch/notify.py``)."""
     from . import notify
 
-    found = notify.spec(launch.settings, launch.target, exp_id)
+    found = notify.spec(launch.settings, launch.target, exp.id, exp.parent)
     return {"notify": found} if found else {}
 
 

@@ -76,8 +76,43 @@ def test_summary_counts_and_keeps_the_last_failure(tmp_path):
 @pytest.mark.parametrize("spec, message", [
     ({"url": "ftp://x", "format": "json", "on": []}, "notify.url must be an http"),
     ({"url": "http://x", "format": "teams", "on": []}, "notify.format must be one of"),
-    ({"url": "http://x", "format": "json", "on": ["spike"]}, "notify.on must list events"),
+    ({"url": "http://x", "format": "json", "on": ["spikes"]}, "notify.on must list events"),
 ])
 def test_the_agent_refuses_a_bad_notify_argument(spec, message):
     with pytest.raises(notify.AgentFailure, match=message):
         notify.check(spec)
+
+
+def test_metric_lines_find_a_spike_and_a_slow_rate(tmp_path):
+    from orchestrator.agent import metric_lines
+
+    assert metric_lines.parse("step=3 loss=2.5 tok/s=1200") == {"step": 3.0, "loss": 2.5, "tok_s": 1200.0}
+    assert metric_lines.parse("epoch 1 done") == {}
+    spikes = metric_lines.Spikes()
+    assert [spikes.add(2.0 + 0.01 * (i % 3)) for i in range(20)] == [None] * 20
+    assert spikes.add(9.0) == pytest.approx(2.01)
+    assert spikes.add(float("nan")) is not None
+    rate = metric_lines.Rate(window=3)
+    assert [rate.add(v) for v in (10.0, 30.0, 20.0, 40.0)] == [None, None, 20.0, 30.0]
+
+
+def test_metric_watch_reads_new_lines_and_sends_once(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step=0 loss=1.0 tok/s=99999\n")  # an earlier attempt's line: not this attempt's
+    told = notify.Notifier(str(tmp_path), {"format": "json", "on": ["spike", "slow"],
+                                           "context": {"baseline": {"experiment": 1, "tok_s": 1000.0}}}, "http://x")
+    sent: list = []
+    told.send = lambda event, **d: sent.append((event, d))  # type: ignore[method-assign]
+    watch = notify.MetricWatch(told, str(log))
+    with log.open("a") as fh:
+        for step in range(1, 41):
+            fh.write(f"step={step} loss={2.0 + 0.01 * (step % 3):.2f} tok/s=400\n")
+        fh.write("step=41 loss=9.5 tok/s=4")  # no newline yet: read at the next tick
+    watch.tick()
+    assert [e for e, _ in sent] == ["slow"]
+    assert sent[0][1]["rate"] == 400.0 and sent[0][1]["change_pct"] == -60 and sent[0][1]["step"] == 20.0
+    with log.open("a") as fh:
+        fh.write("00\nstep=42 loss=9.7 tok/s=400\n")
+    watch.tick()
+    assert [e for e, _ in sent] == ["slow", "spike"]  # one slow message, one spike in SPIKE_GAP_S
+    assert sent[1][1] == {"loss": 9.5, "step": 41.0, "median": 2.01}

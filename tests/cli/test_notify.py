@@ -25,6 +25,12 @@ if mode == "crash" or (mode == "flaky" and attempt == 0):
     sys.exit(3)
 if mode == "stall":
     time.sleep(600)
+if mode == "rates":  # experiment 1 at 10,000 tok/s; a later one at 3,000 with a loss spike at step 30
+    rate = 10000 if os.environ["ORCH_EXPERIMENT_ID"] == "1" else 3000
+    for step in range(3, 40):
+        loss = 9.0 if step == 30 and rate < 10000 else 2.0 + 0.01 * (step % 3)
+        print(f"step={step} loss={loss:.2f} tok/s={rate}", flush=True)
+        time.sleep(0.02)
 """
 
 
@@ -209,3 +215,20 @@ def test_bad_notify_settings_are_clear_errors(project, setting, message):
     assert message in res.stderr and "hint:" in res.stderr
     assert "T0SECRET" not in res.stderr
     assert not (project.root / "runs").exists()
+
+
+def test_slow_and_spike_are_read_from_the_log_by_the_supervisor(project):
+    with Webhook() as hook:
+        configure(project, "rates", f'url = "{hook.url}"\nformat = "json"\non = ["spike", "slow"]')
+        deploy(project)
+        wait_status(project, 1, ("finished",))  # status reads its metrics: the next run's baseline
+        assert hook.received == []  # nothing to compare against, no spike
+        deploy(project)
+        slow, spike = sorted((r.json() for r in hook.wait(2)), key=lambda m: m["event"])
+        assert slow["event"] == "slow"
+        assert slow["title"] == "orch: experiment 2 of tinylm is slow (3,000 tok/s, \u221270% vs experiment 1 " \
+            "(10,000 tok/s)) on local"
+        assert slow["details"]["baseline"] == 10000.0 and slow["details"]["against"] == 1
+        assert spike["title"] == "orch: experiment 2 of tinylm has a loss spike (loss 9 at step 30, median 2.01) " \
+            "on local"
+        assert spike["look"] == "orch logs -e 2"
