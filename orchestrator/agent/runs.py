@@ -369,6 +369,8 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
     env.pop("ORCH_RESUME", None)
     env.update(attempts.attempt_env(attempt, resume_from))
     history.begin(resume_from)
+    metrics = notices.MetricWatch(told, os.path.join(run_dir, LOG)) if told.wants("spike") or told.wants("slow") \
+        else None  # from this attempt's first line
     try:
         child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -378,8 +380,6 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
         return _record_exit(run_dir, 127, None, error=exc.strerror)
     children.append(child)
     _write_pid(run_dir, child)
-    metrics = notices.MetricWatch(told, os.path.join(run_dir, LOG)) if told.wants("spike") or told.wants("slow") \
-        else None
     rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, metrics.tick if metrics else None)
     if metrics is not None:
         metrics.tick()  # the lines written since the last tick
