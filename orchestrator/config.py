@@ -278,6 +278,55 @@ def local_root() -> str:
     return os.path.join(data, "orch", "local")
 
 
+SECRET_KEYS = ("notify.url",)  # never shown in an error: the value is a secret
+NOTIFY_EVENTS = ("crashed", "stalled", "restarted", "finished", "spike", "slow")  # those the supervisor sends (agent/notify.py)
+
+
+class NotifySection(_Section):
+    """Webhook notifications sent by the target's supervisor; the URL is a secret, never recorded."""
+
+    url: str | None = Field(None, exclude=True, repr=False, description="the webhook URL (never recorded)")
+    url_secret: str | None = Field(None, description="name of the secret (environment or .orch/secrets.env) "
+                                                     "holding the webhook URL")
+    format: Literal["slack", "discord", "ntfy", "json"] = "json"
+    on: list[str] = Field(default_factory=lambda: ["crashed", "stalled"])
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")  # never echo the value: it is a secret
+        return v
+
+    @field_validator("url_secret")
+    @classmethod
+    def _url_secret(cls, v: str | None) -> str | None:
+        import re
+
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(f"{v!r} is not an environment variable name (letters, digits, '_')")
+        return v
+
+    @field_validator("on")
+    @classmethod
+    def _on(cls, v: list[str]) -> list[str]:
+        unknown = [e for e in v if e not in NOTIFY_EVENTS]
+        if unknown:
+            raise ValueError(f"{', '.join(map(repr, unknown))} is not an event orch sends; "
+                             f"choose among {', '.join(NOTIFY_EVENTS)}")
+        return list(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _one_url(self) -> "NotifySection":
+        if self.url is not None and self.url_secret is not None:
+            raise ValueError("set url or url_secret, not both")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.url is not None or self.url_secret is not None
+
+
 class Settings(_Section):
     project: ProjectSection = Field(default_factory=ProjectSection)
     paths: PathsSection = Field(default_factory=PathsSection)
@@ -291,6 +340,7 @@ class Settings(_Section):
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
+    notify: NotifySection = Field(default_factory=NotifySection)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _project_dir: Path = PrivateAttr(default_factory=Path.cwd)
@@ -479,7 +529,7 @@ def _describe(err: dict, data: dict, sources: dict[str, str], file_label: str) -
         allowed = ", ".join(sorted(section.model_fields)) if section else "?"
         return f"{source}: unknown key {dotted!r} (allowed here: {allowed})"
     value = err.get("input")
-    shown = "" if isinstance(value, dict) or value is None else f" = {value!r}"
+    shown = "" if isinstance(value, dict) or value is None or dotted in SECRET_KEYS else f" = {value!r}"
     msg = err["msg"].removeprefix("Value error, ")
     return f"{source}: {dotted or 'settings'}{shown}: {msg}"
 

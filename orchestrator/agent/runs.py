@@ -25,6 +25,7 @@ import sys
 import time
 
 from . import attempts, causes, diskspace, grace, handover, heartbeat, journal, reboot_unit, watchdog, workdir
+from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
 
@@ -86,6 +87,9 @@ def run_state(run_dir: str) -> dict:
     nodes = exp.get("nodes")
     if isinstance(nodes, list) and len(nodes) > 1:  # a node of a job: a launch that would stop it alone refuses
         out["job"] = {"nodes": [{k: n.get(k) for k in JOB_NODE_KEYS} for n in nodes if isinstance(n, dict)]}
+    told = notices.summary(run_dir)  # the webhook's failures are shown, never its URL
+    if told is not None:
+        out["notify"] = told
     heard = heartbeat.read_state(run_dir)  # a node of a job: what its stall watchdog heard from its peers
     if heard is not None:
         out["heartbeat"] = heard
@@ -183,11 +187,13 @@ def _last_line(path: str) -> str | None:
 
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
           experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None,
-          registry: str | None = None, recovery: dict | None = None) -> dict:
+          registry: str | None = None, recovery: dict | None = None, notify: dict | None = None) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session."""
     import libtmux
 
     secrets = handover.check(secrets or {})
+    if notify is not None:  # its URL goes with the secrets, through the pipe
+        notify = notices.check(notify)
     if (recovery or {}).get("job") is not None:
         try:
             heartbeat.JobSpec.from_dict(recovery["job"])  # type: ignore[index]
@@ -233,12 +239,14 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     write_json(os.path.join(run_dir, "experiment.json"), experiment)
     write_json(os.path.join(run_dir, "launch.json"),
                {"argv": list(argv), "cwd": work, "revision": revision, "env": run_env, "secrets": sorted(secrets),
-                "created": time.time(), "recovery": recovery or {}})
+                "created": time.time(), "recovery": recovery or {},
+                "notify": {k: v for k, v in notify.items() if k != "url"} if notify else None})
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(project)
     _kill_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
-    sender = handover.Sender(run_dir, secrets) if secrets else None
+    piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
+    sender = handover.Sender(run_dir, piped) if piped else None
     try:
         server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
                            start_directory=work, window_command=command)
@@ -279,8 +287,16 @@ def supervise(run_dir: str) -> int:
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)
     env = dict(os.environ)
-    secrets = handover.receive(run_dir) if launch.get("secrets") else {}
+    secrets = handover.receive(run_dir) if launch.get("secrets") or launch.get("notify") else {}
+    url = (secrets or {}).pop(notices.URL_KEY, None)
+    if secrets is None and not launch.get("secrets"):
+        secrets = {}  # only the webhook's URL was to come (a resume after a reboot): the run goes without it
     env.update(secrets or {})
+    told = notices.Notifier(run_dir, launch.get("notify"), url)
+    if launch.get("notify") and not url:
+        notices.log_result(run_dir, "start", {"ok": False, "status": None, "tries": 0,
+                                              "error": "no webhook URL came with this start (it is never stored "
+                                                       "on the target, so a resume after a reboot has none)"})
     env.update(launch["env"])
     policy = attempts.Policy.from_dict(launch.get("recovery"))
     history = attempts.History(run_dir, policy)
@@ -313,8 +329,10 @@ def supervise(run_dir: str) -> int:
             log.write(f"[orch] resume_after_reboot: {why}; a reboot leaves this run lost\n".encode() if why else b"")
             resumes = not why
         while True:
-            ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children)
+            ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children, told)
             if isinstance(ended, int):
+                told.send("crashed", exit_code=ended, reason=history.items[-1].get("reason"),
+                          last_lines=notices.last_lines(log_path))
                 return ended  # the command could not be started
             code, sig, reason = ended
             if reason in causes.SHUTDOWN:
@@ -323,6 +341,8 @@ def supervise(run_dir: str) -> int:
                 break
             pause = policy.delay(len(history.items))
             history.waiting(time.time() + pause)
+            told.send("restarted", exit_code=code, signal=sig, reason=reason, attempt=len(history.items) + 1,
+                      attempts=policy.attempts + history.lost, delay=pause)
             if not attempts.wait_backoff(run_dir, pause, stopping):
                 if _going_down(run_dir, stopping, 0):  # the shutdown came during the backoff
                     return _interrupted(run_dir, causes.shutdown_cause(), log, resumes, code)
@@ -332,12 +352,15 @@ def supervise(run_dir: str) -> int:
         pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}  # no stop sent it: the OOM killer?
         cause = causes.oom_cause(pid.get("child"), pid.get("child_comm"))
     _record_exit(run_dir, code, sig, cause=cause)
+    if not stopping and not attempts.stop_requested(run_dir):
+        told.send("finished" if code == 0 else "crashed", exit_code=code, signal=sig, reason=reason, cause=cause,
+                  attempts=len(history.items), last_lines=[] if code == 0 else notices.last_lines(log_path))
     print(f"orch: exited with code {code}", flush=True)
     return code
 
 
 def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy, history: attempts.History,
-             stopping: list, children: list) -> tuple[int, int | None, str] | int:
+             stopping: list, children: list, told: notices.Notifier) -> tuple[int, int | None, str] | int:
     """One attempt: mark it in the log, start the command, watch it; (code, signal, reason), or 127 if not started."""
     attempt = len(history.items)
     resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""), policy.checkpoint_glob)
@@ -346,6 +369,8 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
     env.pop("ORCH_RESUME", None)
     env.update(attempts.attempt_env(attempt, resume_from))
     history.begin(resume_from)
+    metrics = notices.MetricWatch(told, os.path.join(run_dir, LOG)) if told.wants("spike") or told.wants("slow") \
+        else None  # from this attempt's first line
     try:
         child = subprocess.Popen(launch["argv"], cwd=launch["cwd"], env=env, stdout=log,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -355,7 +380,9 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
         return _record_exit(run_dir, 127, None, error=exc.strerror)
     children.append(child)
     _write_pid(run_dir, child)
-    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log)
+    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, metrics.tick if metrics else None)
+    if metrics is not None:
+        metrics.tick()  # the lines written since the last tick
     code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
     if _going_down(run_dir, stopping, code):
         reason = causes.shutdown_cause()
@@ -366,6 +393,8 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
     history.end(code, reason)
     if stalled:
         log.write(watchdog.stall_note(policy).encode())
+        told.send("stalled", stall_after=policy.stall_timeout, attempt=attempt + 1, exit_code=code,
+                  last_lines=notices.last_lines(os.path.join(run_dir, LOG)))
     return code, sig, reason
 
 

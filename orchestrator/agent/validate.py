@@ -246,7 +246,8 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "revision_assemble": {"revision": revision, "files": _optional(manifest)},
     "run_start": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "argv": _STRINGS, "env": _env,
-                  "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict)},
+                  "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict),
+                  "notify": _optional(_dict)},
     "run_check": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "secrets": _optional(_STRINGS), "checkpoints": _optional(_str), "stops_runs": _bool,
                   "revision_pending": _bool},
@@ -275,6 +276,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
            "keep_revisions": lambda v, n: _list(v, n, revision), "checkpoints": _STRINGS, "dry_run": _bool,
            "grace": _num, "only": _optional(_STRINGS)},
     "journal_read": {"ids": lambda v, n: _list(v, n, exp_id), "registry": registry_id},
+    "notify_test": {"notify": _dict},
 }
 
 

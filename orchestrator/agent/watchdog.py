@@ -11,15 +11,22 @@ import os
 import signal
 import subprocess
 import time
+from typing import Callable
 
 from . import attempts, heartbeat
 
 
 def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stopping: list,
-          log) -> tuple[int, bool]:
+          log, tick: Callable[[], None] | None = None) -> tuple[int, bool]:
     """Wait for the child; with ``stall_timeout``, end it (SIGTERM, then SIGKILL) when its log stops growing,
-    or, for a node of a job, when no node's log has grown for that long (``heartbeat``)."""
+    or, for a node of a job, when no node's log has grown for that long (``heartbeat``). ``tick`` is called
+    about every 0.2 s meanwhile (the notifications that read the log's metrics)."""
     if policy.stall_timeout is None:
+        while tick is not None:
+            try:
+                return child.wait(timeout=0.2), False
+            except subprocess.TimeoutExpired:
+                tick()
         return child.wait(), False
     log_path = os.path.join(run_dir, "train.log")
     progress = heartbeat.Progress(time.monotonic())
@@ -37,6 +44,8 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
                 size = os.stat(log_path).st_size
             except OSError:
                 pass
+            if tick is not None:
+                tick()
             now = time.monotonic()
             progress.own_size(size, now)
             if stopping:

@@ -90,6 +90,15 @@ def _attempt_line(d: dict) -> str | None:
     return ", ".join(parts)
 
 
+def _notify_line(n: dict | None) -> str | None:
+    """``notifications: 1 sent, 2 failed (last: crashed: HTTP 500 Internal Server Error)``."""
+    if not n:
+        return None
+    line = f"notifications: {n.get('sent', 0)} sent, {n.get('failed', 0)} failed"
+    last = n.get("last_failure")
+    return line + (f" (last: {last.get('event')}: {last.get('error')})" if n.get("failed") and last else "")
+
+
 def _how_it_ended(d: dict) -> str:
     """`` (exit code 0)``, `` (SIGHUP: the tmux server went away)``, `` (exit code 130; stopped by experiment 7)``."""
     if d["state"] not in ("crashed", "finished", "stopped", "failed", "lost"):
@@ -113,6 +122,8 @@ def _print_status(d: dict) -> None:
         render.out(f"  {tried}")
     if d.get("message"):
         render.out(f"  message: {d['message']}")
+    if (told := _notify_line(d.get("notify"))) is not None:
+        render.out(f"  {told}")
     s = d.get("summary") or {}
     parts = []
     if s.get("step") is not None:

@@ -266,7 +266,8 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
             ops.append(Op("run_start", {"exp_id": exp.id, "registry": key, "project": project,
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "secrets": dict(launch.secrets), "experiment": start.experiment,
-                                        "batching": exp.batching, "recovery": start.recovery}))
+                                        "batching": exp.batching, "recovery": start.recovery}
+                          | _notify_arg(launch, exp)))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
             wait = max(step.wait, start.verify_wait if start is not None else 0.0)
@@ -275,6 +276,14 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
     if exp is not None and "start" in keys:
         _check_start_first(launch, exp, key, ops, keys, spare_jobs=start.alone)
     return ops, keys
+
+
+def _notify_arg(launch: Launch, exp: Experiment) -> dict:
+    """``[notify]`` for the run's supervisor: its webhook's URL travels like a secret (``launch/notify.py``)."""
+    from . import notify
+
+    found = notify.spec(launch.settings, launch.target, exp.id, exp.parent)
+    return {"notify": found} if found else {}
 
 
 def _shell_args(launch: Launch, step: Shell, exp: Experiment | None, key: str | None) -> dict:

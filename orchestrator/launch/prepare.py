@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from . import playbooks, revisions, sources
+from . import notify, playbooks, revisions, sources
 from .. import secrets
 from ..config import Settings
 from ..errors import InputError, NotFoundError
@@ -77,6 +77,7 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
                     secrets=secret, config=_public_config(settings), batching_plan=planned, yes=yes,
                     confirm=confirm, echo=echo, progress=progress)
     check_limits(launch)  # what the agent would refuse, before anything is asked or stopped
+    notify.check(settings)
     return launch
 
 
@@ -108,6 +109,7 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
                     inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
                                "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})
     check_limits(launch)
+    notify.check(settings)
     return launch
 
 
