@@ -7,6 +7,7 @@ a child of a run's recorded command, and a process orch did not start.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -142,3 +143,25 @@ def test_pool_flags_and_settings_are_checked_before_anything_runs(gpu_project):
     assert res.returncode == 0 and "placement: local: 2 of 2 GPUs free; the run gets GPU 0" in res.stderr, res.stderr
     with p.registry() as reg:
         assert [e.gpus for e in reg.list()] == [[{"index": 0, "uuid": gpu_uuid(9, 0)}]]
+
+
+def test_status_flags_idle_gpus_and_compare_shows_their_use(gpu_project):
+    p = gpu_project
+    p.configure(extra="\n[metrics]\ngpu_idle_after = 1\n")
+    text = (p.path / "orch.toml").read_text().replace('command = "python3 train.py"', f"command = {json.dumps(COMMAND)}")
+    (p.path / "orch.toml").write_text(text)
+    assert p.run("deploy", "--gpus", "1", env=p.env).returncode == 0
+    first = p.run("status", env=p.env)
+    assert "input-bound?" not in first.stdout, first.stdout
+    time.sleep(1.5)
+    second = p.run("status", env=p.env)
+    assert re.search(r"^  ! GPU 0 at 0% for \d+ s: input-bound\?$", second.stdout, re.M), second.stdout
+    with p.registry() as reg:
+        series = reg.get(1).gpu_series
+    assert len(series) == 1 and series[0][1] == [[0.0, 0.0]]
+
+    _state(p, {1: [p.stranger]})
+    assert p.run("deploy", "--gpus", "1", env=p.env).returncode == 0
+    compared = json.loads(p.run("experiments", "compare", "1", "2", "--json", env=p.env).stdout)
+    rows = {m["metric"]: m["values"] for m in compared["metrics"]}
+    assert rows["gpus"] == ["0", "0"] and rows["gpu util"] == ["0%", "-"] and rows["gpu memory peak"] == ["0 MiB", "-"]
