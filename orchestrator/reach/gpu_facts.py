@@ -82,6 +82,8 @@ def gpus_of(report: dict) -> list[dict]:
         holders = [a for a in apps if a.get("gpu_uuid") == gpu.get("uuid")]
         row = _numbers(gpu)
         row.update(holders=holders, use=holder_text(holders), free=not holders)
+        if report.get("apps_error"):
+            row.update(use=f"unknown: {report['apps_error']}", free=False)
         rows.append(row)
     return rows
 
