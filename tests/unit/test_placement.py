@@ -64,3 +64,12 @@ def test_candidates_from_flags_and_pools():
     assert candidates(settings, None, None, None) == [(None, None)]
     with pytest.raises(InputError, match="--pool names the machines already"):
         candidates(settings, None, [200], "big")
+
+
+def test_a_group_target_is_not_a_machine_to_place_on():
+    from orchestrator.config import Settings
+
+    settings = Settings.model_validate({"targets": {"a": {"kind": "local", "root": "/x"},
+                                                    "pair": {"kind": "group", "members": ["local", "a"]}}})
+    with pytest.raises(InputError, match="target 'pair' is a group"):
+        candidates(settings, ["pair"], None, None)
