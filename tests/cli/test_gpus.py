@@ -165,3 +165,14 @@ def test_status_flags_idle_gpus_and_compare_shows_their_use(gpu_project):
     compared = json.loads(p.run("experiments", "compare", "1", "2", "--json", env=p.env).stdout)
     rows = {m["metric"]: m["values"] for m in compared["metrics"]}
     assert rows["gpus"] == ["0", "0"] and rows["gpu util"] == ["0%", "-"] and rows["gpu memory peak"] == ["0 MiB", "-"]
+
+
+def test_a_machine_that_does_not_answer_shows_as_such(gpu_project):
+    p = gpu_project
+    p.configure(extra="\n[ssh]\nread_timeout = 2\n")
+    gpu_standin.install_local(p.smi, gpu_state(2, delay_s=20))
+    res = p.run("gpus", env=p.env)
+    assert res.returncode == 0, res.stderr
+    assert "did not finish within 2 s on the local target" in res.stdout, res.stdout
+    data = json.loads(p.run("gpus", "--json", env=p.env).stdout)
+    assert data[0]["gpus"] == [] and "within 2 s" in data[0]["error"]
