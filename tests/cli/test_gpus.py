@@ -148,7 +148,8 @@ def test_pool_flags_and_settings_are_checked_before_anything_runs(gpu_project):
 def test_status_flags_idle_gpus_and_compare_shows_their_use(gpu_project):
     p = gpu_project
     p.configure(extra="\n[metrics]\ngpu_idle_after = 1\n")
-    text = (p.path / "orch.toml").read_text().replace('command = "python3 train.py"', f"command = {json.dumps(COMMAND)}")
+    text = (p.path / "orch.toml").read_text().replace('command = "python3 train.py"',
+                                                       f"command = {json.dumps(COMMAND)}")
     (p.path / "orch.toml").write_text(text)
     assert p.run("deploy", "--gpus", "1", env=p.env).returncode == 0
     first = p.run("status", env=p.env)

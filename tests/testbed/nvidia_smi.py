@@ -235,7 +235,8 @@ def _table(state: dict, gpus: list[dict]) -> str:
              "|" + "-" * 41 + "+" + "-" * 22 + "+" + "-" * 22 + "+"]
     for g in gpus:
         mem = f"{g.get('memory_used_mib', 0)}MiB / {g.get('memory_total_mib', 0)}MiB"
-        power = f"{_number(g.get('power_draw_w', 0), 'W').split('.')[0]}W / {_number(g.get('power_limit_w', 0), 'W').split('.')[0]}W"
+        draw, limit = (_number(g.get(k, 0), "W").split(".")[0] for k in ("power_draw_w", "power_limit_w"))
+        power = f"{draw}W / {limit}W"
         lines.append(f"| {g.get('index', 0):>3}  {str(g.get('name', ''))[:30]:<30}  On | "
                      f"{str(g.get('pci_bus_id', '')):<16} Off | {'0':>20} |")
         lines.append(f"| N/A  {str(g.get('temperature_gpu', 0)) + 'C':>4}  P0  {power:>22} | {mem:>20} | "
