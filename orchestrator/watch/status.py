@@ -31,7 +31,8 @@ def as_dict(st: dict) -> dict:
             "revision": exp.revision if exp else None, "message": exp.message if exp else None,
             "started": exp.started if exp else None, "last_line": run.get("last_line"),
             "log_age_s": age, "log_bytes": run.get("log_size"), "summary": st.get("summary") or {},
-            "gpus": st.get("gpus", []), "phase": run.get("phase"), "attempt": run.get("attempt"),
+            "gpus": st.get("gpus", []), "run_gpus": exp.gpus if exp else None,
+            "phase": run.get("phase"), "attempt": run.get("attempt"),
             "max_attempts": run.get("max_attempts"), "last_reason": run.get("last_reason"),
             "resumed_from": run.get("resumed_from"), "notify": run.get("notify")}
 
@@ -41,9 +42,16 @@ def read(settings: Settings, target: Target, registry: Registry, client, *, metr
     from ..records.reconcile import target_status
     from . import metrics_view
 
+    from . import gpu_use
+
     st = target_status(settings, target, registry, client)
     if metrics:
         st["summary"] = metrics_view.refresh(settings, target, registry, client, st["experiment"], now=st["now"])
+    notes = gpu_use.record(registry, st["experiment"], st.get("gpus") or [], settings.metrics.gpu_idle_after,
+                           st["now"])
+    if notes:
+        st["summary"] = {**(st.get("summary") or {})}
+        st["summary"]["notes"] = [*(st["summary"].get("notes") or []), *notes]
     return as_dict(st)
 
 
