@@ -228,6 +228,9 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     # the user's folders first ([project] env, then the target's own), orch's batching library last
     run_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(env.get("PYTHONPATH", "")), os.environ.get("PYTHONPATH", ""), lib) if p)
+    if run_env.get("VIRTUAL_ENV"):  # the run's environment (envs.py): its python first on the PATH
+        run_env["PATH"] = os.pathsep.join(p for p in (os.path.join(run_env["VIRTUAL_ENV"], "bin"),
+                                                       str(env.get("PATH") or os.environ.get("PATH", ""))) if p)
     if experiment.get("checkpoints"):
         os.makedirs(experiment["checkpoints"], exist_ok=True)
     write_json(os.path.join(run_dir, "experiment.json"), experiment)

@@ -148,6 +148,8 @@ def compare(ctx: typer.Context, ids: IdsArg,
         return
     head = ["", *[f"exp {i}" for i in ids]]
     render.table("differences", head, [[r["key"], *r["values"]] for r in result["diff"]] or [["(none)"]])
+    for c in result["packages"]:
+        render.out(f"packages of exp {c['id']} against exp {c['against']}: {', '.join(c['changes'])}")
     render.table("metrics", head, [[r["metric"], *r["values"]] for r in result["metrics"]])
 
 

@@ -89,6 +89,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE experiments ADD COLUMN end_reason TEXT;
     """,
+    # the run's environment ([env]): its hash on the target, the spec it was built from, what it holds
+    """
+    ALTER TABLE experiments ADD COLUMN env TEXT;
+    """,
 ]
 
 def command_line(command: str | list[str]) -> str:
@@ -104,7 +108,7 @@ def clone(settings: Any) -> dict:
     return {"host": socket.gethostname(), "path": str(settings.project_dir)}
 
 
-_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes")
+_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes", "env")
 
 
 class Experiment(BaseModel):
@@ -136,6 +140,7 @@ class Experiment(BaseModel):
     attempts: list | None = None  # the supervisor's attempts.json entries: start, end, exit code, reason, resumed-from
     nodes: list | None = None  # a job over several nodes: one record per node (multinode.py), node 0 first
     end_reason: str | None = None  # "stopped by experiment 7", "SIGHUP: the tmux server went away", ...
+    env: dict | None = None  # [env]: {"hash", "spec", "packages": {name: version}} (launch/envs.py)
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""
