@@ -68,6 +68,9 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
     for line in sources.left_out_warning(rev.left_out):
         echo(line)
     batching, planned = resolve_batching(settings)
+    if settings.env.active and not book.has("build_env"):
+        echo(f"warning: playbook {book.name} has no build_env step: [env] is not built, and the run uses the "
+             "target's own python (add `- step: build_env` after push_revision)")
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
                     files=len(rev.files), size=rev.size, argv=exec_argv(settings.project.command),

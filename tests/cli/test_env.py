@@ -33,9 +33,34 @@ def _setup(project, requirements: str, steps: int = 1, extra: str = "", wheels: 
     (project.path / "orch.toml").write_text(text)
 
 
+WHEELS = ("six==1.15.0", "six==1.16.0", "tomli==2.0.1")
+
+
+def download_wheels(dest: Path) -> Path:
+    """The tests' wheels from the package index, once per session: orch then resolves from this folder alone
+    (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``), so its own downloads never wait on the network."""
+    if not any(dest.glob("six-1.15.0-*.whl")):
+        for req in WHEELS:
+            got = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                                  "--retries", "1", "--timeout", "20", "--dest", str(dest), req],
+                                 capture_output=True, text=True)
+            assert got.returncode == 0, got.stderr
+    return dest
+
+
+@pytest.fixture(scope="session")
+def wheels_folder(tmp_path_factory) -> Path:
+    return download_wheels(tmp_path_factory.mktemp("wheels"))
+
+
 @pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
+def _offline(tmp_path, monkeypatch, wheels_folder):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the wheels orch downloads: this test's own
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels_folder))
+    # a local target's own installer (uv, from "the index") sees the same folder
+    monkeypatch.setenv("UV_NO_INDEX", "1")
+    monkeypatch.setenv("UV_FIND_LINKS", str(wheels_folder))
 
 
 def _envs(project) -> list[str]:
