@@ -36,11 +36,11 @@ def _setup(project, requirements: str, steps: int = 1, extra: str = "", wheels: 
 WHEELS = ("six==1.15.0", "six==1.16.0", "tomli==2.0.1")
 
 
-def download_wheels(dest: Path) -> Path:
+def download_wheels(dest: Path, wanted: tuple[str, ...] = WHEELS) -> Path:
     """The tests' wheels from the package index, once per session: orch then resolves from this folder alone
     (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``), so its own downloads never wait on the network."""
-    if not any(dest.glob("six-1.15.0-*.whl")):
-        for req in WHEELS:
+    if not any(dest.iterdir()):
+        for req in wanted:
             got = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
                                   "--retries", "1", "--timeout", "20", "--dest", str(dest), req],
                                  capture_output=True, text=True)
