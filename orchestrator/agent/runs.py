@@ -243,8 +243,10 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
     sender = handover.Sender(run_dir, secrets) if secrets else None
     try:
+        # a window opened in the session (orch attach, then tmux's new-window) sees the run's env first too
+        shown = {k: run_env[k] for k in ("VIRTUAL_ENV", "PATH") if run_env.get("VIRTUAL_ENV")}
         server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
-                           start_directory=work, window_command=command)
+                           start_directory=work, window_command=command, **({"environment": shown} if shown else {}))
         if sender is not None:
             sender.wait_taken(run_dir)  # if it never comes, the supervisor records why the run did not start
     except Exception as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import tmux_socket, wait_for
 
 TRAIN = """\
 import os, shutil, sys, time
@@ -116,12 +116,20 @@ def test_run_imports_pushed_packages_and_a_code_change_builds_nothing(project):
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["1.16.0", str(venv)]
 
+    restarted = project.run("restart", "--wait", "20")  # the parent's env, still there: nothing to build
+    assert restarted.returncode == 0, restarted.stderr
+    assert "building the environment" not in restarted.stderr
+    assert _exp(project, 3).env["hash"] == env_hash and _exp(project, 3).parent == 2
+
 
 def test_changed_requirement_builds_before_the_old_run_stops_and_compare_shows_it(project):
     _setup(project, "six==1.16.0\ntomli==2.0.1\n", steps=1000)
     assert project.run("deploy").returncode == 0
     wait_for(lambda: "step=" in _log(project, 1), what="the first run's steps")
     (old_hash,) = _envs(project)
+    shown = subprocess.run(["tmux", "-L", tmux_socket(str(project.root)), "show-environment", "-t", "orch-tinylm",
+                            "PATH"], capture_output=True, text=True)  # what a window opened after attach sees
+    assert shown.stdout.startswith(f"PATH={project.root}/envs/{old_hash}/bin:"), shown
     (project.path / "requirements.txt").write_text("six==1.15.0\ntomli==2.0.1\n")
     out = project.run("deploy")
     assert out.returncode == 0, out.stderr
