@@ -110,13 +110,18 @@ def spec(settings: Settings) -> dict | None:
             "system_site_packages": env.system_site_packages, "wheels": env.wheels, "installer": env.installer}
 
 
+def _redact(text: str) -> str:
+    """An index URL's credentials (``https://user:token@host``) are never recorded, nor part of the env's name."""
+    return re.sub(r"://[^/@\s]+@", "://***@", text)
+
+
 def probe_op(env: dict) -> Op:
     return Op("env_probe", {"python": env.get("python")})
 
 
 def env_hash(env: dict, facts: dict) -> str:
     """The env's name: its requirement lines, the interpreter's version and platform, its site packages."""
-    lines = [ln.strip() for ln in env["requirements"].splitlines() if ln.split("#", 1)[0].strip()]
+    lines = [_redact(ln.strip()) for ln in env["requirements"].splitlines() if ln.split("#", 1)[0].strip()]
     key = {"requirements": lines, "python": facts["version"], "platform": facts["platform"],
            "glibc": facts.get("glibc"), "system_site_packages": bool(env.get("system_site_packages"))}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -256,7 +261,8 @@ def record(launch: Launch) -> dict | None:
     env, venv = launch.inputs.env, launch.venv
     if env is None or venv is None:
         return None
-    return {"hash": venv["hash"], "packages": venv["packages"], "spec": env}
+    shown = {**env, "requirements": _redact(env["requirements"])}
+    return {"hash": venv["hash"], "packages": venv["packages"], "spec": shown}
 
 
 def run_env(launch: Launch) -> dict:

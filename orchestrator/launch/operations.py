@@ -174,8 +174,15 @@ def preview(launch: Launch) -> dict:
         found = probe.get("missing") or {}
         entries = push.plan(launch.revision, found.get("missing", []), found.get("partial") or {})
         send = {"files": len(entries), "bytes": sum(e["size"] - e["offset"] for e in entries)}
+    env = None
+    if "env" in probe and launch.inputs.env is not None:
+        from .envs import env_hash
+
+        name = env_hash(launch.inputs.env, probe["env"])
+        env = {"hash": name, "there": name in (probe["env"].get("envs") or {})}
     return {"stop": probe["alive"] if launch.has(StopRun) else [],
-            "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send}
+            "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send,
+            "env": env}
 
 
 def _writer(probe: dict, settings: Settings) -> checkpoints.Writer | None:

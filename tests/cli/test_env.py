@@ -83,6 +83,7 @@ def test_run_imports_pushed_packages_and_a_code_change_builds_nothing(project):
     assert dry.returncode == 0, dry.stderr
     assert "build_env: build the environment of requirements.txt (2 requirements" in dry.stdout
     assert dry.stdout.index("build_env") < dry.stdout.index("stop_run")
+    assert "would be built" in dry.stdout
     assert not (project.root / "envs").exists()  # a dry run builds nothing
 
     first = project.run("deploy", "--wait", "20")
@@ -95,11 +96,13 @@ def test_run_imports_pushed_packages_and_a_code_change_builds_nothing(project):
     exp = _exp(project, 1)
     assert exp.env["hash"] == env_hash
     assert exp.env["packages"] == {"six": "1.16.0", "tomli": "2.0.1"}
+    assert f"env          {env_hash} (2 packages" in project.run("experiments", "show", "1").stdout
     launch = json.loads((project.run_dir(1) / "launch.json").read_text())
     assert launch["env"]["VIRTUAL_ENV"] == str(venv)
 
     (project.path / "train.py").write_text(TRAIN + "# a code change only\n")
     store = sorted((project.root / "envs" / ".store").iterdir())
+    assert f"environment {env_hash}: there, nothing to build" in project.run("deploy", "--dry-run").stdout
     second = project.run("deploy", "--wait", "20")
     assert second.returncode == 0, second.stderr
     assert "building the environment" not in second.stderr

@@ -28,6 +28,15 @@ def test_a_requirements_file_is_the_spec_and_its_lines_name_the_env(tmp_path):
     assert same != envs.env_hash({**spec, "requirements": "six==1.15.0\ntomli>=2\n"}, FACTS)
 
 
+def test_an_index_token_is_never_recorded_and_a_restart_names_the_same_env(tmp_path):
+    (tmp_path / "requirements.txt").write_text("--extra-index-url https://me:s3cret@pypi.example/simple\nsix\n")
+    spec = envs.spec(_settings(tmp_path, requirements="requirements.txt"))
+    launch = type("L", (), {"inputs": type("I", (), {"env": spec})(), "venv": {"hash": "h", "packages": {}}})()
+    recorded = envs.record(launch)
+    assert "s3cret" not in str(recorded) and "https://***@pypi.example/simple" in recorded["spec"]["requirements"]
+    assert envs.env_hash(recorded["spec"], FACTS) == envs.env_hash(spec, FACTS)
+
+
 def test_pyproject_dependencies_and_no_env(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = ["numpy>=1.26", "six"]\n')
     assert envs.spec(_settings(tmp_path, pyproject=True))["requirements"] == "numpy>=1.26\nsix\n"
