@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_into import cli_argv, drive_pty
 from tests.conftest import tmux_socket, wait_for
 
 TRAIN = """\
@@ -118,6 +119,11 @@ def test_run_imports_pushed_packages_and_a_code_change_builds_nothing(project):
     ran = project.run("exec", "--", "python3", "-c", "import six, sys; print(six.__version__, sys.prefix)")
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["1.16.0", str(venv)]
+
+    code, screen = drive_pty(cli_argv("ssh"), project.path, [("", b"echo env-$VIRTUAL_ENV-$(command -v python3)-end\r"),
+                                                             ("-end", b"exit\r")], env={"SHELL": "/bin/sh"})
+    assert code == 0, screen
+    assert f"env-{venv}-{venv}/bin/python3-end" in screen  # after the login shell's profile set its PATH
 
     restarted = project.run("restart", "--wait", "20")  # the parent's env, still there: nothing to build
     assert restarted.returncode == 0, restarted.stderr
