@@ -115,6 +115,14 @@ def test_run_imports_pushed_packages_and_a_code_change_builds_nothing(project):
     assert shown.returncode == 0, shown.stderr
     (listed,) = json.loads(shown.stdout)["envs"]
     assert listed["hash"] == env_hash and listed["experiments"] == [1, 2]
+    one = project.run("env", "show")  # the latest experiment's
+    assert one.returncode == 0, one.stderr
+    assert f"environment {env_hash} on local" in one.stdout and "tomli" in one.stdout
+    ahead = project.run("env", "build")
+    assert ahead.returncode == 0, ahead.stderr
+    assert f"local: environment {env_hash} is there already" in ahead.stdout
+    missing = project.run("env", "show", "f" * 16)
+    assert missing.returncode != 0 and "error: no environment ffffffffffffffff on local" in missing.stderr
 
     ran = project.run("exec", "--", "python3", "-c", "import six, sys; print(six.__version__, sys.prefix)")
     assert ran.returncode == 0, ran.stderr
