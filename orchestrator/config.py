@@ -275,6 +275,30 @@ class MetricsSection(_Section):
     gpu_idle_after: float | None = Field(None, gt=0)
 
 
+class EnvSection(_Section):
+    """The run's Python environment, built on the target (``launch/envs.py``); unset: the target's own python."""
+
+    requirements: str | None = None  # a requirements file beside orch.toml
+    pyproject: bool = False  # the [project] dependencies of the project's own pyproject.toml
+    lock: str | None = None  # a uv.lock (exported with uv on this machine)
+    python: str | None = None  # "3.11": python3.11 on the target; None: the target's python
+    system_site_packages: bool = False  # see what the image installed (a CUDA torch), beside the env's own
+    wheels: Literal["auto", "push", "index"] = "auto"  # push: resolved here, sent, installed with no index
+    installer: Literal["auto", "uv", "pip"] = "auto"  # auto: uv when the target has it, else venv + pip
+    build_timeout: float = Field(3600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "EnvSection":
+        named = [k for k in ("requirements", "lock") if getattr(self, k)] + (["pyproject"] if self.pyproject else [])
+        if len(named) > 1:
+            raise ValueError(f"name one source of requirements, not {' and '.join(named)}")
+        return self
+
+    @property
+    def active(self) -> bool:
+        return bool(self.requirements or self.pyproject or self.lock)
+
+
 def local_root() -> str:
     """The built-in local target's root: the user's own data folder, never a shared one like /tmp.
 
@@ -350,6 +374,7 @@ class Settings(_Section):
     distributed: DistributedSection = Field(default_factory=DistributedSection)
     notify: NotifySection = Field(default_factory=NotifySection)
     pools: dict[str, PoolSection] = Field(default_factory=dict)
+    env: EnvSection = Field(default_factory=EnvSection)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _project_dir: Path = PrivateAttr(default_factory=Path.cwd)

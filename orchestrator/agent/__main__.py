@@ -8,7 +8,8 @@ import sys
 import time
 import traceback
 
-from . import checkpoints, diskspace, gc, journal, logs, notify, revisions, runs, start_check, system, validate, workdir
+from . import (checkpoints, diskspace, envs, gc, journal, logs, notify, revisions, runs, start_check, system, validate,
+               workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -76,6 +77,11 @@ OPS = {
     "gc": (gc.gc, False),
     "journal_read": (journal.read_many, False),
     "notify_test": (notify.test, False),
+    "env_probe": (envs.probe, False),
+    "env_index": (envs.index_reachable, False),
+    "env_build": (envs.build, False),
+    "env_use": (envs.use, False),
+    "env_list": (envs.listing, False),
 }
 
 

@@ -13,6 +13,9 @@ Conservative by construction, and run under the target lock (no launch interleav
 * a blob (and its executable twin ``<sha>.x``) stays while a kept revision's manifest lists it, or while it is
   younger than ``grace`` (a push outside the lock may be about to assemble it); leftovers of cut pushes
   (``.part-*``, ``.ready-*``, ``.tmp-*``) go once older than ``grace``;
+* an env (``envs/<hash>``, ``envs.py``) stays while a kept run started in it, while ``keep_envs`` (the
+  controller's registry) names it, or while it is younger than ``grace``; the wheels it was built from stay
+  with it; a build that was cut (a store folder no link names) goes once older than ``grace``;
 * nothing that is, or holds, a checkpoint folder a run names is ever removed; the trash lives beside those.
 
 ``freed`` counts each inode once, and only when every link to it goes: revision files are hard links to blobs.
@@ -28,7 +31,7 @@ import os
 import stat
 import time
 
-from . import journal, revisions
+from . import envs, journal, revisions
 from .layout import Layout, read_json, remove_tree, write_json
 from .runs import _runs, run_state
 
@@ -67,7 +70,9 @@ def _run_info(run_dir: str) -> dict:
     project = exp.get("project")
     if project is None and journal.only_launch(run_dir):  # a launch that never started: its journal names it
         project = next((e.get("project") for e in journal.read(run_dir) if e["event"] == "begin"), None)
-    return {"project": project, "revision": revision, "checkpoints": exp.get("checkpoints")}
+    venv = str((launch.get("env") or {}).get("VIRTUAL_ENV") or "")
+    return {"project": project, "revision": revision, "checkpoints": exp.get("checkpoints"),
+            "env": os.path.basename(venv.rstrip("/")) or None}
 
 
 def _holds(path: str, protected: list[str]) -> bool:
@@ -97,7 +102,7 @@ def _foreign_why(found: dict, rev_dir: str) -> str | None:
 
 
 def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | None = None,
-         checkpoints: list | None = None, grace: float = GRACE) -> dict:
+         checkpoints: list | None = None, grace: float = GRACE, keep_envs: list | None = None) -> dict:
     """What a collection would remove, and why the rest stays; touches nothing."""
     now = time.time()
     runs = [(exp_id, d, _run_info(d)) for _when, exp_id, d in _runs(layout)]
@@ -163,6 +168,7 @@ def plan(layout: Layout, project: str, keep: int = 5, keep_revisions: list | Non
             blobs_safe = False  # a kept revision whose blobs we cannot tell: keep every blob
         else:
             needed |= {str(f.get("sha256")) for f in files}
+    needed |= _envs(layout, kept_runs, set(keep_envs or []), project, now, grace, items, kept)
     kept_blobs = 0
     for name in sorted(_listdir(layout.blobs)):
         path = os.path.join(layout.blobs, name)
@@ -216,13 +222,44 @@ def _sized(items: list[dict], kept: list[dict]) -> dict:
     return {"items": items, "kept": kept, "freed": freed}
 
 
+def _envs(layout: Layout, kept_runs: list, by_registry: set, project: str, now: float, grace: float,
+          items: list, kept: list) -> set:
+    """Plan the envs: the unused ones go, with the store folders of cut builds; the blobs the kept ones need."""
+    users: dict = {}
+    for exp_id, _d, info, state in kept_runs:
+        if info.get("env"):
+            users.setdefault(info["env"], []).append(_user(exp_id, state, info["project"], project))
+    needed: set = set()
+    linked = set()
+    for name in envs.built(layout):
+        path = envs.path_of(layout, name)
+        real = os.path.dirname(os.path.realpath(path))  # the store folder its link names (sized, removed)
+        linked.add(real)
+        info = read_json(os.path.join(path, envs.INFO), {}) or {}
+        why = (_used_why(users.get(name, []), False, 0)
+               or ("used by one of this project's kept experiments in the registry" if name in by_registry else None)
+               or ("younger than the grace period" if now - _newest(path) <= grace else None))
+        if why is None:
+            items.append({"kind": "env", "name": name, "path": real})
+        else:
+            kept.append({"kind": "env", "name": name, "why": why})
+            needed |= {str(w) for w in info.get("wheels") or []}
+    store = os.path.join(envs.folder(layout), ".store")
+    for name in sorted(_listdir(store)):
+        path = os.path.join(store, name)
+        if os.path.realpath(path) not in linked and now - _newest(path) > grace:
+            items.append({"kind": "stale", "name": f"envs/.store/{name}", "path": path})
+    return needed
+
+
 def gc(layout: Layout, project: str, keep: int = 5, keep_revisions: list | None = None,
-       checkpoints: list | None = None, dry_run: bool = True, grace: float = GRACE, only: list | None = None) -> dict:
+       checkpoints: list | None = None, dry_run: bool = True, grace: float = GRACE, only: list | None = None,
+       keep_envs: list | None = None) -> dict:
     """Plan, then (unless ``dry_run``) remove the planned items: runs, revisions, then blobs.
 
     ``only`` ("kind:name" strings, from a plan the user confirmed) limits removal to what was shown.
     """
-    result = plan(layout, project, keep, keep_revisions, checkpoints, grace)
+    result = plan(layout, project, keep, keep_revisions, checkpoints, grace, keep_envs)
     if only is not None:
         wanted = set(only)
         items = [i for i in result["items"] if f"{i['kind']}:{i['name']}" in wanted]
@@ -232,6 +269,9 @@ def gc(layout: Layout, project: str, keep: int = 5, keep_revisions: list | None 
     if dry_run:
         return result
     for item in result["items"]:
+        if item["kind"] == "env":  # its link first: nothing starts in it while it goes
+            envs.remove(layout, item["name"])
+            continue
         remove_tree(layout.root, item["path"])
         if item["kind"] == "revision" and os.path.lexists(revisions.changed_marker(layout, item["name"])):
             os.unlink(revisions.changed_marker(layout, item["name"]))

@@ -234,6 +234,9 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     # the user's folders first ([project] env, then the target's own), orch's batching library last
     run_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(env.get("PYTHONPATH", "")), os.environ.get("PYTHONPATH", ""), lib) if p)
+    if run_env.get("VIRTUAL_ENV"):  # the run's environment (envs.py): its python first on the PATH
+        run_env["PATH"] = os.pathsep.join(p for p in (os.path.join(run_env["VIRTUAL_ENV"], "bin"),
+                                                       str(env.get("PATH") or os.environ.get("PATH", ""))) if p)
     if experiment.get("checkpoints"):
         os.makedirs(experiment["checkpoints"], exist_ok=True)
     write_json(os.path.join(run_dir, "experiment.json"), experiment)
@@ -248,8 +251,10 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     sender = handover.Sender(run_dir, piped) if piped else None
     try:
+        # a window opened in the session (orch attach, then tmux's new-window) sees the run's env first too
+        shown = {k: run_env[k] for k in ("VIRTUAL_ENV", "PATH") if run_env.get("VIRTUAL_ENV")}
         server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
-                           start_directory=work, window_command=command)
+                           start_directory=work, window_command=command, **({"environment": shown} if shown else {}))
         if sender is not None:
             sender.wait_taken(run_dir)  # if it never comes, the supervisor records why the run did not start
     except Exception as exc:

@@ -237,6 +237,32 @@ def run_of(value: Any, name: str = "run") -> dict:
 
 _ANY_DICT = _dict
 
+
+def env_hash(value: Any, name: str = "hash") -> str:
+    if not isinstance(value, str) or not REVISION.fullmatch(value):
+        raise fail(f"{name} must be 16 lowercase hex digits")
+    return value
+
+
+def _choice(value: Any, name: str, allowed: tuple) -> str:
+    if value not in allowed:
+        raise fail(f"{name} must be one of {', '.join(allowed)}")
+    return value
+
+
+def wheels(value: Any, name: str = "wheels") -> list:
+    """Pushed wheels: ``[{"name": "attrs-23.2.0-py3-none-any.whl", "sha256": ...}]``, plain file names."""
+    def entry(item: Any, where: str) -> dict:
+        _dict(item, where)
+        if set(item) != {"name", "sha256"}:
+            raise fail(f"{where} must name exactly name and sha256")
+        sha(item["sha256"], f"{where}.sha256")
+        file = _str(item["name"], f"{where}.name", 255)
+        if "/" in file or file.startswith(".") or "\0" in file:
+            raise fail(f"{where}.name must be a plain file name")
+        return item
+    return _list(value, name, entry)
+
 # op -> {argument: check}; an argument not named here is refused (the op would fail on it anyway)
 ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "hello": {},
@@ -275,9 +301,17 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "shell": {"argv": _STRINGS, "cwd": _optional(_str), "timeout": _num, "check": _bool, "run": _optional(run_of)},
     "gc": {"project": project, "keep": lambda v, n: _int(v, n, 0, 1 << 20),
            "keep_revisions": lambda v, n: _list(v, n, revision), "checkpoints": _STRINGS, "dry_run": _bool,
-           "grace": _num, "only": _optional(_STRINGS)},
+           "grace": _num, "only": _optional(_STRINGS), "keep_envs": _optional(lambda v, n: _list(v, n, env_hash))},
     "journal_read": {"ids": lambda v, n: _list(v, n, exp_id), "registry": registry_id},
     "notify_test": {"notify": _dict},
+    "env_probe": {"python": _optional(_str)},
+    "env_index": {"host": _str, "port": lambda v, n: _int(v, n, 1, 65535), "timeout": _num},
+    "env_build": {"hash": env_hash, "requirements": lambda v, n: _str(v, n, ENV_VALUE_CHARS), "python": _optional(_str),
+                  "system_site_packages": _bool, "wheels": _optional(wheels), "inputs": _optional(_dict),
+                  "installer": lambda v, n: _choice(v, n, ("auto", "uv", "pip")), "timeout": _num,
+                  "uv_blob": _optional(sha)},
+    "env_use": {"hash": env_hash},
+    "env_list": {},
 }
 
 

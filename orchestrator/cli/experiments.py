@@ -65,6 +65,8 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
     for label, value in (("message", exp.message), ("target", exp.target), ("revision", exp.revision),
                          ("git", f"{exp.git_commit or '-'}{' (dirty)' if exp.git_dirty else ''}"),
                          ("command", command_line(exp.command)), ("secrets", ", ".join(exp.secret_names)),
+                         ("env", exp.env and f"{exp.env['hash']} ({len(exp.env.get('packages') or {})} packages: "
+                                             "orch env show " + exp.env["hash"] + ")"),
                          ("parent", exp.parent),
                          ("created", render.when(exp.created)), ("started", render.when(exp.started)),
                          ("ended", render.when(exp.ended)), ("how", exp.end_reason),
@@ -150,6 +152,8 @@ def compare(ctx: typer.Context, ids: IdsArg,
         return
     head = ["", *[f"exp {i}" for i in ids]]
     render.table("differences", head, [[r["key"], *r["values"]] for r in result["diff"]] or [["(none)"]])
+    for c in result["packages"]:
+        render.out(f"packages of exp {c['id']} against exp {c['against']}: {', '.join(c['changes'])}")
     render.table("metrics", head, [[r["metric"], *r["values"]] for r in result["metrics"]])
 
 

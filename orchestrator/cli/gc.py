@@ -1,4 +1,4 @@
-"""orch gc: free a target's old revisions, blobs and run folders (never checkpoints or their trash)."""
+"""orch gc: free a target's old revisions, blobs, envs and run folders (never checkpoints or their trash)."""
 
 from __future__ import annotations
 

@@ -56,8 +56,9 @@ def exec_(ctx: typer.Context,
         _reconcile(settings, tgt, transport)
         with common.registry(settings) as reg:
             folder = into.run_folder(settings, tgt, reg, transport)
-        into.require_program(tgt, transport, folder, command[0])
-        code = stream(transport, list(command), cwd=folder, python=tgt.python)
+            venv = into.venv_of(tgt, reg)
+        into.require_program(tgt, transport, folder, command[0], venv)
+        code = stream(transport, into.in_env(list(command), venv), cwd=folder, python=tgt.python)
     _exit(code)
 
 
@@ -71,12 +72,15 @@ def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_
     settings = common.settings(ctx)
     tgt = common.target(settings, *common.one_node(target, ct, "ssh"), trust=trust_new_host)
     with tgt.connect() as transport:
+        venv = None
         try:
             with common.registry(settings) as reg:
                 folder = into.run_folder(settings, tgt, reg, transport)
+                venv = into.venv_of(tgt, reg)
         except NotFoundError:
             folder = None  # nothing deployed there (yet, or any more): a plain login shell
-        _exit(terminal(transport, None, cwd=folder))
+        # with the run's env ([env]) first on the shell's PATH, as the run had it
+        _exit(terminal(transport, into.shell_in_env(venv, folder) if venv else None, cwd=folder))
 
 
 def forward(ctx: typer.Context,

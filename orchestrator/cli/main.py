@@ -201,8 +201,8 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import (batching, checkpoints, connections, experiments, gc, gpus, init, into, logs, notify, run, status,
-                   targets, use)
+    from . import (batching, checkpoints, connections, env, experiments, gc, gpus, init, into, logs, notify, run,
+                   status, targets, use)
 
     run.register(app)
     gc.register(app)
@@ -218,6 +218,7 @@ def _register() -> None:
     app.add_typer(batching.app, name="batching")
     app.add_typer(connections.app, name="connections")
     app.add_typer(notify.app, name="notify")
+    env.register(app)
 
 
 _register()

@@ -103,6 +103,13 @@ def plan_lines(actions) -> list[str]:
             text = f"check python3 >= 3.10, tmux and {a.min_free_mb} MB free under {a.root}"
         elif isinstance(a, model.PushRevision):
             text = f"push revision {a.revision} ({a.files} files, {a.size} bytes; only missing ones)"
+        elif isinstance(a, model.BuildEnv):
+            python = f"python {a.python}" if a.python else "the target's python"
+            how = {"push": "wheels resolved here and pushed, installed with no index",
+                   "index": "installed from the package index",
+                   "auto": "from the index, or pushed wheels if the target cannot reach it"}[a.wheels]
+            text = (f"build the environment of {a.source} ({a.requirements} requirements, {python}; {how}) "
+                    "unless the target has it" + (" on every node" if a.nodes > 1 else ""))
         elif isinstance(a, model.StopRun):
             text = "stop this project's running experiment, if any (SIGINT, then SIGTERM, then SIGKILL)"
         elif isinstance(a, model.Checkpoints):

@@ -115,6 +115,9 @@ def _dry_run(launch, as_json: bool) -> None:
     if seen["send"] is not None:
         render.out(f"  would send: {seen['send']['files']} of {launch.inputs.files} file(s), "
                    f"{render.size(seen['send']['bytes'])}")
+    if seen.get("env") is not None:
+        env = seen["env"]
+        render.out(f"  environment {env['hash']}: " + ("there, nothing to build" if env["there"] else "would be built"))
 
 
 def _report(outcome, target, as_json: bool) -> None:

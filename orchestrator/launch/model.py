@@ -32,6 +32,7 @@ class Inputs:
     batching: dict | None = None
     parent: int | None = None
     message: str | None = None
+    env: dict | None = None  # the run's environment ([env]: envs.spec), as it is recorded
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +56,18 @@ class PushRevision(Action):
     revision: str
     files: int
     size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildEnv(Action):
+    """The run's Python environment, built on the target unless it is there, before anything stops."""
+
+    kind: ClassVar[str] = "build_env"
+    source: str  # requirements.txt, pyproject.toml, uv.lock
+    requirements: int  # how many lines name a package
+    python: str | None
+    wheels: str  # auto, push, index
+    nodes: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +146,7 @@ class Launch:
     wait: float = 0.0  # seconds to watch a started run for its first metric line
     progress: Meter | None = None  # counts a big push (the CLI's bar on a terminal)
     gpus: list | None = None  # the GPUs placement chose (index, uuid): in CUDA_VISIBLE_DEVICES and the record
+    venv: dict | None = None  # the env the run starts in, once it is on the target (envs.prepare)
 
     def has(self, kind: type[Action]) -> bool:
         return has(self.actions, kind)

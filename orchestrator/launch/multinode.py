@@ -190,6 +190,9 @@ def _push_node(node: Node) -> None:
     if launch.revision is not None and launch.has(PushRevision):
         node.pushed = push.send(_connect(node), launch.revision, node.probe.get("missing") or {},
                                 stall=launch.settings.ssh.command_timeout)
+    from .operations import build_env
+
+    build_env(launch, _connect(node), node.probe)  # each node's env before any node stops
 
 
 def _confirm_clean(nodes: list[Node], action: str) -> None:
@@ -322,7 +325,9 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
     assert launch is not None
     settings = launch.settings
     client = _connect(node)
-    start = Start(run.argv, {**launch.env, **run.env},
+    from .envs import run_env
+
+    start = Start(run.argv, {**launch.env, **run_env(launch), **run.env},
                   _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
                   _node_recovery(settings, run, key), verify_wait=VERIFY_WAIT, alone=False)
     ops, keys = locked_ops(launch, node.probe, _writer(node.probe, settings), exp, key, rid, start)
@@ -415,6 +420,7 @@ def _records(nodes: list[Node], runs: list | None, states: list) -> list[dict]:
                     "exit_code": st.get("exit_code"), "run_dir": st.get("run_dir"),
                     "checkpoints_action": (n.trash or {}).get("action"),
                     "checkpoints_entry": (n.trash or {}).get("entry_path"),
+                    **({"env": n.launch.venv["hash"]} if n.launch is not None and n.launch.venv else {}),
                     "error": n.error.message if n.error else None})
     return out
 

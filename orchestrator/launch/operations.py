@@ -32,8 +32,8 @@ from ..config import Settings
 from ..errors import Interrupted, OrchError, TransportError
 from ..records.experiments import Experiment, Registry, clone
 from ..records.launch_guard import LaunchGuard
-from .model import (Checkpoints, Launch, Outcome, Preflight, PushRevision, Record, Shell, StartRun, StopRun,
-                    VerifyStarted, checkpoint_action)
+from .model import (BuildEnv, Checkpoints, Launch, Outcome, Preflight, PushRevision, Record, Shell, StartRun,
+                    StopRun, VerifyStarted, checkpoint_action)
 from ..records.reconcile import reconcile
 from ..reach.targets import Target
 
@@ -78,6 +78,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         elif launch.has(StartRun):
             _notice_checkpoints(launch, probe.get("inventory"), writer)
         _push(launch, client, probe, out)
+        build_env(launch, client, probe)
         exp = None
         try:
             if launch.has(Record):
@@ -138,6 +139,24 @@ def _push(launch: Launch, client: AgentClient, probe: dict, out: Outcome) -> Non
                              hint="deploy again: only what is still missing is sent") from None
 
 
+def build_env(launch: Launch, client: AgentClient, probe: dict) -> None:
+    """The run's environment, built unless the target has it, before the lock is taken and anything stops: a
+    build that fails leaves the running experiment as it was (and a cut one is never used: ``agent/envs``)."""
+    from . import envs
+
+    if not launch.has(BuildEnv):
+        return
+    try:
+        envs.prepare(launch, client, probe)
+    except KeyboardInterrupt as exc:
+        how, code = signals.describe(exc)
+        raise Interrupted(f"{how} while the environment was built: nothing was changed on the target (a half-built "
+                          "environment is never used; the next deploy builds it)", exit_code=code) from None
+    except TransportError as exc:
+        raise TransportError(f"{exc.message}; nothing was changed on the target (a half-built environment is never "
+                             "used)", hint="deploy again: the environment is built then") from None
+
+
 def preview(launch: Launch) -> dict:
     """What a launch would do, from the read-only probe: runs it would stop, checkpoints, bytes to send."""
     target = launch.target
@@ -155,8 +174,15 @@ def preview(launch: Launch) -> dict:
         found = probe.get("missing") or {}
         entries = push.plan(launch.revision, found.get("missing", []), found.get("partial") or {})
         send = {"files": len(entries), "bytes": sum(e["size"] - e["offset"] for e in entries)}
+    env = None
+    if "env" in probe and launch.inputs.env is not None:
+        from .envs import env_hash
+
+        name = env_hash(launch.inputs.env, probe["env"])
+        env = {"hash": name, "there": name in (probe["env"].get("envs") or {})}
     return {"stop": probe["alive"] if launch.has(StopRun) else [],
-            "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send}
+            "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send,
+            "env": env}
 
 
 def _writer(probe: dict, settings: Settings) -> checkpoints.Writer | None:
@@ -177,6 +203,11 @@ def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry
         if isinstance(step, Preflight) and "preflight" not in keys:
             ops.append(Op("preflight", {"min_free_mb": step.min_free_mb}))
             keys.append("preflight")
+    if launch.has(BuildEnv) and launch.inputs.env is not None:  # the interpreter's facts and the envs built
+        from .envs import probe_op
+
+        ops.append(probe_op(launch.inputs.env))
+        keys.append("env")
     if launch.has(PushRevision) and launch.revision is not None and launch.revision.files:
         hashes = sorted({f["sha256"] for f in launch.revision.files})
         ops.append(Op("blobs_missing", {"hashes": hashes}))
@@ -212,6 +243,10 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
         "batching": inputs.batching or {}, "batching_plan": launch.batching_plan, "parent": inputs.parent,
         "checkpoints": target.checkpoints, "gpus": launch.gpus,
     }
+    if launch.venv is not None:
+        from .envs import record
+
+        fields["env"] = record(launch)
     if rev is None:
         fields.update(launch.inherited)
     return fields
@@ -249,6 +284,9 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
         elif isinstance(step, PushRevision):
             ops.append(Op("revision_assemble", {"revision": step.revision}))
             keys.append("revision")
+        elif isinstance(step, BuildEnv) and launch.venv is not None:  # still there, under the lock
+            ops.append(Op("env_use", {"hash": launch.venv["hash"]}))
+            keys.append("env")
         elif isinstance(step, StopRun):
             by = {"experiment": exp.id if exp else None, "registry": registry_id, "clone": clone(settings)}
             ops.append(Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
@@ -305,7 +343,9 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
     settings = launch.settings
     project = settings.project.name
     key = registry.run_registry(exp.id) if exp is not None else None
-    start = Start(launch.inputs.argv or [], launch.env, {**_experiment_json(exp), "clone": clone(settings)},
+    from .envs import run_env
+
+    start = Start(launch.inputs.argv or [], {**launch.env, **run_env(launch)}, {**_experiment_json(exp), "clone": clone(settings)},
                   settings.run.recovery()) if exp is not None else None
     ops, keys = locked_ops(launch, probe, writer, exp, key, registry.registry_id, start)
     if not ops:

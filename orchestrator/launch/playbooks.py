@@ -38,6 +38,10 @@ class PushRevision(_Step):
     step: Literal["push_revision"]
 
 
+class BuildEnv(_Step):
+    step: Literal["build_env"]
+
+
 class StopRun(_Step):
     step: Literal["stop_run"]
 
@@ -68,7 +72,7 @@ class Shell(_Step):
     timeout: float = Field(600, gt=0)
 
 
-Step = Annotated[Union[Preflight, PushRevision, StopRun, Checkpoints, Record, StartRun, VerifyStarted, Shell],
+Step = Annotated[Union[Preflight, PushRevision, BuildEnv, StopRun, Checkpoints, Record, StartRun, VerifyStarted, Shell],
                  Field(discriminator="step")]
 
 
@@ -123,7 +127,7 @@ def load_file(path: Path | Traversable) -> Playbook:
     except ValidationError as exc:
         lines = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
         raise ConfigError(f"{path}: invalid playbook:\n  " + "\n  ".join(lines),
-                          hint="steps are preflight, push_revision, stop_run, checkpoints, record, start_run, "
+                          hint="steps are preflight, push_revision, build_env, stop_run, checkpoints, record, start_run, "
                                "verify_started, shell (with argv: [...])") from None
     if book.has("start_run") and not book.has("record"):
         raise ConfigError(f"{path}: start_run needs a record step before it",
@@ -183,6 +187,12 @@ def plan(book: Playbook, inputs: Inputs, nodes: int = 1) -> tuple[model.Action, 
                 raise InputError(f"playbook {book.name} pushes a revision but there is none to push")
             actions.append(model.PushRevision(label=label, revision=inputs.revision, files=inputs.files,
                                               size=inputs.size))
+        elif isinstance(step, BuildEnv):
+            if inputs.env is not None:  # no [env]: the run uses the target's own python, nothing to build
+                env = inputs.env
+                actions.append(model.BuildEnv(label=label, source=env["source"], python=env.get("python"),
+                                              requirements=len(env.get("names") or []), wheels=env["wheels"],
+                                              nodes=nodes))
         elif isinstance(step, StopRun):
             actions.append(model.StopRun(label=label))
         elif isinstance(step, Checkpoints):

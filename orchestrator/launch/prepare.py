@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from . import notify, playbooks, revisions, sources
+from . import envs, notify, playbooks, revisions, sources
 from .. import secrets
 from ..config import Settings
 from ..errors import InputError, NotFoundError
@@ -68,10 +68,14 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
     for line in sources.left_out_warning(rev.left_out):
         echo(line)
     batching, planned = resolve_batching(settings)
+    if settings.env.active and not book.has("build_env"):
+        echo(f"warning: playbook {book.name} has no build_env step: [env] is not built, and the run uses the "
+             "target's own python (add `- step: build_env` after push_revision)")
     inputs = Inputs(target=target.name, root=target.root,
                     checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
                     files=len(rev.files), size=rev.size, argv=exec_argv(settings.project.command),
-                    command=settings.project.command, batching=batching, message=message)
+                    command=settings.project.command, batching=batching, message=message,
+                    env=envs.spec(settings) if book.has("build_env") else None)
     launch = Launch(settings, target, book, inputs, playbooks.plan(book, inputs), revision=rev,
                     env=_env(settings.project.env, echo),
                     secrets=secret, config=_public_config(settings), batching_plan=planned, yes=yes,
@@ -101,7 +105,8 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
                     revision=parent.revision, files=len(parent.revision_files),
                     size=sum(f.get("size", 0) for f in parent.revision_files), argv=exec_argv(parent.command),
                     command=parent.command, batching=parent.batching, parent=parent.id,
-                    message=message or parent.message)
+                    message=message or parent.message,
+                    env=(parent.env or {}).get("spec"))  # the parent's environment, built again if it is gone
     env = _env(project.get("env") or {}, echo)
     launch = Launch(settings, target, book, inputs, playbooks.plan(book, inputs), revision=None, env=env,
                     secrets=secret, config=parent.config,

@@ -1,7 +1,7 @@
 """``orch gc`` on one target: what may go (the agent's gc as a dry run), and once confirmed, exactly that.
 
-What stays: every live run, this project's last ``keep`` experiments' runs and revisions (as the registry knows
-them), checkpoints and their trash. The removal names each item the plan listed, so nothing that appeared
+What stays: every live run, this project's last ``keep`` experiments' runs, revisions and envs (as the registry
+knows them), checkpoints and their trash. The removal names each item the plan listed, so nothing that appeared
 between the plan and the confirmation is removed.
 """
 
@@ -20,6 +20,12 @@ def kept_revisions(settings: Settings, target: Target, registry: Registry, keep:
     return sorted({e.revision for e in mine[:keep] if e.revision})
 
 
+def kept_envs(settings: Settings, target: Target, registry: Registry, keep: int) -> list[str]:
+    """The envs (``[env]``) of the project's last ``keep`` experiments on this machine."""
+    mine = [e for e in registry.list(machine=target.machine) if e.project == settings.project.name]
+    return sorted({e.env["hash"] for e in mine[:keep] if e.env and e.env.get("hash")})
+
+
 def collect(settings: Settings, target: Target, open_registry: Callable[[], ContextManager[Registry]], *,
             keep: int, dry_run: bool, confirm: Callable[[dict], None]) -> tuple[dict, dict | None]:
     """``(plan, result)``: the plan alone (``result`` None) for a dry run or when nothing is to be removed; else
@@ -33,8 +39,9 @@ def collect(settings: Settings, target: Target, open_registry: Callable[[], Cont
 
     with open_registry() as reg:
         kept = kept_revisions(settings, target, reg, keep)
+        envs = kept_envs(settings, target, reg, keep)
     args = {"project": settings.project.name, "keep": keep, "checkpoints": [target.checkpoints],
-            "keep_revisions": kept}
+            "keep_revisions": kept, "keep_envs": envs}
     client = client_for(settings, target)
     try:
         with open_registry() as reg:

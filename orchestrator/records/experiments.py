@@ -95,7 +95,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE experiments ADD COLUMN gpus TEXT;
     ALTER TABLE experiments ADD COLUMN gpu_series TEXT;
     """,
+    # the run's environment ([env]): its hash on the target, the spec it was built from, what it holds
+    """
+    ALTER TABLE experiments ADD COLUMN env TEXT;
+    """,
 ]
+
 
 def command_line(command: str | list[str]) -> str:
     """A command as its user wrote it: the line itself, or the list quoted as a shell would need it."""
@@ -111,7 +116,7 @@ def clone(settings: Any) -> dict:
 
 
 _JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes",
-                "gpus", "gpu_series")
+                "gpus", "gpu_series", "env")
 
 
 class Experiment(BaseModel):
@@ -145,6 +150,7 @@ class Experiment(BaseModel):
     end_reason: str | None = None  # "stopped by experiment 7", "SIGHUP: the tmux server went away", ...
     gpus: list | None = None  # the GPUs it was given (--gpus N): index and UUID each; None: not chosen by orch
     gpu_series: list | None = None  # their utilisation and memory as status read them (watch/gpu_use.py)
+    env: dict | None = None  # [env]: {"hash", "spec", "packages": {name: version}} (launch/envs.py)
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""

@@ -25,11 +25,46 @@ def _fields(exp: Experiment) -> dict:
                    "git_commit": exp.git_commit, "parent": exp.parent, "secrets": ", ".join(exp.secret_names)})
     env = (exp.config.get("project") or {}).get("env") or {}
     _flat("env", env, fields)
+    if exp.env:  # the run's Python environment ([env]); its packages are compared on their own
+        fields["python env"] = exp.env.get("hash")
     rest: dict = {}
     config = recorded_as_now(exp.config)  # an experiment from before a key was renamed compares under its new name
     _flat("", {k: v for k, v in config.items() if k not in ("batching", "targets", "project")}, rest)
     fields.update({f"config.{k}": v for k, v in rest.items()})
     return fields
+
+
+def package_changes(before: dict, after: dict) -> list[str]:
+    """``torch 2.4.0 → 2.5.1``, ``+ attrs 23.2.0``, ``- six 1.16.0``: how two installed sets differ."""
+    low = {k.lower(): (k, v) for k, v in before.items()}
+    high = {k.lower(): (k, v) for k, v in after.items()}
+    out = []
+    for key in sorted(set(low) | set(high)):
+        if key in low and key in high:
+            if low[key][1] != high[key][1]:
+                out.append(f"{high[key][0]} {low[key][1]} → {high[key][1]}")
+        elif key in high:
+            out.append(f"+ {high[key][0]} {high[key][1]}")
+        else:
+            out.append(f"- {low[key][0]} {low[key][1]}")
+    return out
+
+
+def _packages(exps: list[Experiment]) -> tuple[list[dict], list[dict]]:
+    """The packages whose versions differ (one row each), and each later experiment's changes against the first."""
+    sets = [{k.lower(): (k, v) for k, v in ((e.env or {}).get("packages") or {}).items()} for e in exps]
+    if not any(e.env for e in exps):
+        return [], []
+    rows = []
+    for key in sorted(set().union(*sets)):
+        values = [s[key][1] if key in s else None for s in sets]
+        if any(v != values[0] for v in values[1:]):
+            name = next(s[key][0] for s in sets if key in s)
+            rows.append({"key": f"package {name}", "values": [_fmt(v) for v in values]})
+    first = (exps[0].env or {}).get("packages") or {}
+    changes = [{"id": e.id, "against": exps[0].id, "changes": package_changes(first, (e.env or {}).get("packages") or {})}
+               for e in exps[1:]]
+    return rows, [c for c in changes if c["changes"]]
 
 
 def _fmt(v: Any) -> str:
@@ -66,6 +101,8 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         values = [f.get(k) for f in flats]
         if any(v != values[0] for v in values[1:]):
             diff.append({"key": k, "values": [_fmt(v) for v in values]})
+    rows_, changes = _packages(exps)
+    diff += rows_
     from .metrics import Series, format_duration, sparkline
 
     from . import gpu_use
@@ -99,5 +136,5 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         rows["gpu util"].append("-" if use["util_mean"] is None else f"{use['util_mean']:.0f}%")
         rows["gpu memory peak"].append("-" if use["mem_peak_mib"] is None else f"{use['mem_peak_mib']:.0f} MiB")
         rows["gpu util trend"].append(sparkline(use["util"], 24) or "-")
-    return {"ids": ids, "diff": diff, "metrics": [{"metric": k, "values": v} for k, v in rows.items()],
+    return {"ids": ids, "diff": diff, "packages": changes, "metrics": [{"metric": k, "values": v} for k, v in rows.items()],
             "experiments": raw}

@@ -74,6 +74,31 @@ def run_folder(settings: Settings, target: Target, registry: Registry, transport
                         f"{target.label}", hint="`orch deploy` pushes the code again (orch gc removed them)")
 
 
+# the run's environment ([env]) first on the PATH of what exec and ssh start: a constant script, the env's folder
+# and the command are its arguments (no shell reads them)
+IN_ENV = 'VIRTUAL_ENV="$1"; PATH="$1/bin:$PATH"; export VIRTUAL_ENV PATH; shift; exec "$@"'
+# a login shell reads the profile, which sets PATH: the env goes first after it, in the interactive shell it starts
+SHELL_IN_ENV = ('cd -- "$2" 2>/dev/null; exec "${SHELL:-/bin/sh}" -l -c \'VIRTUAL_ENV="$1"; PATH="$1/bin:$PATH"; '
+                'export VIRTUAL_ENV PATH; exec "${SHELL:-/bin/sh}" -i\' sh "$1"')
+
+
+def venv_of(target: Target, registry: Registry) -> str | None:
+    """The env (``[env]``) the latest experiment on this target started in: ``<root>/envs/<hash>``."""
+    exp = registry.latest(target.machine, target.name)
+    env_hash = ((exp.env or {}).get("hash") if exp is not None else None)
+    return posixpath.join(target.root, "envs", env_hash) if env_hash else None
+
+
+def in_env(argv: list[str], venv: str | None) -> list[str]:
+    """``argv`` with the run's env first on its PATH (as the run had it)."""
+    return ["sh", "-c", IN_ENV, "sh", venv, *argv] if venv else argv
+
+
+def shell_in_env(venv: str, folder: str | None) -> list[str]:
+    """A login shell in ``folder`` whose PATH starts with the run's env."""
+    return ["sh", "-c", SHELL_IN_ENV, "sh", venv, folder or "."]
+
+
 # run by the target's python with the folder and the program as arguments: no shell reads either
 FIND = ("import os, shutil, sys\n"
         "os.chdir(sys.argv[1])\n"
@@ -83,9 +108,11 @@ FIND = ("import os, shutil, sys\n"
         "sys.exit(0 if found else 127)\n")
 
 
-def require_program(target: Target, transport: Transport, folder: str, program: str) -> None:
-    """The program ``orch exec`` runs is there, in ``folder`` or on the target's PATH: else exit 127 with a hint."""
-    found = transport.run([target.python, "-c", FIND, folder, program])
+def require_program(target: Target, transport: Transport, folder: str, program: str,
+                    venv: str | None = None) -> None:
+    """The program ``orch exec`` runs is there, in ``folder`` or on the target's PATH (the run's env first):
+    else exit 127 with a hint."""
+    found = transport.run(in_env([target.python, "-c", FIND, folder, program], venv))
     if found.exit_code != 127:
         return
     path = found.stdout.decode("utf-8", "replace").strip()
