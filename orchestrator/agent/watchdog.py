@@ -16,10 +16,11 @@ from . import attempts, heartbeat
 
 
 def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stopping: list,
-          log) -> tuple[int, bool]:
+          log, budget=None) -> tuple[int, bool]:
     """Wait for the child; with ``stall_timeout``, end it (SIGTERM, then SIGKILL) when its log stops growing,
-    or, for a node of a job, when no node's log has grown for that long (``heartbeat``)."""
-    if policy.stall_timeout is None:
+    or, for a node of a job, when no node's log has grown for that long (``heartbeat``); with a ``budget``
+    (``budget.Budget``), SIGINT once it is spent, then SIGTERM and SIGKILL if the command lingers."""
+    if policy.stall_timeout is None and budget is None:
         return child.wait(), False
     log_path = os.path.join(run_dir, "train.log")
     progress = heartbeat.Progress(time.monotonic())
@@ -27,12 +28,26 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
     if beacon is not None and beacon.error:
         log.write(f"[orch] {beacon.error}: this node's stall watchdog judges its own log alone\n".encode())
     size = 0
+    ending: float | None = None  # when the budget's SIGINT was sent
     try:
         while True:
             try:
-                return child.wait(timeout=0.2), False
+                return child.wait(timeout=0.2 if budget is None else 0.02), False
             except subprocess.TimeoutExpired:
                 pass
+            if budget is not None:
+                if ending is None and not stopping and (spent := budget.check()):
+                    budget.record(spent)
+                    log.write(f"[orch] budget reached ({spent}): SIGINT, as orch stop sends\n".encode())
+                    ending = time.monotonic()
+                    try:
+                        os.killpg(child.pid, signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
+                elif ending is not None and time.monotonic() - ending > max(policy.term_timeout, BUDGET_GRACE):
+                    return end_stalled(child, policy.term_timeout), False
+                if policy.stall_timeout is None:
+                    continue
             try:
                 size = os.stat(log_path).st_size
             except OSError:
@@ -51,6 +66,9 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
     finally:
         if beacon is not None:
             beacon.close()
+
+
+BUDGET_GRACE = 30.0  # s a command has after its budget's SIGINT before SIGTERM
 
 
 def stall_note(policy: attempts.Policy) -> str:

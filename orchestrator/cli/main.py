@@ -201,7 +201,8 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, connections, experiments, gc, init, into, logs, run, status, targets, use
+    from . import (batching, checkpoints, connections, experiments, gc, init, into, logs, queue, run, status,
+                   targets, use)
 
     run.register(app)
     gc.register(app)
@@ -215,6 +216,7 @@ def _register() -> None:
     app.add_typer(checkpoints.app, name="checkpoints")
     app.add_typer(batching.app, name="batching")
     app.add_typer(connections.app, name="connections")
+    app.add_typer(queue.app, name="queue")
 
 
 _register()

@@ -86,6 +86,13 @@ class StartRun(Action):
 
 
 @dataclass(frozen=True, kw_only=True)
+class QueueRun(StartRun):
+    """``deploy --queue``: the start handed to the target's queue, run when the experiment before it ends."""
+
+    kind: ClassVar[str] = "queue_run"
+
+
+@dataclass(frozen=True, kw_only=True)
 class VerifyStarted(Action):
     kind: ClassVar[str] = "verify_started"
     wait: float
@@ -132,6 +139,7 @@ class Launch:
     echo: Callable[[str], None] = lambda _msg: None
     wait: float = 0.0  # seconds to watch a started run for its first metric line
     progress: Meter | None = None  # counts a big push (the CLI's bar on a terminal)
+    sweep: str | None = None  # the sweep this launch is a variant of (launch/sweep.py)
 
     def has(self, kind: type[Action]) -> bool:
         return has(self.actions, kind)
@@ -147,3 +155,4 @@ class Outcome:
     stats: dict = field(default_factory=dict)
     waited: dict | None = None  # what --wait saw: the first metric line, or how the run ended
     undo: dict = field(default_factory=dict)  # registry fields after a failed apply (checkpoints put back)
+    queue: dict | None = None  # deploy --queue: what the target's queue said (queued at which position)

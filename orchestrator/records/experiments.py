@@ -23,7 +23,8 @@ from . import faults
 from ..errors import ConflictError, DiskFull, InputError, NotFoundError, OrchError, RegistryCorrupt
 from .launch_guard import LaunchGuard, forget, launcher_alive
 
-STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed", "lost")
+STATUSES = ("launching", "queued", "running", "finished", "crashed", "stopped", "failed", "lost")
+# "queued": handed to the target's queue (deploy --queue, a sweep's variants); it starts when the run before it ends
 # a run that ran and is over; "lost" (its container restarted under it) can still resume: see status.sync
 ENDED = ("finished", "crashed", "stopped", "lost")
 FINAL = (*ENDED, "failed")  # an experiment whose record will not change again
@@ -89,6 +90,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE experiments ADD COLUMN end_reason TEXT;
     """,
+    # the sweep an experiment is a variant of (orch sweep): its id, shared by the variants
+    """
+    ALTER TABLE experiments ADD COLUMN sweep TEXT;
+    CREATE INDEX experiments_sweep ON experiments(sweep, id);
+    """,
 ]
 
 def command_line(command: str | list[str]) -> str:
@@ -136,6 +142,7 @@ class Experiment(BaseModel):
     attempts: list | None = None  # the supervisor's attempts.json entries: start, end, exit code, reason, resumed-from
     nodes: list | None = None  # a job over several nodes: one record per node (multinode.py), node 0 first
     end_reason: str | None = None  # "stopped by experiment 7", "SIGHUP: the tmux server went away", ...
+    sweep: str | None = None  # the sweep it is a variant of (orch sweep)
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""
@@ -416,7 +423,7 @@ class Registry:
         (``machine`` NULL) match by their ``target`` name.
         """
         row = self._exec("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
-                         "AND status NOT IN ('failed', 'launching') ORDER BY status = 'running' DESC, id DESC "
+                         "AND status NOT IN ('failed', 'launching', 'queued') ORDER BY status = 'running' DESC, id DESC "
                          "LIMIT 1", (machine, target), fetch="one")
         return self._from_row(row) if row else None
 
@@ -434,9 +441,10 @@ class Registry:
         return found
 
     def unsettled(self, machine: str, target: str | None, project: str) -> list[Experiment]:
-        """Every experiment of ``project`` on ``machine`` whose record can still change (launching, running, lost)."""
+        """Every experiment of ``project`` on ``machine`` whose record can still change (launching, queued, running,
+        lost)."""
         rows = self._exec("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
-                          "AND project = ? AND status IN ('launching', 'running', 'lost') ORDER BY id",
+                          "AND project = ? AND status IN ('launching', 'queued', 'running', 'lost') ORDER BY id",
                           (machine, target, project), fetch="all")
         return [self._from_row(r) for r in rows]
 

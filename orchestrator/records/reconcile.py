@@ -189,4 +189,5 @@ def target_status(settings: Settings, target: Target, registry: Registry, client
     if latest is not None:
         run = next((r for r in answer["runs"] if r.get("id") == latest.id and registry.owns(r)), None)
     return {"target": target.name, "label": target.label, "info": target.info, "now": answer["now"],
-            "experiment": latest, "run": run, "runs": answer["runs"], "gpus": answer.get("gpus", [])}
+            "experiment": latest, "run": run, "runs": answer["runs"], "gpus": answer.get("gpus", []),
+            "queue": answer.get("queue", [])}
