@@ -201,7 +201,7 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import (batching, checkpoints, connections, experiments, gc, init, into, logs, queue, run, status,
+    from . import (batching, checkpoints, connections, experiments, gc, init, into, logs, queue, run, status, sweep,
                    targets, use)
 
     run.register(app)
@@ -217,6 +217,7 @@ def _register() -> None:
     app.add_typer(batching.app, name="batching")
     app.add_typer(connections.app, name="connections")
     app.add_typer(queue.app, name="queue")
+    sweep.register(app)
 
 
 _register()

@@ -399,8 +399,11 @@ class Registry:
         return self._from_row(row)
 
     def list(self, target: str | None = None, status: str | None = None, limit: int | None = None,
-             machine: str | None = None) -> list[Experiment]:
+             machine: str | None = None, sweep: str | None = None) -> list[Experiment]:
         sql, args = "SELECT * FROM experiments WHERE 1=1", []
+        if sweep:
+            sql += " AND sweep = ?"
+            args.append(sweep)
         if target:
             sql += " AND target = ?"
             args.append(target)
