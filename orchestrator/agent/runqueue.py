@@ -69,8 +69,9 @@ def _unit_key(layout: Layout, project: str) -> str:
 
 
 def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict, experiment: dict,
-        batching: dict, registry: str | None = None, recovery: dict | None = None) -> dict:
-    """Queue a launch (under the target's lock); start it at once when nothing of the project runs."""
+        batching: dict, registry: str | None = None, recovery: dict | None = None, start_idle: bool = True) -> dict:
+    """Queue a launch (under the target's lock); with ``start_idle``, start the queue at once when nothing of the
+    project runs (a sweep queues every variant first, so that none competes with the queueing of the rest)."""
     if not os.path.isdir(layout.revision(revision)):
         raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
     run_dir = layout.run_dir(exp_id, registry)
@@ -87,7 +88,7 @@ def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, en
     write_json(os.path.join(folder(layout, project), f"{time.time_ns():020d}-{key}.json"), entry)
     why = reboot_unit.install(_unit_key(layout, project), sys.executable, os.path.abspath(sys.argv[0]),
                               command=["queue-boot", layout.root, project])
-    started = _advance_locked(layout, project)
+    started = _advance_locked(layout, project) if start_idle else {}
     if started.get("started") == exp_id:
         state = runs.run_state(run_dir)
         return {"status": "running", "started": state.get("started") or time.time(), "position": 0}

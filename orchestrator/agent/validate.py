@@ -249,7 +249,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                   "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict)},
     "queue_add": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "argv": _STRINGS, "env": _env,
-                  "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict)},
+                  "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict), "start_idle": _bool},
     "queue_list": {"project": project, "start_stale": _bool},
     "queue_remove": {"project": project, "ids": _EXP_IDS, "registry": registry_id, "sweep": _optional(_str)},
     "run_check": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,

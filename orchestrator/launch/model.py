@@ -90,6 +90,7 @@ class QueueRun(StartRun):
     """``deploy --queue``: the start handed to the target's queue, run when the experiment before it ends."""
 
     kind: ClassVar[str] = "queue_run"
+    start_idle: bool = True  # with nothing running, start the queue now (a sweep: only once every variant is in)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -268,7 +268,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
             ops.append(Op("queue_add", {"exp_id": exp.id, "registry": key, "project": project,
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "experiment": start.experiment, "batching": exp.batching,
-                                        "recovery": start.recovery}))
+                                        "recovery": start.recovery, "start_idle": step.start_idle}))
             keys.append("queue")
         elif isinstance(step, StartRun):
             assert exp is not None and start is not None

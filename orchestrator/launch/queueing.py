@@ -16,7 +16,7 @@ from ..reach.agent_client import Op
 from .model import Checkpoints, Launch, QueueRun, Shell, StartRun, StopRun, VerifyStarted
 
 
-def queued(launch: Launch) -> Launch:
+def queued(launch: Launch, start_idle: bool = True) -> Launch:
     """Refuse what a queued start cannot carry; else the plan without the steps that belong to its start."""
     if launch.secrets:
         raise InputError(f"a queued experiment cannot receive secrets ({', '.join(sorted(launch.secrets))}): "
@@ -37,7 +37,7 @@ def queued(launch: Launch) -> Launch:
             continue
         if isinstance(action, StartRun):
             fields = {f.name: getattr(action, f.name) for f in dataclasses.fields(action)}
-            action = QueueRun(**fields)
+            action = QueueRun(**fields, start_idle=start_idle)
         actions.append(action)
     return dataclasses.replace(launch, actions=tuple(actions))
 

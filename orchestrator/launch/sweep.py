@@ -82,6 +82,7 @@ def launch(sets: list[str], steps: int | None, minutes: float | None, targets: l
     configs = [settings_for([*(base_sets or []), *(f"{k}={v}" for k, v in combo.items())]) for combo in combos]
     sweep = new_id()
     out = Launched(sweep)
+    # every variant of a target is queued before its first starts: none runs while the rest are being queued
     for i, (combo, settings) in enumerate(zip(combos, configs)):
         target = targets[i % len(targets)]
         said = ", ".join(f"{k}={v}" for k, v in combo.items())
@@ -89,10 +90,17 @@ def launch(sets: list[str], steps: int | None, minutes: float | None, targets: l
                               clean=False, purge=False, yes=True, confirm=None, echo=echo)
         plan.env = {**plan.env, **env}
         plan.sweep = sweep
-        plan = queueing.queued(plan)
+        plan = queueing.queued(plan, start_idle=i + len(targets) >= len(combos))  # this target's last variant
         done = execute(plan, registry)
         exp = done.experiment
         assert exp is not None
         out.rows.append({"id": exp.id, "settings": combo, "target": target.label, "status": exp.status,
                          "position": (done.queue or {}).get("position")})
+    # each target's last queueing started its first variant: the rows and positions as the targets have them now
+    for target in {t.label: t for t in targets[:len(combos)]}.values():
+        where = {e["id"]: e["position"] for e in queueing.listing(configs[0], target, registry) if e.get("mine")}
+        for row in out.rows:
+            if row["target"] == target.label:
+                row["status"] = registry.get(row["id"]).status
+                row["position"] = where.get(row["id"])
     return out

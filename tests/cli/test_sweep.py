@@ -71,6 +71,10 @@ def test_a_batching_sweep_ends_each_variant_at_its_budget_and_ranks_them(project
     assert "best" in text and "shuffle" in text and "efficiency" in text, text
     listed = project.run("experiments", "list").stdout
     assert sweep in listed
+    image = project.path / "sweep.png"
+    drawn = project.run("experiments", "plot", "--sweep", sweep, "-o", str(image), "--metric", "throughput")
+    assert drawn.returncode == 0, drawn.stderr
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_sweep_stop_stops_the_running_variant_and_dequeues_the_rest(project):
@@ -94,7 +98,9 @@ def test_bad_sweep_input_is_refused_before_anything_is_launched(project):
                           (["sweep", "--set", "batching.strategy=sorted,", "--steps", "5"], "has an empty value"),
                           (["sweep", "--set", "batching.strategy=sorted,shuffle"], "a sweep needs a budget"),
                           (["sweep", "--set", "batching.strategy=sorted,nope", "--steps", "5"], "batching"),
-                          (["sweep", "show", "s000000"], "no sweep 's000000'")):
+                          (["sweep", "show", "s000000"], "no sweep 's000000'"),
+                          (["sweep", "stop", "s000000"], "no sweep 's000000'"),
+                          (["experiments", "plot", "--sweep", "s000000", "-o", "x.png"], "no sweep 's000000'")):
         done = project.run(*args)
         assert done.returncode != 0, args
         assert "error: " in done.stderr and message in done.stderr and "hint: " in done.stderr, (args, done.stderr)
