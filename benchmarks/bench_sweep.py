@@ -132,7 +132,8 @@ def main() -> None:
               f"{rate:>8.0f} {rate / best:>7.2f} {loss:>8} {eff:>10} {v['status']:9}")
     print(f"\nidle between variants: a variant's end -> the next one's first log line "
           f"(baseline: train.py started by hand, start -> first line: {floor:.2f} s)")
-    print(f"{'from':>5} {'to':>4} {'idle s':>7} {'x baseline':>10} {'bar <= 2 s':>10}")
+    print(f"{'from':>5} {'to':>4} {'idle s':>7} {'x baseline':>10} {'bar <= 2 s':>10} {'orch: end->spawn':>17} "
+          f"{'script: spawn->line':>20}")
     gaps = []
     for before, after, i, j in zip(dirs, dirs[1:], ids, ids[1:]):
         ended = json.loads((before / "exit.json").read_text())["ended"]
@@ -141,8 +142,9 @@ def main() -> None:
             print(f"{i:>5} {j:>4} {'?':>7}")
             continue
         gaps.append(first - ended)
+        spawned = json.loads((after / "pid.json").read_text())["started"]  # when its supervisor spawned it
         print(f"{i:>5} {j:>4} {first - ended:>7.2f} {(first - ended) / floor:>10.1f} "
-              f"{'PASS' if first - ended <= BAR_S else 'FAIL':>10}")
+              f"{'PASS' if first - ended <= BAR_S else 'FAIL':>10} {spawned - ended:>17.2f} {first - spawned:>20.2f}")
     if gaps:
         print(f"median idle {statistics.median(gaps):.2f} s, worst {max(gaps):.2f} s")
     subprocess.run(["tmux", "-L", "orch-" + hashlib.sha256(str(root).encode()).hexdigest()[:8], "kill-server"],

@@ -227,6 +227,8 @@ def _exited(pid: int) -> bool:
 def next_after(run_dir: str, supervisor: int) -> int:
     """Wait for the supervisor (``supervisor``, its pid) to exit, then start the project's next entry (its start
     replaces the tmux session the supervisor ran in)."""
+    import libtmux  # noqa: F401  (loaded while the supervisor exits: the next start does not wait for it)
+
     deadline = time.monotonic() + PARENT_WAIT
     while not _exited(supervisor) and time.monotonic() < deadline:
         time.sleep(0.005)
