@@ -108,3 +108,17 @@ def test_bad_sweep_input_is_refused_before_anything_is_launched(project):
     assert not (project.root / "runs").exists() or not any((project.root / "runs").iterdir())
     with project.registry() as reg:
         assert reg.list() == []
+
+
+def test_a_run_ended_at_its_budget_is_finished_and_never_restarted(project):
+    project.configure(steps=100000)
+    env = '{OMP_NUM_THREADS = "1", TINYLM_STEPS = "100000", TINYLM_SAMPLES = "600", ORCH_MAX_STEPS = "30"}'
+    done = project.run("deploy", "--set", "run.restarts=2", "--set", "run.backoff=[0.2]", "--set", f"project.env={env}")
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: (project.run_dir(1) / "exit.json").exists(), timeout=60, what="the run's end at its budget")
+    time.sleep(1)  # a restart would begin within the backoff
+    attempts = json.loads((project.run_dir(1) / "attempts.json").read_text())["attempts"]
+    assert [a["reason"] for a in attempts] == ["budget"], attempts
+    assert json.loads((project.run_dir(1) / "exit.json").read_text())["exit_code"] == 130  # tinylm's Ctrl-C exit
+    status = json.loads(project.run("status", "--json").stdout)
+    assert (status["state"], status["end_reason"]) == ("finished", "reached its budget of 30 steps"), status
