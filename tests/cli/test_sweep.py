@@ -14,12 +14,16 @@ from tests.conftest import EXAMPLE, wait_for
 
 
 
-def _with_lengths(project, steps: int = 100000, sleep: float = 0.0) -> None:
-    """tinylm's own sample lengths as the planner's ``[batching] lengths`` (so each plan reports its efficiency)."""
+def _tinylm():
     spec = importlib.util.spec_from_file_location("tinylm_train", EXAMPLE / "train.py")
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
-    lengths, _, _ = train.make_data(600, 512)
+    return train
+
+
+def _with_lengths(project, steps: int = 100000, sleep: float = 0.0) -> None:
+    """tinylm's own sample lengths as the planner's ``[batching] lengths`` (so each plan reports its efficiency)."""
+    lengths, _, _ = _tinylm().make_data(600, 512)
     (project.path / "lengths.txt").write_text("\n".join(str(int(n)) for n in lengths) + "\n")
     project.configure(steps=steps, sleep=sleep, ckpt_every=1000)
     text = (project.path / "orch.toml").read_text().replace("[batching]\n", "[batching]\nlengths = \"lengths.txt\"\n")

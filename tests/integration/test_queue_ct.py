@@ -110,3 +110,31 @@ def test_a_queue_whose_running_experiment_is_lost_goes_on_at_boot(remote, testbe
 def _systemd_or_skip_queue(remote, testbed) -> None:
     if on_ct(testbed, 200, "sh", "-c", "test -d /run/systemd/system && echo yes || echo no").strip() != "yes":
         pytest.skip("the CT image does not run systemd")
+
+
+def test_a_sweep_spread_over_two_cts_ends_each_variant_at_its_budget(remote, testbed):
+    lengths = remote.path / "lengths.txt"
+    from tests.cli.test_sweep import _tinylm
+
+    lengths.write_text("\n".join(str(int(n)) for n in _tinylm().make_data(600, 512)[0]) + "\n")
+    remote.write(sleep=0.0, extra='[batching]\nstrategy = "megabatch"\ntoken_budget = 4096\nmax_seq_len = 512\n'
+                                  'seed = 0\nlengths = "lengths.txt"\n')
+    res = remote.cli("sweep", "--set", "batching.strategy=sorted,shuffle,bucketed", "--steps", "30",
+                     "--ct", "200", "--ct", "201", "--json")
+    assert res.exit_code == 0, res.output
+    launched = json.loads(res.stdout)
+    assert [(v["id"], "200" in v["target"], v["status"]) for v in launched["variants"]] == \
+        [(1, True, "running"), (2, False, "running"), (3, True, "queued")], launched
+    for exp_id, vmid in ((1, 200), (2, 201), (3, 200)):  # no orch command meanwhile: the CTs' files
+        deadline = time.monotonic() + 120
+        path = f"{ROOT}/runs/{remote.run_key(exp_id)}/budget.json"
+        while not on_ct(testbed, vmid, "sh", "-c", f"cat {path} 2>/dev/null || true").strip():
+            assert time.monotonic() < deadline, f"experiment {exp_id} did not end at its budget on CT {vmid}"
+            time.sleep(0.5)
+    shown = remote.cli("sweep", "show", launched["sweep"], "--json")
+    assert shown.exit_code == 0, shown.output
+    table = json.loads(shown.stdout)
+    rates = [v["throughput"] for v in table["variants"]]
+    assert all(r > 0 for r in rates) and rates == sorted(rates, reverse=True), table
+    assert all(v["status"] == "finished" and 0 < v["efficiency"] <= 1 for v in table["variants"]), table
+    assert table["variants"][0]["best"]
