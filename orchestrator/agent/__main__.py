@@ -8,8 +8,8 @@ import sys
 import time
 import traceback
 
-from . import (checkpoints, diskspace, envs, gc, journal, logs, notify, revisions, runs, start_check, system, validate,
-               workdir)
+from . import (checkpoints, diskspace, envs, gc, journal, logs, notify, revisions, runqueue, runs, start_check, system,
+               validate, workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -62,9 +62,13 @@ OPS = {
     "run_check": (start_check.check, False),
     "run_stop": (runs.stop, False),
     "run_verify": (runs.verify_started, False),
-    "status": (lambda layout, gpus=True, **a: {**runs.status(layout, **a), "gpus": system.gpus() if gpus else []},
-               False),
+    "status": (lambda layout, gpus=True, **a: {**runs.status(layout, **a), "gpus": system.gpus() if gpus else [],
+                                               "queue": runqueue.entries(layout, a["project"]) if a.get("project")
+                                               else []}, False),
     "gpus": (system.gpu_report, False),
+    "queue_add": (runqueue.add, False),
+    "queue_list": (runqueue.listing, False),
+    "queue_remove": (runqueue.remove, False),
     "run_records": (runs.records, False),
     "log_read": (logs.read, False),
     "log_stream": (lambda layout, **a: logs.stream(layout, **a), False),
@@ -99,7 +103,7 @@ def controller_gone() -> bool:
 
 # ops that change what runs or where checkpoints are: none starts once the controller is gone. Storing
 # blobs and assembling a revision still finish, so a push cut midway resumes with only what is missing.
-STOP_BEFORE = ("run_stop", "run_start", "ckpt_trash", "ckpt_restore", "ckpt_purge", "shell", "gc")
+STOP_BEFORE = ("run_stop", "run_start", "queue_add", "queue_remove", "ckpt_trash", "ckpt_restore", "ckpt_purge", "shell", "gc")
 CANCELLED = {"kind": "cancelled", "message": "the controller went away: the remaining steps were not run",
              "hint": ""}
 

@@ -55,7 +55,7 @@ class Policy:
 
         ``lost``: attempts cut short by a reboot, which do not count against ``restarts``.
         """
-        if reason == "stopped" or attempt + 1 >= self.attempts + lost:
+        if reason in ("stopped", "budget") or attempt + 1 >= self.attempts + lost:
             return False
         return self.restart_on == "always" or code != 0 or reason == "stalled"
 

@@ -58,13 +58,23 @@ if len(sys.argv) >= 3 and sys.argv[1] == "supervise":  # the run's supervisor: i
     from orchestrator.agent.runs import supervise  # noqa: E402
 
     os.environ["LC_ALL"] = "C.UTF-8"
-    sys.exit(supervise(sys.argv[2]))
+    _code = supervise(sys.argv[2])
+    from orchestrator.agent.runqueue import after_supervisor  # noqa: E402
+
+    after_supervisor(sys.argv[2])  # the run has ended: the project's next queued experiment starts
+    sys.exit(_code)
 
 if len(sys.argv) >= 3 and sys.argv[1] == "resume":  # after a reboot, from the run's systemd unit (reboot_unit)
     from orchestrator.agent.runs import resume  # noqa: E402
 
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(resume(sys.argv[2]))
+
+if len(sys.argv) >= 4 and sys.argv[1] == "queue-boot":  # after a reboot, from the queue's systemd unit
+    from orchestrator.agent.runqueue import at_boot  # noqa: E402
+
+    os.environ["LC_ALL"] = "C.UTF-8"
+    sys.exit(at_boot(sys.argv[2], sys.argv[3]))
 
 if len(sys.argv) >= 2 and sys.argv[1] == "serve":  # resident: one request after another on this channel
     from orchestrator.agent.serve import serve  # noqa: E402

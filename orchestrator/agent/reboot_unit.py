@@ -7,6 +7,8 @@ needed: systemd reads it at the next boot. Only where systemd runs (``/run/syste
 
     install(run_dir, python="/usr/bin/python3", agent="/ws/orch/agent/agent-3.pyz") -> "" or why not
     remove(run_dir)
+
+A project's queue (``runqueue``) has a unit too, keyed by its folder, whose command is ``queue-boot``.
 """
 
 from __future__ import annotations
@@ -31,27 +33,35 @@ def _paths(run_dir: str, units: str) -> tuple[str, str]:
     return os.path.join(units, name), os.path.join(units, "multi-user.target.wants", name)
 
 
-def unit_text(run_dir: str, python: str, agent: str) -> str:
-    return (f"[Unit]\nDescription=orch: resume the run in {run_dir} after a reboot\n"
+def unit_text(run_dir: str, python: str, agent: str, command: list | None = None) -> str:
+    what = f"start the queue in {run_dir}" if command else f"resume the run in {run_dir}"
+    argv = [python, agent, *(command or ["resume", run_dir])]
+    return (f"[Unit]\nDescription=orch: {what} after a reboot\n"
             "After=local-fs.target network.target\n\n"
-            f"[Service]\nType=oneshot\nExecStart={shlex.join([python, agent, 'resume', run_dir])}\n"
+            f"[Service]\nType=oneshot\nExecStart={shlex.join(argv)}\n"
             "RemainAfterExit=yes\nKillMode=process\n\n"  # the run's tmux server outlives ExecStart
             "[Install]\nWantedBy=multi-user.target\n")
 
 
-def install(run_dir: str, python: str, agent: str, units: str = UNITS, running: str = SYSTEMD_RUNNING) -> str:
-    """Install the unit; return "" on success, else why it was not (no systemd, not root)."""
+def install(run_dir: str, python: str, agent: str, units: str = UNITS, running: str = SYSTEMD_RUNNING,
+            command: list | None = None) -> str:
+    """Install the unit (``command``: the agent's arguments, default ``resume run_dir``); return "" on success,
+    else why it was not (no systemd, not root)."""
     if not os.path.isdir(running):
         return "the target does not run systemd"
     unit, wants = _paths(run_dir, units)
     try:
-        write_atomic(unit, unit_text(run_dir, python, agent).encode())
+        write_atomic(unit, unit_text(run_dir, python, agent, command).encode())
         os.makedirs(os.path.dirname(wants), exist_ok=True)
         if not os.path.islink(wants):
             os.symlink(unit, wants)
     except OSError as exc:
         return f"cannot write {unit}: {exc.strerror}"
     return ""
+
+
+def installed(run_dir: str, units: str = UNITS) -> bool:
+    return os.path.exists(_paths(run_dir, units)[0])
 
 
 def remove(run_dir: str, units: str = UNITS) -> None:

@@ -24,7 +24,8 @@ import subprocess
 import sys
 import time
 
-from . import attempts, causes, diskspace, grace, handover, heartbeat, journal, reboot_unit, watchdog, workdir
+from . import (attempts, budget, causes, diskspace, grace, handover, heartbeat, journal, reboot_unit, watchdog,
+               workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
@@ -101,6 +102,9 @@ def run_state(run_dir: str) -> dict:
         code = ended.get("exit_code")
         out.update(exit_code=code, ended=ended.get("ended"), signal=ended.get("signal"), cause=ended.get("cause"))
         out["state"] = "stopped" if stop_req else ("finished" if code == 0 else "crashed")
+        spent = budget.spent(run_dir)
+        if spent is not None and not stop_req:  # ended gracefully at its budget, whatever its exit code
+            out.update(state="finished", budget=spent, cause=f"reached its budget of {spent.get('spent')}")
     elif _alive(pid.get("supervisor"), pid.get("supervisor_start")) or \
             _alive(pid.get("child"), pid.get("child_start")):
         out["state"] = "running"  # a supervisor still alive is about to record the exit code, or to restart
@@ -385,12 +389,15 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
         return _record_exit(run_dir, 127, None, error=exc.strerror)
     children.append(child)
     _write_pid(run_dir, child)
-    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, metrics.tick if metrics else None)
+    limit = budget.Budget.from_env(launch["env"], run_dir)
+    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, metrics.tick if metrics else None, limit)
     if metrics is not None:
         metrics.tick()  # the lines written since the last tick
     code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
     if _going_down(run_dir, stopping, code):
         reason = causes.shutdown_cause()
+    elif limit is not None and budget.spent(run_dir) is not None and not attempts.stop_requested(run_dir):
+        reason = "budget"
     elif stopping or attempts.stop_requested(run_dir):
         reason = "stopped"
     else:

@@ -274,6 +274,11 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                   "argv": _STRINGS, "env": _env,
                   "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict),
                   "notify": _optional(_dict)},
+    "queue_add": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
+                  "argv": _STRINGS, "env": _env,
+                  "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict), "start_idle": _bool},
+    "queue_list": {"project": project, "start_stale": _bool},
+    "queue_remove": {"project": project, "ids": _EXP_IDS, "registry": registry_id, "sweep": _optional(_str)},
     "run_check": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "secrets": _optional(_STRINGS), "checkpoints": _optional(_str), "stops_runs": _bool,
                   "revision_pending": _bool},
@@ -320,7 +325,7 @@ def op_args(op: str, args: dict) -> None:
     for key, check in ARGS.get(op, {}).items():
         if key in args:
             check(args[key], f"{op}.{key}")
-    if op == "run_start" and isinstance(args.get("argv"), list) and isinstance(args.get("env"), dict):
+    if op in ("run_start", "queue_add") and isinstance(args.get("argv"), list) and isinstance(args.get("env"), dict):
         secrets = args.get("secrets") if isinstance(args.get("secrets"), dict) else {}
         _exec_fits(args["argv"], {**args["env"], **secrets}, op)
 

@@ -17,11 +17,12 @@ from . import attempts, heartbeat
 
 
 def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stopping: list,
-          log, tick: Callable[[], None] | None = None) -> tuple[int, bool]:
+          log, tick: Callable[[], None] | None = None, budget=None) -> tuple[int, bool]:
     """Wait for the child; with ``stall_timeout``, end it (SIGTERM, then SIGKILL) when its log stops growing,
-    or, for a node of a job, when no node's log has grown for that long (``heartbeat``). ``tick`` is called
-    about every 0.2 s meanwhile (the notifications that read the log's metrics)."""
-    if policy.stall_timeout is None:
+    or, for a node of a job, when no node's log has grown for that long (``heartbeat``); with a ``budget``
+    (``budget.Budget``), SIGINT once it is spent, then SIGTERM and SIGKILL if the command lingers. ``tick`` is
+    called about every 0.2 s meanwhile (the notifications that read the log's metrics)."""
+    if policy.stall_timeout is None and budget is None:
         while tick is not None:
             try:
                 return child.wait(timeout=0.2), False
@@ -34,18 +35,34 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
     if beacon is not None and beacon.error:
         log.write(f"[orch] {beacon.error}: this node's stall watchdog judges its own log alone\n".encode())
     size = 0
+    ending: float | None = None  # when the budget's SIGINT was sent
+    ticked = time.monotonic()
     try:
         while True:
             try:
-                return child.wait(timeout=0.2), False
+                return child.wait(timeout=0.2 if budget is None else 0.02), False
             except subprocess.TimeoutExpired:
                 pass
+            if tick is not None and time.monotonic() - ticked >= 0.2:
+                ticked = time.monotonic()
+                tick()
+            if budget is not None:
+                if ending is None and not stopping and (spent := budget.check()):
+                    budget.record(spent)
+                    log.write(f"[orch] budget reached ({spent}): SIGINT, as orch stop sends\n".encode())
+                    ending = time.monotonic()
+                    try:
+                        os.killpg(child.pid, signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
+                elif ending is not None and time.monotonic() - ending > max(policy.term_timeout, BUDGET_GRACE):
+                    return end_stalled(child, policy.term_timeout), False
+                if policy.stall_timeout is None:
+                    continue
             try:
                 size = os.stat(log_path).st_size
             except OSError:
                 pass
-            if tick is not None:
-                tick()
             now = time.monotonic()
             progress.own_size(size, now)
             if stopping:
@@ -60,6 +77,9 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
     finally:
         if beacon is not None:
             beacon.close()
+
+
+BUDGET_GRACE = 30.0  # s a command has after its budget's SIGINT before SIGTERM
 
 
 def stall_note(policy: attempts.Policy) -> str:

@@ -29,9 +29,10 @@ def list_(ctx: typer.Context, as_json: JsonOpt = False,
     if not rows:
         render.out("no experiments yet (orch deploy starts one)")
         return
-    render.table(None, ["id", "status", "exit", "target", "revision", "batching", "parent", "created", "message"],
+    render.table(None, ["id", "status", "exit", "target", "revision", "batching", "sweep", "parent", "created",
+                        "message"],
                  [[e.id, _status(e, e.id in orphaned), e.exit_code, e.target, e.revision[:10],
-                   e.batching.get("strategy"), e.parent, render.when(e.created), e.message] for e in rows])
+                   e.batching.get("strategy"), e.sweep, e.parent, render.when(e.created), e.message] for e in rows])
     if orphaned:
         render.say("orphaned: the orch that launched it was killed; the next command that reaches its target "
                    "(orch status) records what became of it")
@@ -159,9 +160,11 @@ def compare(ctx: typer.Context, ids: IdsArg,
 
 @app.command()
 def plot(ctx: typer.Context,
-         ids: Annotated[list[int], typer.Argument(metavar="ID...", min=1, max=ID_MAX, help="One or more ids")],
          out: Annotated[Path, typer.Option("--out", "-o", help="Image to write (.png, .svg, .pdf)")],
+         ids: Annotated[Optional[list[int]], typer.Argument(metavar="ID...", min=1, max=ID_MAX,
+                                                            help="One or more ids")] = None,
          metric: Annotated[str, typer.Option("--metric", "-m", help="loss or throughput")] = "loss",
+         sweep: Annotated[Optional[str], typer.Option("--sweep", help="Every variant of this sweep")] = None,
          refresh: RefreshOpt = True) -> None:
     """Draw the experiments' loss or throughput against the step (needs matplotlib: orch[plot])."""
     from ..errors import InputError
@@ -171,6 +174,13 @@ def plot(ctx: typer.Context,
     key = series_key(metric)
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
+        if sweep is not None:
+            ids = sorted({*(ids or []), *(e.id for e in reg.list(sweep=sweep))})
+            if not ids:
+                raise InputError(f"no sweep {sweep!r} in this project's registry",
+                                 hint="orch experiments list shows each experiment's sweep")
+        if not ids:
+            raise InputError("name the experiments to plot, or --sweep S", hint="e.g. orch experiments plot 3 4 -o a.png")
         _refreshed(settings, reg, ids, refresh)
         if key == "tok_s":
             key = throughput_series([(reg.metrics(i) or {}).get("series", {}) for i in ids])

@@ -201,8 +201,8 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import (batching, checkpoints, connections, env, experiments, gc, gpus, init, into, logs, notify, run,
-                   status, targets, use)
+    from . import (batching, checkpoints, connections, env, experiments, gc, gpus, init, into, logs, notify, queue,
+                   run, status, sweep, targets, use)
 
     run.register(app)
     gc.register(app)
@@ -219,6 +219,8 @@ def _register() -> None:
     app.add_typer(connections.app, name="connections")
     app.add_typer(notify.app, name="notify")
     env.register(app)
+    app.add_typer(queue.app, name="queue")
+    sweep.register(app)
 
 
 _register()

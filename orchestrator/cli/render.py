@@ -119,6 +119,10 @@ def plan_lines(actions) -> list[str]:
         elif isinstance(a, model.Record):
             parent = f", parent {a.parent}" if a.parent else ""
             text = f"record a new experiment (target {a.target}{parent})"
+        elif isinstance(a, model.QueueRun):
+            shown = command_line(a.command if isinstance(a.command, str) else list(a.command))
+            text = f"queue `{shown}` on the target (batching: {a.strategy}): it starts when the experiment " \
+                   "before it ends, or now if none runs"
         elif isinstance(a, model.StartRun):
             shown = command_line(a.command if isinstance(a.command, str) else list(a.command))
             how = f" as {shlex.join(a.argv)}" if isinstance(a.command, str) else ""

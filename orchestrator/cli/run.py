@@ -47,6 +47,8 @@ def _placed(settings, gpus, pool, names, cts, start, trust):
     for line in choice.others:
         render.say(f"  not {line}")
     return choice, wanted[choice.key]
+QueueOpt = Annotated[bool, typer.Option("--queue", help="Queue it on the target: it starts when the running "
+                                        "experiment ends, with no orch connected (orch queue lists it)")]
 
 
 def _target(settings, name, ct, start, trust, dry_run):
@@ -127,7 +129,7 @@ def _report(outcome, target, as_json: bool) -> None:
         render.print_json({"experiment": exp.public() if exp else None, "target_label": target.label,
                            "stopped": outcome.stopped, "checkpoints": outcome.checkpoints,
                            "pushed": outcome.pushed, "shell": outcome.shell, "waited": outcome.waited,
-                           "stats": outcome.stats})
+                           "stats": outcome.stats, "queue": outcome.queue})
     else:
         _say_outcome(outcome, target)
     if exp is not None and exp.status == "crashed":
@@ -175,6 +177,11 @@ def _say_outcome(outcome, target) -> None:
     elif exp.status == "running":
         render.out(f"experiment {exp.id}: started on {target.label} (revision {exp.revision}); "
                    "--wait watches it until its first metric line")
+    elif exp.status == "queued":
+        q = outcome.queue or {}
+        behind = f" behind experiment {q['behind']}" if q.get("behind") else ""
+        render.out(f"experiment {exp.id}: queued on {target.label} at position {q.get('position')}{behind} "
+                   f"(revision {exp.revision}); orch queue lists the queue")
     else:
         render.out(f"experiment {exp.id}: {exp.status} on {target.label} (revision {exp.revision})")
 
@@ -182,10 +189,10 @@ def _say_outcome(outcome, target) -> None:
 def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
            set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
            yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
-           trust_new_host: TrustOpt = False, wait: WaitOpt = None, as_json: JsonOpt = False,
-           gpus: GpusOpt = None, pool: PoolOpt = None) -> None:
+           trust_new_host: TrustOpt = False, wait: WaitOpt = None, queue: QueueOpt = False,
+           as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None) -> None:
     """Push the code as a new revision and start it as a new experiment."""
-    from ..launch import prepare
+    from ..launch import prepare, queueing
 
     from . import job
 
@@ -205,6 +212,12 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
         from ..launch.placement import apply
 
         apply(launch, choice)
+    if queue and grp is not None:
+        from ..errors import InputError
+
+        raise InputError("a job over several nodes cannot be queued", hint="deploy it without --queue")
+    if queue:
+        launch = queueing.queued(launch)
     if grp is not None:
         return job.deploy(launch, grp, settings, dry_run, as_json)
     _run(launch, settings, dry_run, as_json, one)
@@ -244,8 +257,12 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
     _run(launch, settings, dry_run, as_json, (target, ct))
 
 
+StopAllOpt = Annotated[bool, typer.Option("--all", help="Empty the target's queue of this project too (else the "
+                                          "next queued experiment starts when this one has stopped)")]
+
+
 def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_run: DryOpt = False,
-         trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
+         trust_new_host: TrustOpt = False, all_: StopAllOpt = False, as_json: JsonOpt = False) -> None:
     """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); a job: every node at once."""
     from ..launch import prepare
     from . import job
@@ -260,11 +277,19 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
         return _run(launch, settings, True, as_json)
     from ..launch.operations import execute
 
+    dequeued: list = []
     with common.registry(settings) as reg:
+        if all_:  # first, so that the stop starts nothing
+            from ..launch import queueing
+
+            dequeued = queueing.remove(settings, tgt, reg)
         outcome = execute(launch, reg)
     if as_json:
-        render.print_json({"stopped": outcome.stopped, "target_label": tgt.label})
-    elif not outcome.stopped:
+        render.print_json({"stopped": outcome.stopped, "dequeued": dequeued, "target_label": tgt.label})
+        return
+    if dequeued:
+        render.out(f"removed from the queue on {tgt.label}: " + ", ".join(f"experiment {i}" for i in dequeued))
+    if not outcome.stopped:
         render.out(f"nothing was running on {tgt.label}")
     for run in outcome.stopped if not as_json else []:
         render.out(f"{render.which(run)} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "

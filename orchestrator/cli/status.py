@@ -145,6 +145,8 @@ def _print_status(d: dict) -> None:
         render.out(f"  gpu {g['index']} {g['name']}: {g['util']}% busy, {g['mem_used_mib']}/{g['mem_total_mib']} MiB"
                    + given)
     render.out(f"  last log line ({render.ago(d['log_age_s'])}): {d['last_line'] or '-'}")
+    for q in d.get("queue") or []:
+        render.out(f"  queued {q['position']}: experiment {q['id']}" + (f" (sweep {q['sweep']})" if q.get("sweep") else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -99,6 +99,14 @@ class StartRun(Action):
 
 
 @dataclass(frozen=True, kw_only=True)
+class QueueRun(StartRun):
+    """``deploy --queue``: the start handed to the target's queue, run when the experiment before it ends."""
+
+    kind: ClassVar[str] = "queue_run"
+    start_idle: bool = True  # with nothing running, start the queue now (a sweep: only once every variant is in)
+
+
+@dataclass(frozen=True, kw_only=True)
 class VerifyStarted(Action):
     kind: ClassVar[str] = "verify_started"
     wait: float
@@ -147,6 +155,7 @@ class Launch:
     progress: Meter | None = None  # counts a big push (the CLI's bar on a terminal)
     gpus: list | None = None  # the GPUs placement chose (index, uuid): in CUDA_VISIBLE_DEVICES and the record
     venv: dict | None = None  # the env the run starts in, once it is on the target (envs.prepare)
+    sweep: str | None = None  # the sweep this launch is a variant of (launch/sweep.py)
 
     def has(self, kind: type[Action]) -> bool:
         return has(self.actions, kind)
@@ -162,3 +171,4 @@ class Outcome:
     stats: dict = field(default_factory=dict)
     waited: dict | None = None  # what --wait saw: the first metric line, or how the run ended
     undo: dict = field(default_factory=dict)  # registry fields after a failed apply (checkpoints put back)
+    queue: dict | None = None  # deploy --queue: what the target's queue said (queued at which position)

@@ -32,8 +32,8 @@ from ..config import Settings
 from ..errors import Interrupted, OrchError, TransportError
 from ..records.experiments import Experiment, Registry, clone
 from ..records.launch_guard import LaunchGuard
-from .model import (BuildEnv, Checkpoints, Launch, Outcome, Preflight, PushRevision, Record, Shell, StartRun,
-                    StopRun, VerifyStarted, checkpoint_action)
+from .model import (BuildEnv, Checkpoints, Launch, Outcome, Preflight, PushRevision, QueueRun, Record, Shell,
+                    StartRun, StopRun, VerifyStarted, checkpoint_action)
 from ..records.reconcile import reconcile
 from ..reach.targets import Target
 
@@ -84,6 +84,8 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             if launch.has(Record):
                 # numbered by this registry alone: its runs' folders on the target carry its id (runs/<id>-<n>)
                 exp = registry.create(launcher=guard, **_record_fields(launch, probe))
+                if launch.sweep:  # variants of a sweep never share (or resume from) each other's checkpoints
+                    exp = registry.update(exp.id, checkpoints=f"{target.checkpoints.rstrip('/')}/exp{exp.id}")
                 out.experiment = exp
             results = _apply(launch, client, registry, probe, exp, out, writer)
         except (KeyboardInterrupt, TransportError) as exc:
@@ -241,7 +243,7 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
         "git_commit": rev.git_commit if rev else None, "git_dirty": rev.git_dirty if rev else None,
         "git_diff": rev.git_diff if rev else None, "command": inputs.command if inputs.command is not None else inputs.argv or [], "config": launch.config,
         "batching": inputs.batching or {}, "batching_plan": launch.batching_plan, "parent": inputs.parent,
-        "checkpoints": target.checkpoints, "gpus": launch.gpus,
+        "checkpoints": target.checkpoints, "gpus": launch.gpus, "sweep": launch.sweep,
     }
     if launch.venv is not None:
         from .envs import record
@@ -299,6 +301,13 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
         elif isinstance(step, Shell):
             ops.append(Op("shell", _shell_args(launch, step, exp, key)))
             keys.append("shell")
+        elif isinstance(step, QueueRun):  # the target starts it when the run before it ends (runqueue)
+            assert exp is not None and start is not None
+            ops.append(Op("queue_add", {"exp_id": exp.id, "registry": key, "project": project,
+                                        "revision": exp.revision, "argv": start.argv, "env": start.env,
+                                        "experiment": start.experiment, "batching": exp.batching,
+                                        "recovery": start.recovery, "start_idle": step.start_idle}))
+            keys.append("queue")
         elif isinstance(step, StartRun):
             assert exp is not None and start is not None
             ops.append(Op("run_start", {"exp_id": exp.id, "registry": key, "project": project,
@@ -353,7 +362,9 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     try:
         # the target journals each step in the new run's folder: a controller that never hears back can learn it
-        journal = {"exp_id": exp.id, "registry": key, "project": project} if exp is not None else None
+        # (a queued one's folder is made when it starts: an empty one would read as a crashed run meanwhile)
+        journal = {"exp_id": exp.id, "registry": key, "project": project} \
+            if exp is not None and not launch.has(QueueRun) else None
         values = client.call(ops, lock=settings.run.lock_timeout, what=launch.book.name, timeout=timeout,
                              journal=journal)
     except TransportError:
@@ -393,6 +404,12 @@ def _record_results(launch: Launch, registry: Registry, results: list[tuple[str,
             out.checkpoints = value
         elif key == "shell":
             out.shell.append(value)
+        elif key == "queue" and out.experiment is not None:
+            fields = {"status": value["status"]}
+            if value["status"] == "running":
+                fields["started"] = value.get("started") or now
+            out.queue = value
+            out.experiment = registry.update(out.experiment.id, checkpoints_action="kept", **fields)
         elif key == "verify" and out.experiment is not None:
             exp = out.experiment
             fields: dict = {"status": value["state"], "started": value.get("started") or now}

@@ -6,6 +6,8 @@
         -> "stopped by experiment 7"
     describe({"state": "lost", "cause": "the container stopped"}, now=t)
         -> "the container stopped; end time unknown, noticed at 2026-11-30 15:20:11"
+    describe({"state": "finished", "budget": {...}, "cause": "reached its budget of 200 steps"})
+        -> "reached its budget of 200 steps"
     describe({"state": "lost", "cause": "interrupted by the container's shutdown", "ended": t})
         -> "interrupted by the container's shutdown"  (not crashed: it resumes after boot, see resume_after_reboot)
 """
@@ -66,4 +68,6 @@ def describe(run: dict, registry_id: str | None = None, now: float | None = None
         if run.get("exit_code") is None:
             return "no exit code recorded"
         return f"exit code {run['exit_code']}"
+    if state == "finished" and run.get("budget"):  # ended by its supervisor at ORCH_MAX_STEPS / ORCH_MAX_MINUTES
+        return run.get("cause") or "reached its budget"
     return None

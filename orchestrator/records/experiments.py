@@ -23,7 +23,8 @@ from . import faults
 from ..errors import ConflictError, DiskFull, InputError, NotFoundError, OrchError, RegistryCorrupt
 from .launch_guard import LaunchGuard, forget, launcher_alive
 
-STATUSES = ("launching", "running", "finished", "crashed", "stopped", "failed", "lost")
+STATUSES = ("launching", "queued", "running", "finished", "crashed", "stopped", "failed", "lost")
+# "queued": handed to the target's queue (deploy --queue, a sweep's variants); it starts when the run before it ends
 # a run that ran and is over; "lost" (its container restarted under it) can still resume: see status.sync
 ENDED = ("finished", "crashed", "stopped", "lost")
 FINAL = (*ENDED, "failed")  # an experiment whose record will not change again
@@ -99,6 +100,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE experiments ADD COLUMN env TEXT;
     """,
+    # the sweep an experiment is a variant of (orch sweep): its id, shared by the variants
+    """
+    ALTER TABLE experiments ADD COLUMN sweep TEXT;
+    CREATE INDEX experiments_sweep ON experiments(sweep, id);
+    """,
 ]
 
 
@@ -151,6 +157,7 @@ class Experiment(BaseModel):
     gpus: list | None = None  # the GPUs it was given (--gpus N): index and UUID each; None: not chosen by orch
     gpu_series: list | None = None  # their utilisation and memory as status read them (watch/gpu_use.py)
     env: dict | None = None  # [env]: {"hash", "spec", "packages": {name: version}} (launch/envs.py)
+    sweep: str | None = None  # the sweep it is a variant of (orch sweep)
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""
@@ -407,8 +414,11 @@ class Registry:
         return self._from_row(row)
 
     def list(self, target: str | None = None, status: str | None = None, limit: int | None = None,
-             machine: str | None = None) -> list[Experiment]:
+             machine: str | None = None, sweep: str | None = None) -> list[Experiment]:
         sql, args = "SELECT * FROM experiments WHERE 1=1", []
+        if sweep:
+            sql += " AND sweep = ?"
+            args.append(sweep)
         if target:
             sql += " AND target = ?"
             args.append(target)
@@ -431,7 +441,7 @@ class Registry:
         (``machine`` NULL) match by their ``target`` name.
         """
         row = self._exec("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
-                         "AND status NOT IN ('failed', 'launching') ORDER BY status = 'running' DESC, id DESC "
+                         "AND status NOT IN ('failed', 'launching', 'queued') ORDER BY status = 'running' DESC, id DESC "
                          "LIMIT 1", (machine, target), fetch="one")
         return self._from_row(row) if row else None
 
@@ -449,9 +459,10 @@ class Registry:
         return found
 
     def unsettled(self, machine: str, target: str | None, project: str) -> list[Experiment]:
-        """Every experiment of ``project`` on ``machine`` whose record can still change (launching, running, lost)."""
+        """Every experiment of ``project`` on ``machine`` whose record can still change (launching, queued, running,
+        lost)."""
         rows = self._exec("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
-                          "AND project = ? AND status IN ('launching', 'running', 'lost') ORDER BY id",
+                          "AND project = ? AND status IN ('launching', 'queued', 'running', 'lost') ORDER BY id",
                           (machine, target, project), fetch="all")
         return [self._from_row(r) for r in rows]
 

@@ -59,6 +59,8 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
         if not belongs(exp, target, project) or registry.orphaned(exp) or is_job(exp):
             continue  # another machine's or project's run 7; an orphaned launch is settled by recover(); a job
         state = run["state"]
+        if state == "launching" and exp.status == "queued":
+            state = "running"  # its queue started it a moment ago: no orch process launches it
         settled = exp.status in FINAL and exp.status not in ("failed", "lost")  # lost: may resume after boot
         if run.get("attempts") and run["attempts"] != exp.attempts and not (settled and state not in FINAL):
             exp = registry.update(exp.id, attempts=run["attempts"])
@@ -189,4 +191,5 @@ def target_status(settings: Settings, target: Target, registry: Registry, client
     if latest is not None:
         run = next((r for r in answer["runs"] if r.get("id") == latest.id and registry.owns(r)), None)
     return {"target": target.name, "label": target.label, "info": target.info, "now": answer["now"],
-            "experiment": latest, "run": run, "runs": answer["runs"], "gpus": answer.get("gpus", [])}
+            "experiment": latest, "run": run, "runs": answer["runs"], "gpus": answer.get("gpus", []),
+            "queue": answer.get("queue", [])}

@@ -1,0 +1,254 @@
+"""A project's queue on the target: experiments that start, in order, when the one running ends.
+
+Each queued launch is one file, ``queue/<project>/<time_ns>-<run key>.json``, holding the arguments of
+``runs.start`` (its revision was assembled when it was queued, so it cannot change afterwards). Nothing on
+the controller is needed to go on: the supervisor of a run that ends (``agent supervise``) forks a process
+of its own session (``after_supervisor``) that waits for the supervisor to exit, takes the target's lock
+and starts the oldest entry (``advance``). After a reboot the queue's systemd unit
+(``reboot_unit``, installed while the queue is not empty) does the same, unless a run of the project is
+about to be resumed by its own unit: that run goes first, and its end starts the next. Where systemd is not
+running, the next ``orch queue`` or ``orch status`` does it.
+
+Secrets are never stored on the target, so a launch with secrets cannot be queued (``add`` refuses it).
+
+    add(layout, exp_id=3, project="tinylm", revision="r-…", argv=[...], env={...}, experiment={...},
+        batching={...}, registry="a1b2c3d4e5f6") -> {"status": "queued", "position": 2}
+    entries(layout, "tinylm") -> [{"id": 3, "registry": ..., "position": 1, ...}, ...]
+    remove(layout, "tinylm", ids=[3]) -> {"removed": [3]}
+    advance(layout, "tinylm") -> {"started": 3} or {"started": None, "why": "experiment 2 is running"}
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from . import journal, reboot_unit, runs
+from .layout import Layout, read_json, run_key, write_json
+from .lock import TargetLock
+from .protocol import AgentFailure
+
+FOLDER = "queue"
+START_ARGS = ("exp_id", "project", "revision", "argv", "env", "experiment", "batching", "registry", "recovery")
+LOCK_WAIT = 600.0  # s the process that starts the next entry waits for another operation's lock
+PARENT_WAIT = 10.0  # s it waits for the supervisor that spawned it to exit (its tmux session is replaced)
+
+
+
+
+def folder(layout: Layout, project: str) -> str:
+    return os.path.join(layout.root, FOLDER, project)
+
+
+def _files(layout: Layout, project: str) -> list[str]:
+    """The project's entries, oldest first (their names start with the time they were queued, in ns)."""
+    try:
+        names = os.listdir(folder(layout, project))
+    except FileNotFoundError:
+        return []
+    return [os.path.join(folder(layout, project), n) for n in sorted(names)
+            if n.endswith(".json") and not n.startswith(".")]
+
+
+def entries(layout: Layout, project: str) -> list[dict]:
+    """What is queued, in order: id, registry, revision, when, and the budget a sweep gave it."""
+    out = []
+    for position, path in enumerate(_files(layout, project), 1):
+        entry = read_json(path, {}) or {}
+        env = entry.get("env") or {}
+        out.append({"id": entry.get("exp_id"), "registry": entry.get("registry"), "position": position,
+                    "revision": entry.get("revision"), "queued": entry.get("queued"),
+                    "sweep": (entry.get("experiment") or {}).get("sweep"),
+                    "max_steps": env.get("ORCH_MAX_STEPS"), "max_minutes": env.get("ORCH_MAX_MINUTES")})
+    return out
+
+
+def _unit_key(layout: Layout, project: str) -> str:
+    return folder(layout, project)
+
+
+def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict, experiment: dict,
+        batching: dict, registry: str | None = None, recovery: dict | None = None, start_idle: bool = True) -> dict:
+    """Queue a launch (under the target's lock); with ``start_idle``, start the queue at once when nothing of the
+    project runs (a sweep queues every variant first, so that none competes with the queueing of the rest)."""
+    if not os.path.isdir(layout.revision(revision)):
+        raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
+    run_dir = layout.run_dir(exp_id, registry)
+    if os.path.lexists(run_dir) and not journal.only_launch(run_dir):
+        raise AgentFailure("safety", f"run folder {run_dir} already exists; nothing was queued",
+                           "give each project its own [paths] root, or remove the stale run folder")
+    key = run_key(exp_id, registry)
+    if any(os.path.basename(p).split("-", 1)[1] == f"{key}.json" for p in _files(layout, project)):
+        raise AgentFailure("conflict", f"experiment {exp_id} is queued already", "see orch queue")
+    os.makedirs(folder(layout, project), exist_ok=True)
+    entry = {"exp_id": exp_id, "project": project, "revision": revision, "argv": list(argv), "env": dict(env),
+             "experiment": dict(experiment), "batching": dict(batching), "registry": registry,
+             "recovery": recovery or {}, "queued": time.time()}
+    write_json(os.path.join(folder(layout, project), f"{time.time_ns():020d}-{key}.json"), entry)
+    why = reboot_unit.install(_unit_key(layout, project), sys.executable, os.path.abspath(sys.argv[0]),
+                              command=["queue-boot", layout.root, project])
+    started = _advance_locked(layout, project) if start_idle else {}
+    if started.get("started") == exp_id:
+        state = runs.run_state(run_dir)
+        return {"status": "running", "started": state.get("started") or time.time(), "position": 0}
+    busy = runs.alive_runs(layout, project)
+    position = next((e["position"] for e in entries(layout, project) if e["id"] == exp_id
+                     and e["registry"] == registry), None)
+    return {"status": "queued", "position": position, "behind": busy[0]["id"] if busy else None,
+            "boot": why or "resumed after a reboot by the queue's systemd unit"}
+
+
+def remove(layout: Layout, project: str, ids: list | None = None, registry: str | None = None,
+           sweep: str | None = None) -> dict:
+    """Take entries out (``ids``; those of ``sweep``; none named: all of them), under the target's lock."""
+    removed = []
+    for path in _files(layout, project):
+        entry = read_json(path, {}) or {}
+        if registry is not None and entry.get("registry") not in (None, registry):
+            continue
+        if ids is not None and entry.get("exp_id") not in ids:
+            continue
+        if sweep is not None and (entry.get("experiment") or {}).get("sweep") != sweep:
+            continue
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append(entry.get("exp_id"))
+    if not _files(layout, project):
+        reboot_unit.remove(_unit_key(layout, project))
+    return {"removed": removed}
+
+
+def _pending_resume(layout: Layout, project: str) -> dict | None:
+    """A lost run of the project whose reboot unit is still in place: it resumes, so it goes first."""
+    for found in runs.records(layout, project)["runs"]:
+        if found["state"]["state"] == "lost" and reboot_unit.installed(os.path.join(layout.runs, found["folder"])):
+            return found["state"]
+    return None
+
+
+def _advance_locked(layout: Layout, project: str) -> dict:
+    """Start the oldest entry if nothing of the project runs (the caller holds the target's lock).
+
+    An entry that cannot start (its revision removed, its folder taken) is recorded as not started in its run
+    folder and the next one is tried: a queue never sticks on a bad entry.
+    """
+    busy = runs.alive_runs(layout, project)
+    if busy:
+        return {"started": None, "why": f"experiment {busy[0]['id']} is running"}
+    pending = _pending_resume(layout, project)
+    if pending is not None:
+        return {"started": None, "why": f"experiment {pending['id']} resumes after the reboot first"}
+    for path in _files(layout, project):
+        entry = read_json(path, None)
+        if not isinstance(entry, dict):
+            os.unlink(path)
+            continue
+        args = {k: entry.get(k) for k in START_ARGS}
+        try:
+            runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **args)
+        except AgentFailure as exc:
+            run_dir = layout.run_dir(entry["exp_id"], entry.get("registry"))
+            if not os.path.exists(os.path.join(run_dir, "launch.json")):
+                os.makedirs(run_dir, exist_ok=True)
+                runs.not_started(run_dir, f"queued, then could not start: {exc.message}"[:300])
+            os.unlink(path)
+            continue
+        os.unlink(path)
+        if not _files(layout, project):
+            reboot_unit.remove(_unit_key(layout, project))
+        return {"started": entry["exp_id"], "registry": entry.get("registry")}
+    reboot_unit.remove(_unit_key(layout, project))
+    return {"started": None, "why": "the queue is empty"}
+
+
+def advance(layout: Layout, project: str, wait: float = LOCK_WAIT) -> dict:
+    """``_advance_locked`` under the target's lock (waited for up to ``wait`` s)."""
+    if not _files(layout, project):
+        return {"started": None, "why": "the queue is empty"}
+    with TargetLock(layout.lock, wait, "start the next queued experiment"):
+        return _advance_locked(layout, project)
+
+
+def listing(layout: Layout, project: str, start_stale: bool = True) -> dict:
+    """``orch queue``: the entries in order; with ``start_stale``, a queue nothing will start (no run of the
+    project alive, none to resume, e.g. after a reboot where systemd is not running) is started first."""
+    started = None
+    if start_stale and _files(layout, project):
+        try:
+            started = advance(layout, project, wait=0.0)
+        except AgentFailure:
+            started = None  # another operation holds the lock: it, or the next command, starts it
+    return {"queue": entries(layout, project), "started": (started or {}).get("started")}
+
+
+def after_supervisor(run_dir: str) -> None:
+    """From the supervisor (``agent supervise``) once its run has ended: start the project's next queued experiment
+    in a forked process of its own session, which has the agent loaded already (an idle GPU waits for no Python
+    start-up) and outlives the tmux session that the next start replaces."""
+    if not os.path.exists(os.path.join(run_dir, "exit.json")):
+        return  # the system is going down under the run: it resumes, or the queue's unit goes on, after boot
+    exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
+    root = os.path.dirname(os.path.dirname(os.path.normpath(run_dir)))
+    if not exp.get("project") or not _files(Layout(root), str(exp["project"])):
+        return
+    supervisor = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        return  # the next orch queue starts it
+    if pid:
+        return
+    code = 1
+    try:
+        os.setsid()
+        fd = os.open(os.path.join(root, FOLDER, str(exp["project"]), ".advance.log"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        code = next_after(run_dir, supervisor)
+    finally:
+        os._exit(code)
+
+
+def _exited(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def next_after(run_dir: str, supervisor: int) -> int:
+    """Wait for the supervisor (``supervisor``, its pid) to exit, then start the project's next entry (its start
+    replaces the tmux session the supervisor ran in)."""
+    import libtmux  # noqa: F401  (loaded while the supervisor exits: the next start does not wait for it)
+
+    deadline = time.monotonic() + PARENT_WAIT
+    while not _exited(supervisor) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
+    root = os.path.dirname(os.path.dirname(os.path.normpath(run_dir)))
+    try:
+        done = advance(Layout(root), str(exp.get("project")))
+    except AgentFailure as exc:
+        print(f"orch: the next queued experiment was not started: {exc.message}", flush=True)
+        return 1
+    print(f"orch: {time.strftime('%Y-%m-%d %H:%M:%S')} after {os.path.basename(run_dir)}: {done}", flush=True)
+    return 0
+
+
+def at_boot(root: str, project: str) -> int:
+    """``agent queue-boot ROOT PROJECT``: the queue's unit after a reboot."""
+    try:
+        done = advance(Layout(root), project)
+    except AgentFailure as exc:
+        print(f"orch: the queue of {project} was not resumed: {exc.message}", flush=True)
+        return 1
+    print(f"orch: queue of {project} after boot: {done}", flush=True)
+    return 0

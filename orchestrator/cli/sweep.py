@@ -1,0 +1,142 @@
+"""orch sweep --set k=a,b [--steps N | --minutes M] | show S | stop S: variants launched, compared, stopped as one."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import common, render
+from .common import CtsOpt, JsonOpt, TargetsOpt, TrustOpt
+
+app = typer.Typer(help="Sweeps: the cartesian product of --set values, queued on the targets as one group.")
+
+SweepSetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="section.key=value1,value2,...: one axis of the sweep (repeat for more axes)")]
+StepsOpt = Annotated[Optional[int], typer.Option("--steps", min=1, help="Each variant ends gracefully after this "
+                                                 "many steps (ORCH_MAX_STEPS; counted from its metric lines)")]
+MinutesOpt = Annotated[Optional[float], typer.Option("--minutes", min=0.01, help="Each variant ends gracefully "
+                                                     "after this many minutes (ORCH_MAX_MINUTES)")]
+SweepArg = Annotated[str, typer.Argument(metavar="SWEEP", help="The sweep's id (orch experiments list shows it)")]
+
+
+@app.callback(invoke_without_command=True)
+def sweep(ctx: typer.Context, set_: SweepSetOpt = None, steps: StepsOpt = None, minutes: MinutesOpt = None,
+          target: TargetsOpt = None, ct: CtsOpt = None,
+          message: Annotated[Optional[str], typer.Option("--message", "-m", help="What this sweep tries")] = None,
+          trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
+    """Launch every combination of the --set values as one sweep, spread over the targets (each --target or
+    --ct in turn) and queued behind each other on each."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..launch import sweep as sweeping
+
+    settings = common.settings(ctx)
+    sweeping.variants(set_ or [])  # bad --set values are refused before any target is asked
+    sweeping.budget_env(steps, minutes)
+    names = [(n, None) for n in target or []] + [(None, c) for c in ct or []] or [(None, None)]
+    targets = [common.target(settings, n, c, trust=trust_new_host) for n, c in names]
+    with common.registry(settings) as reg:
+        done = sweeping.launch(set_ or [], steps, minutes, targets, lambda o: common.settings(ctx, o), reg,
+                               echo=render.say, message=message)
+    if as_json:
+        render.print_json({"sweep": done.sweep, "variants": done.rows})
+        return
+    render.out(f"sweep {done.sweep}: {len(done.rows)} variant(s)")
+    for row in done.rows:
+        where = "running" if row["status"] == "running" else f"{row['status']} at position {row['position']}"
+        said = ", ".join(f"{k}={v}" for k, v in row["settings"].items())
+        render.out(f"  experiment {row['id']}: {said}: {where} on {row['target']}")
+    render.out(f"orch sweep show {done.sweep} compares them; orch sweep stop {done.sweep} stops them all")
+
+
+def _targets_of(settings, exps: list, trust: bool) -> dict:
+    """One target per machine the sweep's experiments ran on (or are queued on)."""
+    from ..watch.metrics_view import target_flags
+
+    found: dict = {}
+    for exp in exps:
+        if exp.machine not in found:
+            name, ct = target_flags(settings, exp)
+            found[exp.machine] = common.target(settings, name, ct, trust=trust)
+    return found
+
+
+@app.command()
+def show(ctx: typer.Context, sweep_id: SweepArg, as_json: JsonOpt = False, trust_new_host: TrustOpt = False) -> None:
+    """One row per variant: the settings that differ, throughput over the same step window, loss at the last
+    step all reached, the batching plan's padding efficiency and state; the best marked."""
+    from ..errors import NotFoundError, OrchError
+    from ..records.reconcile import recover
+    from ..watch import metrics_view, sweep_view
+
+    settings = common.settings(ctx)
+    with common.registry(settings) as reg:
+        exps = reg.list(sweep=sweep_id)
+        if not exps:
+            raise NotFoundError(f"no sweep {sweep_id!r} in this project's registry",
+                                hint="orch experiments list shows each experiment's sweep")
+        targets = _targets_of(settings, exps, trust_new_host)
+        for tgt in targets.values():
+            try:
+                recover(settings, tgt, reg)
+            except OrchError as exc:
+                render.say(f"orch: {tgt.label} not asked: {exc.message}")
+        exps = reg.list(sweep=sweep_id)
+        metrics_view.refresh_stale(settings, reg, exps, lambda e: targets[e.machine],
+                                   notice=lambda m: render.say(f"orch: {m}"))
+        table = sweep_view.rows(reg, sweep_id)
+    if as_json:
+        render.print_json(table)
+        return
+    window = table["window"]
+    span = f"steps {window[0]:g}-{window[1]:g}" if window else "no steps yet"
+    unit = next((v["throughput_unit"] for v in table["variants"]), "tok/s")
+    render.table(f"sweep {sweep_id} (throughput over {span})",
+                 ["", "id", *table["keys"], f"{unit}", f"loss@{window[1]:g}" if window else "loss", "efficiency",
+                  "state"],
+                 [["best" if v["best"] else "", v["id"], *v["settings"].values(),
+                   f"{v['throughput']:.0f}" if v["throughput"] is not None else None,
+                   f"{v['loss']:.4f}" if v["loss"] is not None else None,
+                   f"{v['efficiency']:.3f}" if v["efficiency"] is not None else None, v["status"]]
+                  for v in table["variants"]])
+
+
+@app.command()
+def stop(ctx: typer.Context, sweep_id: SweepArg, as_json: JsonOpt = False, trust_new_host: TrustOpt = False) -> None:
+    """Stop the sweep: its queued variants are taken out of the queues first, then its running ones stopped."""
+    from ..errors import NotFoundError
+    from ..launch import prepare, queueing
+    from ..launch.operations import execute
+    from ..records.reconcile import recover
+
+    settings = common.settings(ctx)
+    dequeued: list = []
+    stopped: list = []
+    with common.registry(settings) as reg:
+        exps = reg.list(sweep=sweep_id)
+        if not exps:
+            raise NotFoundError(f"no sweep {sweep_id!r} in this project's registry",
+                                hint="orch experiments list shows each experiment's sweep")
+        for machine, tgt in _targets_of(settings, exps, trust_new_host).items():
+            dequeued += queueing.remove(settings, tgt, reg, sweep=sweep_id)
+            recover(settings, tgt, reg)
+            mine = {e.id for e in reg.list(sweep=sweep_id) if e.machine == machine and e.status == "running"}
+            latest = reg.latest(tgt.machine, tgt.name)
+            if mine and latest is not None and latest.id in mine:
+                outcome = execute(prepare.stop(settings, tgt, echo=render.say), reg)
+                stopped += [dict(r, target=tgt.label) for r in outcome.stopped]
+    if as_json:
+        render.print_json({"sweep": sweep_id, "dequeued": dequeued, "stopped": stopped})
+        return
+    if dequeued:
+        render.out(f"sweep {sweep_id}: removed from the queue: " + ", ".join(f"experiment {i}" for i in dequeued))
+    for run in stopped:
+        render.out(f"sweep {sweep_id}: {render.which(run)} on {run['target']}: {run['state']} "
+                   f"(exit {run['exit_code']})")
+    if not dequeued and not stopped:
+        render.out(f"sweep {sweep_id}: nothing was queued or running")
+
+
+def register(typer_app: typer.Typer) -> None:
+    typer_app.add_typer(app, name="sweep")

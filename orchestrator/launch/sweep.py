@@ -1,0 +1,106 @@
+"""``orch sweep``: the cartesian product of ``--set key=a,b,c`` values, launched as the variants of one sweep.
+
+Each variant is a ``deploy --queue`` (``queueing``) with its settings overridden, its budget in its environment
+(``ORCH_MAX_STEPS``, ``ORCH_MAX_MINUTES``: the target's supervisor ends it gracefully there, so the script needs
+no change) and the sweep's id on its row; variants are spread over the named targets in turn and queue behind
+each other on each, so a machine goes from one to the next with no controller connected.
+
+    variants(["batching.strategy=sorted,shuffle", "run.lr=1e-4,3e-4"])
+    -> [{"batching.strategy": "sorted", "run.lr": "1e-4"}, {"batching.strategy": "sorted", "run.lr": "3e-4"}, ...]
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import InputError
+
+MAX_VARIANTS = 256
+
+
+def variants(sets: list[str]) -> list[dict[str, str]]:
+    """Every combination of the ``--set`` values, the first key varying slowest; a key given twice is refused."""
+    if not sets:
+        raise InputError("a sweep needs at least one --set key=value1,value2",
+                         hint="e.g. orch sweep --set batching.strategy=sorted,shuffle,bucketed --steps 200")
+    axes: dict[str, list[str]] = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or "." not in key:
+            raise InputError(f"--set {item!r} is not section.key=value1,value2",
+                             hint="e.g. --set batching.strategy=sorted,shuffle")
+        values = [v.strip() for v in raw.split(",")]
+        if not all(values):
+            raise InputError(f"--set {item!r} has an empty value", hint="separate the values with single commas")
+        if key in axes:
+            raise InputError(f"--set {key} is given twice", hint="list all its values in one --set, comma-separated")
+        if len(set(values)) != len(values):
+            raise InputError(f"--set {item!r} repeats a value", hint="give each value once")
+        axes[key] = values
+    combos = [dict(zip(axes, chosen)) for chosen in itertools.product(*axes.values())]
+    if len(combos) > MAX_VARIANTS:
+        raise InputError(f"the sweep has {len(combos)} variants, more than {MAX_VARIANTS}",
+                         hint="sweep fewer values at once")
+    return combos
+
+
+def budget_env(steps: int | None, minutes: float | None) -> dict[str, str]:
+    if steps is not None and minutes is not None:
+        raise InputError("give --steps or --minutes, not both", hint="a variant ends at its one budget")
+    if steps is None and minutes is None:
+        raise InputError("a sweep needs a budget for each variant: --steps N or --minutes M",
+                         hint="e.g. orch sweep --set batching.strategy=sorted,shuffle --steps 200")
+    return {"ORCH_MAX_STEPS": str(steps)} if steps is not None else {"ORCH_MAX_MINUTES": f"{minutes:g}"}
+
+
+def new_id() -> str:
+    """``s`` and 6 hex digits: short enough to type (orch sweep show s1a2b3c)."""
+    return "s" + os.urandom(3).hex()
+
+
+@dataclass
+class Launched:
+    sweep: str
+    rows: list[dict] = field(default_factory=list)  # one per variant: id, settings, target, status, position
+
+
+def launch(sets: list[str], steps: int | None, minutes: float | None, targets: list[Any],
+           settings_for: Callable[[list[str]], Any], registry, *, echo: Callable[[str], None],
+           message: str | None = None, base_sets: list[str] | None = None) -> Launched:
+    """Queue every variant (nothing is changed anywhere before every variant's settings have loaded)."""
+    from . import prepare, queueing
+    from .operations import execute
+
+    combos = variants(sets)
+    env = budget_env(steps, minutes)
+    if not targets:
+        raise InputError("a sweep needs a target", hint="name one with --target or --ct, or orch use one")
+    configs = [settings_for([*(base_sets or []), *(f"{k}={v}" for k, v in combo.items())]) for combo in combos]
+    sweep = new_id()
+    out = Launched(sweep)
+    # every variant of a target is queued before its first starts: none runs while the rest are being queued
+    for i, (combo, settings) in enumerate(zip(combos, configs)):
+        target = targets[i % len(targets)]
+        said = ", ".join(f"{k}={v}" for k, v in combo.items())
+        plan = prepare.deploy(settings, target, message=f"sweep {sweep}: {said}" + (f" ({message})" if message else ""),
+                              clean=False, purge=False, yes=True, confirm=None, echo=echo)
+        plan.env = {**plan.env, **env}
+        plan.sweep = sweep
+        plan = queueing.queued(plan, start_idle=i + len(targets) >= len(combos))  # this target's last variant
+        done = execute(plan, registry)
+        exp = done.experiment
+        assert exp is not None
+        out.rows.append({"id": exp.id, "settings": combo, "target": target.label, "status": exp.status,
+                         "position": (done.queue or {}).get("position")})
+    # each target's last queueing started its first variant: the rows and positions as the targets have them now
+    for target in {t.label: t for t in targets[:len(combos)]}.values():
+        where = {e["id"]: e["position"] for e in queueing.listing(configs[0], target, registry) if e.get("mine")}
+        for row in out.rows:
+            if row["target"] == target.label:
+                row["status"] = registry.get(row["id"]).status
+                row["position"] = where.get(row["id"])
+    return out
