@@ -66,6 +66,12 @@ if len(sys.argv) >= 3 and sys.argv[1] == "resume":  # after a reboot, from the r
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(resume(sys.argv[2]))
 
+if len(sys.argv) >= 3 and sys.argv[1] == "rollback":  # a failed guard's way back (guard.spawn_rollback)
+    from orchestrator.agent.rollback import rollback  # noqa: E402
+
+    os.environ["LC_ALL"] = "C.UTF-8"
+    sys.exit(rollback(sys.argv[2]))
+
 if len(sys.argv) >= 2 and sys.argv[1] == "serve":  # resident: one request after another on this channel
     from orchestrator.agent.serve import serve  # noqa: E402
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from . import attempts, causes, diskspace, grace, handover, heartbeat, journal, reboot_unit, watchdog, workdir
+from . import attempts, causes, diskspace, grace, guard, handover, heartbeat, journal, reboot_unit, watchdog, workdir
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
 
@@ -86,6 +86,9 @@ def run_state(run_dir: str) -> dict:
     nodes = exp.get("nodes")
     if isinstance(nodes, list) and len(nodes) > 1:  # a node of a job: a launch that would stop it alone refuses
         out["job"] = {"nodes": [{k: n.get(k) for k in JOB_NODE_KEYS} for n in nodes if isinstance(n, dict)]}
+    watched = guard.summary(run_dir)  # a guarded run: where its guard stands
+    if watched is not None:
+        out["guard"] = watched
     heard = heartbeat.read_state(run_dir)  # a node of a job: what its stall watchdog heard from its peers
     if heard is not None:
         out["heartbeat"] = heard
@@ -284,6 +287,8 @@ def supervise(run_dir: str) -> int:
     env.update(launch["env"])
     policy = attempts.Policy.from_dict(launch.get("recovery"))
     history = attempts.History(run_dir, policy)
+    spec = guard.Spec.from_dict(policy.extra.get("guard"))
+    guarded = guard.Watch(spec, run_dir) if spec is not None else None
     print(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}", flush=True)
     with open(log_path, "ab", buffering=0) as raw:
         log = diskspace.SparedLog(raw)
@@ -313,7 +318,7 @@ def supervise(run_dir: str) -> int:
             log.write(f"[orch] resume_after_reboot: {why}; a reboot leaves this run lost\n".encode() if why else b"")
             resumes = not why
         while True:
-            ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children)
+            ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children, guarded)
             if isinstance(ended, int):
                 return ended  # the command could not be started
             code, sig, reason = ended
@@ -331,13 +336,17 @@ def supervise(run_dir: str) -> int:
     if cause is None and sig == signal.SIGKILL and not stopping and not attempts.stop_requested(run_dir):
         pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}  # no stop sent it: the OOM killer?
         cause = causes.oom_cause(pid.get("child"), pid.get("child_comm"))
+    if guarded is not None:  # the verdict before the exit: whoever reads the end reads the guard's too
+        guarded.ended(code, history.items[-1].get("reason") or "", attempts.stop_requested(run_dir))
     _record_exit(run_dir, code, sig, cause=cause)
     print(f"orch: exited with code {code}", flush=True)
+    if guarded is not None:
+        guarded.after_exit(os.path.abspath(sys.argv[0]))
     return code
 
 
 def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy, history: attempts.History,
-             stopping: list, children: list) -> tuple[int, int | None, str] | int:
+             stopping: list, children: list, guarded: guard.Watch | None = None) -> tuple[int, int | None, str] | int:
     """One attempt: mark it in the log, start the command, watch it; (code, signal, reason), or 127 if not started."""
     attempt = len(history.items)
     resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""), policy.checkpoint_glob)
@@ -355,7 +364,7 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
         return _record_exit(run_dir, 127, None, error=exc.strerror)
     children.append(child)
     _write_pid(run_dir, child)
-    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log)
+    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, guarded)
     code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
     if _going_down(run_dir, stopping, code):
         reason = causes.shutdown_cause()

@@ -16,10 +16,11 @@ from . import attempts, heartbeat
 
 
 def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stopping: list,
-          log) -> tuple[int, bool]:
+          log, guarded=None) -> tuple[int, bool]:
     """Wait for the child; with ``stall_timeout``, end it (SIGTERM, then SIGKILL) when its log stops growing,
-    or, for a node of a job, when no node's log has grown for that long (``heartbeat``)."""
-    if policy.stall_timeout is None:
+    or, for a node of a job, when no node's log has grown for that long (``heartbeat``); with ``guarded``
+    (a ``guard.Watch``), end it when its guard fails."""
+    if policy.stall_timeout is None and (guarded is None or not guarded.open):
         return child.wait(), False
     log_path = os.path.join(run_dir, "train.log")
     progress = heartbeat.Progress(time.monotonic())
@@ -37,13 +38,17 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
                 size = os.stat(log_path).st_size
             except OSError:
                 pass
+            if guarded is not None and guarded.tick() is not None:
+                guarded.stop_marker()
+                log.write(f"[orch] guard failed: {guarded.state['reason']}\n".encode())
+                return end_stalled(child, policy.term_timeout), False
             now = time.monotonic()
             progress.own_size(size, now)
             if stopping:
                 progress.touch(now)
             if beacon is not None:
                 beacon.tick(size, progress, now)
-            if progress.stalled(now, policy.stall_timeout):
+            if policy.stall_timeout is not None and progress.stalled(now, policy.stall_timeout):
                 if beacon is not None and beacon.sock is not None and not progress.peers:
                     log.write(f"[orch] no heartbeat came from the job's other nodes (UDP port {beacon.spec.port}):"
                               " is it open between the nodes?\n".encode())

@@ -17,6 +17,8 @@ CleanOpt = Annotated[bool, typer.Option("--clean-checkpoints", help="Move the ch
 PurgeOpt = Annotated[bool, typer.Option("--purge", help="Delete the checkpoints for good (asks first)")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
 DryOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan and change nothing")]
+GuardOpt = Annotated[bool, typer.Option("--guard", help="Watch the new run against the one it replaces ([guard]) "
+                                        "and put that one back if it is worse; its checkpoints are moved aside")]
 
 
 WaitOpt = Annotated[Optional[float], typer.Option(
@@ -99,7 +101,7 @@ def _report(outcome, target, as_json: bool) -> None:
         render.print_json({"experiment": exp.public() if exp else None, "target_label": target.label,
                            "stopped": outcome.stopped, "checkpoints": outcome.checkpoints,
                            "pushed": outcome.pushed, "shell": outcome.shell, "waited": outcome.waited,
-                           "stats": outcome.stats})
+                           "guard": outcome.verdict, "stats": outcome.stats})
     else:
         _say_outcome(outcome, target)
     if exp is not None and exp.status == "crashed":
@@ -108,6 +110,13 @@ def _report(outcome, target, as_json: bool) -> None:
         render.say(f"error: experiment {exp.id} crashed on {target.label} (exit code {exp.exit_code}) "
                    f"{waited.get('seconds', 0):g} s after it started")
         render.say(f"hint: orch logs -e {exp.id} shows its whole log")
+        raise typer.Exit(1)
+    verdict = outcome.verdict or {}
+    if exp is not None and verdict.get("state") in ("rolled back", "rollback failed", "stopped on failure"):
+        render.say(f"error: the guard of experiment {exp.id} failed on {target.label}: {exp.end_reason or verdict.get('reason')}")
+        if verdict.get("restored") is not None:
+            render.say(f"hint: experiment {verdict['restored']} runs the parent again: orch status, "
+                       f"orch logs -e {verdict['restored']}")
         raise typer.Exit(1)
 
 
@@ -149,12 +158,17 @@ def _say_outcome(outcome, target) -> None:
                    "--wait watches it until its first metric line")
     else:
         render.out(f"experiment {exp.id}: {exp.status} on {target.label} (revision {exp.revision})")
+    if (outcome.verdict or {}).get("state") == "passed":
+        render.out(f"guard: passed after {outcome.verdict['seconds']:g} s")
+    elif outcome.verdict and outcome.verdict.get("state") == "watching":
+        render.out(f"guard: still watching after {outcome.verdict['seconds']:g} s (orch status)")
 
 
 def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
            set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
            yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
-           trust_new_host: TrustOpt = False, wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
+           trust_new_host: TrustOpt = False, wait: WaitOpt = None, guard: GuardOpt = False,
+           as_json: JsonOpt = False) -> None:
     """Push the code as a new revision and start it as a new experiment."""
     from ..launch import prepare
 
@@ -166,10 +180,15 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
     one = common.single(target, ct)
     tgt = grp.members[0] if grp is not None else _target(settings, *one, start, trust_new_host, dry_run)
     confirm = render.confirm if render.interactive() else None
-    launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
+    launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge or guard, purge=purge,
                             yes=yes, confirm=confirm, echo=render.say, secret=secret,
                             progress=progress.meter(as_json))
     launch.wait = settings.run.wait if wait is None else wait
+    launch.guard = guard
+    if grp is not None and guard:
+        from ..errors import InputError
+
+        raise InputError("--guard watches one run against one parent, not a job", hint="deploy the job without --guard")
     if grp is not None:
         return job.deploy(launch, grp, settings, dry_run, as_json)
     _run(launch, settings, dry_run, as_json, one)
@@ -178,7 +197,7 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
 def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
             clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
             dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
-            wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
+            wait: WaitOpt = None, guard: GuardOpt = False, as_json: JsonOpt = False) -> None:
     """Stop the latest experiment and relaunch its revision and settings as a new experiment; a job: on
     every node."""
     from ..launch import prepare
@@ -198,9 +217,10 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
             from ..records.reconcile import recover
 
             recover(settings, tgt, reg)
-        launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge,
+        launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge or guard,
                                  purge=purge, yes=yes, confirm=confirm, echo=render.say)
     launch.wait = settings.run.wait if wait is None else wait
+    launch.guard = guard
     _run(launch, settings, dry_run, as_json, (target, ct))
 
 

@@ -132,6 +132,7 @@ class Launch:
     echo: Callable[[str], None] = lambda _msg: None
     wait: float = 0.0  # seconds to watch a started run for its first metric line
     progress: Meter | None = None  # counts a big push (the CLI's bar on a terminal)
+    guard: bool = False  # --guard: the new run is watched against the one it replaces ([guard])
 
     def has(self, kind: type[Action]) -> bool:
         return has(self.actions, kind)
@@ -147,3 +148,5 @@ class Outcome:
     stats: dict = field(default_factory=dict)
     waited: dict | None = None  # what --wait saw: the first metric line, or how the run ended
     undo: dict = field(default_factory=dict)  # registry fields after a failed apply (checkpoints put back)
+    guard: dict | None = None  # a guarded launch's spec, as its supervisor gets it (launch.guarded)
+    verdict: dict | None = None  # what --wait saw of the guard

@@ -33,7 +33,7 @@ def as_dict(st: dict) -> dict:
             "log_age_s": age, "log_bytes": run.get("log_size"), "summary": st.get("summary") or {},
             "gpus": st.get("gpus", []), "phase": run.get("phase"), "attempt": run.get("attempt"),
             "max_attempts": run.get("max_attempts"), "last_reason": run.get("last_reason"),
-            "resumed_from": run.get("resumed_from")}
+            "resumed_from": run.get("resumed_from"), "guard": run.get("guard")}
 
 
 def read(settings: Settings, target: Target, registry: Registry, client, *, metrics: bool) -> dict:
