@@ -195,3 +195,22 @@ def test_bad_guard_settings_and_a_guard_with_nothing_to_compare_are_refused(proj
     assert "error: --guard compares the new run with the one it replaces" in none.stderr and "hint:" in none.stderr
     assert project.registry().list() == [] and not (project.root / "runs").exists() or \
         not any((project.root / "runs").iterdir())
+
+
+def test_restart_guard_with_on_fail_stop_stops_the_new_run_and_leaves_the_parent_stopped(parent):
+    """``restart --guard`` relaunches the parent's own revision; a crash fails the guard, and ``stop`` puts nothing
+    back: the new run is stopped, its end says why, and no experiment is started."""
+    res = parent.run("restart", "--guard", "--yes", "--wait=60", "--set", "guard.on_fail=stop",
+                     env={"ORCH_GUARD__STEPS": "100000"})
+    assert res.returncode == 2 and "--set" in res.stderr  # restart takes no --set: the parent's settings
+    (parent.path / "orch.toml").write_text((parent.path / "orch.toml").read_text() +
+                                           '\n[guard]\nsteps = 20\non_fail = "stop"\nmin_throughput = 50\n')
+    res = parent.run("restart", "--guard", "--yes", "--wait=60")
+    assert res.returncode == 1, res.stdout + res.stderr
+    reg = parent.registry()
+    assert reg.get(2).revision == reg.get(1).revision
+    assert reg.get(2).status == "stopped" and reg.get(2).end_reason.startswith("guard failed: throughput ") and \
+        reg.get(2).end_reason.endswith('; stopped ([guard] on_fail = "stop")'), reg.get(2).end_reason
+    time.sleep(1.0)
+    assert sorted(e.id for e in parent.registry().list()) == [1, 2] and not parent.run_dir(3).exists()
+    assert "experiment 2 stopped" in parent.run("status").stdout
