@@ -236,8 +236,10 @@ class Watch:
         if stopped:
             self._write({**self.state, "state": "stopped"})
             return None
-        if code != 0 or reason == "stalled":
-            return self.fail(f"{'stalled' if reason == 'stalled' else 'crashed'}{at} ({reason})")
+        if reason == "stalled":
+            return self.fail(f"stalled{at}")
+        if code != 0:
+            return self.fail(f"crashed{at} ({reason})")
         if self.first is not None:
             figures = compare(self.spec, self.points, self.parent, self.first)
             if figures.get("failure"):

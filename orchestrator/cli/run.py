@@ -53,6 +53,11 @@ def _dry_run(launch, as_json: bool) -> None:
     from ..launch.operations import preview
 
     lines = render.plan_lines(launch.actions)
+    if launch.guard:
+        g = launch.settings.guard
+        lines.append(f"guard: watch the new run for {g.steps} steps against the run it stops (throughput at least "
+                     f"{g.min_throughput:g}×" + (f", loss at most {g.max_loss_ratio:g}×" if g.max_loss_ratio else "")
+                     + f"); on a failure: {g.on_fail}")
     seen, failure = None, launch.target.unasked
     if launch.target.connect is not None:
         try:

@@ -14,7 +14,7 @@ from ..records.experiments import Experiment, Registry
 from .model import Launch
 
 
-def check(launch: Launch, probe: dict) -> dict:
+def check(launch: Launch, probe: dict, registry: Registry) -> dict:
     """The run the guarded launch replaces (its status from the probe); refusals say what to do instead."""
     label = launch.target.label
     if launch.inputs.checkpoint_action == "purge":
@@ -30,6 +30,10 @@ def check(launch: Launch, probe: dict) -> dict:
     if len(alive) > 1 or alive[0].get("job"):
         raise InputError(f"--guard watches one run against one parent; experiment {alive[0]['id']} on {label} is "
                          "a node of a job", hint="deploy without --guard")
+    if not registry.owns(alive[0]):
+        raise InputError(f"--guard would put back experiment {alive[0]['id']} on {label}, which another clone of "
+                         "this project started, and only that clone's registry can record it",
+                         hint="deploy --guard from that clone, or deploy without --guard")
     return alive[0]
 
 

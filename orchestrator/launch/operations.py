@@ -70,7 +70,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
 
             spare_jobs.check({target.machine: probe["alive_runs"]}, {target.machine: target.label},
                              registry.registry_id, launch.book.name)
-        parent = guarded.check(launch, probe) if launch.guard else None  # refused before anything changes
+        parent = guarded.check(launch, probe, registry) if launch.guard else None  # refused before anything changes
         action = checkpoint_action(launch.actions)
         writer = _writer(probe, settings)
         if action != "keep":

@@ -214,3 +214,20 @@ def test_restart_guard_with_on_fail_stop_stops_the_new_run_and_leaves_the_parent
     time.sleep(1.0)
     assert sorted(e.id for e in parent.registry().list()) == [1, 2] and not parent.run_dir(3).exists()
     assert "experiment 2 stopped" in parent.run("status").stdout
+
+
+def test_a_new_run_that_stalls_is_rolled_back(parent):
+    (parent.path / "job.py").write_text("import time\nfor s in range(1, 4):\n    print(f'step={s} loss=2.0 tok_s=900',"
+                                        " flush=True)\n    time.sleep(0.05)\ntime.sleep(600)\n")
+    res = parent.run("deploy", *SETS, "--set", "run.stall_after=1", "--guard", "--yes", "--wait=60")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert parent.registry().get(2).end_reason == "rolled back: stalled at step 3", parent.registry().get(2).end_reason
+    assert parent.registry().get(3).status == "running"
+
+
+def test_a_guard_over_another_clones_run_is_refused(parent, tmp_path):
+    other = Project(tmp_path / "clone", parent.root)
+    shutil.copytree(parent.path, other.path, ignore=shutil.ignore_patterns(".orch"))  # a registry of its own
+    res = other.run("deploy", *SETS, "--guard", "--yes")
+    assert res.returncode == 2 and "another clone of this project started" in res.stderr and "hint:" in res.stderr
+    assert parent.registry().get(1).status == "running" and other.registry().list() == []
