@@ -460,6 +460,8 @@ def resume(run_dir: str) -> int:
         why = f"it is {state['state']}"
     elif launch.get("secrets"):
         why = "its secrets are never stored on the target"
+    elif (guard.summary(run_dir) or {}).get("state") in ("failed", "rolled back"):
+        why = "its guard failed: the rollback puts its parent back instead"
     if why:
         reboot_unit.remove(run_dir)
         print(f"orch: not resuming {run_dir}: {why}", flush=True)
