@@ -109,19 +109,23 @@ def _report(outcome, target, as_json: bool) -> None:
                            "guard": outcome.verdict, "stats": outcome.stats})
     else:
         _say_outcome(outcome, target)
+    verdict = outcome.verdict or {}
+    if exp is not None and verdict.get("state") in ("rolled back", "rollback failed", "stopped on failure"):
+        render.say(f"error: the guard of experiment {exp.id} failed on {target.label}: "
+                   f"{exp.end_reason or verdict.get('reason')}")
+        if verdict.get("restored") is not None:
+            render.say(f"hint: experiment {verdict['restored']} runs the parent again: orch status, "
+                       f"orch logs -e {verdict['restored']}")
+        else:
+            render.say(f"hint: orch logs -e {exp.id} shows its log; the parent's checkpoints are in the trash "
+                       "(orch checkpoints list, orch checkpoints restore)")
+        raise typer.Exit(1)
     if exp is not None and exp.status == "crashed":
         for line in waited.get("tail") or []:
             render.say(f"  | {line}")
         render.say(f"error: experiment {exp.id} crashed on {target.label} (exit code {exp.exit_code}) "
                    f"{waited.get('seconds', 0):g} s after it started")
         render.say(f"hint: orch logs -e {exp.id} shows its whole log")
-        raise typer.Exit(1)
-    verdict = outcome.verdict or {}
-    if exp is not None and verdict.get("state") in ("rolled back", "rollback failed", "stopped on failure"):
-        render.say(f"error: the guard of experiment {exp.id} failed on {target.label}: {exp.end_reason or verdict.get('reason')}")
-        if verdict.get("restored") is not None:
-            render.say(f"hint: experiment {verdict['restored']} runs the parent again: orch status, "
-                       f"orch logs -e {verdict['restored']}")
         raise typer.Exit(1)
 
 
@@ -212,6 +216,10 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
     settings = common.settings(ctx)
     confirm = render.confirm if render.interactive() else None
     grp = job.group(settings, target, ct, start, trust_new_host, dry_run)
+    if grp is not None and guard:
+        from ..errors import InputError
+
+        raise InputError("--guard watches one run against one parent, not a job", hint="restart the job without --guard")
     if grp is not None:
         return job.restart(settings, grp, message=message, clean=clean_checkpoints or purge, purge=purge,
                            yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json)

@@ -106,6 +106,9 @@ def _guard_line(d: dict) -> str | None:
         return f"guard: failed: {g.get('reason')}; " + ("rolling back" if g.get("on_fail") == "rollback" else "stopped")
     if state == "rolled back":
         return f"guard: failed: {g.get('reason')}; rolled back (experiment {g.get('restored')})"
+    if state == "rollback failed":
+        return f"guard: failed: {g.get('reason')}; the rollback failed: {g.get('error')} (orch checkpoints list " \
+               "shows where the checkpoints are)"
     return f"guard: {state}" + (f": {g['reason']}" if g.get("reason") else "")
 
 

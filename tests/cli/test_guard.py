@@ -116,6 +116,8 @@ def test_a_new_run_that_crashes_at_step_5_is_rolled_back(parent):
     write_job(parent, 0.05, crash=5)
     res = parent.run("deploy", *SETS, "--guard", "--yes", "--wait=60")
     assert res.returncode == 1, res.stdout + res.stderr
+    assert "error: the guard of experiment 2 failed on local: rolled back: crashed at step 5 (exit code 3)" in \
+        res.stderr and "hint: experiment 3 runs the parent again" in res.stderr, res.stderr
     reg = parent.registry()
     assert reg.get(2).end_reason == "rolled back: crashed at step 5 (exit code 3)", reg.get(2).end_reason
     assert reg.get(3).message == "restored from exp 1 after the guard of exp 2 failed"
@@ -207,6 +209,8 @@ def test_restart_guard_with_on_fail_stop_stops_the_new_run_and_leaves_the_parent
                                            '\n[guard]\nsteps = 20\non_fail = "stop"\nmin_throughput = 50\n')
     res = parent.run("restart", "--guard", "--yes", "--wait=60")
     assert res.returncode == 1, res.stdout + res.stderr
+    assert "error: the guard of experiment 2 failed on local: guard failed: throughput" in res.stderr and \
+        "hint: orch logs -e 2" in res.stderr, res.stderr
     reg = parent.registry()
     assert reg.get(2).revision == reg.get(1).revision
     assert reg.get(2).status == "stopped" and reg.get(2).end_reason.startswith("guard failed: throughput ") and \
