@@ -174,6 +174,7 @@ class Watch:
         self.partial = b""
         self.first: int | None = None
         self.written = 0.0
+        self.spawned = False
         if not self.state:
             self._write({"state": "watching", "step": 0, "of": spec.steps, "on_fail": spec.on_fail,
                          "parent": spec.parent.get("id")})
@@ -257,10 +258,17 @@ class Watch:
         """What makes the run read as stopped and its supervisor restart it no more (as ``orch stop``'s)."""
         write_json(os.path.join(self.run_dir, "stop_requested"), {"time": time.time(), "by": {"guard": True}})
 
-    def after_exit(self, agent_path: str) -> None:
-        """A failed guard with ``rollback``: start the rollback in a process of its own (it outlives the pane)."""
-        if self.failed and self.spec.on_fail == "rollback":
+    def start_rollback(self, agent_path: str) -> None:
+        """A failed guard with ``rollback``: start the rollback in a process of its own (it outlives the pane),
+        once; it starts up while the run is being stopped, and waits for its end (``rollback._stop``)."""
+        if self.failed and self.spec.on_fail == "rollback" and not self.spawned:
+            self.spawned = True
             spawn_rollback(self.run_dir, agent_path)
+
+    def after_exit(self, agent_path: str) -> None:
+        """The run is over: the rollback started if it was not yet, or, with ``stop``, the guard's end said."""
+        if self.failed and self.spec.on_fail == "rollback":
+            self.start_rollback(agent_path)
         elif self.failed:
             self._write({**self.state, "state": "stopped on failure"})
 

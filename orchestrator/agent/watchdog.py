@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 from . import attempts, heartbeat
@@ -40,6 +41,7 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
                 pass
             if guarded is not None and guarded.tick() is not None:
                 guarded.stop_marker()
+                guarded.start_rollback(os.path.abspath(sys.argv[0]))  # the supervisor runs as the agent
                 log.write(f"[orch] guard failed: {guarded.state['reason']}\n".encode())
                 return end_stalled(child, policy.term_timeout), False
             now = time.monotonic()
