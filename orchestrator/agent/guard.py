@@ -31,7 +31,7 @@ STATE = "guard.json"
 JOURNAL = "guard.jsonl"
 LOG = "train.log"
 WRITE_EVERY_S = 0.5  # how often the progress is written while it changes
-READ_LIMIT = 64 << 20  # a parent's log is read from its end at most this far back
+READ_LIMIT = 16 << 20  # a parent's log is read from its end at most this far back (then: its latest rate)
 
 _PAIR = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_/]*)\s*[=:]\s*(?P<val>-?[0-9][0-9,]*(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
                    r"(?:/[0-9]+)?(?P<unit>\s*K?tok/s)?")
@@ -165,10 +165,10 @@ class Watch:
     def __init__(self, spec: Spec, run_dir: str) -> None:
         self.spec, self.run_dir = spec, run_dir
         self.state = read_json(os.path.join(run_dir, STATE), {}) or {}  # a supervisor after a reboot goes on
-        runs = os.path.dirname(run_dir)
         key = f"{spec.parent.get('registry')}-{spec.parent.get('id')}" if spec.parent.get("registry") \
             else str(spec.parent.get("id"))
-        self.parent = read_points(os.path.join(runs, key, LOG))
+        self.parent_log = os.path.join(os.path.dirname(run_dir), key, LOG)
+        self._parent: list[dict] | None = None
         self.points: list[dict] = []
         self.offset = 0
         self.partial = b""
@@ -178,6 +178,13 @@ class Watch:
         if not self.state:
             self._write({"state": "watching", "step": 0, "of": spec.steps, "on_fail": spec.on_fail,
                          "parent": spec.parent.get("id")})
+
+    @property
+    def parent(self) -> list[dict]:
+        """The parent's steps, read once, when the new run has logged its first (its start is not delayed)."""
+        if self._parent is None:
+            self._parent = read_points(self.parent_log)
+        return self._parent
 
     @property
     def open(self) -> bool:

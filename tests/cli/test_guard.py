@@ -47,8 +47,8 @@ SETS = ["--set", "project.sources=['job.py']", "--set", "project.command=python3
         "--set", "guard.steps=20"]
 
 
-def write_job(p: Project, sleep: float, crash: int = 0) -> None:
-    (p.path / "job.py").write_text(JOB.format(sleep=sleep, crash=crash))
+def write_job(p: Project, sleep: float, crash: int = 0, loss: float = 2.0) -> None:
+    (p.path / "job.py").write_text(JOB.format(sleep=sleep, crash=crash).replace("2.0 + 1 / step", f"{loss} + 1 / step"))
 
 
 def guard_state(p: Project, exp_id: int) -> dict:
@@ -235,3 +235,13 @@ def test_a_guard_over_another_clones_run_is_refused(parent, tmp_path):
     res = other.run("deploy", *SETS, "--guard", "--yes")
     assert res.returncode == 2 and "another clone of this project started" in res.stderr and "hint:" in res.stderr
     assert parent.registry().get(1).status == "running" and other.registry().list() == []
+
+
+def test_a_new_run_with_a_worse_loss_at_the_same_steps_is_rolled_back(parent):
+    write_job(parent, 0.05, loss=3.0)  # as fast, but its loss is half as high again
+    res = parent.run("deploy", *SETS, "--set", "guard.max_loss_ratio=1.2", "--guard", "--yes", "--wait=60")
+    assert res.returncode == 1, res.stdout + res.stderr
+    reason = parent.registry().get(2).end_reason
+    assert reason.startswith("rolled back: loss 3.") and " > 1.2 × 2." in reason and \
+        reason.endswith(" of exp 1 over steps 2–20"), reason
+    assert parent.registry().get(3).status == "running"
