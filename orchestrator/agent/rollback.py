@@ -131,7 +131,8 @@ def _start(layout: Layout, spec: guard.Spec, failed_id: int) -> dict:
         exp.pop(k, None)
     runs.start(layout, restore_id, str(exp.get("project")), str(old["revision"]), list(old["argv"]), env, exp,
                batching, os.path.abspath(sys.argv[0]), registry=registry, recovery=recovery)
-    return {"exp_id": restore_id, "state": "running"}
+    state = runs.verify_started(layout, restore_id, wait=0.0, registry=registry)  # its command is spawned
+    return {"exp_id": restore_id, "state": state["state"]}
 
 
 def resume_pending(layout: Layout) -> None:
