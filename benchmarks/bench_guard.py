@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -113,6 +114,7 @@ def main() -> None:
                          "total": first_line - window_end})
     finally:
         orch(work, "stop")
+        shutil.rmtree(work, ignore_errors=True)
     print(f"guard window {a.steps} steps; parent 50 steps/s, new run 25; {a.rounds} rounds")
     cols = ["decide", "to rollback", "to parent start", "parent's first line", "total"]
     print(f"{'round':>5} " + " ".join(f"{c:>20}" for c in cols) + f" {'own start':>10}")
