@@ -26,7 +26,7 @@ ck = os.environ["ORCH_CHECKPOINT_DIR"]
 step = 0
 resume = os.environ.get("ORCH_RESUME_FROM")
 if resume:
-    step = int(open(resume).read())
+    step = int(open(resume).read().split()[0])
     print(f"resumed from {{resume}} at step {{step}}", flush=True)
 last = time.monotonic()
 while True:
@@ -40,7 +40,7 @@ while True:
     if step % 10 == 0 and step <= CKPT_UNTIL:
         tmp = os.path.join(ck, f".ckpt-{{step}}.tmp")
         with open(tmp, "w") as fh:
-            fh.write(str(step))
+            fh.write(f"{{step}} written by experiment {{os.environ['ORCH_EXPERIMENT_ID']}}")
         os.replace(tmp, os.path.join(ck, f"ckpt-{{step:06d}}.txt"))
 """
 SETS = ["--set", "project.sources=['job.py']", "--set", "project.command=python3 job.py",

@@ -115,3 +115,32 @@ def test_the_ct_finishes_the_rollback_with_the_controller_killed(parent, testbed
         "restored from exp 1 after the guard of exp 2 failed" in status.stdout, status.stdout
     assert other.registry().get(2).end_reason.startswith("rolled back: throughput ")
     assert ct_files(testbed) == before
+
+
+@pytest.mark.parametrize("graceful", [False, True], ids=["lxc-stop -k", "lxc-stop"])
+def test_a_ct_reboot_in_the_middle_of_a_rollback_ends_with_the_parent_back(parent, testbed, graceful):
+    """The guard fails while the target's lock is held (the rollback waits for it), then the CT stops and starts
+    again: the next status starts the rollback again, and the parent runs with its checkpoints as they were."""
+    before = ct_files(testbed)
+    write_job(parent, 0.1)
+    res = parent.cli("deploy", *CT, *SETS[:-2], "--set", "guard.steps=60", "--guard", "--yes")
+    assert res.exit_code == 0, res.output
+    on_ct(testbed, 200, "sh", "-c", f"setsid flock {ROOT}/.lock sleep 300 </dev/null >/dev/null 2>&1 &")
+    guard = f"{ROOT}/runs/{parent.run_key(2)}/guard.json"
+    pid = f"{ROOT}/runs/{parent.run_key(2)}/guard.pid"
+    wait_until(lambda: '"failed"' in ct_cat(testbed, guard), 60, "the guard's failure")
+    wait_until(lambda: '"pid": null' not in ct_cat(testbed, pid) and '"pid"' in ct_cat(testbed, pid), 30,
+               "the rollback, waiting for the lock")
+    assert ct_files(testbed) != before  # the new run's: the parent's are still in the trash, and neither runs
+    testbed.shutdown(200) if graceful else testbed.stop(200)
+    testbed.start(200)
+    first = parent.cli("status", *CT)
+    assert first.exit_code == 0, first.output
+    wait_until(lambda: '"rolled back"' in ct_cat(testbed, guard), 60, "the rollback after the reboot")
+    status = parent.cli("status", *CT)
+    assert "experiment 3 running" in status.stdout and \
+        "restored from exp 1 after the guard of exp 2 failed" in status.stdout, status.stdout
+    assert parent.registry().get(2).end_reason.startswith("rolled back: throughput ")
+    assert ct_files(testbed) == before
+    events = [json.loads(x)["event"] for x in ct_cat(testbed, f"{ROOT}/runs/{parent.run_key(2)}/guard.jsonl").splitlines()]
+    assert events[0] == "failed" and events[-1] == "end"
