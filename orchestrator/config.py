@@ -258,6 +258,22 @@ class RunSection(_Section):
                 "checkpoint_glob": self.checkpoint_glob, "resume_after_reboot": self.resume_after_reboot}
 
 
+class GuardSection(_Section):
+    """``deploy --guard``: the new run is watched against the run it replaces, on the target."""
+
+    steps: int = Field(200, ge=2, le=100_000_000, description="the watch window, in the run's own steps")
+    min_throughput: float = Field(0.9, gt=0, le=100, description="the least throughput, as a fraction of the "
+                                                                 "parent's over the same steps")
+    max_loss_ratio: float | None = Field(None, gt=0, description="the most loss, as a multiple of the parent's "
+                                                                 "at the same steps")
+    on_fail: Literal["rollback", "stop"] = "rollback"
+
+    def spec(self) -> dict:
+        """What the guarded run's supervisor needs (``agent/guard.Spec``), the runs' keys added by the launch."""
+        return {"steps": self.steps, "min_throughput": self.min_throughput, "max_loss_ratio": self.max_loss_ratio,
+                "on_fail": self.on_fail}
+
+
 class TrashSection(_Section):
     keep: int | None = Field(None, ge=1, description="keep at most this many trash entries (oldest purged)")
     max_gb: float | None = Field(None, gt=0, description="keep the trash under this size (oldest purged)")
@@ -368,6 +384,7 @@ class Settings(_Section):
     proxmox: ProxmoxSection | None = None
     ssh: SshSection = Field(default_factory=SshSection)
     run: RunSection = Field(default_factory=RunSection)
+    guard: GuardSection = Field(default_factory=GuardSection)
     trash: TrashSection = Field(default_factory=TrashSection)
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)

@@ -8,8 +8,8 @@ import sys
 import time
 import traceback
 
-from . import (checkpoints, diskspace, envs, gc, journal, logs, notify, revisions, runqueue, runs, start_check, system,
-               validate, workdir)
+from . import (checkpoints, diskspace, envs, gc, journal, logs, notify, revisions, rollback, runqueue, runs,
+               start_check, system, validate, workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -50,6 +50,12 @@ def _hello(layout: Layout) -> dict:
             "agent": os.path.abspath(sys.argv[0])}
 
 
+def _status(layout: Layout, **args: object) -> dict:
+    """``status``, once any rollback that was cut short is on its way again (``rollback.resume_pending``)."""
+    rollback.resume_pending(layout)
+    return runs.status(layout, **args)  # type: ignore[arg-type]
+
+
 # op name -> (function, whether it takes the payload); every function takes the layout first
 OPS = {
     "hello": (_hello, False),
@@ -62,7 +68,7 @@ OPS = {
     "run_check": (start_check.check, False),
     "run_stop": (runs.stop, False),
     "run_verify": (runs.verify_started, False),
-    "status": (lambda layout, gpus=True, **a: {**runs.status(layout, **a), "gpus": system.gpus() if gpus else [],
+    "status": (lambda layout, gpus=True, **a: {**_status(layout, **a), "gpus": system.gpus() if gpus else [],
                                                "queue": runqueue.entries(layout, a["project"]) if a.get("project")
                                                else []}, False),
     "gpus": (system.gpu_report, False),

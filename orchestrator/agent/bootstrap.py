@@ -75,6 +75,11 @@ if len(sys.argv) >= 4 and sys.argv[1] == "queue-boot":  # after a reboot, from t
 
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(at_boot(sys.argv[2], sys.argv[3]))
+if len(sys.argv) >= 3 and sys.argv[1] == "rollback":  # a failed guard's way back (guard.spawn_rollback)
+    from orchestrator.agent.rollback import rollback  # noqa: E402
+
+    os.environ["LC_ALL"] = "C.UTF-8"
+    sys.exit(rollback(sys.argv[2]))
 
 if len(sys.argv) >= 2 and sys.argv[1] == "serve":  # resident: one request after another on this channel
     from orchestrator.agent.serve import serve  # noqa: E402

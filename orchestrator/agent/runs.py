@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
-from . import (attempts, budget, causes, diskspace, grace, handover, heartbeat, journal, reboot_unit, watchdog,
-               workdir)
+from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, reboot_unit,
+               watchdog, workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
@@ -91,6 +91,9 @@ def run_state(run_dir: str) -> dict:
     told = notices.summary(run_dir)  # the webhook's failures are shown, never its URL
     if told is not None:
         out["notify"] = told
+    watched = guard.summary(run_dir)  # a guarded run: where its guard stands
+    if watched is not None:
+        out["guard"] = watched
     heard = heartbeat.read_state(run_dir)  # a node of a job: what its stall watchdog heard from its peers
     if heard is not None:
         out["heartbeat"] = heard
@@ -309,6 +312,8 @@ def supervise(run_dir: str) -> int:
     env.update(launch["env"])
     policy = attempts.Policy.from_dict(launch.get("recovery"))
     history = attempts.History(run_dir, policy)
+    spec = guard.Spec.from_dict(policy.extra.get("guard"))
+    guarded = guard.Watch(spec, run_dir) if spec is not None else None
     print(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}", flush=True)
     with open(log_path, "ab", buffering=0) as raw:
         log = diskspace.SparedLog(raw)
@@ -338,7 +343,7 @@ def supervise(run_dir: str) -> int:
             log.write(f"[orch] resume_after_reboot: {why}; a reboot leaves this run lost\n".encode() if why else b"")
             resumes = not why
         while True:
-            ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children, told)
+            ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children, told, guarded)
             if isinstance(ended, int):
                 told.send("crashed", exit_code=ended, reason=history.items[-1].get("reason"),
                           last_lines=notices.last_lines(log_path))
@@ -360,16 +365,21 @@ def supervise(run_dir: str) -> int:
     if cause is None and sig == signal.SIGKILL and not stopping and not attempts.stop_requested(run_dir):
         pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}  # no stop sent it: the OOM killer?
         cause = causes.oom_cause(pid.get("child"), pid.get("child_comm"))
+    if guarded is not None:  # the verdict before the exit: whoever reads the end reads the guard's too
+        guarded.ended(code, history.items[-1].get("reason") or "", attempts.stop_requested(run_dir))
     _record_exit(run_dir, code, sig, cause=cause)
     if not stopping and not attempts.stop_requested(run_dir):
         told.send("finished" if code == 0 else "crashed", exit_code=code, signal=sig, reason=reason, cause=cause,
                   attempts=len(history.items), last_lines=[] if code == 0 else notices.last_lines(log_path))
     print(f"orch: exited with code {code}", flush=True)
+    if guarded is not None:
+        guarded.after_exit(os.path.abspath(sys.argv[0]))
     return code
 
 
 def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy, history: attempts.History,
-             stopping: list, children: list, told: notices.Notifier) -> tuple[int, int | None, str] | int:
+             stopping: list, children: list, told: notices.Notifier,
+             guarded: guard.Watch | None = None) -> tuple[int, int | None, str] | int:
     """One attempt: mark it in the log, start the command, watch it; (code, signal, reason), or 127 if not started."""
     attempt = len(history.items)
     resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""), policy.checkpoint_glob)
@@ -390,7 +400,8 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
     children.append(child)
     _write_pid(run_dir, child)
     limit = budget.Budget.from_env(launch["env"], run_dir)
-    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, metrics.tick if metrics else None, limit)
+    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, metrics.tick if metrics else None, limit,
+                                 guarded)
     if metrics is not None:
         metrics.tick()  # the lines written since the last tick
     code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
@@ -490,6 +501,8 @@ def resume(run_dir: str) -> int:
         why = f"it is {state['state']}"
     elif launch.get("secrets"):
         why = "its secrets are never stored on the target"
+    elif (guard.summary(run_dir) or {}).get("state") in ("failed", "rolled back"):
+        why = "its guard failed: the rollback puts its parent back instead"
     if why:
         reboot_unit.remove(run_dir)
         print(f"orch: not resuming {run_dir}: {why}", flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -17,12 +18,13 @@ from . import attempts, heartbeat
 
 
 def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stopping: list,
-          log, tick: Callable[[], None] | None = None, budget=None) -> tuple[int, bool]:
+          log, tick: Callable[[], None] | None = None, budget=None, guarded=None) -> tuple[int, bool]:
     """Wait for the child; with ``stall_timeout``, end it (SIGTERM, then SIGKILL) when its log stops growing,
     or, for a node of a job, when no node's log has grown for that long (``heartbeat``); with a ``budget``
-    (``budget.Budget``), SIGINT once it is spent, then SIGTERM and SIGKILL if the command lingers. ``tick`` is
-    called about every 0.2 s meanwhile (the notifications that read the log's metrics)."""
-    if policy.stall_timeout is None and budget is None:
+    (``budget.Budget``), SIGINT once it is spent, then SIGTERM and SIGKILL if the command lingers; with
+    ``guarded`` (a ``guard.Watch``), end it when its guard fails. ``tick`` is called about every 0.2 s meanwhile
+    (the notifications that read the log's metrics)."""
+    if policy.stall_timeout is None and budget is None and (guarded is None or not guarded.open):
         while tick is not None:
             try:
                 return child.wait(timeout=0.2), False
@@ -57,19 +59,29 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
                         pass
                 elif ending is not None and time.monotonic() - ending > max(policy.term_timeout, BUDGET_GRACE):
                     return end_stalled(child, policy.term_timeout), False
-                if policy.stall_timeout is None:
+                if policy.stall_timeout is None and guarded is None:
                     continue
             try:
                 size = os.stat(log_path).st_size
             except OSError:
                 pass
+            if guarded is not None and guarded.tick() is not None:
+                guarded.stop_marker()
+                guarded.start_rollback(os.path.abspath(sys.argv[0]))  # the supervisor runs as the agent
+                log.write(f"[orch] guard failed: {guarded.state['reason']}\n".encode())
+                return end_stalled(child, policy.term_timeout), False
+            if guarded is not None and guarded.tick() is not None:
+                guarded.stop_marker()
+                guarded.start_rollback(os.path.abspath(sys.argv[0]))  # the supervisor runs as the agent
+                log.write(f"[orch] guard failed: {guarded.state['reason']}\n".encode())
+                return end_stalled(child, policy.term_timeout), False
             now = time.monotonic()
             progress.own_size(size, now)
             if stopping:
                 progress.touch(now)
             if beacon is not None:
                 beacon.tick(size, progress, now)
-            if progress.stalled(now, policy.stall_timeout):
+            if policy.stall_timeout is not None and progress.stalled(now, policy.stall_timeout):
                 if beacon is not None and beacon.sock is not None and not progress.peers:
                     log.write(f"[orch] no heartbeat came from the job's other nodes (UDP port {beacon.spec.port}):"
                               " is it open between the nodes?\n".encode())

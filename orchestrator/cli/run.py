@@ -17,6 +17,8 @@ CleanOpt = Annotated[bool, typer.Option("--clean-checkpoints", help="Move the ch
 PurgeOpt = Annotated[bool, typer.Option("--purge", help="Delete the checkpoints for good (asks first)")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
 DryOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan and change nothing")]
+GuardOpt = Annotated[bool, typer.Option("--guard", help="Watch the new run against the one it replaces ([guard]) "
+                                        "and put that one back if it is worse; its checkpoints are moved aside")]
 
 
 WaitOpt = Annotated[Optional[float], typer.Option(
@@ -78,6 +80,11 @@ def _dry_run(launch, as_json: bool) -> None:
     from ..launch.operations import preview
 
     lines = render.plan_lines(launch.actions)
+    if launch.guard:
+        g = launch.settings.guard
+        lines.append(f"guard: watch the new run for {g.steps} steps against the run it stops (throughput at least "
+                     f"{g.min_throughput:g}×" + (f", loss at most {g.max_loss_ratio:g}×" if g.max_loss_ratio else "")
+                     + f"); on a failure: {g.on_fail}")
     seen, failure = None, launch.target.unasked
     if launch.target.connect is not None:
         try:
@@ -129,9 +136,20 @@ def _report(outcome, target, as_json: bool) -> None:
         render.print_json({"experiment": exp.public() if exp else None, "target_label": target.label,
                            "stopped": outcome.stopped, "checkpoints": outcome.checkpoints,
                            "pushed": outcome.pushed, "shell": outcome.shell, "waited": outcome.waited,
-                           "stats": outcome.stats, "queue": outcome.queue})
+                           "guard": outcome.verdict, "stats": outcome.stats, "queue": outcome.queue})
     else:
         _say_outcome(outcome, target)
+    verdict = outcome.verdict or {}
+    if exp is not None and verdict.get("state") in ("rolled back", "rollback failed", "stopped on failure"):
+        render.say(f"error: the guard of experiment {exp.id} failed on {target.label}: "
+                   f"{exp.end_reason or verdict.get('reason')}")
+        if verdict.get("restored") is not None:
+            render.say(f"hint: experiment {verdict['restored']} runs the parent again: orch status, "
+                       f"orch logs -e {verdict['restored']}")
+        else:
+            render.say(f"hint: orch logs -e {exp.id} shows its log; the parent's checkpoints are in the trash "
+                       "(orch checkpoints list, orch checkpoints restore)")
+        raise typer.Exit(1)
     if exp is not None and exp.status == "crashed":
         for line in waited.get("tail") or []:
             render.say(f"  | {line}")
@@ -184,13 +202,17 @@ def _say_outcome(outcome, target) -> None:
                    f"(revision {exp.revision}); orch queue lists the queue")
     else:
         render.out(f"experiment {exp.id}: {exp.status} on {target.label} (revision {exp.revision})")
+    if (outcome.verdict or {}).get("state") == "passed":
+        render.out(f"guard: passed after {outcome.verdict['seconds']:g} s")
+    elif outcome.verdict and outcome.verdict.get("state") == "watching":
+        render.out(f"guard: still watching after {outcome.verdict['seconds']:g} s (orch status)")
 
 
 def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
            set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
            yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
            trust_new_host: TrustOpt = False, wait: WaitOpt = None, queue: QueueOpt = False,
-           as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None) -> None:
+           guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None) -> None:
     """Push the code as a new revision and start it as a new experiment."""
     from ..launch import prepare, queueing
 
@@ -204,7 +226,7 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
     tgt = choice.target if choice is not None else \
         grp.members[0] if grp is not None else _target(settings, *one, start, trust_new_host, dry_run)
     confirm = render.confirm if render.interactive() else None
-    launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
+    launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge or guard, purge=purge,
                             yes=yes, confirm=confirm, echo=render.say, secret=secret,
                             progress=progress.meter(as_json))
     launch.wait = settings.run.wait if wait is None else wait
@@ -212,10 +234,18 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
         from ..launch.placement import apply
 
         apply(launch, choice)
-    if queue and grp is not None:
+    launch.guard = guard
+    if grp is not None and (queue or guard):
         from ..errors import InputError
 
-        raise InputError("a job over several nodes cannot be queued", hint="deploy it without --queue")
+        raise InputError("a job over several nodes cannot be queued" if queue else
+                         "--guard watches one run against one parent, not a job",
+                         hint="deploy the job without --queue" if queue else "deploy the job without --guard")
+    if queue and guard:
+        from ..errors import InputError
+
+        raise InputError("a queued run has no running parent to be guarded against",
+                         hint="give --queue or --guard, not both")
     if queue:
         launch = queueing.queued(launch)
     if grp is not None:
@@ -226,7 +256,8 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
 def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
             clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
             dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
-            wait: WaitOpt = None, as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None) -> None:
+            wait: WaitOpt = None, guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None,
+            pool: PoolOpt = None) -> None:
     """Stop the latest experiment and relaunch its revision and settings as a new experiment; a job: on
     every node."""
     from ..launch import prepare
@@ -237,6 +268,11 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
     confirm = render.confirm if render.interactive() else None
     choice, one = _placed(settings, gpus, pool, target, ct, start, trust_new_host)
     grp = None if choice is not None else job.group(settings, target, ct, start, trust_new_host, dry_run)
+    if grp is not None and guard:
+        from ..errors import InputError
+
+        raise InputError("--guard watches one run against one parent, not a job",
+                         hint="restart the job without --guard")
     if grp is not None:
         return job.restart(settings, grp, message=message, clean=clean_checkpoints or purge, purge=purge,
                            yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json)
@@ -247,13 +283,14 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
             from ..records.reconcile import recover
 
             recover(settings, tgt, reg)
-        launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge,
+        launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge or guard,
                                  purge=purge, yes=yes, confirm=confirm, echo=render.say)
     launch.wait = settings.run.wait if wait is None else wait
     if choice is not None:
         from ..launch.placement import apply
 
         apply(launch, choice)
+    launch.guard = guard
     _run(launch, settings, dry_run, as_json, (target, ct))
 
 

@@ -99,6 +99,28 @@ def _notify_line(n: dict | None) -> str | None:
     return line + (f" (last: {last.get('event')}: {last.get('error')})" if n.get("failed") and last else "")
 
 
+def _guard_line(d: dict) -> str | None:
+    """``guard: step 84/200, throughput 0.97× parent`` while it watches; ``guard: passed`` once it held."""
+    g = d.get("guard")
+    if not isinstance(g, dict):
+        return None
+    state = g.get("state")
+    if state == "watching":
+        ratio = f", throughput {g['ratio']:.2f}× parent" if g.get("ratio") is not None else ""
+        return f"guard: step {g.get('step', 0)}/{g.get('of')}{ratio}"
+    if state == "passed":
+        ratio = f" (throughput {g['ratio']:.2f}× parent)" if g.get("ratio") is not None else ""
+        return f"guard: passed{ratio}"
+    if state == "failed":
+        return f"guard: failed: {g.get('reason')}; " + ("rolling back" if g.get("on_fail") == "rollback" else "stopped")
+    if state == "rolled back":
+        return f"guard: failed: {g.get('reason')}; rolled back (experiment {g.get('restored')})"
+    if state == "rollback failed":
+        return f"guard: failed: {g.get('reason')}; the rollback failed: {g.get('error')} (orch checkpoints list " \
+               "shows where the checkpoints are)"
+    return f"guard: {state}" + (f": {g['reason']}" if g.get("reason") else "")
+
+
 def _how_it_ended(d: dict) -> str:
     """`` (exit code 0)``, `` (SIGHUP: the tmux server went away)``, `` (exit code 130; stopped by experiment 7)``."""
     if d["state"] not in ("crashed", "finished", "stopped", "failed", "lost"):
@@ -120,6 +142,8 @@ def _print_status(d: dict) -> None:
     render.out(f"{d['target_label']}: experiment {d['experiment']} {state}{code}, revision {d['revision']}")
     if (tried := _attempt_line(d)) is not None:
         render.out(f"  {tried}")
+    if (watched := _guard_line(d)) is not None:
+        render.out(f"  {watched}")
     if d.get("message"):
         render.out(f"  message: {d['message']}")
     if (told := _notify_line(d.get("notify"))) is not None:

@@ -156,6 +156,7 @@ class Launch:
     gpus: list | None = None  # the GPUs placement chose (index, uuid): in CUDA_VISIBLE_DEVICES and the record
     venv: dict | None = None  # the env the run starts in, once it is on the target (envs.prepare)
     sweep: str | None = None  # the sweep this launch is a variant of (launch/sweep.py)
+    guard: bool = False  # --guard: the new run is watched against the one it replaces ([guard])
 
     def has(self, kind: type[Action]) -> bool:
         return has(self.actions, kind)
@@ -172,3 +173,5 @@ class Outcome:
     waited: dict | None = None  # what --wait saw: the first metric line, or how the run ended
     undo: dict = field(default_factory=dict)  # registry fields after a failed apply (checkpoints put back)
     queue: dict | None = None  # deploy --queue: what the target's queue said (queued at which position)
+    guard: dict | None = None  # a guarded launch's spec, as its supervisor gets it (launch.guarded)
+    verdict: dict | None = None  # what --wait saw of the guard

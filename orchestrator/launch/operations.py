@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import result as launch_result, way_back
+from . import guarded, result as launch_result, way_back
 from .. import checkpoints, signals
 from ..reach.agent_client import AgentClient, Op
 from ..config import Settings
@@ -70,6 +70,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
 
             spare_jobs.check({target.machine: probe["alive_runs"]}, {target.machine: target.label},
                              registry.registry_id, launch.book.name)
+        parent = guarded.check(launch, probe, registry) if launch.guard else None  # refused before anything changes
         action = checkpoint_action(launch.actions)
         writer = _writer(probe, settings)
         if action != "keep":
@@ -87,6 +88,8 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
                 if launch.sweep:  # variants of a sweep never share (or resume from) each other's checkpoints
                     exp = registry.update(exp.id, checkpoints=f"{target.checkpoints.rstrip('/')}/exp{exp.id}")
                 out.experiment = exp
+                if parent is not None:
+                    out.guard = guarded.spec(launch, registry, exp, parent)
             results = _apply(launch, client, registry, probe, exp, out, writer)
         except (KeyboardInterrupt, TransportError) as exc:
             transport.close()
@@ -108,12 +111,15 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             try:
                 out.waited = launch_result.wait_first_metric(launch, client, out.experiment,
                                                              registry.run_registry(out.experiment.id))
+                launch_result.record_wait(registry, out)
+                if out.guard is not None:  # and the guard's verdict: a rollback exits 1
+                    out.verdict = guarded.wait_verdict(launch, client, registry, out.experiment)
+                    out.experiment = registry.get(out.experiment.id)
             except KeyboardInterrupt as exc:
                 how, code = signals.describe(exc)
                 raise Interrupted(f"{how} while waiting: experiment {out.experiment.id} was started on "
                                   f"{target.label} and goes on (orch status, orch logs --follow)",
                                   exit_code=code) from None
-            launch_result.record_wait(registry, out)
         out.stats = {"agent_calls": client.calls, "agent_pushes": client.pushes,
                      "connections": transport.stats.connections, "commands": transport.stats.commands,
                      "bytes_sent": transport.stats.bytes_sent, "agent_ms": client.timings}
@@ -354,8 +360,9 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
     key = registry.run_registry(exp.id) if exp is not None else None
     from .envs import run_env
 
-    start = Start(launch.inputs.argv or [], {**launch.env, **run_env(launch)}, {**_experiment_json(exp), "clone": clone(settings)},
-                  settings.run.recovery()) if exp is not None else None
+    recovery = settings.run.recovery() | ({"guard": out.guard} if out.guard else {})
+    start = Start(launch.inputs.argv or [], {**launch.env, **run_env(launch)},
+                  {**_experiment_json(exp), "clone": clone(settings)}, recovery) if exp is not None else None
     ops, keys = locked_ops(launch, probe, writer, exp, key, registry.registry_id, start)
     if not ops:
         return []

@@ -49,9 +49,33 @@ def noticed(now: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
 
 
+def guard_reason(guard: dict | None) -> str | None:
+    """A guarded run's end as its guard decided it (``agent/guard.py``); None while it watches or once it held.
+
+        guard_reason({"state": "rolled back", "reason": "throughput 11.9 Ktok/s < 0.9 × 32.0 Ktok/s of exp 12 …"})
+            -> "rolled back: throughput 11.9 Ktok/s < 0.9 × 32.0 Ktok/s of exp 12 …"
+    """
+    if not isinstance(guard, dict) or not guard.get("reason"):
+        return None
+    state, reason = guard.get("state"), guard["reason"]
+    if state == "rollback failed":
+        return f"guard failed: {reason}; the rollback failed: {guard.get('error') or '?'}"
+    if guard.get("on_fail") == "stop":
+        return f"guard failed: {reason}; stopped ([guard] on_fail = \"stop\")"
+    if state in ("failed", "rolled back"):
+        return f"rolled back: {reason}"
+    return None
+
+
+def restored(parent: object, failed: object) -> str:
+    return f"restored from exp {parent} after the guard of exp {failed} failed"
+
+
 def describe(run: dict, registry_id: str | None = None, now: float | None = None) -> str | None:
     """The end of a run in a few words, or None for a run that is not over or finished cleanly."""
     state = run.get("state")
+    if state in ("stopped", "crashed", "finished") and guard_reason(run.get("guard")):
+        return guard_reason(run.get("guard"))
     if state == "stopped":
         return stopped_by(run.get("stopped_by"), registry_id)
     if state == "failed":

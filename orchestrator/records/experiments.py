@@ -378,6 +378,32 @@ class Registry:
             raise
         return self.get(row["id"])
 
+    def reserve(self) -> int:
+        """The next number, kept for a row that only a target can know is needed (a guard's restored run,
+        recorded by ``records.guard_records``); ``create`` numbers after it. Unused, it stays a gap."""
+        self.require_writable()
+        self._exec("BEGIN IMMEDIATE")
+        try:
+            last = int(self._exec("SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'",
+                                  fetch="one")[0] or 0)
+            self._exec("UPDATE sqlite_sequence SET seq = ? WHERE name = 'experiments'", (last + 1,))
+            self._exec("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.rollback()
+            raise
+        return last + 1
+
+    def insert_reserved(self, exp_id: int, **fields: Any) -> Experiment:
+        """The row of a number ``reserve`` kept, once its run exists."""
+        self.require_writable()
+        fields.setdefault("created", time.time())
+        row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
+        row["id"] = int(exp_id)
+        self._exec(f"INSERT OR IGNORE INTO experiments ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
+                   list(row.values()))
+        return self.get(exp_id)
+
     def update(self, exp_id: int, **fields: Any) -> Experiment:
         if "status" in fields and fields["status"] not in STATUSES:
             raise ValueError(f"bad status {fields['status']!r}")

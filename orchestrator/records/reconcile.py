@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from . import end_reason
+from . import end_reason, guard_records
 from . import launch_journal
 from ..reach.agent_client import AgentClient, Op
 from ..config import Settings
@@ -125,6 +125,7 @@ def reconcile(settings: Settings, target: Target, registry: Registry, client: Ag
         told = {e.id: launch_journal.facts(found.get(str(e.id), [])) for e in lost}
         _settle(registry, lost, runs, project, told)
         sync(registry, runs, target, project)
+        guard_records.record(registry, runs, target.machine)
         _stopped_by_journal(registry, told, target, project)
     return values
 
@@ -186,6 +187,8 @@ def target_status(settings: Settings, target: Target, registry: Registry, client
     latest20 = Op("status", {"project": settings.project.name, "last": 20, "registry": registry.registry_id})
     answer = reconcile(settings, target, registry, client, also=[latest20])[0]
     sync(registry, answer["runs"], target, settings.project.name)
+    guard_records.record(registry, answer["runs"], target.machine)
+    sync(registry, answer["runs"], target, settings.project.name)  # a restored run just recorded
     latest: Experiment | None = registry.latest(target.machine, target.name)
     run = None
     if latest is not None:

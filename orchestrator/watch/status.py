@@ -34,7 +34,8 @@ def as_dict(st: dict) -> dict:
             "gpus": st.get("gpus", []), "run_gpus": exp.gpus if exp else None,
             "phase": run.get("phase"), "attempt": run.get("attempt"),
             "max_attempts": run.get("max_attempts"), "last_reason": run.get("last_reason"),
-            "resumed_from": run.get("resumed_from"), "notify": run.get("notify"), "queue": st.get("queue", [])}
+            "resumed_from": run.get("resumed_from"), "notify": run.get("notify"), "queue": st.get("queue", []),
+            "guard": run.get("guard")}
 
 
 def read(settings: Settings, target: Target, registry: Registry, client, *, metrics: bool) -> dict:

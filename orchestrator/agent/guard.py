@@ -1,0 +1,332 @@
+"""A guarded run's watch, by its own supervisor: is the new run as good as the one it replaced?
+
+``orch deploy --guard`` hands the supervisor a spec in ``launch.json``'s recovery (``guard``): the window in the
+run's own steps, the bounds, what to do on a failure, the parent's run key, and the number the registry keeps for
+the run a rollback would start. The parent's reference is read here, from the parent's ``train.log``, with the
+same reading as the new run's, so both sides are measured alike::
+
+    step=84 loss=2.31 tok_s=31800        key=value or key: value pairs, or a JSON object per line
+    {"step": 84, "loss": 2.31, "Ktok/s": 31.8}
+
+The guard fails when the run crashes (after its restarts) or stalls, or, once the window is over, when its
+throughput over the window (its first tenth left out: compilation, data loading) is below ``min_throughput`` ×
+the parent's over the same steps, or its mean loss over the steps both logged is above ``max_loss_ratio`` × the
+parent's. ``guard.json`` in the run folder says where it stands (what ``status`` shows); the decision and every
+step of the rollback after it are journalled in ``guard.jsonl`` (``rollback.py`` carries them out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from .layout import read_json, write_json
+
+STATE = "guard.json"
+JOURNAL = "guard.jsonl"
+LOG = "train.log"
+WRITE_EVERY_S = 0.5  # how often the progress is written while it changes
+READ_LIMIT = 16 << 20  # a parent's log is read from its end at most this far back (then: its latest rate)
+
+_PAIR = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_/]*)\s*[=:]\s*(?P<val>-?[0-9][0-9,]*(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
+                   r"(?:/[0-9]+)?(?P<unit>\s*K?tok/s)?")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+TOKENS = {"tok_s": 1.0, "tok/s": 1.0, "tps": 1.0, "tokens_per_sec": 1.0, "tokens_per_s": 1.0, "ktok_s": 1000.0,
+          "ktok/s": 1000.0}
+STEPS = ("steps_s", "steps/s", "it/s", "it_s")
+LOSS = ("loss", "train_loss")
+
+
+def parse_line(line: str) -> dict | None:
+    """A log line's ``step``, ``loss`` and rate (``tok_s``, or ``steps_s``); None when it has no step."""
+    text = _ANSI.sub("", line).strip()
+    found: dict = {}
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            for key, val in obj.items():
+                if isinstance(val, (int, float)) and not isinstance(val, bool):
+                    found.setdefault(str(key).lower(), float(val))
+    if not found:
+        for m in _PAIR.finditer(text):
+            try:
+                val = float(m["val"].replace(",", ""))
+            except ValueError:
+                continue
+            key = m["key"].lower()
+            if m["unit"]:
+                key = "ktok/s" if "K" in m["unit"] else "tok/s"
+            found.setdefault(key, val)
+    if "step" not in found:
+        return None
+    out: dict = {"step": int(found["step"])}
+    loss = next((found[k] for k in LOSS if k in found), None)
+    if loss is not None:
+        out["loss"] = loss
+    rate = next(((found[k] * f) for k, f in TOKENS.items() if k in found), None)
+    if rate is not None:
+        out["tok_s"] = rate
+    else:
+        steps = next((found[k] for k in STEPS if k in found), None)
+        if steps is not None:
+            out["steps_s"] = steps
+    return out
+
+
+def read_points(path: str) -> list[dict]:
+    """Every step line of a whole log (its last ``READ_LIMIT`` bytes)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - READ_LIMIT))
+            data = fh.read()
+    except OSError:
+        return []
+    return [p for raw in data.decode("utf-8", "replace").replace("\r", "\n").splitlines()
+            if (p := parse_line(raw)) is not None]
+
+
+@dataclass(frozen=True)
+class Spec:
+    steps: int
+    min_throughput: float
+    max_loss_ratio: float | None
+    on_fail: str  # "rollback" | "stop"
+    parent: dict  # {"id": 12, "registry": "ab12…"}
+    restore: dict  # {"id": 14, "registry": "ab12…"}: the experiment a rollback starts
+
+    @classmethod
+    def from_dict(cls, raw: object) -> "Spec | None":
+        if not isinstance(raw, dict):
+            return None
+        return cls(steps=int(raw["steps"]), min_throughput=float(raw["min_throughput"]),
+                   max_loss_ratio=None if raw.get("max_loss_ratio") is None else float(raw["max_loss_ratio"]),
+                   on_fail=str(raw.get("on_fail", "rollback")), parent=dict(raw.get("parent") or {}),
+                   restore=dict(raw.get("restore") or {}))
+
+    def window(self, first: int) -> tuple[int, int]:
+        """The steps the comparison is made over: the window without its first tenth."""
+        return first - 1 + max(1, self.steps // 10), first - 1 + self.steps
+
+
+def _rate(points: list[dict], lo: int, hi: int, key: str) -> float | None:
+    vals = [p[key] for p in points if key in p and lo <= p["step"] <= hi]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _speed(value: float, key: str) -> str:
+    return f"{value / 1000:.1f} Ktok/s" if key == "tok_s" else f"{value:.2f} steps/s"
+
+
+def compare(spec: Spec, points: list[dict], parent: list[dict], first: int, upto: int | None = None) -> dict:
+    """The window's figures against the parent's: ``ratio`` (throughput, new / parent), and ``failure`` (the
+    reason in words) when a bound is broken. ``upto``: the window so far, while it is not over (progress)."""
+    lo, hi = spec.window(first)
+    if upto is not None and upto < hi:
+        lo, hi = first - 1 + max(1, (upto - first + 1) // 10), upto
+    exp = spec.parent.get("id")
+    out: dict = {"from": lo, "to": hi}
+    key = "tok_s" if any("tok_s" in p for p in points) else "steps_s"
+    new = _rate(points, lo, hi, key)
+    old = _rate(parent, lo, hi, key)
+    if old is None:  # the parent never logged these steps (it resumed past them): its latest rate
+        recent = [p[key] for p in parent if key in p][-max(2, hi - lo + 1):]
+        old = sum(recent) / len(recent) if recent else None
+    if new is not None and old:
+        out["ratio"] = new / old
+        if new < spec.min_throughput * old:
+            out["failure"] = (f"throughput {_speed(new, key)} < {spec.min_throughput:g} × {_speed(old, key)} "
+                              f"of exp {exp} over steps {lo}–{hi}")
+            return out
+    if spec.max_loss_ratio is not None:
+        theirs = {p["step"]: p["loss"] for p in parent if "loss" in p and lo <= p["step"] <= hi}
+        both = [(p["loss"], theirs[p["step"]]) for p in points if "loss" in p and p["step"] in theirs]
+        if both:
+            mine, ref = (sum(x[i] for x in both) / len(both) for i in (0, 1))
+            out["loss_ratio"] = mine / ref if ref else None
+            if ref > 0 and mine > spec.max_loss_ratio * ref:
+                out["failure"] = (f"loss {mine:.3g} > {spec.max_loss_ratio:g} × {ref:.3g} of exp {exp} "
+                                  f"over steps {lo}–{hi}")
+    return out
+
+
+class Watch:
+    """The supervisor's side: ``tick`` while the command runs, ``ended`` when the run is over."""
+
+    def __init__(self, spec: Spec, run_dir: str) -> None:
+        self.spec, self.run_dir = spec, run_dir
+        self.state = read_json(os.path.join(run_dir, STATE), {}) or {}  # a supervisor after a reboot goes on
+        key = f"{spec.parent.get('registry')}-{spec.parent.get('id')}" if spec.parent.get("registry") \
+            else str(spec.parent.get("id"))
+        self.parent_log = os.path.join(os.path.dirname(run_dir), key, LOG)
+        self._parent: list[dict] | None = None
+        self.points: list[dict] = []
+        self.offset = 0
+        self.partial = b""
+        self.first: int | None = None
+        self.written = 0.0
+        self.spawned = False
+        if not self.state:
+            self._write({"state": "watching", "step": 0, "of": spec.steps, "on_fail": spec.on_fail,
+                         "parent": spec.parent.get("id")})
+
+    @property
+    def parent(self) -> list[dict]:
+        """The parent's steps, read once, when the new run has logged its first (its start is not delayed)."""
+        if self._parent is None:
+            self._parent = read_points(self.parent_log)
+        return self._parent
+
+    @property
+    def open(self) -> bool:
+        return self.state.get("state") == "watching"
+
+    @property
+    def failed(self) -> bool:
+        return self.state.get("state") == "failed"
+
+    def _read(self) -> None:
+        try:
+            with open(os.path.join(self.run_dir, LOG), "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(4 << 20)
+        except OSError:
+            return
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        for raw in lines:
+            point = parse_line(raw.decode("utf-8", "replace").rsplit("\r", 1)[-1])
+            if point is not None:
+                self.points.append(point)
+                if self.first is None:
+                    self.first = point["step"]
+
+    def tick(self, now: float | None = None) -> str | None:
+        """Read what is new in the log; the failure's reason once the window is over and a bound broken."""
+        if not self.open:
+            return None
+        self._read()
+        if self.first is None:
+            return None
+        last = self.points[-1]["step"]
+        done = last - self.first + 1
+        if done >= self.spec.steps:
+            figures = compare(self.spec, self.points, self.parent, self.first)
+            if figures.get("failure"):
+                return self.fail(figures["failure"])
+            self._write({**self.state, "state": "passed", "step": self.spec.steps, **_figures(figures)})
+            return None
+        now = time.time() if now is None else now
+        if now - self.written >= WRITE_EVERY_S:
+            figures = compare(self.spec, self.points, self.parent, self.first, upto=last)
+            figures.pop("failure", None)  # not over yet: only the window's end decides
+            self._write({**self.state, "step": max(done, 0), **_figures(figures)})
+        return None
+
+    def ended(self, code: int, reason: str, stopped: bool) -> str | None:
+        """The run is over (after its restarts) while the guard still watched: a failure unless it finished
+        with every bound held, or was stopped by someone (``orch stop``)."""
+        if not self.open:
+            return None
+        self._read()
+        step = self.points[-1]["step"] if self.points else None
+        at = f" at step {step}" if step is not None else " before its first step"
+        if stopped:
+            self._write({**self.state, "state": "stopped"})
+            return None
+        if reason == "stalled":
+            return self.fail(f"stalled{at}")
+        if code != 0:
+            return self.fail(f"crashed{at} ({reason})")
+        if self.first is not None:
+            figures = compare(self.spec, self.points, self.parent, self.first)
+            if figures.get("failure"):
+                return self.fail(figures["failure"])
+        self._write({**self.state, "state": "passed"})
+        return None
+
+    def fail(self, reason: str) -> str:
+        """Decide: journalled first, so that whatever cuts in after this ends in a known state."""
+        append(self.run_dir, {"event": "failed", "reason": reason, "on_fail": self.spec.on_fail})
+        self._write({**self.state, "state": "failed", "reason": reason})
+        return reason
+
+    def stop_marker(self) -> None:
+        """What makes the run read as stopped and its supervisor restart it no more (as ``orch stop``'s)."""
+        write_json(os.path.join(self.run_dir, "stop_requested"), {"time": time.time(), "by": {"guard": True}})
+
+    def start_rollback(self, agent_path: str) -> None:
+        """A failed guard with ``rollback``: start the rollback in a process of its own (it outlives the pane),
+        once; it starts up while the run is being stopped, and waits for its end (``rollback._stop``)."""
+        if self.failed and self.spec.on_fail == "rollback" and not self.spawned:
+            self.spawned = True
+            spawn_rollback(self.run_dir, agent_path)
+
+    def after_exit(self, agent_path: str) -> None:
+        """The run is over: the rollback started if it was not yet, or, with ``stop``, the guard's end said."""
+        if self.failed and self.spec.on_fail == "rollback":
+            self.start_rollback(agent_path)
+        elif self.failed:
+            self._write({**self.state, "state": "stopped on failure"})
+
+    def _write(self, state: dict) -> None:
+        self.state = state
+        self.written = time.time()
+        try:
+            write_json(os.path.join(self.run_dir, STATE), state)
+        except OSError:
+            pass  # a full disk: the guard still decides; status shows the last state written
+
+
+def _figures(figures: dict) -> dict:
+    return {k: figures[k] for k in ("ratio", "loss_ratio", "from", "to") if figures.get(k) is not None}
+
+
+def append(run_dir: str, entry: dict) -> None:
+    """One journal line, fsynced before the next step starts (as a launch's ``journal.jsonl``)."""
+    line = json.dumps({**entry, "t": time.time()}, separators=(",", ":"), default=str)
+    fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_journal(run_dir: str) -> list[dict]:
+    try:
+        with open(os.path.join(run_dir, JOURNAL), "rb") as fh:
+            raw = fh.read(1 << 20)
+    except OSError:
+        return []
+    out = []
+    for line in raw.split(b"\n"):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
+def spawn_rollback(run_dir: str, agent_path: str) -> None:
+    with open(os.path.join(run_dir, "guard.log"), "ab") as out:
+        subprocess.Popen([sys.executable, agent_path, "rollback", run_dir], stdin=subprocess.DEVNULL, stdout=out,
+                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+
+
+def summary(run_dir: str) -> dict | None:
+    """What ``status`` reports of a guarded run: its ``guard.json``."""
+    state = read_json(os.path.join(run_dir, STATE))
+    return state if isinstance(state, dict) else None
