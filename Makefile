@@ -10,7 +10,7 @@ DEMO := examples/tinylm
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,plot]'
+	$(BIN)/pip install -q -e '.[test,plot,mlflow]'
 	touch $@
 
 system:

@@ -267,6 +267,23 @@ class MetricsSection(_Section):
     patterns: dict[str, str] = Field(default_factory=dict)
 
 
+class MlflowSection(_Section):
+    """``orch experiments export --mlflow`` and the mirror (``watch/mlflow_export.py``)."""
+    tracking_uri: str | None = None  # else MLFLOW_TRACKING_URI, else sqlite:///<.orch>/mlflow.db
+    experiment: str | None = None  # the MLflow experiment the runs go to; default: [project] name
+    mirror: bool = False  # every command that changes an experiment's record mirrors it
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _no_password(cls, v: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if v is not None and urlsplit(v).password is not None:
+            raise ValueError("holds a password, and settings are recorded with every experiment: set "
+                             "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment instead")
+        return v
+
+
 def local_root() -> str:
     """The built-in local target's root: the user's own data folder, never a shared one like /tmp.
 
@@ -291,6 +308,7 @@ class Settings(_Section):
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
+    mlflow: MlflowSection = Field(default_factory=MlflowSection)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _project_dir: Path = PrivateAttr(default_factory=Path.cwd)
