@@ -33,6 +33,9 @@ RENAMED = {
 }
 
 
+SECRET_VALUE = "secret_value"  # the error type of a value refused for holding a secret: it is never echoed
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -278,9 +281,12 @@ class MlflowSection(_Section):
     def _no_password(cls, v: str | None) -> str | None:
         from urllib.parse import urlsplit
 
+        from pydantic_core import PydanticCustomError
+
         if v is not None and urlsplit(v).password is not None:
-            raise ValueError("holds a password, and settings are recorded with every experiment: set "
-                             "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment instead")
+            raise PydanticCustomError(SECRET_VALUE, "holds a password, and settings are recorded with every "
+                                      "experiment: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in "
+                                      "the environment instead")
         return v
 
 
@@ -497,7 +503,7 @@ def _describe(err: dict, data: dict, sources: dict[str, str], file_label: str) -
         allowed = ", ".join(sorted(section.model_fields)) if section else "?"
         return f"{source}: unknown key {dotted!r} (allowed here: {allowed})"
     value = err.get("input")
-    shown = "" if isinstance(value, dict) or value is None else f" = {value!r}"
+    shown = "" if isinstance(value, dict) or value is None or err["type"] == SECRET_VALUE else f" = {value!r}"
     msg = err["msg"].removeprefix("Value error, ")
     return f"{source}: {dotted or 'settings'}{shown}: {msg}"
 

@@ -205,12 +205,10 @@ def export(ctx: typer.Context,
                          "[URI] writes the experiments as MLflow runs")
     settings = common.settings(ctx)
     with common.registry(settings) as reg:
-        exps = [reg.get(i) for i in dict.fromkeys(ids)] if ids else sorted(reg.list(), key=lambda e: e.id)
-        _refreshed(settings, reg, [e.id for e in exps], refresh)
-        exps = [reg.get(e.id) for e in exps]
-        result = run(settings, reg, exps, uri=tracking_uri(settings, uri),
-                     resolve=(lambda e: common.target(settings, *target_flags(settings, e)))
-                     if log else None, notice=render.say)
+        result = run(settings, reg, ids, uri=tracking_uri(settings, uri),
+                     refresh=(lambda exps: _refreshed(settings, reg, [e.id for e in exps], True)) if refresh else None,
+                     resolve=(lambda e: common.target(settings, *target_flags(settings, e))) if log else None,
+                     notice=render.say)
     if as_json:
         render.print_json(result)
         return

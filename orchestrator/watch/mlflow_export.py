@@ -315,14 +315,21 @@ def _with_parents(registry: Registry, exps: list[Experiment], present: dict[int,
     return [chosen[i] for i in sorted(chosen)]
 
 
-def export(settings: Settings, registry: Registry, exps: list[Experiment], *, uri: str,
-           resolve: Callable[[Experiment], Target] | None, notice: Callable[[str], None]) -> dict:
-    """Write ``exps`` (and any ancestor MLflow lacks) as MLflow runs; with ``resolve``, each run's log is read
+def export(settings: Settings, registry: Registry, ids: list[int] | None, *, uri: str,
+           refresh: Callable[[list[Experiment]], None] | None, resolve: Callable[[Experiment], Target] | None,
+           notice: Callable[[str], None]) -> dict:
+    """Write experiments ``ids`` (default: all; and any ancestor MLflow lacks) as MLflow runs.
+
+    Once MLflow answers, ``refresh`` brings their metrics up to date; with ``resolve``, each run's log is read
     from its target and uploaded too (an ended one's once). A target that cannot be reached is said through
     ``notice``, and everything else is exported all the same."""
+    _library()  # before anything is read or written
+    exps = [registry.get(i) for i in dict.fromkeys(ids)] if ids else sorted(registry.list(), key=lambda e: e.id)
     with _locked(settings.state_dir):
         exporter = Exporter(settings, registry, uri)
-        todo = _with_parents(registry, exps, exporter.runs)
+        if refresh is not None:
+            refresh(exps)
+        todo = _with_parents(registry, [registry.get(e.id) for e in exps], exporter.runs)
         done = [exporter.export(exp) for exp in todo]
         logs = _logs(settings, registry, exporter, todo, resolve, notice) if resolve else {}
     for row in done:
@@ -349,7 +356,7 @@ def _logs(settings: Settings, registry: Registry, exporter: Exporter, exps: list
             target = resolve(group[0])
             client = client_for(settings, target, read_only=True)
         except OrchError as exc:
-            notice(f"orch: the log of experiment(s) {ids} is not exported: {exc.message} (the rest is)")
+            notice(f"orch: the log of experiment(s) {ids} on {name} is not exported: {exc.message} (the rest is)")
             out.update({e.id: f"not exported: {exc.message}" for e in group})
             continue
         try:
@@ -395,6 +402,7 @@ def mirror(settings: Settings, registry: Registry, ids: list[int], notice: Calla
     ``orch experiments export``'s). Never raises: a failure is one warning line."""
     uri = tracking_uri(settings)
     try:
+        _library()
         with _locked(settings.state_dir):
             exporter = Exporter(settings, registry, uri)
             for exp in _with_parents(registry, [registry.get(i) for i in ids], exporter.runs):
