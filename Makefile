@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_batching.py --quick
 	$(BIN)/python benchmarks/bench_metrics.py
 	$(BIN)/python benchmarks/bench_workdir.py
+	$(BIN)/python benchmarks/bench_mlflow.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
