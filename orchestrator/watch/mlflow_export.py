@@ -332,6 +332,7 @@ def export(settings: Settings, registry: Registry, ids: list[int] | None, *, uri
         todo = _with_parents(registry, [registry.get(e.id) for e in exps], exporter.runs)
         done = [exporter.export(exp) for exp in todo]
         logs = _logs(settings, registry, exporter, todo, resolve, notice) if resolve else {}
+    registry.changed -= {e.id for e in todo}  # in MLflow as they are now: a mirror has nothing to add
     for row in done:
         row["log"] = logs.get(row["experiment"], "not read")
     return {"uri": shown(uri), "experiment": exporter.name, "experiment_id": exporter.experiment_id,
