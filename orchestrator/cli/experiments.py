@@ -184,7 +184,7 @@ def plot(ctx: typer.Context,
 
 @app.command()
 def export(ctx: typer.Context,
-           uri: Annotated[Optional[str], typer.Argument(metavar="[URI]", help="The MLflow tracking URI (default: "
+           uri: Annotated[Optional[str], typer.Argument(metavar="URI", help="The MLflow tracking URI (default: "
                                                         "[mlflow] tracking_uri, else MLFLOW_TRACKING_URI, else "
                                                         "sqlite:///.orch/mlflow.db)")] = None,
            to_mlflow: Annotated[bool, typer.Option("--mlflow", help="Write each experiment as an MLflow run "
