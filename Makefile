@@ -10,7 +10,7 @@ DEMO := examples/tinylm
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,plot]'
+	$(BIN)/pip install -q -e '.[test,plot,mlflow]'
 	touch $@
 
 system:
@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_batching.py --quick
 	$(BIN)/python benchmarks/bench_metrics.py
 	$(BIN)/python benchmarks/bench_workdir.py
+	$(BIN)/python benchmarks/bench_mlflow.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

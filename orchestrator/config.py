@@ -33,6 +33,9 @@ RENAMED = {
 }
 
 
+SECRET_VALUE = "secret_value"  # the error type of a value refused for holding a secret: it is never echoed
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -315,6 +318,26 @@ class EnvSection(_Section):
         return bool(self.requirements or self.pyproject or self.lock)
 
 
+class MlflowSection(_Section):
+    """``orch experiments export --mlflow`` and the mirror (``watch/mlflow_export.py``)."""
+    tracking_uri: str | None = None  # else MLFLOW_TRACKING_URI, else sqlite:///<.orch>/mlflow.db
+    experiment: str | None = None  # the MLflow experiment the runs go to; default: [project] name
+    mirror: bool = False  # every command that changes an experiment's record mirrors it
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _no_password(cls, v: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        from pydantic_core import PydanticCustomError
+
+        if v is not None and urlsplit(v).password is not None:
+            raise PydanticCustomError(SECRET_VALUE, "holds a password, and settings are recorded with every "
+                                      "experiment: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in "
+                                      "the environment instead")
+        return v
+
+
 def local_root() -> str:
     """The built-in local target's root: the user's own data folder, never a shared one like /tmp.
 
@@ -392,6 +415,7 @@ class Settings(_Section):
     notify: NotifySection = Field(default_factory=NotifySection)
     pools: dict[str, PoolSection] = Field(default_factory=dict)
     env: EnvSection = Field(default_factory=EnvSection)
+    mlflow: MlflowSection = Field(default_factory=MlflowSection)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _project_dir: Path = PrivateAttr(default_factory=Path.cwd)
@@ -586,7 +610,8 @@ def _describe(err: dict, data: dict, sources: dict[str, str], file_label: str) -
         allowed = ", ".join(sorted(section.model_fields)) if section else "?"
         return f"{source}: unknown key {dotted!r} (allowed here: {allowed})"
     value = err.get("input")
-    shown = "" if isinstance(value, dict) or value is None or dotted in SECRET_KEYS else f" = {value!r}"
+    secret = dotted in SECRET_KEYS or err["type"] == SECRET_VALUE
+    shown = "" if isinstance(value, dict) or value is None or secret else f" = {value!r}"
     msg = err["msg"].removeprefix("Value error, ")
     return f"{source}: {dotted or 'settings'}{shown}: {msg}"
 

@@ -79,10 +79,17 @@ def remember(settings, name: str | None, ct: int | None, tgt) -> None:
 
 
 def registry(settings):
+    """The project's registry; with ``[mlflow] mirror``, what a command changes in it goes to MLflow too."""
     from ..records.experiments import Registry
     from . import render
 
-    return Registry(settings.state_dir / "experiments.db", notice=render.say)
+    mirror = None
+    if settings.mlflow.mirror:
+        from ..watch.mlflow_export import mirror as to_mlflow
+
+        def mirror(reg, ids):
+            to_mlflow(settings, reg, ids, notice=render.say)
+    return Registry(settings.state_dir / "experiments.db", notice=render.say, mirror=mirror)
 
 
 def for_plan(resolve, *, dry_run: bool, start: bool, trust: bool, where: str):

@@ -1,4 +1,4 @@
-"""orch experiments list|show|compare|plot: the registry, read."""
+"""orch experiments list|show|compare|plot|export|rebuild: the registry, read, exported, rebuilt."""
 
 from __future__ import annotations
 
@@ -196,6 +196,46 @@ def plot(ctx: typer.Context,
                            Series.from_dict(stored[key]).points()))
     path = draw(curves, metric, out, key)
     render.out(f"wrote {path}")
+
+
+@app.command()
+def export(ctx: typer.Context,
+           uri: Annotated[Optional[str], typer.Argument(metavar="URI", help="The MLflow tracking URI (default: "
+                                                        "[mlflow] tracking_uri, else MLFLOW_TRACKING_URI, else "
+                                                        "sqlite:///.orch/mlflow.db)")] = None,
+           to_mlflow: Annotated[bool, typer.Option("--mlflow", help="Write each experiment as an MLflow run "
+                                                   "(needs orch[mlflow])")] = False,
+           ids: Annotated[Optional[list[int]], typer.Option("--experiment", "-e", min=1, max=ID_MAX,
+                                                            help="Only this experiment (repeat it); default: "
+                                                                 "all")] = None,
+           log: Annotated[bool, typer.Option("--log/--no-log", help="Upload each run's log (read from its "
+                                             "target)")] = True,
+           refresh: RefreshOpt = True, as_json: JsonOpt = False) -> None:
+    """Write experiments to a tracker, once each: exporting again updates their runs, never duplicates them."""
+    from ..errors import InputError
+    from ..watch.mlflow_export import export as run, tracking_uri
+    from ..watch.metrics_view import target_flags
+
+    if not to_mlflow:
+        raise InputError("orch experiments export needs a destination", hint="orch experiments export --mlflow "
+                         "[URI] writes the experiments as MLflow runs")
+    settings = common.settings(ctx)
+    with common.registry(settings) as reg:
+        result = run(settings, reg, ids, uri=tracking_uri(settings, uri),
+                     refresh=(lambda exps: _refreshed(settings, reg, [e.id for e in exps], True)) if refresh else None,
+                     resolve=(lambda e: common.target(settings, *target_flags(settings, e))) if log else None,
+                     notice=render.say)
+    if as_json:
+        render.print_json(result)
+        return
+    for r in result["runs"]:
+        render.out(f"experiment {r['experiment']}: MLflow run {r['run_id']} ({r['run']}; {r['params']} new params, "
+                   f"{r['metrics']} new metric points; log: {r['log']})")
+        if r["params_kept"]:
+            render.say(f"orch: experiment {r['experiment']}: MLflow keeps the params it has for "
+                       f"{', '.join(r['params_kept'])} (an MLflow param never changes)")
+    render.out(f"exported {len(result['runs'])} experiment(s) to {result['uri']}, MLflow experiment "
+               f"{result['experiment']!r}")
 
 
 @app.command()

@@ -182,11 +182,16 @@ class Registry:
     On a full disk it opens read-only (``writable`` False): reads work, writes of what a command learnt are
     skipped with a warning (the target's run folders keep the truth; the next command records it), and a new
     launch is refused. A lock held by another process is waited for, with a message, up to ``LOCK_WAIT``.
+    ``mirror`` (``[mlflow] mirror``) is given, when the registry closes, the ids of the experiments whose record
+    or metrics this command wrote; it must not raise.
     """
 
-    def __init__(self, path: Path, notice: Callable[[str], None] | None = None) -> None:
+    def __init__(self, path: Path, notice: Callable[[str], None] | None = None,
+                 mirror: Callable[["Registry", list[int]], None] | None = None) -> None:
         self.path = Path(path)
         self.notice = notice or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.mirror = mirror
+        self.changed: set[int] = set()  # experiments whose row or metrics this command wrote
         self.writable = True
         self.skipped: set[int] = set()  # experiments whose new state this command could not write
         self._stuck: ConflictError | None = None  # why this command gave up writing (the registry stayed locked)
@@ -308,8 +313,16 @@ class Registry:
                     self.db.rollback()
                 raise
 
-    def close(self) -> None:
-        self.db.close()
+    def close(self, mirror: bool = True) -> None:
+        """Closes the file; a ``mirror`` first gets the experiments this command changed (once each)."""
+        changed, self.changed = sorted(self.changed), set()
+        try:
+            if mirror and changed and self.mirror is not None:
+                self.mirror(self, changed)
+        except Exception as exc:  # a mirror never fails the command that changed the record
+            self.notice(f"orch: warning: experiment(s) {', '.join(map(str, changed))} not mirrored: {exc}")
+        finally:
+            self.db.close()
 
     @classmethod
     def write_new(cls, path: Path, registry_id: str, keyed_from: int, rows: list[dict]) -> None:
@@ -350,8 +363,8 @@ class Registry:
     def __enter__(self) -> "Registry":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
+        self.close(mirror=exc_type is None or issubclass(exc_type, Exception))  # not on the way out of a Ctrl-C
 
     def create(self, min_id: int = 1, launcher: LaunchGuard | None = None, **fields: Any) -> Experiment:
         """A new experiment numbered after every earlier one, and at least ``min_id``.
@@ -376,6 +389,7 @@ class Registry:
             if self.db.in_transaction:
                 self.db.rollback()
             raise
+        self.changed.add(row["id"])
         return self.get(row["id"])
 
     def reserve(self) -> int:
@@ -412,6 +426,7 @@ class Registry:
         if self.writable and self._stuck is None:
             try:
                 self._exec(f"UPDATE experiments SET {sets} WHERE id = ?", [*row.values(), exp_id])
+                self.changed.add(exp_id)
                 return self.get(exp_id)
             except DiskFull:
                 self.writable = False
@@ -512,6 +527,7 @@ class Registry:
                 "ON CONFLICT(experiment) DO UPDATE SET updated=excluded.updated, log_offset=excluded.log_offset, "
                 "series=excluded.series, summary=excluded.summary",
                 (exp_id, time.time(), log_offset, json.dumps(series), json.dumps(summary)))
+            self.changed.add(exp_id)
         except DiskFull:
             self.writable = False
             self._unwritten(f"experiment {exp_id}'s metrics")

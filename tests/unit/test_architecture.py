@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "orchestrator"
-HEAVY = ("fabric", "paramiko", "proxmoxer", "requests", "libtmux", "numpy", "matplotlib")
+HEAVY = ("fabric", "paramiko", "proxmoxer", "requests", "libtmux", "numpy", "matplotlib", "mlflow")
 OWNERS = {"fabric": {"reach/transport/ssh.py"}, "paramiko": {"reach/transport/ssh.py", "reach/transport/hostkeys.py"}, "proxmoxer": {"reach/proxmox.py"},
-          "requests": {"reach/proxmox.py"}, "sqlite3": {"records/experiments.py"}}
+          "requests": {"reach/proxmox.py"}, "sqlite3": {"records/experiments.py"},
+          "mlflow": {"watch/mlflow_export.py"}}
 
 
 def imports(path: Path, top_level_only: bool = False) -> list[str]:
