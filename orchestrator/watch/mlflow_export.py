@@ -31,8 +31,8 @@ from ..records.experiments import FINAL, Experiment, Registry, command_line
 from ..reach.targets import Target
 
 #: orch's status -> MLflow's (``lost``: its container restarted under it; it may still resume)
-STATUS = {"launching": "SCHEDULED", "running": "RUNNING", "finished": "FINISHED", "crashed": "FAILED",
-          "failed": "FAILED", "stopped": "KILLED", "lost": "FAILED"}
+STATUS = {"launching": "SCHEDULED", "queued": "SCHEDULED", "running": "RUNNING", "finished": "FINISHED",
+          "crashed": "FAILED", "failed": "FAILED", "stopped": "KILLED", "lost": "FAILED"}
 INSTALL_HINT = "pip install 'orch[mlflow]' (the MLflow client and its SQLite store)"
 LOG_NAME = "train.log"
 CHUNK = 4 << 20  # bytes of log per agent call
