@@ -8,7 +8,8 @@ import sys
 import time
 import traceback
 
-from . import checkpoints, diskspace, gc, journal, logs, revisions, runs, start_check, system, validate, workdir
+from . import (checkpoints, diskspace, gc, journal, logs, revisions, run_files, runs, start_check, system, validate,
+               workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -74,6 +75,8 @@ OPS = {
     "shell": (_shell, False),
     "gc": (gc.gc, False),
     "journal_read": (journal.read_many, False),
+    "files_manifest": (run_files.manifest, False),
+    "files_send": (run_files.send, False),
 }
 
 

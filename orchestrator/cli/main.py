@@ -201,13 +201,15 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, connections, experiments, gc, init, into, logs, run, status, targets, use
+    from . import (batching, checkpoints, connections, experiments, gc, init, into, logs, pull, run, status, targets,
+                   use)
 
     run.register(app)
     gc.register(app)
     targets.register(app)
     status.register(app)
     logs.register(app)
+    pull.register(app)
     use.register(app)
     into.register(app)
     init.register(app)
