@@ -246,7 +246,11 @@ def pull_key(value: Any, name: str = "key") -> str:
     source, _, rel = key.partition("/")
     if source not in ("checkpoints", "outputs"):
         raise fail(f"{name} {key!r:.200} is not under checkpoints/, outputs/ or train.log")
-    rel_path(rel, name)
+    try:
+        rel_path(rel, name)
+    except AgentFailure:
+        raise fail(f"{name} {key!r:.200} is not a plain path inside its folder (no '..', '.' or empty part)") \
+            from None
     return key
 
 
