@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -35,6 +36,7 @@ def pull(ctx: typer.Context, words: WordsArg = None, experiment: ExperimentOpt =
     from ..errors import InputError
     from ..launch import pull as pulling
     from ..watch import log_view
+    from ..watch.metrics_view import target_flags
     from . import progress
 
     settings = common.settings(ctx)
@@ -57,10 +59,13 @@ def pull(ctx: typer.Context, words: WordsArg = None, experiment: ExperimentOpt =
         if node is not None:
             raise InputError("--node names a node of a job over several nodes, and this is one target",
                              hint="drop --node (or name the job: orch pull -e ID --node 1)")
+        resolve = functools.partial(common.target, settings, trust=trust_new_host)
         with common.registry(settings) as reg:
-            tgt, exp, run_registry = log_view.find_run(
-                settings, reg, experiment, common.single(target, ct),
-                lambda name, ct_: common.target(settings, name, ct_, trust=trust_new_host))
+            if exp is not None:  # where it ran: its files need no reconciling of the rows first
+                tgt, run_registry = resolve(*target_flags(settings, exp)), reg.run_registry(exp.id)
+            else:
+                tgt, exp, run_registry = log_view.find_run(settings, reg, experiment, common.single(target, ct),
+                                                           lambda name, ct_: resolve(name, ct_))
         where = Path("orch-pull") / f"exp{exp.id}"
     sel = pulling.selection(exp.checkpoints or tgt.checkpoints, want_checkpoints=checkpoints, outputs=outputs,
                             log=log, words=list(words or []))
