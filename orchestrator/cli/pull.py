@@ -70,7 +70,7 @@ def pull(ctx: typer.Context, words: WordsArg = None, experiment: ExperimentOpt =
     sel = pulling.selection(exp.checkpoints or tgt.checkpoints, want_checkpoints=checkpoints, outputs=outputs,
                             log=log, words=list(words or []))
     res = pulling.pull(settings, tgt, exp.id, run_registry, sel, to or where, force=force, dry_run=dry_run,
-                       meter=progress.meter(as_json))
+                       meter=progress.meter(as_json), notice=lambda m: render.say(f"orch: {m}"))
     _show(res, exp.id, tgt.label, as_json)
 
 

@@ -17,7 +17,7 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from ..agent.protocol import AgentFailure
 from ..agent.validate import pull_key
@@ -30,6 +30,7 @@ from .pull_plan import SENDS, Item, Local, plan, summary, unknown
 
 CACHE = ".orch-pull.json"
 CHUNK = 1 << 20
+RESUMES = 3  # times a dropped link is taken up again within one pull, when bytes came before it dropped
 
 
 @dataclass
@@ -113,10 +114,12 @@ def _local(dest: Path, key: str, size: int, known: dict) -> Local:
             return Local(part=os.lstat(part_path(path)).st_size)
         except OSError:
             return Local()
-    except NotADirectoryError:
-        return Local(kind="other")
+    except NotADirectoryError:  # a file here where the target has a folder
+        return Local(kind="dir")
     import stat
 
+    if stat.S_ISDIR(st.st_mode):
+        return Local(kind="dir")
     if not stat.S_ISREG(st.st_mode):
         return Local(kind="other", size=st.st_size)
     if st.st_size != size:
@@ -184,10 +187,6 @@ class _Receiver:
             part.unlink()  # a resumed prefix from an older version of the file, or the file changed as it was read
             self.failed.append(item.key)
             return
-        if item.action == "replace" and path.is_dir() and not path.is_symlink():
-            import shutil
-
-            shutil.rmtree(path)
         os.replace(part, path)
         self.known[item.key] = [_stamp(os.lstat(path)), sha]
         self.done.append(item.key)
@@ -205,7 +204,8 @@ def _listing(client, sel: Selection, exp_id: int, registry: str | None, hash: li
 
 
 def pull(settings: Settings, target: Target, exp_id: int, registry: str | None, sel: Selection, dest: Path, *,
-         force: bool = False, dry_run: bool = False, meter: Meter | None = None) -> Pulled:
+         force: bool = False, dry_run: bool = False, meter: Meter | None = None,
+         notice: Callable[[str], None] = lambda _m: None) -> Pulled:
     """Bring the selected files of run ``exp_id`` on ``target`` into ``dest``; what came (or would: ``dry_run``)."""
     from ..records.reconcile import client_for
 
@@ -232,9 +232,13 @@ def pull(settings: Settings, target: Target, exp_id: int, registry: str | None, 
         todo = [i for i in items if i.action in SENDS]
         if dry_run:
             return result
-        dest.mkdir(parents=True, exist_ok=True)
-        if todo:
-            result.sent = _transfer(settings, client, sel, exp_id, registry, dest, todo, known, meter)
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+            if todo:
+                result.sent = _transfer(settings, client, sel, exp_id, registry, dest, todo, known, meter, notice)
+        except OSError as exc:
+            raise InputError(f"cannot write {exc.filename or dest}: {exc.strerror}",
+                             hint="check the folder orch pull writes into (--to) and its free space") from None
         _write_cache(dest, known)
         return result
     finally:
@@ -242,33 +246,51 @@ def pull(settings: Settings, target: Target, exp_id: int, registry: str | None, 
 
 
 def _transfer(settings: Settings, client, sel: Selection, exp_id: int, registry: str | None, dest: Path,
-              todo: list[Item], known: dict, meter: Meter | None) -> int:
-    total = sum(i.sends for i in todo)
-    args = {**sel.args(exp_id, registry), "files": [{"key": i.key, "offset": i.offset} for i in todo]}
+              todo: list[Item], known: dict, meter: Meter | None, notice: Callable[[str], None]) -> int:
+    """Send ``todo``; a link that drops after bytes came is taken up again at once from what the parts hold
+    (``RESUMES`` times), and a pull cut for good keeps its parts for the next."""
     from ..reach.agent_client import Op
 
+    total = sum(i.sends for i in todo)
+    received, done, failed = 0, 0, []
     with (meter or silent)("pulling", total, len(todo)) as bar:
-        receiver = _Receiver(dest, todo, known, bar)
-        try:
-            client.call([Op("files_send", args)], on_frame=receiver, what="pull",
-                        timeout=settings.ssh.command_timeout)
-        except TransportError as exc:
-            receiver.close()
-            _write_cache(dest, known)
-            kept = receiver.received
-            raise TransportError(f"the pull was cut after {kept} of {total} bytes ({len(receiver.done)} of "
-                                 f"{len(todo)} file(s) complete): {exc.message}",
-                                 hint="run the same orch pull again: it asks only for what is still missing") \
-                from None
-        finally:
-            receiver.close()
-    if receiver.failed:
+        for attempt in range(RESUMES + 1):
+            args = {**sel.args(exp_id, registry), "files": [{"key": i.key, "offset": i.offset} for i in todo]}
+            receiver = _Receiver(dest, todo, known, bar)
+            try:
+                client.call([Op("files_send", args)], on_frame=receiver, what="pull",
+                            timeout=settings.ssh.command_timeout)
+                break
+            except TransportError as exc:
+                receiver.close()
+                _write_cache(dest, known)
+                received, done = received + receiver.received, done + len(receiver.done)
+                if attempt == RESUMES or not receiver.received:
+                    raise TransportError(f"the pull was cut after {received} of {total} bytes ({done} of "
+                                         f"{done + len(todo) - len(receiver.done)} file(s) complete): {exc.message}",
+                                         hint="run the same orch pull again: it asks only for what is still "
+                                              "missing") from None
+                notice(f"the link dropped after {received} of {total} bytes ({exc.message}); resuming")
+                todo = [_resumed(dest, i) for i in todo if i.key not in receiver.done and i.key not in receiver.failed]
+                failed += receiver.failed
+            finally:
+                receiver.close()
+    failed += receiver.failed
+    if failed:
         _write_cache(dest, known)
-        raise InputError(f"{len(receiver.failed)} file(s) changed on the target while they were pulled: "
-                         + ", ".join(receiver.failed[:8]),
-                         hint="pull again once the run has stopped writing them")
-    return receiver.received
+        raise InputError(f"{len(failed)} file(s) changed on the target while they were pulled: "
+                         + ", ".join(failed[:8]), hint="pull again once the run has stopped writing them")
+    return received + receiver.received
 
+
+def _resumed(dest: Path, item: Item) -> Item:
+    """``item`` asked again from the length its part has now."""
+    try:
+        have = os.path.getsize(part_path(dest / item.key))
+    except OSError:
+        have = 0
+    return Item(item.key, item.size, "resume" if 0 < have <= item.size else item.action,
+                offset=have if 0 < have <= item.size else 0, sha256=item.sha256)
 
 ENTRY_SHAPE = r"\d{8}T\d{6}Z-[A-Za-z0-9_.:-]+"  # a trash entry's name: the time it was made, then its label
 
@@ -294,7 +316,7 @@ def selection(checkpoints: str | None, *, want_checkpoints: bool, outputs: bool,
         raise InputError(exc.message.replace("glob ", "GLOB ", 1),
                          hint="a GLOB is a pattern over the paths pulled, e.g. '*.pt' or 'out/*.json'") from None
     if not (want_checkpoints or outputs or log):
-        want_checkpoints = outputs = log = True
+        want_checkpoints, outputs, log = bool(checkpoints), True, True
     if want_checkpoints and not checkpoints:
         raise InputError("the run has no checkpoint folder to pull from",
                          hint="set [paths] checkpoints in orch.toml, or pull --outputs / --log only")

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Local:
-    """A file's state here: ``kind`` "file", "other" (a folder, a link: never overwritten), or None (absent)."""
+    """A file's state here: ``kind`` "file", "dir" (a folder in the way: never replaced), "other" (a link, a
+    device: replaced only with ``force``), or None (absent)."""
 
     kind: str | None = None
     size: int = 0
@@ -51,6 +52,8 @@ def decide(remote: dict, local: Local, force: bool) -> Item:
             if local.sha256 == sha:
                 return Item(key, size, "same", sha256=sha)
         return Item(key, size, "replace" if force else "conflict", sha256=sha)
+    if local.kind == "dir":
+        return Item(key, size, "conflict", sha256=sha)
     if local.kind is not None:
         return Item(key, size, "replace" if force else "conflict", sha256=sha)
     if local.part is not None and 0 < local.part <= size:

@@ -111,8 +111,10 @@ def test_pull_from_a_ct_is_byte_identical_sends_nothing_twice_and_never_follows_
     assert (dest / "outputs" / "out" / "host.txt").read_text() == f"ct{vmid}\n"
 
 
-def _pull_sampled(proj, proxy, args: list[str], cut_at: int | None) -> tuple[subprocess.CompletedProcess, int]:
-    """``orch pull`` as a real process, its peak RSS sampled; the link cut after ``cut_at`` bytes came down."""
+def _pull_sampled(proj, proxy, args: list[str], cut_at: int | None, for_good: bool = False) \
+        -> tuple[subprocess.CompletedProcess, int]:
+    """``orch pull`` as a real process, its peak RSS sampled; the link cut after ``cut_at`` bytes came down (and,
+    ``for_good``, the proxy closed: no new connection either)."""
     agent_name = f"agent-{agent_zip()[0]}.pyz"
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "pull", *args, "--json"],
                             cwd=proj.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -123,7 +125,7 @@ def _pull_sampled(proj, proxy, args: list[str], cut_at: int | None) -> tuple[sub
         for pid in pids_running(agent_name):
             agent_peak = max(agent_peak, peak_kb(pid))
         if cut_at is not None and proxy.bytes_down - start > cut_at:
-            proxy.kill()
+            proxy.close() if for_good else proxy.kill()
             cut_at = None
         time.sleep(0.02)
     out, err = proc.communicate()
@@ -131,33 +133,51 @@ def _pull_sampled(proj, proxy, args: list[str], cut_at: int | None) -> tuple[sub
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), peak
 
 
+def _through(remote, testbed, proxy) -> None:  # noqa: F811
+    """Target ``cut`` reaches CT 200 through ``proxy``."""
+    host_key = testbed.ct(200).host_key_line.split(" ", 1)[1]
+    toml = remote.path / "orch.toml"
+    head, _, _ = toml.read_text().partition("\n[targets.cut]")
+    toml.write_text(head + f'\n[targets.cut]\nkind = "proxmox"\nct = 200\naddress = "127.0.0.1"\nport = {proxy.port}\n')
+    remote.known_hosts.write_text(remote.known_hosts.read_text() + f"[127.0.0.1]:{proxy.port} {host_key}\n")
+
+
 def test_a_500mb_pull_cut_midway_resumes_with_only_the_rest_in_bounded_memory(remote, testbed):  # noqa: F811
     mb = 500
+    total = mb << 20
+    _project(remote, mb)
     proxy = testbed.proxy("10.77.0.200", 22)
-    host_key = testbed.ct(200).host_key_line.split(" ", 1)[1]
-    _project(remote, mb, extra=f'\n[targets.cut]\nkind = "proxmox"\nct = 200\naddress = "127.0.0.1"\n'
-                               f'port = {proxy.port}\n')
-    remote.known_hosts.write_text(remote.known_hosts.read_text() + f"[127.0.0.1]:{proxy.port} {host_key}\n")
+    _through(remote, testbed, proxy)
     exp_id = _deploy(remote, "--target", "cut")
     args = ["-e", str(exp_id), "--checkpoints"]
-    total = mb << 20
-    cut, first_peak = _pull_sampled(remote, proxy, args, cut_at=int(total * 0.45))
+    dest = remote.path / "orch-pull" / f"exp{exp_id}" / "checkpoints"
+
+    # the link drops once: the same pull connects again and asks for the rest of the file
+    dropped, first_peak = _pull_sampled(remote, proxy, args, cut_at=int(total * 0.4))
+    assert dropped.returncode == 0, dropped.stderr
+    assert "orch: the link dropped after" in dropped.stderr and "; resuming" in dropped.stderr
+    assert json.loads(dropped.stdout)["sent_bytes"] == total  # every byte came once
+    assert _sha(dest / "ckpt.pt") == expected_ckpt(mb)
+
+    # cut for good: the pull fails, keeps its part, and the next one sends only the rest
+    (dest / "ckpt.pt").unlink()
+    cut, second_peak = _pull_sampled(remote, proxy, args, cut_at=int(total * 0.45), for_good=True)
     assert cut.returncode == 3, cut.stdout + cut.stderr
     assert "error: the pull was cut after" in cut.stderr and "run the same orch pull again" in cut.stderr
-    dest = remote.path / "orch-pull" / f"exp{exp_id}" / "checkpoints"
     kept = (dest / ".ckpt.pt.part").stat().st_size
     assert 0 < kept < total and not (dest / "ckpt.pt").exists()
-
-    done, second_peak = _pull_sampled(remote, proxy, args, cut_at=None)
+    proxy = testbed.proxy("10.77.0.200", 22)
+    _through(remote, testbed, proxy)
+    done, third_peak = _pull_sampled(remote, proxy, args, cut_at=None)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert [(f["action"], f["offset"]) for f in data["files"]] == [("resume", kept)]
     assert data["sent_bytes"] == total - kept  # only the rest came
     assert _sha(dest / "ckpt.pt") == expected_ckpt(mb)
     assert not (dest / ".ckpt.pt.part").exists()
-    peak_mb = max(first_peak, second_peak) >> 10
-    print(f"\npull of {mb} MiB cut at {kept >> 20} MiB, resumed with {(total - kept) >> 20} MiB: "
-          f"peak RSS of the orch process {peak_mb} MiB")
+    peak_mb = max(first_peak, second_peak, third_peak) >> 10
+    print(f"\npull of {mb} MiB: dropped at 40% and resumed in the same pull; cut for good at {kept >> 20} MiB and "
+          f"resumed with {(total - kept) >> 20} MiB; peak RSS of the orch process {peak_mb} MiB")
     assert 0 < peak_mb < 160  # a fraction of the file: it streams in 1 MiB pieces
 
 

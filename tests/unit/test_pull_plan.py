@@ -17,7 +17,9 @@ def test_each_state_of_a_file_here_gets_its_action():
     assert _one(f, Local(kind="file", size=100, sha256=A)).action == "same"
     assert _one(f, Local(kind="file", size=100, sha256=B)).action == "conflict"
     assert _one(f, Local(kind="file", size=7)).action == "conflict"  # another size: no hash needed to know
-    assert _one(f, Local(kind="other")).action == "conflict"  # a folder or a link where the file would go
+    assert _one(f, Local(kind="other")).action == "conflict"  # a link where the file would go
+    assert _one(f, Local(kind="other"), force=True).action == "replace"
+    assert _one(f, Local(kind="dir"), force=True).action == "conflict"  # a folder here is never replaced
     assert _one(f, Local(kind="file", size=100, sha256=B), force=True).action == "replace"
     resumed = _one(f, Local(part=40))
     assert (resumed.action, resumed.offset, resumed.sends) == ("resume", 40, 60)
