@@ -35,8 +35,8 @@ from .jumps import describe_jump, plan_route
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.config/orch/known_hosts")
 DEFAULT_TRUST_FILE = "~/.config/orch/known_hosts"
 DEFAULT_CONNECT_TIMEOUT = 10.0
-_CHUNK = 1 << 16
-_QUEUED = 64  # stdout pieces waiting for a streamed command's ``output``: 4 MiB at most
+_CHUNK = 1 << 20  # what one recv takes: whatever the channel holds, up to this
+_QUEUED = 8  # stdout pieces waiting for a streamed command's ``output``: 8 MiB at most
 _NULL_HANDLER = logging.NullHandler()
 
 
