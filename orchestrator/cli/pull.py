@@ -17,8 +17,8 @@ CheckpointsOpt = Annotated[bool, typer.Option("--checkpoints", help="The checkpo
                                               "name among the arguments (orch checkpoints list), that entry")]
 OutputsOpt = Annotated[bool, typer.Option("--outputs", help="What the run wrote in its work folder")]
 LogOpt = Annotated[bool, typer.Option("--log", help="The run's log (train.log)")]
-WordsArg = Annotated[Optional[list[str]], typer.Argument(metavar="[ENTRY] [GLOB]...",
-                                                         help="Only paths matching these patterns ('*.pt')")]
+WordsArg = Annotated[Optional[list[str]], typer.Argument(
+    metavar="ENTRY|GLOB", help="Only paths matching these patterns ('*.pt'); with --checkpoints, a trash entry's name")]
 ToOpt = Annotated[Optional[Path], typer.Option("--to", help="Folder to pull into (default: ./orch-pull/exp<id>)")]
 NodeOpt = Annotated[Optional[int], typer.Option("--node", min=0, max=common.ID_MAX,
                                                 help="A job's node to pull from (rank; default 0)")]

@@ -83,7 +83,7 @@ def _pulled(remote, *args: str) -> dict:  # noqa: F811
 
 
 @pytest.mark.parametrize("vmid", [200, 201], ids=["ssh", "pct"])
-def test_pull_from_a_ct_is_byte_identical_sends_nothing_twice_and_never_follows_a_link(remote, testbed, vmid):  # noqa: F811
+def test_pull_from_a_ct_is_byte_identical_sends_nothing_twice_follows_no_link(remote, testbed, vmid):  # noqa: F811
     _project(remote)
     if vmid == 201:
         testbed.kill_sshd(201)  # only pct exec reaches it
