@@ -6,8 +6,9 @@
 The target lists the files with their sizes and sha256 (``files_manifest``, hashes cached there); a file here
 with the same size and hash is not sent, one that differs is refused without ``force`` before anything is
 written. The rest streams as frames (``files_send``) into ``.<name>.part`` files beside their final names, one
-piece at a time, hashed on arrival; a file takes its name only once its hash is the target's. A pull that is
-cut keeps its parts, and the next asks each from the length it has. Hashes of the files here are kept in
+piece at a time, hashed on arrival; a file takes its name only once its hash is the target's. A link that drops
+after bytes came is taken up again at once (``RESUMES`` times); a pull cut for good keeps its parts, and the next
+asks each from the length it has. Hashes of the files here are kept in
 ``<dest>/.orch-pull.json`` by size, mtime and inode, so an unchanged folder is not read again.
 """
 
