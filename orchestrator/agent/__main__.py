@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import (checkpoints, diskspace, envs, gc, journal, logs, notify, revisions, rollback, runqueue, runs,
+from . import (checkpoints, diskspace, envs, gc, journal, logs, notify, revisions, rollback, run_files, runqueue, runs,
                start_check, system, validate, workdir)
 from .blob_stream import Payload
 from .layout import Layout
@@ -92,6 +92,8 @@ OPS = {
     "env_build": (envs.build, False),
     "env_use": (envs.use, False),
     "env_list": (envs.listing, False),
+    "files_manifest": (run_files.manifest, False),
+    "files_send": (run_files.send, False),
 }
 
 

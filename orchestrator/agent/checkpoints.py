@@ -290,3 +290,8 @@ def apply_retention(norm: str, keep: int | None, max_bytes: int | None, protect:
             shutil.rmtree(paths[victim])
             purged.append({"entry": victim, "bytes": sizes[victim]})
     return purged
+
+
+def entry_path(norm: str, name: str) -> str:
+    """The folder of trash entry ``name`` of the checkpoint folder ``norm``; refused when there is none."""
+    return _entry(norm, name)

@@ -40,7 +40,12 @@ def frame(obj: dict) -> bytes:
 
 
 def data_frame(header: dict, data: bytes) -> bytes:
-    return MARK_FRAME + json.dumps({**header, "n": len(data)}, separators=(",", ":")).encode() + b"\n" + data
+    return frame_head(header, len(data)) + data
+
+
+def frame_head(header: dict, size: int) -> bytes:
+    """A data frame's start, for ``size`` bytes written right after it."""
+    return MARK_FRAME + json.dumps({**header, "n": size}, separators=(",", ":")).encode() + b"\n"
 
 
 def unframe(data: bytes) -> dict | None:

@@ -263,6 +263,43 @@ def wheels(value: Any, name: str = "wheels") -> list:
         return item
     return _list(value, name, entry)
 
+def pull_key(value: Any, name: str = "key") -> str:
+    """A file a pull asks for: ``train.log``, or ``checkpoints/<rel>`` / ``outputs/<rel>`` with a manifest path."""
+    key = _str(value, name)
+    if key == "train.log":
+        return key
+    source, _, rel = key.partition("/")
+    if source not in ("checkpoints", "outputs"):
+        raise fail(f"{name} {key!r:.200} is not under checkpoints/, outputs/ or train.log")
+    try:
+        rel_path(rel, name)
+    except AgentFailure:
+        raise fail(f"{name} {key!r:.200} is not a plain path inside its folder (no '..', '.' or empty part)") \
+            from None
+    return key
+
+
+def pull_glob(value: Any, name: str = "glob") -> str:
+    """A pattern over the files' paths: relative, no '..' part (it would only ever match nothing or escape)."""
+    pattern = _str(value, name, 1024)
+    if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
+        raise fail(f"{name} {pattern!r:.200} must be a relative pattern without '..'",
+                   "e.g. '*.pt' or 'out/*.json'")
+    return pattern
+
+
+def _pull_files(value: Any, name: str) -> list:
+    def entry(item: Any, where: str) -> dict:
+        item = _dict(item, where)
+        pull_key(item.get("key"), f"{where}.key")
+        _int(item.get("offset", 0), f"{where}.offset", 0, 1 << 42)
+        return item
+    return _list(value, name, entry)
+
+
+_PULL_FROM = {"exp_id": exp_id, "registry": registry_id, "checkpoints": _optional(_str),
+              "entry": _optional(trash_name), "outputs": _bool, "log": _bool}
+
 # op -> {argument: check}; an argument not named here is refused (the op would fail on it anyway)
 ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "hello": {},
@@ -317,6 +354,9 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                   "uv_blob": _optional(sha)},
     "env_use": {"hash": env_hash},
     "env_list": {},
+    "files_manifest": {**_PULL_FROM, "globs": _optional(lambda v, n: _list(v, n, pull_glob)),
+                       "hash": _optional(lambda v, n: _list(v, n, lambda k, m: k if k == "*" else pull_key(k, m)))},
+    "files_send": {**_PULL_FROM, "files": _pull_files},
 }
 
 

@@ -201,8 +201,8 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import (batching, checkpoints, connections, env, experiments, gc, gpus, init, into, logs, notify, queue,
-                   run, status, sweep, targets, use)
+    from . import (batching, checkpoints, connections, env, experiments, gc, gpus, init, into, logs, notify, pull,
+                   queue, run, status, sweep, targets, use)
 
     run.register(app)
     gc.register(app)
@@ -210,6 +210,7 @@ def _register() -> None:
     gpus.register(app)
     status.register(app)
     logs.register(app)
+    pull.register(app)
     use.register(app)
     into.register(app)
     init.register(app)

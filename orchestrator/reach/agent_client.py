@@ -83,30 +83,35 @@ class Frames:
         self.on_frame = on_frame
         self.buf = bytearray()
         self.rest = bytearray()
+        self.head: tuple[dict, int, int] | None = None  # the frame at the buffer's start: header, data start, end
 
     def feed(self, chunk: bytes) -> None:
         self.buf += chunk
         while True:
-            start = self.buf.find(MARK_FRAME)
-            if start < 0:  # keep what may be the start of a marker
-                cut = max(0, len(self.buf) - len(MARK_FRAME) + 1)
-                self.rest += self.buf[:cut]
-                del self.buf[:cut]
-                return
-            self.rest += self.buf[:start]
-            del self.buf[:start]
-            eol = self.buf.find(b"\n", len(MARK_FRAME))
-            if eol < 0:
-                return
-            header = json.loads(self.buf[len(MARK_FRAME):eol])
-            end = eol + 1 + int(header["n"])
+            if self.head is None:
+                start = self.buf.find(MARK_FRAME)
+                if start < 0:  # keep what may be the start of a marker
+                    cut = max(0, len(self.buf) - len(MARK_FRAME) + 1)
+                    self.rest += self.buf[:cut]
+                    del self.buf[:cut]
+                    return
+                self.rest += self.buf[:start]
+                del self.buf[:start]
+                eol = self.buf.find(b"\n", len(MARK_FRAME))
+                if eol < 0:
+                    return
+                header = json.loads(self.buf[len(MARK_FRAME):eol])
+                self.head = (header, eol + 1, eol + 1 + int(header["n"]))  # parsed once, however many pieces
+            header, begin, end = self.head
             if len(self.buf) < end:
                 return
-            data = bytes(self.buf[eol + 1:end])
+            data = bytes(memoryview(self.buf)[begin:end])
             del self.buf[:end]
+            self.head = None
             self.on_frame(header, data)
 
     def leftover(self) -> bytes:
+        self.head = None
         return bytes(self.rest + self.buf)
 
 

@@ -93,7 +93,7 @@ class Resident:
                 prober = threading.Thread(target=self._probe, args=(heard,), daemon=True)
                 prober.start()
             try:
-                chunk = self.chan.recv(1 << 16)
+                chunk = self.chan.recv(1 << 20)
             except TimeoutError:
                 if not self.chan.get_transport().is_active():
                     raise _Gone() from None

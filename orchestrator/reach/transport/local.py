@@ -67,7 +67,7 @@ class LocalTransport(Transport):
                         pending = pending[sent:]
                         self.stats.bytes_sent += sent
                     else:
-                        chunk = os.read(key.fd, 1 << 16)
+                        chunk = os.read(key.fd, 1 << 20)
                         if not chunk:
                             sel.unregister(key.fd)
                             continue

@@ -35,7 +35,8 @@ from .jumps import describe_jump, plan_route
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.config/orch/known_hosts")
 DEFAULT_TRUST_FILE = "~/.config/orch/known_hosts"
 DEFAULT_CONNECT_TIMEOUT = 10.0
-_CHUNK = 1 << 16
+_CHUNK = 1 << 20  # what one recv takes: whatever the channel holds, up to this
+_QUEUED = 8  # stdout pieces waiting for a streamed command's ``output``: 8 MiB at most
 _NULL_HANDLER = logging.NullHandler()
 
 
@@ -328,7 +329,9 @@ class SshTransport(Transport):
         without a byte moving either way (a keepalive answer is not progress).
         """
         out, err = bytearray(), bytearray()
-        arrived: queue.SimpleQueue | None = queue.SimpleQueue() if output is not None else None
+        # bounded: a reader slower than the link (a pull writing and hashing) holds the channel's window shut,
+        # so the far side waits instead of this process buffering what it cannot take yet
+        arrived: queue.Queue | None = queue.Queue(maxsize=_QUEUED) if output is not None else None
         heard = [time.monotonic()]
         progressed = [heard[0]]
         failed: list[BaseException] = []
@@ -338,7 +341,14 @@ class SshTransport(Transport):
             try:
                 while chunk := recv(_CHUNK):
                     if arrived is not None and buf is out:
-                        arrived.put(chunk)  # handed to ``output`` on the calling thread
+                        while True:  # handed to ``output`` on the calling thread
+                            try:
+                                arrived.put(chunk, timeout=0.25)
+                                break
+                            except queue.Full:
+                                if chan.closed:
+                                    return
+                                heard[0] = progressed[0] = time.monotonic()  # the link delivers: we are slow
                     else:
                         buf.extend(chunk)
                     heard[0] = progressed[0] = time.monotonic()
