@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import checkpoints, diskspace, gc, journal, logs, revisions, runs, start_check, system, validate, workdir
+from . import checkpoints, diskspace, doctor, gc, journal, logs, revisions, runs, start_check, system, validate, workdir
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -74,6 +74,7 @@ OPS = {
     "shell": (_shell, False),
     "gc": (gc.gc, False),
     "journal_read": (journal.read_many, False),
+    "doctor": (doctor.facts, False),
 }
 
 

@@ -275,6 +275,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
            "keep_revisions": lambda v, n: _list(v, n, revision), "checkpoints": _STRINGS, "dry_run": _bool,
            "grace": _num, "only": _optional(_STRINGS)},
     "journal_read": {"ids": lambda v, n: _list(v, n, exp_id), "registry": registry_id},
+    "doctor": {"devices": _optional(_STRINGS), "checkpoints": _optional(_str), "torch": _bool},
 }
 
 

@@ -201,7 +201,7 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, connections, experiments, gc, init, into, logs, run, status, targets, use
+    from . import batching, checkpoints, connections, doctor, experiments, gc, init, into, logs, run, status, targets, use
 
     run.register(app)
     gc.register(app)
@@ -211,6 +211,7 @@ def _register() -> None:
     use.register(app)
     into.register(app)
     init.register(app)
+    doctor.register(app)
     app.add_typer(experiments.app, name="experiments")
     app.add_typer(checkpoints.app, name="checkpoints")
     app.add_typer(batching.app, name="batching")
