@@ -85,3 +85,19 @@ def examine(settings: Settings, target: Target, *, torch: bool = True) -> dict:
     found = findings(target, answer, node, sent, received, torch=torch)
     return {"target": target.label, "ct": target.info.get("ct"), "node": target.info.get("node"),
             "status": worst(found), "findings": [f.to_dict() for f in found]}
+
+
+def refuse(found: list[Finding] | None, label: str, echo) -> None:
+    """The deploy preflight's verdict: each ``warn`` said through ``echo``; any ``fail`` a ``SafetyError``
+    (exit 6) naming every failed check and its fix."""
+    from ..errors import SafetyError
+
+    for f in found or []:
+        if f.status == "warn":
+            echo(f"orch: warning: {label}: {f.check}: {f.reason}" + (f" (fix: {f.fix})" if f.fix else ""))
+    failed = [f for f in found or [] if f.status == "fail"]
+    if failed:
+        fixes = "; ".join(f.fix for f in failed if f.fix)
+        raise SafetyError(f"{label} is not fit to run: " + "; ".join(f"{f.check}: {f.reason}" for f in failed)
+                          + "; nothing was changed",
+                          hint=(f"fix: {fixes}; " if fixes else "") + "then deploy again (orch doctor shows every check)")
