@@ -151,7 +151,7 @@ class _Where:
         return f"pct exec {self.vmid} -- {' '.join(argv)}" if self.vmid else " ".join(argv)
 
     def on_node(self, text: str) -> str:
-        return f"{text}   (on node {self.node})" if self.node else text
+        return f"on node {self.node}: {text}" if self.node else text
 
     def dev_key(self, path: str) -> str:
         if path not in self.taken:
@@ -172,7 +172,7 @@ def _driver(facts: Facts, gpus: bool, where: _Where) -> list[Finding]:
                                where.on_node("apt install nvidia-smi (or the driver's .run installer)")))
         elif failure or not versions:
             out.append(Finding("node driver", FAIL, f"nvidia-smi on node {where.node} fails: {failure}",
-                               where.on_node("nvidia-smi   # then install or reload the driver: modprobe nvidia")))
+                               where.on_node("modprobe nvidia && nvidia-smi")))
         else:
             node_version = versions[0]
             out.append(Finding("node driver", OK, f"node {where.node} runs driver {node_version}"))
@@ -199,7 +199,7 @@ def _driver(facts: Facts, gpus: bool, where: _Where) -> list[Finding]:
                                f"kernel module {kernel or '?'})", installer))
         else:
             out.append(Finding("user-space driver", FAIL if gpus else WARN, f"nvidia-smi fails: {failure}",
-                               where.on_node("nvidia-smi   # is the driver loaded on the host?")))
+                               where.on_node("modprobe nvidia && nvidia-smi")))
         return out
     seen = smi_versions(smi.get("stdout", ""))
     mine = seen[0] if seen else None
@@ -231,24 +231,23 @@ def _devices(facts: Facts, passed: list[Passed], where: _Where) -> list[Finding]
         if not dev.get("exists") or not dev.get("char"):
             if how is None and facts.ct:
                 fix = f"pct set {where.vmid} -{where.dev_key(path)} {path}"
-                if path == "/dev/nvidia-uvm":
-                    fix = where.on_node("nvidia-modprobe -u -c=0   # makes /dev/nvidia-uvm; then " + fix)
+                if path == "/dev/nvidia-uvm":  # the node makes it only once something loads nvidia-uvm
+                    fix = where.on_node("nvidia-modprobe -u -c=0 && " + fix)
                 out.append(Finding(name, FAIL, f"{path} is not passed through to CT {where.vmid}", fix))
             elif how is None:
-                out.append(Finding(name, FAIL, f"{path} is missing", "nvidia-modprobe -u -c=0   # as root"))
+                out.append(Finding(name, FAIL, f"{path} is missing", "nvidia-modprobe -u -c=0 (as root)"))
             else:
                 what = "is not a character device" if dev.get("exists") else "is missing in the CT"
                 out.append(Finding(name, FAIL, f"{path} is passed through ({how.key}) but {what}",
-                                   where.on_node(f"ls -l {path}; pct reboot {where.vmid}   # PVE makes {how.key}'s "
-                                                 f"node at start")))
+                                   where.on_node(f"ls -l {path} && pct reboot {where.vmid}")))
             continue
         numbers = f"{dev['major']}:{dev['minor']}"
         if facts.ct and (how is None or not how.key.startswith("dev")) and not allowed(rules, dev["major"],
                                                                                      dev["minor"]):
             out.append(Finding(name, FAIL, f"{path} is {numbers} but no lxc.cgroup2.devices.allow rule of CT "
                                f"{where.vmid} grants major {dev['major']}",
-                               f"pct set {where.vmid} -{where.dev_key(path)} {path}   # or add "
-                               f"'lxc.cgroup2.devices.allow: c {dev['major']}:* rwm' to /etc/pve/lxc/{where.vmid}.conf"))
+                               f"pct set {where.vmid} -{where.dev_key(path)} {path} (or add 'lxc.cgroup2.devices.allow: "
+                               f"c {dev['major']}:* rwm' to /etc/pve/lxc/{where.vmid}.conf)"))
             continue
         if dev.get("open") == "EPERM":
             out.append(Finding(name, FAIL, f"{path} ({numbers}): the kernel's device cgroup refuses to open it",
@@ -260,7 +259,7 @@ def _devices(facts: Facts, passed: list[Passed], where: _Where) -> list[Finding]
                 fix = f"pct set {where.vmid} -{how.key} {path},gid={gid}"
             elif facts.ct:
                 fix = f"pct set {where.vmid} -{where.dev_key(path)} {path},gid={gid}" + \
-                      ("   # unprivileged CT: PVE 8.1+'s devN form" if unprivileged else "")
+                      (" (an unprivileged CT needs PVE 8.1+'s devN form)" if unprivileged else "")
             else:
                 fix = f"chgrp {gid} {path} && chmod g+rw {path}"
             out.append(Finding(name, FAIL, f"{path} ({numbers}, mode {dev.get('mode', 0):o}, owner "
@@ -282,7 +281,7 @@ def _shm(facts: Facts, gpus: int, where: _Where) -> Finding:
                        where.in_target("mount -t tmpfs -o size=16G tmpfs /dev/shm"))
     total = shm.get("total", 0)
     fix = where.in_target("mount -o remount,size=16G /dev/shm") + \
-        "   # and the same size in the CT's /etc/fstab, to keep it"
+        " (and size=16G for /dev/shm in /etc/fstab there, to keep it)"
     if total >= SHM_FOR_NCCL or gpus == 0:
         return Finding("/dev/shm", OK, f"/dev/shm is {_size(total)}" + (f" for {gpus} GPUs" if gpus else ""))
     status = FAIL if gpus > 1 else WARN
@@ -329,7 +328,7 @@ def _tools(facts: Facts, where: _Where) -> list[Finding]:
         if abs(skew) > CLOCK_SKEW_S + slack:
             out.append(Finding("clock", WARN, f"the target's clock is {skew:+.1f} s off the controller's",
                                where.on_node("timedatectl set-ntp true") if where.node else
-                               "timedatectl set-ntp true   # on whichever machine is off"))
+                               "timedatectl set-ntp true (on whichever machine is off)"))
         else:
             out.append(Finding("clock", OK, f"within {max(abs(skew), slack):.1f} s of the controller's"))
     return out
