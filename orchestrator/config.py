@@ -222,6 +222,12 @@ class SshSection(_Section):
     persist: float = Field(600.0, ge=0)  # s a connection keeper holds an idle connection; 0: connect per command
 
 
+class PoolSection(_Section):
+    """``[pools.NAME] members = ["gpu-a", 201]``: machines ``deploy --pool NAME --gpus N`` chooses among
+    (target names, or CT ids)."""
+    members: list[str | int] = Field(min_length=1)
+
+
 class RunSection(_Section):
     stop_timeout: float = Field(30.0, ge=0, description="seconds to wait after SIGINT")
     term_timeout: float = Field(10.0, ge=0, description="seconds to wait after SIGTERM before SIGKILL")
@@ -291,6 +297,7 @@ class Settings(_Section):
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
+    pools: dict[str, PoolSection] = Field(default_factory=dict)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _project_dir: Path = PrivateAttr(default_factory=Path.cwd)
@@ -305,6 +312,12 @@ class Settings(_Section):
             if unknown:
                 raise ValueError(f"targets.{name}.members: {', '.join(unknown)} is not a single target "
                                  f"(configured: {', '.join(sorted(self.targets))})")
+        for name, pool in self.pools.items():
+            unknown = [str(m) for m in pool.members if isinstance(m, str) and
+                       (m not in self.targets or self.targets[m].kind == "group")]
+            if unknown:
+                raise ValueError(f"pools.{name}.members: {', '.join(unknown)} is not a single target "
+                                 f"(configured: {', '.join(sorted(self.targets))}); a CT id is a number")
         if self.default_target not in self.targets:
             raise ValueError(f"default_target {self.default_target!r} is not one of the [targets]: "
                              f"{', '.join(sorted(self.targets))}")

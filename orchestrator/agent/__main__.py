@@ -63,6 +63,7 @@ OPS = {
     "run_verify": (runs.verify_started, False),
     "status": (lambda layout, gpus=True, **a: {**runs.status(layout, **a), "gpus": system.gpus() if gpus else []},
                False),
+    "gpus": (system.gpu_report, False),
     "run_records": (runs.records, False),
     "log_read": (logs.read, False),
     "log_stream": (lambda layout, **a: logs.stream(layout, **a), False),

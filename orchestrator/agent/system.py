@@ -11,24 +11,107 @@ from .layout import Layout
 from .protocol import AgentFailure
 
 
+GPU_QUERY = ("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu",
+             "power.draw", "power.limit", "pci.bus_id")
+GPU_KEYS = ("index", "uuid", "name", "util", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w",
+            "power_limit_w", "pci_bus_id")
+APP_QUERY = ("pid", "gpu_uuid", "process_name", "used_memory")
+APP_KEYS = ("pid", "gpu_uuid", "process_name", "mem_used_mib")
+
+
+def parse_csv(text: str, keys: tuple[str, ...]) -> list[dict]:
+    """Rows of ``nvidia-smi --query-…=… --format=csv,noheader,nounits`` as dicts; ``[N/A]`` and
+    ``[Not Supported]`` become None. GPU names hold no comma, so a plain split is exact."""
+    rows = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(", ")] if ", " in line else [p.strip() for p in line.split(",")]
+        if len(parts) != len(keys):
+            continue
+        rows.append({k: (None if v.startswith("[") else v) for k, v in zip(keys, parts)})
+    return rows
+
+
+def _smi(smi: str, *argv: str) -> tuple[int | None, str]:
+    try:
+        proc = subprocess.run([smi, *argv], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return None, "nvidia-smi did not answer within 10 s"
+    except OSError as exc:
+        return None, f"nvidia-smi could not be run: {exc}"
+    return proc.returncode, proc.stdout if proc.returncode == 0 else (proc.stdout + proc.stderr).strip()
+
+
 def gpus() -> list:
     """GPUs as nvidia-smi reports them; an empty list where there is none or no driver."""
+    return gpu_report()["gpus"]
+
+
+def gpu_report(layout: Layout | None = None) -> dict:
+    """The GPUs nvidia-smi sees, the compute processes on them and, with ``layout``, which of those
+    belong to orch's runs (``owner``: the run whose command is the process or one of its ancestors).
+
+    ``error`` is nvidia-smi's own message when it fails (no driver, a driver/library mismatch), with its
+    exit code; ``gpus`` is then empty.
+    """
     smi = shutil.which("nvidia-smi")
+    out: dict = {"gpus": [], "apps": [], "error": None, "exit_code": None, "driver_version": None}
     if not smi:
-        return []
-    query = "index,name,utilization.gpu,memory.used,memory.total"
+        out["error"] = "nvidia-smi is not installed"
+        return out
+    code, text = _smi(smi, "--query-gpu=" + ",".join(GPU_QUERY), "--format=csv,noheader,nounits")
+    if code != 0:
+        out.update(error=text.splitlines()[0] if text else f"nvidia-smi exited {code}", exit_code=code,
+                   detail=text[-1000:])
+        return out
+    out["gpus"] = parse_csv(text, GPU_KEYS)
+    code, text = _smi(smi, "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0")
+    out["driver_version"] = text.strip().splitlines()[0] if code == 0 and text.strip() else None
+    code, text = _smi(smi, "--query-compute-apps=" + ",".join(APP_QUERY), "--format=csv,noheader,nounits")
+    if code == 0:
+        out["apps"] = parse_csv(text, APP_KEYS)
+    if layout is not None:
+        owners = _run_pids(layout)
+        for app in out["apps"]:
+            app["owner"] = _owner(app.get("pid"), owners)
+    return out
+
+
+def _run_pids(layout: Layout) -> dict[int, dict]:
+    """The supervisor and command pids of every live run under this root (any project), to its run."""
+    from .layout import read_json
+    from .runs import alive_runs
+
+    pids: dict[int, dict] = {}
+    for run in alive_runs(layout):
+        pid = read_json(os.path.join(layout.run_dir(run["id"], run.get("registry")), "pid.json"), {}) or {}
+        who = {"id": run["id"], "registry": run.get("registry"), "project": run.get("project")}
+        for key in ("child", "supervisor"):
+            if isinstance(pid.get(key), int):
+                pids.setdefault(pid[key], who)
+    return pids
+
+
+def _parent(pid: int) -> int | None:
     try:
-        out = subprocess.run([smi, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    found = []
-    for line in out.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 5:
-            found.append({"index": parts[0], "name": parts[1], "util": parts[2], "mem_used_mib": parts[3],
-                          "mem_total_mib": parts[4]})
-    return found
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _owner(pid: object, owners: dict[int, dict]) -> dict | None:
+    """The run whose recorded pid is ``pid`` or an ancestor of it (a GPU process is often a child)."""
+    try:
+        current: int | None = int(str(pid))
+    except ValueError:
+        return None
+    seen = set()
+    while current and current not in seen:
+        if current in owners:
+            return owners[current]
+        seen.add(current)
+        current = _parent(current)
+    return None
 
 
 def prune_agents(layout: Layout, current: str, min_age_s: float = 86400.0) -> list:

@@ -107,8 +107,10 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
     for k in ("cores", "memory", "mounts", "devices", "gpus"):
         if ct_config.get(k) not in (None, [], {}):
             render.out(f"  ct {k:9} {ct_config[k]}")
+    given = {g.get("uuid") for g in exp.gpus or []}
     for g in (exp.target_info.get("agent") or {}).get("gpus") or []:
-        render.out(f"  gpu          {g.get('index')}: {g.get('name')}")
+        mark = " (given to the run)" if g.get("uuid") in given else ""
+        render.out(f"  gpu          {g.get('index')}: {g.get('name')}{mark}")
     for k, v in data["metrics"].items():
         if v not in (None, [], {}):
             render.out(f"  metric {k:10} {v}")

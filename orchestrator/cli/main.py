@@ -201,11 +201,13 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import batching, checkpoints, connections, doctor, experiments, gc, init, into, logs, run, status, targets, use
+    from . import (batching, checkpoints, connections, doctor, experiments, gc, gpus, init, into, logs, run, status,
+                   targets, use)
 
     run.register(app)
     gc.register(app)
     targets.register(app)
+    gpus.register(app)
     status.register(app)
     logs.register(app)
     use.register(app)

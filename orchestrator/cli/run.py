@@ -24,6 +24,31 @@ WaitOpt = Annotated[Optional[float], typer.Option(
                    "default: [run] wait); a crash exits non-zero with the log's last lines", min=0)]
 
 
+GpusOpt = Annotated[Optional[int], typer.Option(
+    "--gpus", min=1, help="Give the run N free GPUs (CUDA_VISIBLE_DEVICES); with several --ct/--target or "
+                          "--pool: on the machine that has them")]
+PoolOpt = Annotated[Optional[str], typer.Option("--pool", help="Choose among [pools.NAME] members (with --gpus)")]
+
+
+def _placed(settings, gpus, pool, names, cts, start, trust):
+    """``--gpus N``: the machine and GPUs chosen, said with why, and the flags naming that machine."""
+    if gpus is None:
+        if pool is not None:
+            from ..errors import InputError
+
+            raise InputError("--pool chooses a machine by its free GPUs", hint="give --gpus N with --pool")
+        return None, None
+    from ..launch import placement
+
+    wanted = placement.candidates(settings, names, cts, pool)
+    choice = placement.place(settings, wanted, gpus,
+                             lambda n, c: common.target(settings, n, c, start=start, trust=trust))
+    render.say(f"placement: {choice.reason}")
+    for line in choice.others:
+        render.say(f"  not {line}")
+    return choice, wanted[choice.key]
+
+
 def _target(settings, name, ct, start, trust, dry_run):
     """The target to act on; a dry run that cannot resolve it still shows the plan."""
     return common.for_plan(lambda **kw: common.target(settings, name, ct, **kw), dry_run=dry_run, start=start,
@@ -154,7 +179,8 @@ def _say_outcome(outcome, target) -> None:
 def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
            set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
            yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
-           trust_new_host: TrustOpt = False, wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
+           trust_new_host: TrustOpt = False, wait: WaitOpt = None, as_json: JsonOpt = False,
+           gpus: GpusOpt = None, pool: PoolOpt = None) -> None:
     """Push the code as a new revision and start it as a new experiment."""
     from ..launch import prepare
 
@@ -162,14 +188,20 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
 
     settings = common.settings(ctx, set_)
     secret = prepare.secret_values(settings)  # a missing secret stops here, before the target is touched
-    grp = job.group(settings, target, ct, start, trust_new_host, dry_run)
-    one = common.single(target, ct)
-    tgt = grp.members[0] if grp is not None else _target(settings, *one, start, trust_new_host, dry_run)
+    choice, one = _placed(settings, gpus, pool, target, ct, start, trust_new_host)
+    grp = None if choice is not None else job.group(settings, target, ct, start, trust_new_host, dry_run)
+    one = one or common.single(target, ct)
+    tgt = choice.target if choice is not None else \
+        grp.members[0] if grp is not None else _target(settings, *one, start, trust_new_host, dry_run)
     confirm = render.confirm if render.interactive() else None
     launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge, purge=purge,
                             yes=yes, confirm=confirm, echo=render.say, secret=secret,
                             progress=progress.meter(as_json))
     launch.wait = settings.run.wait if wait is None else wait
+    if choice is not None:
+        from ..launch.placement import apply
+
+        apply(launch, choice)
     if grp is not None:
         return job.deploy(launch, grp, settings, dry_run, as_json)
     _run(launch, settings, dry_run, as_json, one)
@@ -178,7 +210,7 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
 def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
             clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
             dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
-            wait: WaitOpt = None, as_json: JsonOpt = False) -> None:
+            wait: WaitOpt = None, as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None) -> None:
     """Stop the latest experiment and relaunch its revision and settings as a new experiment; a job: on
     every node."""
     from ..launch import prepare
@@ -187,12 +219,13 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
 
     settings = common.settings(ctx)
     confirm = render.confirm if render.interactive() else None
-    grp = job.group(settings, target, ct, start, trust_new_host, dry_run)
+    choice, one = _placed(settings, gpus, pool, target, ct, start, trust_new_host)
+    grp = None if choice is not None else job.group(settings, target, ct, start, trust_new_host, dry_run)
     if grp is not None:
         return job.restart(settings, grp, message=message, clean=clean_checkpoints or purge, purge=purge,
                            yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json)
-    target, ct = common.single(target, ct)
-    tgt = _target(settings, target, ct, start, trust_new_host, dry_run)
+    target, ct = one or common.single(target, ct)
+    tgt = choice.target if choice is not None else _target(settings, target, ct, start, trust_new_host, dry_run)
     with common.registry(settings) as reg:
         if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
             from ..records.reconcile import recover
@@ -201,6 +234,10 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
         launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge,
                                  purge=purge, yes=yes, confirm=confirm, echo=render.say)
     launch.wait = settings.run.wait if wait is None else wait
+    if choice is not None:
+        from ..launch.placement import apply
+
+        apply(launch, choice)
     _run(launch, settings, dry_run, as_json, (target, ct))
 
 

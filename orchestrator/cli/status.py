@@ -126,8 +126,13 @@ def _print_status(d: dict) -> None:
         render.out("  " + "  ".join(parts))
     for note in s.get("notes", []):
         render.out(f"  ! {note}")
+    mine = {g.get("uuid") for g in d.get("run_gpus") or []}
     for g in d.get("gpus") or []:
-        render.out(f"  gpu {g['index']} {g['name']}: {g['util']}% busy, {g['mem_used_mib']}/{g['mem_total_mib']} MiB")
+        if mine and g.get("uuid") not in mine:
+            continue  # the run was given some of the GPUs (--gpus N): those are the ones to read
+        given = " (the run's)" if mine else ""
+        render.out(f"  gpu {g['index']} {g['name']}: {g['util']}% busy, {g['mem_used_mib']}/{g['mem_total_mib']} MiB"
+                   + given)
     render.out(f"  last log line ({render.ago(d['log_age_s'])}): {d['last_line'] or '-'}")
 
 

@@ -139,6 +139,7 @@ class Launch:
     echo: Callable[[str], None] = lambda _msg: None
     wait: float = 0.0  # seconds to watch a started run for its first metric line
     progress: Meter | None = None  # counts a big push (the CLI's bar on a terminal)
+    gpus: list | None = None  # the GPUs placement chose (index, uuid): in CUDA_VISIBLE_DEVICES and the record
 
     def has(self, kind: type[Action]) -> bool:
         return has(self.actions, kind)

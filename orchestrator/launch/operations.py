@@ -220,7 +220,7 @@ def _record_fields(launch: Launch, probe: dict) -> dict:
         "git_commit": rev.git_commit if rev else None, "git_dirty": rev.git_dirty if rev else None,
         "git_diff": rev.git_diff if rev else None, "command": inputs.command if inputs.command is not None else inputs.argv or [], "config": launch.config,
         "batching": inputs.batching or {}, "batching_plan": launch.batching_plan, "parent": inputs.parent,
-        "checkpoints": target.checkpoints,
+        "checkpoints": target.checkpoints, "gpus": launch.gpus,
     }
     if rev is None:
         fields.update(launch.inherited)

@@ -426,8 +426,9 @@ def gpu_count(gpus: list[str]) -> int | None:
     return None if gpus else 0
 
 
-def list_cts(client: ProxmoxClient) -> list[dict[str, Any]]:
-    """Every LXC container the token can see: id, name, node, status, address and passed-through GPUs.
+def list_cts(client: ProxmoxClient, summaries: bool = False) -> list[dict[str, Any]]:
+    """Every LXC container the token can see: id, name, node, status, address and passed-through GPUs
+    (with ``summaries``, each config's ``config_summary`` too).
 
     A CT whose node does not answer is listed with what ``/cluster/resources`` says, and ``error``.
     """
@@ -440,9 +441,12 @@ def list_cts(client: ProxmoxClient) -> list[dict[str, Any]]:
                                "status": entry.get("status"), "address": None, "gpus": None, "gpu_devices": []}
         try:
             config = client.get("nodes", node, "lxc", vmid, "config") or {}
-            gpus = config_summary(config)["gpus"]
+            summary = config_summary(config)
+            gpus = summary["gpus"]
             live = _live_address(client, node, vmid, 0.0, 0.0) if row["status"] == "running" else None
             row.update(address=live or static_address(config), gpus=gpu_count(gpus), gpu_devices=gpus)
+            if summaries:
+                row["config_summary"] = summary
         except ProxmoxError as exc:
             row["error"] = exc.message
         out.append(row)

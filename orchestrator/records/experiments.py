@@ -89,6 +89,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE experiments ADD COLUMN end_reason TEXT;
     """,
+    # the GPUs a run was given (orch deploy --gpus N): [{"index": 0, "uuid": "GPU-…"}, …]
+    """
+    ALTER TABLE experiments ADD COLUMN gpus TEXT;
+    """,
 ]
 
 def command_line(command: str | list[str]) -> str:
@@ -104,7 +108,8 @@ def clone(settings: Any) -> dict:
     return {"host": socket.gethostname(), "path": str(settings.project_dir)}
 
 
-_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes")
+_JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes",
+                "gpus")
 
 
 class Experiment(BaseModel):
@@ -136,6 +141,7 @@ class Experiment(BaseModel):
     attempts: list | None = None  # the supervisor's attempts.json entries: start, end, exit code, reason, resumed-from
     nodes: list | None = None  # a job over several nodes: one record per node (multinode.py), node 0 first
     end_reason: str | None = None  # "stopped by experiment 7", "SIGHUP: the tmux server went away", ...
+    gpus: list | None = None  # the GPUs it was given (--gpus N): index and UUID each; None: not chosen by orch
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""

@@ -31,7 +31,7 @@ def as_dict(st: dict) -> dict:
             "revision": exp.revision if exp else None, "message": exp.message if exp else None,
             "started": exp.started if exp else None, "last_line": run.get("last_line"),
             "log_age_s": age, "log_bytes": run.get("log_size"), "summary": st.get("summary") or {},
-            "gpus": st.get("gpus", []), "phase": run.get("phase"), "attempt": run.get("attempt"),
+            "gpus": st.get("gpus", []), "run_gpus": exp.gpus if exp else None, "phase": run.get("phase"), "attempt": run.get("attempt"),
             "max_attempts": run.get("max_attempts"), "last_reason": run.get("last_reason"),
             "resumed_from": run.get("resumed_from")}
 

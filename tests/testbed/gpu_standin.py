@@ -74,3 +74,30 @@ def install_local(folder: Path, state: dict | None) -> dict[str, str]:
     else:
         state_file.write_text(json.dumps(state))
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "NVIDIA_STANDIN_STATE": str(state_file)}
+
+
+def passthrough_lines(count: int) -> list[str]:
+    """The LXC config lines that pass ``count`` NVIDIA GPUs through (the form PVE's wiki gives)."""
+    lines = ["lxc.cgroup2.devices.allow = c 195:* rwm", "lxc.cgroup2.devices.allow = c 508:* rwm"]
+    for node in [f"nvidia{i}" for i in range(count)] + ["nvidiactl", "nvidia-uvm"]:
+        lines.append(f"lxc.mount.entry = /dev/{node} dev/{node} none bind,optional,create=file")
+    return lines
+
+
+class Passthrough:
+    """GPU passthrough lines in testbed CTs' configs (what the API stand-in reports as their pct.conf) for
+    the length of a ``with``; the configs are put back as they were after it."""
+
+    def __init__(self, *cts: tuple) -> None:  # (Container, GPU count), ...
+        self.cts, self.saved = cts, {}
+
+    def __enter__(self) -> "Passthrough":
+        for ct, count in self.cts:
+            path = ct.dir / "config"
+            self.saved[path] = path.read_text()
+            path.write_text(self.saved[path].rstrip("\n") + "\n" + "\n".join(passthrough_lines(count)) + "\n")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for path, text in self.saved.items():
+            path.write_text(text)
