@@ -1,7 +1,7 @@
 """What ``orch doctor`` needs to know about the target, gathered in one call; the controller judges it.
 
 Facts only, no verdicts: the device nodes (kind, major:minor, mode, whether this user may open them and
-what the kernel says when it tries), what ``nvidia-smi`` answers (its exit code and text, unparsed), the
+what the kernel says when it tries), what ``nvidia-smi`` answers (the GPU report ``orch gpus`` reads too), the
 user-space NVML (``libnvidia-ml.so.X.Y``) and kernel module versions, ``/dev/shm``, free space, python,
 tmux, the clock and, only when asked, what torch sees (in a child interpreter: importing torch costs
 seconds and must never take the agent down).
@@ -26,7 +26,6 @@ from .layout import Layout
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
             "/usr/local/lib", "/usr/local/nvidia/lib64")
 MODULE_VERSION = "/proc/driver/nvidia/version"
-SMI_TIMEOUT = 15.0
 TORCH_TIMEOUT = 120.0
 OUTPUT_CHARS = 4000
 
@@ -74,19 +73,12 @@ def _device(path: str) -> dict:
 
 
 def _nvidia_smi() -> dict:
-    """nvidia-smi's own answer to a driver version query: exit code and text, for the controller to read."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
+    """nvidia-smi's report (``system.gpu_report``: its GPUs, driver version, or its own error and exit code)."""
+    from .system import gpu_report
+
+    if not shutil.which("nvidia-smi"):
         return {"found": False}
-    try:
-        proc = subprocess.run([smi, "--query-gpu=index,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=SMI_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return {"found": True, "path": smi, "rc": None, "stdout": "", "stderr": f"no answer within {SMI_TIMEOUT:g} s"}
-    except OSError as exc:
-        return {"found": True, "path": smi, "rc": None, "stdout": "", "stderr": str(exc)}
-    return {"found": True, "path": smi, "rc": proc.returncode, "stdout": proc.stdout[-OUTPUT_CHARS:],
-            "stderr": proc.stderr[-OUTPUT_CHARS:]}
+    return {"found": True, **gpu_report()}
 
 
 def _nvml_libraries() -> list[str]:

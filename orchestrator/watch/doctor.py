@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..reach.targets import Target
     from ..reach.transport.base import Transport
 
-NODE_SMI = ["nvidia-smi", "--query-gpu=index,driver_version", "--format=csv,noheader"]
+NODE_SMI = ["nvidia-smi", "--query-gpu=index,driver_version", "--format=csv,noheader,nounits"]
 NODE_TIMEOUT = 20.0
 
 
@@ -54,7 +54,20 @@ def ask_node(transport: Transport, target: Target) -> tuple[dict | None, str | N
     stdout, stderr = (got.stdout or b"").decode("utf-8", "replace"), (got.stderr or b"").decode("utf-8", "replace")
     if got.exit_code == 127 or "not found" in stderr and got.exit_code != 0 and not stdout:
         return {"found": False}, None
-    return {"found": True, "rc": got.exit_code, "stdout": stdout[-4000:], "stderr": stderr[-4000:]}, None
+    return node_report(got.exit_code, stdout, stderr), None
+
+
+def node_report(code: int, stdout: str, stderr: str) -> dict:
+    """The node's answer in the shape of the agent's ``system.gpu_report`` (its parser, one for both)."""
+    from ..agent.system import parse_csv
+
+    if code != 0:
+        text = (stdout + stderr).strip()
+        return {"found": True, "error": text.splitlines()[0] if text else f"nvidia-smi exited {code}",
+                "exit_code": code, "detail": text[-1000:], "driver_version": None, "gpus": []}
+    rows = parse_csv(stdout, ("index", "driver_version"))
+    return {"found": True, "error": None, "exit_code": 0, "gpus": rows,
+            "driver_version": rows[0]["driver_version"] if rows else None}
 
 
 def findings(target: Target, answer: dict, node: tuple[dict | None, str | None], sent: float, received: float,

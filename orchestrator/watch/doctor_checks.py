@@ -44,8 +44,8 @@ class Finding:
 @dataclass
 class Facts:
     """What the doctor knows: the agent's facts, the CT (``vmid``, ``node``, ``config``: proxmox's
-    ``config_summary``) when the target is one, the node's ``nvidia-smi`` answer (``rc``, ``stdout``,
-    ``stderr``; None: the node was not asked) and the controller's clock before and after the call."""
+    ``config_summary``) when the target is one, the node's ``nvidia-smi`` answer (in ``system.gpu_report``'s
+    shape; None: the node was not asked) and the controller's clock before and after the call."""
 
     agent: dict
     ct: dict | None = None
@@ -100,23 +100,9 @@ def allowed(rules: list[tuple[str, str, str, str]], major: int, minor: int) -> b
                and "r" in acc and "w" in acc for kind, maj, mi, acc in rules)
 
 
-def smi_versions(text: str) -> list[str]:
-    """Driver versions in ``nvidia-smi --query-gpu=index,driver_version --format=csv,noheader`` rows."""
-    out = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 2 and VERSION.fullmatch(parts[-1]):
-            out.append(parts[-1])
-    return out
-
-
 def smi_failure(smi: dict) -> str | None:
-    """nvidia-smi's own complaint (its first line), or None when it answered."""
-    if smi.get("rc") == 0:
-        return None
-    text = (smi.get("stdout", "") + "\n" + smi.get("stderr", "")).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[0] if lines else f"nvidia-smi exited {smi.get('rc')}"
+    """nvidia-smi's own complaint (``system.gpu_report``'s ``error``), or None when it answered."""
+    return smi.get("error") or None
 
 
 def library_version(name: str) -> str | None:
@@ -166,7 +152,8 @@ def _driver(facts: Facts, gpus: bool, where: _Where) -> list[Finding]:
     out = []
     if facts.node_smi is not None:
         failure = smi_failure(facts.node_smi)
-        versions = smi_versions(facts.node_smi.get("stdout", "")) if failure is None else []
+        versions = [facts.node_smi["driver_version"]] if failure is None and facts.node_smi.get("driver_version") \
+            else []
         if not facts.node_smi.get("found", True):
             out.append(Finding("node driver", WARN, f"node {where.node} has no nvidia-smi",
                                where.on_node("apt install nvidia-smi (or the driver's .run installer)")))
@@ -190,7 +177,7 @@ def _driver(facts: Facts, gpus: bool, where: _Where) -> list[Finding]:
         return out
     failure = smi_failure(smi)
     if failure is not None:
-        text = (smi.get("stdout", "") + smi.get("stderr", ""))
+        text = f"{failure}\n{smi.get('detail') or ''}"
         lib = re.search(r"NVML library version:\s*(\S+)", text)
         if MISMATCH in text:
             theirs = lib[1] if lib else (libs[0] if libs else "?")
@@ -201,8 +188,7 @@ def _driver(facts: Facts, gpus: bool, where: _Where) -> list[Finding]:
             out.append(Finding("user-space driver", FAIL if gpus else WARN, f"nvidia-smi fails: {failure}",
                                where.on_node("modprobe nvidia && nvidia-smi")))
         return out
-    seen = smi_versions(smi.get("stdout", ""))
-    mine = seen[0] if seen else None
+    mine = smi.get("driver_version")
     bad = [v for v in [*([mine] if mine else []), *libs] if kernel and not _same(v, kernel)]
     if bad:
         out.append(Finding("user-space driver", FAIL, f"user space has driver {bad[0]} but the kernel module is "

@@ -25,7 +25,8 @@ def agent(**kw) -> dict:
 
 
 def smi_ok(version: str = "550.127.05", gpus: int = 1) -> dict:
-    return {"found": True, "rc": 0, "stdout": "".join(f"{i}, {version}\n" for i in range(gpus)), "stderr": ""}
+    return {"found": True, "error": None, "exit_code": None, "driver_version": version,
+            "gpus": [{"index": str(i)} for i in range(gpus)]}
 
 
 def ct(devices: dict | None = None, lxc: list | None = None, unprivileged: bool = False) -> dict:
@@ -111,3 +112,19 @@ def test_low_space_warns_and_below_the_preflight_minimum_fails():
              "checkpoints": {"path": "/c", "total": GIB, "free": 10 * MIB}}
     found = by_check(Facts(agent=agent(space=space), sent=NOW, received=NOW, min_free_mb=50))
     assert found["space root"].status == "warn" and found["space checkpoints"].status == "fail"
+
+
+def test_the_nodes_answer_is_read_with_the_agents_parser_and_a_node_without_driver_fails():
+    from orchestrator.watch.doctor import node_report
+
+    ok = node_report(0, "0, 550.127.05\n1, 550.127.05\n", "")
+    assert ok["driver_version"] == "550.127.05" and len(ok["gpus"]) == 2
+    down = node_report(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+                          "that the latest NVIDIA driver is installed and running.\n", "")
+    facts = Facts(agent=agent(devices=HEALTHY_DEVS, nvidia_smi=smi_ok()), node_smi=down, sent=NOW, received=NOW,
+                  ct=ct({"dev0": "/dev/nvidia0", "dev1": "/dev/nvidiactl", "dev2": "/dev/nvidia-uvm"}))
+    node = by_check(facts)["node driver"]
+    assert node.status == "fail" and "couldn't communicate with the NVIDIA driver" in node.reason
+    assert node.fix == "on node pve1: modprobe nvidia && nvidia-smi"
+    missing = by_check(Facts(agent=facts.agent, node_smi={"found": False}, ct=facts.ct, sent=NOW, received=NOW))
+    assert missing["node driver"].status == "warn"
