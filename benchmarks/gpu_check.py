@@ -92,8 +92,10 @@ sys.exit(0 if ran.returncode == 0 else 1)
 
 
 def orch(project: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The orch CLI of this checkout in ``project``; the local target's root in the scratch folder beside it."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(project.parent / "data"))
     return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], cwd=project, capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                          text=True, timeout=timeout, env=env)
 
 
 def gpus_here() -> tuple[list[str], str | None]:
@@ -136,8 +138,6 @@ def main() -> int:
         toml = (project / "orch.toml").read_text()
         toml = toml.replace('sources = ["train.py"]', 'sources = ["probe.py"]').replace(
             'command = "python3 train.py"', f'command = "{sys.executable} probe.py {args.size} {args.repeat}"')
-        toml = toml.replace('root = "/workspace/orch"', f'root = "{Path(tmp) / "root"}"').replace(
-            'checkpoints = "/workspace/checkpoints/{project}"', f'checkpoints = "{Path(tmp) / "ckpt"}"')
         (project / "orch.toml").write_text(toml)
 
         listed = orch(project, "gpus")
