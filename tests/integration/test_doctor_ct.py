@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import EXAMPLE
 from tests.integration.test_remote import SMALL_BATCHES, RemoteProject
-from tests.testbed import gpu_standin
+from tests.testbed import gpu_standin, torchsite
 from tests.testbed.lxc import Container
 
 pytestmark = pytest.mark.testbed
@@ -72,7 +72,7 @@ class Gpus:
 
 @pytest.fixture
 def gpu_ct(testbed, tmp_path, monkeypatch):
-    """gpu_ct(pve=DEV_FORM, majors=(195, UVM), nodes=NODES) -> Gpus: CT 203 with those pct.conf lines, LXC
+    """gpu_ct(pve=DEV_FORM, majors=(195, UVM), nodes=NODES, torch=False) -> Gpus: CT 203 with those pct.conf lines, LXC
     rules and device nodes, the stand-in in it and on the node (driver DRIVER both), a 2 GiB /dev/shm, and a
     project whose target ``gpu`` is CT 203 through its node."""
     monkeypatch.setenv("ORCH_PROXMOX_TOKEN", testbed.api.token_secret)
@@ -80,12 +80,14 @@ def gpu_ct(testbed, tmp_path, monkeypatch):
     node_smi = testbed.node.state_dir / "bin" / "nvidia-smi"
 
     def make(pve: list[str] = DEV_FORM, majors: tuple[int, ...] = (195, UVM),
-             nodes: dict[str, tuple[int, int]] = NODES) -> Gpus:
+             nodes: dict[str, tuple[int, int]] = NODES, torch: bool = False) -> Gpus:
         ct = GpuContainer(VMID, testbed.base, testbed.public_key, majors=majors)
         ct.create()
         made.append(ct)
         (ct.dir / "pve.conf").write_text("".join(f"{line}\n" for line in pve))
         ct.start()
+        if torch:  # the testbed's CPU build of torch, which sees no GPU
+            torchsite.mount(ct, torchsite.ensure_site())
         for path, (major, minor) in nodes.items():
             ct.attach("mknod", "-m", "666", path, "c", str(major), str(minor))
         ct.attach("mount", "-t", "tmpfs", "-o", "size=2g", "tmpfs", "/dev/shm")
@@ -195,6 +197,20 @@ def test_json_gives_every_finding(gpu_ct):
     assert report["ct"] == VMID and report["node"] == "pve1" and report["status"] == "fail"
     assert all(set(f) == {"check", "status", "reason", "fix"} for f in report["findings"])
     assert [f["check"] for f in report["findings"] if f["status"] == "fail"] == ["device /dev/nvidia1"]
+
+
+def test_torch_seeing_no_gpu_fails_the_doctor_but_not_the_deploy_preflight_which_skips_torch(gpu_ct):
+    gpus = gpu_ct(torch=True)
+    res = gpus.doctor()
+    assert res.exit_code == 6, res.output
+    found = gpus.findings()
+    assert found["torch"]["status"] == "fail"
+    assert found["torch"]["reason"].startswith("torch 2.13.0+cpu sees 0 GPUs (cuda.is_available() False) of the 2 "
+                                               "passed through (a CPU-only build: install a CUDA wheel)")
+    assert [c for c, f in found.items() if f["status"] != "ok"] == ["torch"]
+    res = gpus.project.cli("deploy", "--target", "gpu", "-m", "cheap checks only")
+    assert res.exit_code == 0, res.output
+    assert "torch" not in res.output
 
 
 def _status(project: RemoteProject) -> dict:
