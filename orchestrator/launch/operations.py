@@ -158,7 +158,8 @@ def preview(launch: Launch) -> dict:
         entries = push.plan(launch.revision, found.get("missing", []), found.get("partial") or {})
         send = {"files": len(entries), "bytes": sum(e["size"] - e["offset"] for e in entries)}
     return {"stop": probe["alive"] if launch.has(StopRun) else [],
-            "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send}
+            "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send,
+            "doctor": [f.to_dict() for f in probe["findings"]] if "findings" in probe else None}
 
 
 def _writer(probe: dict, settings: Settings) -> checkpoints.Writer | None:

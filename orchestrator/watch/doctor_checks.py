@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from ..reach.proxmox import parse_prop_string
-
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIB = 1 << 20
 GIB = 1 << 30
@@ -69,6 +67,10 @@ class Passed:
 
 
 def passed_devices(config: dict | None) -> list[Passed]:
+    if not config:  # not a CT: nothing is passed through (and the Proxmox module stays unloaded)
+        return []
+    from ..reach.proxmox import parse_prop_string
+
     found: dict[str, Passed] = {}
     for key, value in ((config or {}).get("devices") or {}).items():
         opts = parse_prop_string(value, "path")
@@ -168,7 +170,7 @@ def _driver(facts: Facts, gpus: bool, where: _Where) -> list[Finding]:
     module = VERSION.search(agent.get("kernel_module") or "")
     kernel = node_version or (module[0] if module else None)
     libs = [v for v in map(library_version, agent.get("nvml_libraries") or []) if v]
-    wanted = kernel or "the node's version"
+    wanted = kernel or "VERSION"  # the node's driver, when it could not be asked
     installer = where.in_target(f"sh NVIDIA-Linux-x86_64-{wanted}.run --no-kernel-module")
     if not smi.get("found"):
         if gpus:
@@ -196,7 +198,7 @@ def _driver(facts: Facts, gpus: bool, where: _Where) -> list[Finding]:
     else:
         lib_text = f", libnvidia-ml {libs[0]}" if libs else ""
         out.append(Finding("user-space driver", OK, f"nvidia-smi reports driver {mine or '?'}{lib_text}"
-                           + (f", as the node" if node_version else "")))
+                           + (", as the node" if node_version else "")))
     return out
 
 

@@ -226,6 +226,13 @@ def test_a_deploy_refused_by_a_failed_check_leaves_the_old_run_running(gpu_ct):
     assert json.loads(res.stdout)["experiment"]["status"] == "running"
     gpus.set_ct_state(driver=DRIVER, library_version=OLD)  # the node's driver was upgraded under the CT
 
+    res = gpus.project.cli("deploy", "--target", "gpu", "--dry-run")
+    assert res.exit_code == 0, res.output
+    assert "2. doctor: check the GPU driver and devices" in res.output
+    assert "    fail: user-space driver: nvidia-smi: Failed to initialize NVML: Driver/library version mismatch" \
+        in res.output
+    assert "  the launch would be refused (exit 6)" in res.output
+
     res = gpus.project.cli("deploy", "--target", "gpu", "-m", "second")
     assert res.exit_code == 6, res.output
     assert "error: CT 203 on pve1 is not fit to run: user-space driver: nvidia-smi: Failed to initialize NVML: " \
