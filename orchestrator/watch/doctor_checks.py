@@ -165,9 +165,9 @@ def _driver(facts: Facts, gpus: bool, where: _Where) -> list[Finding]:
         else:
             node_version = versions[0]
             out.append(Finding("node driver", OK, f"node {where.node} runs driver {node_version}"))
-    elif facts.node_error and gpus:
-        out.append(Finding("node driver", WARN, f"node {where.node} was not asked: {facts.node_error}"))
     module = VERSION.search(agent.get("kernel_module") or "")
+    if facts.node_smi is None and facts.node_error and gpus and not module:  # else the CT's /proc tells the module
+        out.append(Finding("node driver", WARN, f"node {where.node} was not asked: {facts.node_error}"))
     kernel = node_version or (module[0] if module else None)
     libs = [v for v in map(library_version, agent.get("nvml_libraries") or []) if v]
     wanted = kernel or "VERSION"  # the node's driver, when it could not be asked
