@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLE
-from tests.integration.test_remote import SMALL_BATCHES, RemoteProject
+from tests.integration.test_multinode_ct import _job_project
+from tests.integration.test_remote import SMALL_BATCHES, RemoteProject, on_ct, remote  # noqa: F401  (the fixture)
 from tests.testbed import gpu_standin, torchsite
 from tests.testbed.lxc import Container
 
@@ -247,3 +248,19 @@ def test_a_deploy_refused_by_a_failed_check_leaves_the_old_run_running(gpu_ct):
     res = gpus.project.cli("restart", "--target", "gpu")
     assert res.exit_code == 6, res.output
     assert [(r.id, r.status) for r in gpus.project.registry().list()] == [(1, "running")]
+
+
+def test_a_job_with_one_node_failing_a_check_starts_nowhere(remote, testbed):  # noqa: F811
+    _job_project(remote, "sleep 300", 'OMP_NUM_THREADS = "1"', extra='\n[distributed]\nlauncher = "none"\n')
+    ct200, ct201 = testbed.ct(200), testbed.ct(201)
+    with gpu_standin.Passthrough((ct200, 2), (ct201, 2)):
+        for ct in (ct200, ct201):
+            gpu_standin.install_ct(ct, gpu_standin.gpu_state(2))
+        ct201.attach("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", "/dev/shm")
+        res = remote.run("deploy", "--ct", "200", "--ct", "201")
+    assert res.returncode == 6, res.stderr
+    assert "node 1 (CT 201" in res.stderr and "/dev/shm is 64 MiB: NCCL between 2 GPUs needs at least 1.0 GiB" \
+        in res.stderr and "nothing was started on any node" in res.stderr, res.stderr
+    assert remote.registry().get(1).status == "failed"
+    for vmid in (200, 201):
+        assert on_ct(testbed, vmid, "sh", "-c", "ls /workspace/orch/runs 2>/dev/null || true").strip() == ""
