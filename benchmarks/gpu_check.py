@@ -1,13 +1,14 @@
-"""On a machine with real NVIDIA GPUs: what orch sees of them, and a short CUDA run through orch.
+"""On a machine with real NVIDIA GPUs: what orch sees of them, and a short CUDA run placed by orch.
 
-    python benchmarks/gpu_check.py             # a 4096x4096 matmul, 20 times on each GPU
-    python benchmarks/gpu_check.py --size 8192 --repeat 50
+    python benchmarks/gpu_check.py                 # every GPU: a 4096x4096 matmul, 20 times on each
+    python benchmarks/gpu_check.py --gpus 1 --size 8192 --repeat 50 --hold 10
 
-In a scratch project on the local target it runs ``orch gpus``, ``orch doctor`` and then deploys a short run
-(``orch deploy`` + ``orch logs --follow``): a torch matmul on each GPU (TFLOPS, its result checked against
-the CPU), or, without torch, ``nvidia-smi`` and a tiny CUDA program compiled with ``nvcc`` (a vector add,
-checked). It prints what each step found. On a machine without NVIDIA GPUs it says so and exits 1; it
-exits 1 too when a step fails, so a script can tell.
+In a scratch project on the local target it runs ``orch gpus`` and ``orch doctor``, then
+``orch deploy --gpus N --wait`` of a short run: a torch matmul on each GPU it was given (TFLOPS, its result
+checked against the CPU), or, without torch, ``nvidia-smi`` and a tiny CUDA program compiled with ``nvcc``
+(a vector add, checked). While the run holds its GPUs (``--hold`` s) ``orch gpus`` and ``orch status`` show
+them; then the run's log and how it ended. It prints what each step found, never asserts a speed. On a
+machine without NVIDIA GPUs it says so and exits 1; it exits 1 too when a step fails, so a script can tell.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROBE = r'''
 import json, os, shutil, subprocess, sys, tempfile, time
 
-SIZE, REPEAT = int(sys.argv[1]), int(sys.argv[2])
+SIZE, REPEAT, HOLD = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 print("visible:", os.environ.get("CUDA_VISIBLE_DEVICES", "(all)"), flush=True)
 try:
     import torch
@@ -50,6 +51,8 @@ if torch is not None and torch.cuda.is_available():
         print("GPU " + json.dumps({"index": i, "name": torch.cuda.get_device_name(i), "seconds": round(took, 4),
                                    "tflops": round(2 * SIZE ** 3 * REPEAT / took / 1e12, 1), "correct": bool(ok)}),
               flush=True)
+    print("step=1 loss=1.0", flush=True)  # deploy --wait returns here, with the GPUs still held
+    time.sleep(HOLD)
     sys.exit(0)
 why = "torch is not installed" if torch is None else "torch sees no CUDA device"
 print("no torch run:", why, flush=True)
@@ -120,6 +123,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--gpus", type=int, default=0, help="GPUs to place the run on (default: all)")
+    parser.add_argument("--hold", type=float, default=5.0, help="seconds the run keeps its GPUs after the matmul")
     args = parser.parse_args()
     lines, why = gpus_here()
     if not lines:
@@ -137,7 +142,8 @@ def main() -> int:
             return 1
         toml = (project / "orch.toml").read_text()
         toml = toml.replace('sources = ["train.py"]', 'sources = ["probe.py"]').replace(
-            'command = "python3 train.py"', f'command = "{sys.executable} probe.py {args.size} {args.repeat}"')
+            'command = "python3 train.py"',
+            f'command = "{sys.executable} probe.py {args.size} {args.repeat} {args.hold:g}"')
         (project / "orch.toml").write_text(toml)
 
         listed = orch(project, "gpus")
@@ -149,11 +155,16 @@ def main() -> int:
         report = json.loads(orch(project, "doctor", "--json").stdout or "{}")
         if report.get("status") == "fail":
             problems.append("orch doctor found failures")
-        deployed = orch(project, "deploy", "-m", "gpu check")
-        section(f"orch deploy (exit {deployed.returncode})", deployed.stdout + deployed.stderr)
+        wanted = args.gpus or len(lines)
+        deployed = orch(project, "deploy", "--gpus", str(wanted), "--wait=300", "-m", "gpu check")
+        section(f"orch deploy --gpus {wanted} --wait (exit {deployed.returncode})", deployed.stdout + deployed.stderr)
         if deployed.returncode != 0:
             problems.append("the deploy failed")
         else:
+            held = orch(project, "gpus")
+            section("orch gpus, while the run holds its GPUs", held.stdout + held.stderr)
+            shown = orch(project, "status", "--no-metrics")
+            section("orch status", shown.stdout + shown.stderr)
             followed = orch(project, "logs", "--follow", "-n", "1000")
             section("the run's log (orch logs --follow)", followed.stdout + followed.stderr)
             status = json.loads(orch(project, "status", "--json", "--no-metrics").stdout or "{}")
@@ -164,15 +175,15 @@ def main() -> int:
                 print(f"\n   {'gpu':>3}  {'name':<28} {'TFLOPS':>7}  correct")
                 for r in results:
                     print(f"   {r['index']:>3}  {r['name']:<28} {r['tflops']:>7}  {r['correct']}")
-                if len(results) < len(lines) or not all(r["correct"] for r in results):
-                    problems.append(f"torch ran on {len(results)} of {len(lines)} GPUs, or got a wrong product")
+                if len(results) < wanted or not all(r["correct"] for r in results):
+                    problems.append(f"torch ran on {len(results)} of the {wanted} GPUs placed, or got a wrong product")
             elif not (cuda and cuda[0].get("ok")):
                 problems.append("no CUDA run succeeded")
     print()
     if problems:
         print("PROBLEMS: " + "; ".join(problems))
         return 1
-    print(f"OK: {len(lines)} GPU(s) seen by orch gpus and orch doctor, and a CUDA run on each")
+    print(f"OK: {len(lines)} GPU(s) seen by orch gpus and orch doctor, and a CUDA run on the {wanted} placed")
     return 0
 
 

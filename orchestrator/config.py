@@ -271,6 +271,8 @@ class CheckpointsSection(_Section):
 
 class MetricsSection(_Section):
     patterns: dict[str, str] = Field(default_factory=dict)
+    # status flags the GPUs a run was given (--gpus) when all stay under 10% this long (seconds); None: never
+    gpu_idle_after: float | None = Field(None, gt=0)
 
 
 def local_root() -> str:

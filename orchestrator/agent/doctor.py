@@ -78,7 +78,7 @@ def _nvidia_smi() -> dict:
 
     if not shutil.which("nvidia-smi"):
         return {"found": False}
-    return {"found": True, **gpu_report()}
+    return {"found": True, **gpu_report(apps=False)}
 
 
 def _nvml_libraries() -> list[str]:

@@ -12,9 +12,9 @@ from .protocol import AgentFailure
 
 
 GPU_QUERY = ("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu",
-             "power.draw", "power.limit", "pci.bus_id")
+             "power.draw", "power.limit", "pci.bus_id", "driver_version")
 GPU_KEYS = ("index", "uuid", "name", "util", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w",
-            "power_limit_w", "pci_bus_id")
+            "power_limit_w", "pci_bus_id", "driver_version")
 APP_QUERY = ("pid", "gpu_uuid", "process_name", "used_memory")
 APP_KEYS = ("pid", "gpu_uuid", "process_name", "mem_used_mib")
 
@@ -43,10 +43,10 @@ def _smi(smi: str, *argv: str) -> tuple[int | None, str]:
 
 def gpus() -> list:
     """GPUs as nvidia-smi reports them; an empty list where there is none or no driver."""
-    return gpu_report()["gpus"]
+    return gpu_report(apps=False)["gpus"]
 
 
-def gpu_report(layout: Layout | None = None) -> dict:
+def gpu_report(layout: Layout | None = None, apps: bool = True) -> dict:
     """The GPUs nvidia-smi sees, the compute processes on them and, with ``layout``, which of those
     belong to orch's runs (``owner``: the run whose command is the process or one of its ancestors).
 
@@ -64,11 +64,15 @@ def gpu_report(layout: Layout | None = None) -> dict:
                    detail=text[-1000:])
         return out
     out["gpus"] = parse_csv(text, GPU_KEYS)
-    code, text = _smi(smi, "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0")
-    out["driver_version"] = text.strip().splitlines()[0] if code == 0 and text.strip() else None
+    for gpu in out["gpus"]:
+        out["driver_version"] = gpu.pop("driver_version")
+    if not apps:
+        return out
     code, text = _smi(smi, "--query-compute-apps=" + ",".join(APP_QUERY), "--format=csv,noheader,nounits")
     if code == 0:
         out["apps"] = parse_csv(text, APP_KEYS)
+    else:  # who uses the GPUs is unknown: none of them may be called free
+        out["apps_error"] = text.splitlines()[0] if text else f"nvidia-smi exited {code}"
     if layout is not None:
         owners = _run_pids(layout)
         for app in out["apps"]:

@@ -85,6 +85,11 @@ def candidates(settings, names: list[str] | None, cts: list[int] | None,
             raise InputError(f"no pool {pool!r} in orch.toml (pools: {known})",
                              hint=f"add [pools.{pool}] members = [\"target\", 201] to orch.toml")
         return [(m, None) if isinstance(m, str) else (None, m) for m in settings.pools[pool].members]
+    groups = [n for n in names or [] if n in settings.targets and settings.targets[n].kind == "group"]
+    if groups:
+        members = ", ".join(settings.targets[groups[0]].members)
+        raise InputError(f"target {groups[0]!r} is a group (a job over its nodes); --gpus places one run on one "
+                         "machine", hint=f"name the machines to choose among: --target for each of {members}")
     out: list[tuple[str | None, int | None]] = [(n, None) for n in names or []] + [(None, c) for c in cts or []]
     return out or [(None, None)]
 

@@ -82,6 +82,8 @@ def gpus_of(report: dict) -> list[dict]:
         holders = [a for a in apps if a.get("gpu_uuid") == gpu.get("uuid")]
         row = _numbers(gpu)
         row.update(holders=holders, use=holder_text(holders), free=not holders)
+        if report.get("apps_error"):
+            row.update(use=f"unknown: {report['apps_error']}", free=False)
         rows.append(row)
     return rows
 
@@ -155,6 +157,10 @@ def machines(settings, resolve: Callable[[str | None, int | None], Any], names: 
             rows.append({"where": f"CT {ct['ct']} ({ct['name']})", "ct": ct["ct"], "target": None,
                          "node": ct["node"], "status": ct["status"], "error": ct.get("error"),
                          "passthrough": passthrough(summary=ct.get("config_summary") or {}), "gpus": []})
+        seen = {r["ct"] for r in rows}
+        rows += [{"where": f"CT {ct}", "ct": ct, "target": None, "node": None, "status": None, "passthrough": None,
+                  "error": f"the token {settings.proxmox.token_id} does not see CT {ct}", "gpus": []}
+                 for ct in cts or [] if ct not in seen]
     else:
         chosen = names or [n for n, t in settings.targets.items() if t.kind != "group"]
         for name in chosen:

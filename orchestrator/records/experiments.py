@@ -89,9 +89,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE experiments ADD COLUMN end_reason TEXT;
     """,
-    # the GPUs a run was given (orch deploy --gpus N): [{"index": 0, "uuid": "GPU-…"}, …]
+    # the GPUs a run was given (orch deploy --gpus N): [{"index": 0, "uuid": "GPU-…"}, …], and what status read
+    # of them: [[time, [[utilisation %, memory MiB], …]], …]
     """
     ALTER TABLE experiments ADD COLUMN gpus TEXT;
+    ALTER TABLE experiments ADD COLUMN gpu_series TEXT;
     """,
 ]
 
@@ -109,7 +111,7 @@ def clone(settings: Any) -> dict:
 
 
 _JSON_FIELDS = ("target_info", "revision_files", "config", "batching", "batching_plan", "attempts", "nodes",
-                "gpus")
+                "gpus", "gpu_series")
 
 
 class Experiment(BaseModel):
@@ -142,6 +144,7 @@ class Experiment(BaseModel):
     nodes: list | None = None  # a job over several nodes: one record per node (multinode.py), node 0 first
     end_reason: str | None = None  # "stopped by experiment 7", "SIGHUP: the tmux server went away", ...
     gpus: list | None = None  # the GPUs it was given (--gpus N): index and UUID each; None: not chosen by orch
+    gpu_series: list | None = None  # their utilisation and memory as status read them (watch/gpu_use.py)
 
     def public(self) -> dict:
         """The record as ``orch experiments show --json`` prints it."""

@@ -68,8 +68,11 @@ def compare(registry: Registry, ids: list[int]) -> dict:
             diff.append({"key": k, "values": [_fmt(v) for v in values]})
     from .metrics import Series, format_duration, sparkline
 
+    from . import gpu_use
+
     rows: dict[str, list] = {m: [] for m in ("status", "median throughput", "final loss", "min loss", "spikes",
-                                             "duration", "loss trend", "throughput trend", "planned efficiency")}
+                                             "duration", "loss trend", "throughput trend", "planned efficiency",
+                                             "gpus", "gpu util", "gpu memory peak", "gpu util trend")}
     raw = []
     first = (registry.metrics(exps[0].id) or {"summary": {}})["summary"]
     for e in exps:
@@ -91,5 +94,10 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         rows["throughput trend"].append(sparkline(tok, 24) or "-")
         plan = e.batching_plan or {}
         rows["planned efficiency"].append(_fmt(plan.get("efficiency")))
+        use = gpu_use.summary(e.gpu_series)
+        rows["gpus"].append(",".join(str(g["index"]) for g in e.gpus) if e.gpus else "-")
+        rows["gpu util"].append("-" if use["util_mean"] is None else f"{use['util_mean']:.0f}%")
+        rows["gpu memory peak"].append("-" if use["mem_peak_mib"] is None else f"{use['mem_peak_mib']:.0f} MiB")
+        rows["gpu util trend"].append(sparkline(use["util"], 24) or "-")
     return {"ids": ids, "diff": diff, "metrics": [{"metric": k, "values": v} for k, v in rows.items()],
             "experiments": raw}

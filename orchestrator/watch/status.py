@@ -41,9 +41,16 @@ def read(settings: Settings, target: Target, registry: Registry, client, *, metr
     from ..records.reconcile import target_status
     from . import metrics_view
 
+    from . import gpu_use
+
     st = target_status(settings, target, registry, client)
     if metrics:
         st["summary"] = metrics_view.refresh(settings, target, registry, client, st["experiment"], now=st["now"])
+    notes = gpu_use.record(registry, st["experiment"], st.get("gpus") or [], settings.metrics.gpu_idle_after,
+                           st["now"])
+    if notes:
+        st["summary"] = {**(st.get("summary") or {})}
+        st["summary"]["notes"] = [*(st["summary"].get("notes") or []), *notes]
     return as_dict(st)
 
 

@@ -158,18 +158,26 @@ def test_an_old_interpreter_gets_a_clear_error(tmp_path):
 
 
 def test_gpus_come_from_nvidia_smi_when_present(agent, tmp_path, monkeypatch):
-    """A stand-in nvidia-smi on PATH (the real one needs a GPU) answering its documented CSV format."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho '0, NVIDIA A100-SXM4-80GB, 97, 71234, 81920'\n"
-                   "echo '1, NVIDIA A100-SXM4-80GB, 3, 1024, 81920'\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    """The nvidia-smi stand-in on PATH (the real one needs a GPU), answering in nvidia-smi's CSV format."""
+    from tests.testbed.gpu_standin import gpu_state, gpu_uuid, install_local
+
+    state = gpu_state(2, seed=5, apps={0: [4411]}, name="NVIDIA A100-SXM4-80GB")
+    for key, value in install_local(tmp_path / "smi", state).items():
+        monkeypatch.setenv(key, value)
     gpus = agent.one("status")["gpus"]
-    assert [g["index"] for g in gpus] == ["0", "1"] and gpus[0]["util"] == "97"
-    assert gpus[1]["mem_total_mib"] == "81920"
+    assert [g["index"] for g in gpus] == ["0", "1"] and gpus[0]["util"] == "87"
+    assert gpus[1]["mem_total_mib"] == "81559" and gpus[1]["uuid"] == gpu_uuid(5, 1)
+    assert gpus[0]["name"] == "NVIDIA A100-SXM4-80GB" and gpus[0]["power_w"] == "312.50"
     assert agent.one("preflight")["gpus"] == gpus
+    report = agent.one("gpus")
+    assert report["driver_version"] == "550.127.05" and report["error"] is None
+    assert report["apps"] == [{"pid": "4411", "gpu_uuid": gpu_uuid(5, 0), "process_name": "python3",
+                               "mem_used_mib": "1024", "owner": None}]
+    install_local(tmp_path / "smi", {**state, "mismatch": True})
+    report = agent.one("gpus")
+    assert report["gpus"] == [] and report["exit_code"] == 18
+    assert report["error"] == "Failed to initialize NVML: Driver/library version mismatch"
+    assert agent.one("status")["gpus"] == []
 
 
 def test_old_agent_versions_are_pruned_but_never_current_recent_or_in_use(agent, tmp_path):

@@ -88,6 +88,9 @@ def test_gpus_over_two_cts_with_a_run_holding_gpu_1_of_ct_200(remote, testbed): 
         assert [g["uuid"] for g in ct["gpus"]] == [gpu_uuid(200, 0), gpu_uuid(200, 1)]
         assert ct["gpus"][1]["holders"][0]["owner"]["id"] == 1 and ct["gpus"][1]["holders"][0]["pid"] == holder
 
+        unseen = json.loads(remote.run("gpus", "--json", "--ct", "250").stdout)
+        assert [(m["ct"], m["error"]) for m in unseen] == [(250, f"the token {testbed.api.token_id} does not see CT 250")]
+
         testbed.stop(201)
         res = remote.run("gpus", "--ct", "201")
         assert res.returncode == 0, res.stderr

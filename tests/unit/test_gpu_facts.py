@@ -100,3 +100,9 @@ def test_a_machine_that_does_not_answer_costs_only_its_own_timeout():
     assert got["b"] == {"error": "no answer within 1 s", "timed_out": True}
     assert got["c"]["error"] == "CT 202 is not reachable"
     assert took < 5
+
+
+def test_gpus_whose_processes_cannot_be_read_are_not_free():
+    rows = gpu_facts.gpus_of({"gpus": [{"index": "0", "uuid": "GPU-a"}], "apps": [],
+                              "apps_error": "Unable to determine the device handle"})
+    assert rows[0]["free"] is False and rows[0]["use"] == "unknown: Unable to determine the device handle"
