@@ -107,11 +107,13 @@ def test_a_bare_host_compares_nvml_with_the_loaded_kernel_module_and_a_skewed_cl
     assert library_version("libnvidia-ml.so.1") is None and library_version("libnvidia-ml.so.550.54.15") == "550.54.15"
 
 
-def test_low_space_warns_and_below_the_preflight_minimum_fails():
-    space = {"root": {"path": "/r", "total": GIB, "free": 500 * MIB},
+def test_low_space_warns_and_a_root_below_the_preflight_minimum_fails():
+    space = {"root": {"path": "/r", "total": GIB, "free": 10 * MIB},
              "checkpoints": {"path": "/c", "total": GIB, "free": 10 * MIB}}
     found = by_check(Facts(agent=agent(space=space), sent=NOW, received=NOW, min_free_mb=50))
-    assert found["space root"].status == "warn" and found["space checkpoints"].status == "fail"
+    assert found["space root"].status == "fail" and found["space checkpoints"].status == "warn"
+    space["root"]["free"] = 500 * MIB
+    assert by_check(Facts(agent=agent(space=space), sent=NOW, received=NOW))["space root"].status == "warn"
 
 
 def test_the_nodes_answer_is_read_with_the_agents_parser_and_a_node_without_driver_fails():
