@@ -8,8 +8,8 @@ import sys
 import time
 import traceback
 
-from . import (checkpoints, diskspace, envs, gc, journal, logs, notify, revisions, rollback, run_files, runqueue, runs,
-               start_check, system, validate, workdir)
+from . import (checkpoints, diskspace, doctor, envs, gc, journal, logs, notify, revisions, rollback, run_files,
+               runqueue, runs, start_check, system, validate, workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -94,6 +94,7 @@ OPS = {
     "env_list": (envs.listing, False),
     "files_manifest": (run_files.manifest, False),
     "files_send": (run_files.send, False),
+    "doctor": (doctor.facts, False),
 }
 
 

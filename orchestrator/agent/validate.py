@@ -357,6 +357,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "files_manifest": {**_PULL_FROM, "globs": _optional(lambda v, n: _list(v, n, pull_glob)),
                        "hash": _optional(lambda v, n: _list(v, n, lambda k, m: k if k == "*" else pull_key(k, m)))},
     "files_send": {**_PULL_FROM, "files": _pull_files},
+    "doctor": {"devices": _optional(_STRINGS), "checkpoints": _optional(_str), "torch": _bool},
 }
 
 

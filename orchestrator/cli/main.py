@@ -201,8 +201,8 @@ def _root(ctx: typer.Context,
 
 
 def _register() -> None:
-    from . import (batching, checkpoints, connections, env, experiments, gc, gpus, init, into, logs, notify, pull,
-                   queue, run, status, sweep, targets, use)
+    from . import (batching, checkpoints, connections, doctor, env, experiments, gc, gpus, init, into, logs, notify,
+                   pull, queue, run, status, sweep, targets, use)
 
     run.register(app)
     gc.register(app)
@@ -214,6 +214,7 @@ def _register() -> None:
     use.register(app)
     into.register(app)
     init.register(app)
+    doctor.register(app)
     app.add_typer(experiments.app, name="experiments")
     app.add_typer(checkpoints.app, name="checkpoints")
     app.add_typer(batching.app, name="batching")

@@ -101,6 +101,9 @@ def plan_lines(actions) -> list[str]:
     for i, a in enumerate(actions, 1):
         if isinstance(a, model.Preflight):
             text = f"check python3 >= 3.10, tmux and {a.min_free_mb} MB free under {a.root}"
+        elif isinstance(a, model.Doctor):
+            text = ("check the GPU driver and devices, /dev/shm, space and the clock (orch doctor without torch); "
+                    "a failed check stops here")
         elif isinstance(a, model.PushRevision):
             text = f"push revision {a.revision} ({a.files} files, {a.size} bytes; only missing ones)"
         elif isinstance(a, model.BuildEnv):

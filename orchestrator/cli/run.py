@@ -127,6 +127,13 @@ def _dry_run(launch, as_json: bool) -> None:
     if seen.get("env") is not None:
         env = seen["env"]
         render.out(f"  environment {env['hash']}: " + ("there, nothing to build" if env["there"] else "would be built"))
+    if seen.get("doctor") is not None:
+        bad = [f for f in seen["doctor"] if f["status"] != "ok"]
+        render.out(f"  doctor: {len(seen['doctor']) - len(bad)} checks ok" + ("" if bad else ", none failed"))
+        for f in bad:
+            render.out(f"    {f['status']}: {f['check']}: {f['reason']}" + (f" (fix: {f['fix']})" if f["fix"] else ""))
+        if any(f["status"] == "fail" for f in bad):
+            render.out("  the launch would be refused (exit 6)")
 
 
 def _report(outcome, target, as_json: bool) -> None:

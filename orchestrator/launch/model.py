@@ -51,6 +51,13 @@ class Preflight(Action):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Doctor(Action):
+    """``orch doctor``'s quick checks (no torch): a ``fail`` refuses the launch before anything changes."""
+
+    kind: ClassVar[str] = "doctor"
+
+
+@dataclass(frozen=True, kw_only=True)
 class PushRevision(Action):
     kind: ClassVar[str] = "push_revision"
     revision: str

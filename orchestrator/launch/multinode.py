@@ -179,6 +179,9 @@ def _probe_node(node: Node, master: str | None) -> None:
     assert launch is not None
     client = _connect(node)
     node.probe = _probe(launch, client, launch.settings.project.name)
+    from ..watch import doctor
+
+    doctor.refuse(node.probe.get("findings"), node.target.label, launch.echo)
     node.route = client.one("net_route", peer=master)
 
 

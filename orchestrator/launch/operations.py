@@ -32,7 +32,8 @@ from ..config import Settings
 from ..errors import Interrupted, OrchError, TransportError
 from ..records.experiments import Experiment, Registry, clone
 from ..records.launch_guard import LaunchGuard
-from .model import (BuildEnv, Checkpoints, Launch, Outcome, Preflight, PushRevision, QueueRun, Record, Shell,
+from ..watch import doctor
+from .model import (BuildEnv, Checkpoints, Doctor, Launch, Outcome, Preflight, PushRevision, QueueRun, Record, Shell,
                     StartRun, StopRun, VerifyStarted, checkpoint_action)
 from ..records.reconcile import reconcile
 from ..reach.targets import Target
@@ -65,6 +66,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         except KeyboardInterrupt as exc:
             how, code = signals.describe(exc)
             raise Interrupted(f"{how}: nothing was changed on the target", exit_code=code) from None
+        doctor.refuse(probe.get("findings"), target.label, launch.echo)  # a failed check: nothing was changed
         if launch.has(StopRun) and launch.has(StartRun):  # never one node of a job stopped alone
             from . import spare_jobs
 
@@ -190,7 +192,7 @@ def preview(launch: Launch) -> dict:
         env = {"hash": name, "there": name in (probe["env"].get("envs") or {})}
     return {"stop": probe["alive"] if launch.has(StopRun) else [],
             "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send,
-            "env": env}
+            "env": env, "doctor": [f.to_dict() for f in probe["findings"]] if "findings" in probe else None}
 
 
 def _writer(probe: dict, settings: Settings) -> checkpoints.Writer | None:
@@ -220,17 +222,25 @@ def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry
         hashes = sorted({f["sha256"] for f in launch.revision.files})
         ops.append(Op("blobs_missing", {"hashes": hashes}))
         keys.append("missing")
+    if launch.has(Doctor):
+        ops.append(doctor.agent_op(target))
+        keys.append("doctor")
     ops.append(Op("status", {"project": project, "tail": False, "gpus": False}))  # preflight reports GPUs
     keys.append("status")
     action = checkpoint_action(launch.actions)
     if launch.has(StartRun) or action != "keep":
         ops += checkpoints.probe_ops(target, launch.settings, action)
         keys += ["ckpt_safe", "inventory"]
+    sent = time.time()
     if registry is not None:
         values = reconcile(launch.settings, target, registry, client, also=ops)
     else:
         values = client.call(ops, what=f"{launch.book.name} (probe)")
     probe = dict(zip(keys, values))
+    if "doctor" in probe:
+        least = next((a.min_free_mb for a in launch.actions if isinstance(a, Preflight)), 0)
+        probe["findings"] = doctor.findings(target, probe["doctor"], doctor.ask_node(client.transport, target),
+                                            sent, time.time(), min_free_mb=least)
     probe["alive_runs"] = [r for r in probe["status"]["runs"] if r["state"] in ("running", "launching")]
     probe["alive"] = [r["id"] for r in probe["alive_runs"]]
     return probe

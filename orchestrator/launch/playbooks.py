@@ -34,6 +34,10 @@ class Preflight(_Step):
     min_free_mb: int = Field(50, ge=0)
 
 
+class Doctor(_Step):
+    step: Literal["doctor"]
+
+
 class PushRevision(_Step):
     step: Literal["push_revision"]
 
@@ -72,7 +76,8 @@ class Shell(_Step):
     timeout: float = Field(600, gt=0)
 
 
-Step = Annotated[Union[Preflight, PushRevision, BuildEnv, StopRun, Checkpoints, Record, StartRun, VerifyStarted, Shell],
+Step = Annotated[Union[Preflight, Doctor, PushRevision, BuildEnv, StopRun, Checkpoints, Record, StartRun, VerifyStarted,
+                       Shell],
                  Field(discriminator="step")]
 
 
@@ -127,8 +132,8 @@ def load_file(path: Path | Traversable) -> Playbook:
     except ValidationError as exc:
         lines = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
         raise ConfigError(f"{path}: invalid playbook:\n  " + "\n  ".join(lines),
-                          hint="steps are preflight, push_revision, build_env, stop_run, checkpoints, record, start_run, "
-                               "verify_started, shell (with argv: [...])") from None
+                          hint="steps are preflight, doctor, push_revision, build_env, stop_run, checkpoints, record, "
+                               "start_run, verify_started, shell (with argv: [...])") from None
     if book.has("start_run") and not book.has("record"):
         raise ConfigError(f"{path}: start_run needs a record step before it",
                           hint="every launch is recorded as an experiment")
@@ -182,6 +187,8 @@ def plan(book: Playbook, inputs: Inputs, nodes: int = 1) -> tuple[model.Action, 
         label = step.name or step.step
         if isinstance(step, Preflight):
             actions.append(model.Preflight(label=label, root=inputs.root, min_free_mb=step.min_free_mb))
+        elif isinstance(step, Doctor):
+            actions.append(model.Doctor(label=label))
         elif isinstance(step, PushRevision):
             if not inputs.revision:
                 raise InputError(f"playbook {book.name} pushes a revision but there is none to push")

@@ -29,9 +29,9 @@ def test_dry_run_changes_nothing(project):
         assert res.exit_code == 0, res.output
         assert "dry run" in res.stdout
     plan = json.loads(project.cli("deploy", "--dry-run", "--json").stdout)
-    assert [s.split(":")[0] for s in plan["steps"]] == ["1. preflight", "2. push_revision", "3. stop_run",
-                                                        "4. checkpoints", "5. record", "6. start_run",
-                                                        "7. verify_started"]
+    assert [s.split(":")[0] for s in plan["steps"]] == ["1. preflight", "2. doctor", "3. push_revision",
+                                                        "4. stop_run", "5. checkpoints", "6. record",
+                                                        "7. start_run", "8. verify_started"]
     time.sleep(0.5)
     after_files, after_rows = state(project)
     before_files, before_rows = before

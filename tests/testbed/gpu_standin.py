@@ -84,9 +84,16 @@ def passthrough_lines(count: int) -> list[str]:
     return lines
 
 
+DEVICE_NUMBERS = {"nvidiactl": (195, 255), "nvidia-uvm": (508, 0)}
+
+
 class Passthrough:
     """GPU passthrough lines in testbed CTs' configs (what the API stand-in reports as their pct.conf) for
-    the length of a ``with``; the configs are put back as they were after it."""
+    the length of a ``with``; the configs are put back as they were after it.
+
+    Each CT is restarted so that LXC applies the rules (as PVE does at start; the testbed's host keeps the
+    device controller on cgroup v1, so each rule is given in its v1 form too, which the API view shows as
+    well), and the device nodes the bind mounts would bring are made with ``mknod``."""
 
     def __init__(self, *cts: tuple) -> None:  # (Container, GPU count), ...
         self.cts, self.saved = cts, {}
@@ -95,7 +102,15 @@ class Passthrough:
         for ct, count in self.cts:
             path = ct.dir / "config"
             self.saved[path] = path.read_text()
-            path.write_text(self.saved[path].rstrip("\n") + "\n" + "\n".join(passthrough_lines(count)) + "\n")
+            lines = passthrough_lines(count)
+            lines += [line.replace("lxc.cgroup2.", "lxc.cgroup.") for line in lines if line.startswith("lxc.cgroup2.")]
+            path.write_text(self.saved[path].rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+            ct.stop()
+            ct.start()
+            for name in [f"nvidia{i}" for i in range(count)] + ["nvidiactl", "nvidia-uvm"]:
+                major, minor = DEVICE_NUMBERS.get(name, (195, int(name[6:] or 0) if name[6:].isdigit() else 0))
+                ct.attach("sh", "-c", 'rm -f "$1" && mknod -m 666 "$1" c "$2" "$3"', "sh", f"/dev/{name}",
+                          str(major), str(minor))
         return self
 
     def __exit__(self, *exc) -> None:

@@ -157,7 +157,9 @@ class LxcBackend(Backend):
 
     The pct.conf view is derived from ``<lxc_path>/<vmid>/config``: ``lxc.net.0.ipv4.address``
     becomes ``net0``'s ``ip=``, ``lxc.uts.name`` the hostname, other ``lxc.cgroup*``/``lxc.mount``
-    keys the raw ``lxc`` pairs. ``vmids`` limits the backend to some containers.
+    keys the raw ``lxc`` pairs. A ``pve.conf`` beside it adds pct.conf lines LXC itself never reads
+    (``dev0: /dev/nvidia0,gid=44``, ``unprivileged: 1``, ``lxc.…: …``), as PVE's own file holds them
+    before it writes the LXC config. ``vmids`` limits the backend to some containers.
     """
 
     def __init__(self, vmids: list[int] | None = None, *, lxc_path: str = "/var/lib/lxc",
@@ -221,6 +223,15 @@ class LxcBackend(Backend):
             "net0": ",".join(net),
             "unprivileged": 0,
         }
+        extra = self.lxc_path / str(vmid) / "pve.conf"
+        for line in extra.read_text().splitlines() if extra.is_file() else []:
+            key, sep, value = line.partition(":")
+            if not sep or line.lstrip().startswith("#"):
+                continue
+            if key.strip().startswith("lxc."):
+                raw.append([key.strip(), value.strip()])
+            else:
+                config[key.strip()] = int(value) if value.strip().isdigit() else value.strip()
         if raw:
             config["lxc"] = raw
         return config

@@ -29,20 +29,23 @@ def test_builtin_playbooks_load_and_plan_typed_actions():
         book = playbooks.load(name, None)
         assert book.name == name
     actions = playbooks.plan(playbooks.load("deploy", None), INPUTS)
-    assert [type(a) for a in actions] == [model.Preflight, model.PushRevision, model.StopRun, model.Checkpoints,
-                                          model.Record, model.StartRun, model.VerifyStarted]
-    assert actions[1] == model.PushRevision(label="push_revision", revision="abc", files=2, size=10)
-    assert actions[3] == model.Checkpoints(label="checkpoints", path="/r/ck", action="move")
-    assert actions[4] == model.Record(label="record", target="local", parent=None)
-    start = actions[5]
+    assert [type(a) for a in actions] == [model.Preflight, model.Doctor, model.PushRevision, model.StopRun,
+                                          model.Checkpoints, model.Record, model.StartRun, model.VerifyStarted]
+    assert actions[2] == model.PushRevision(label="push_revision", revision="abc", files=2, size=10)
+    assert actions[4] == model.Checkpoints(label="checkpoints", path="/r/ck", action="move")
+    assert actions[5] == model.Record(label="record", target="local", parent=None)
+    start = actions[6]
     assert start.command == "python3 t.py" and start.argv == ("/bin/sh", "-c", "exec python3 t.py")
     assert start.strategy == "megabatch" and start.nodes == 1
     assert model.checkpoint_action(actions) == "move"
     assert model.checkpoint_action(playbooks.plan(playbooks.load("stop", None), INPUTS)) == "keep"
+    restart = playbooks.plan(playbooks.load("restart", None), INPUTS)
+    assert [type(a) for a in restart[:2]] == [model.Preflight, model.Doctor]
     lines = plan_lines(actions)  # what --dry-run prints, from the actions
     assert lines[0].startswith("1. preflight: check python3 >= 3.10, tmux and 50 MB free under /r")
-    assert lines[3] == "4. checkpoints: move the contents of /r/ck to its trash (restorable)"
-    assert lines[5] == ("6. start_run: start `python3 t.py` as /bin/sh -c 'exec python3 t.py' in tmux "
+    assert lines[1].startswith("2. doctor: check the GPU driver and devices, /dev/shm, space and the clock")
+    assert lines[4] == "5. checkpoints: move the contents of /r/ck to its trash (restorable)"
+    assert lines[6] == ("7. start_run: start `python3 t.py` as /bin/sh -c 'exec python3 t.py' in tmux "
                         "(batching: megabatch)")
     with pytest.raises(InputError, match="there is none to push"):
         playbooks.plan(playbooks.load("deploy", None), Inputs(target="local", root="/r", checkpoints="/r/ck"))
