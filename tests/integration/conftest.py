@@ -31,9 +31,10 @@ VMIDS = (200, 201)
 # (``tests/testbed/instance.py``): ORCH_TESTBED_SHARD=b runs these files, =a all the others. The second testbed
 # has no network, so the files that install torch or orch's dependencies stay in the first.
 SECOND_SHARD = frozenset({
-    "test_chaos_ct.py", "test_checkpoint_mounts_ct.py", "test_ct_cache_ct.py", "test_first_deploy_ct.py",
-    "test_follow_remote.py", "test_frozen_ct.py", "test_gc_ct.py", "test_guard_ct.py", "test_into_ct.py", "test_jump_hosts.py",
-    "test_keeper_ct.py", "test_push_big.py", "test_remote.py", "test_ssh_auth_ct.py", "test_transports.py",
+    "test_chaos_ct.py", "test_checkpoint_mounts_ct.py", "test_ct_cache_ct.py", "test_env_ct.py",
+    "test_first_deploy_ct.py", "test_follow_remote.py", "test_frozen_ct.py", "test_gc_ct.py", "test_guard_ct.py",
+    "test_into_ct.py", "test_jump_hosts.py", "test_keeper_ct.py", "test_mlflow_ct.py", "test_notify_ct.py",
+    "test_pull_ct.py", "test_push_big.py", "test_remote.py", "test_ssh_auth_ct.py", "test_transports.py",
     "test_trust_ct.py", "test_workflow_ct.py",
 })
 
