@@ -98,9 +98,13 @@ def starting(path: Path | str) -> bool:
     """Whether a server started for ``path`` a moment ago is still coming up: commands meanwhile start no more."""
     try:
         recent = time.time() - os.stat(f"{_stem(path)}.spawned").st_mtime < SPAWN_WAIT
-    except OSError:
+        with open(f"{_stem(path)}.spawned") as fh:
+            pid = int(fh.read().strip() or 0)
+        with open(f"/proc/{pid}/stat", "rb") as fh:  # alive: forked a moment ago, it may not have exec'd yet
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
         return False
-    return recent and server_pid(path) is not None
+    return recent and pid > 0 and state not in (b"Z", b"X")
 
 
 def spawn(path: Path | str, module: str, *args: str) -> int | None:

@@ -26,20 +26,27 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 EXAMPLE = REPO / "examples" / "tinylm"
 
 
+WEIGHT = {"cli": 8, "packaging": 8, "agent": 2}  # a test's rough cost by its folder (CLI tests run orch as a process)
+
+
 @pytest.hookimpl(trylast=True)  # after ``-m`` has deselected its part
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``ORCH_LOCAL_SHARD=a`` or ``b``: half of the selected test files (``tests/groups.py`` runs both halves at
-    once). Files are dealt out largest first, back and forth, so each half gets as many tests as the other."""
+    once). Files are dealt out heaviest first (their tests, weighted by folder) to the lighter half so far."""
     shard = os.environ.get("ORCH_LOCAL_SHARD")
     if shard not in ("a", "b"):
         return
     sizes: dict[Path, int] = {}
     for item in items:
-        sizes[item.path] = sizes.get(item.path, 0) + 1
-    order = sorted(sizes, key=lambda p: (-sizes[p], str(p)))
-    half = {p for i, p in enumerate(order) if (i % 4 in (0, 3)) == (shard == "a")}
-    keep = [item for item in items if item.path in half]
-    drop = [item for item in items if item.path not in half]
+        sizes[item.path] = sizes.get(item.path, 0) + WEIGHT.get(item.path.parent.name, 1)
+    halves: dict[str, set[Path]] = {"a": set(), "b": set()}
+    load = {"a": 0, "b": 0}
+    for path in sorted(sizes, key=lambda p: (-sizes[p], str(p))):
+        lighter = min(load, key=lambda k: (load[k], k))
+        halves[lighter].add(path)
+        load[lighter] += sizes[path]
+    keep = [item for item in items if item.path in halves[shard]]
+    drop = [item for item in items if item.path not in halves[shard]]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

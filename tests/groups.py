@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run as a script: the tests package is imported from the checkout
 NO_TESTS = 5  # pytest's exit code when nothing was selected
 COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
+SHARDS = ("ORCH_LOCAL_SHARD", "ORCH_TESTBED_SHARD")  # which half of the tests a group runs
 SLOWEST = 15  # tests listed per group at the end: CI's output is the only record of where the time went
 
 
@@ -102,8 +103,9 @@ def main(argv: list[str]) -> int:
         log = tempfile.TemporaryFile()
         report = Path(scratch.name) / f"{name}.xml"
         command = [sys.executable, "-m", "pytest", "-q", f"--junitxml={report}", *select, *argv]
+        inherited = {k: v for k, v in os.environ.items() if k not in SHARDS}  # a group's own, never its caller's
         proc = subprocess.Popen(wrap(instance, command) if instance else command, cwd=REPO, stdout=log,
-                                stderr=subprocess.STDOUT, env=dict(os.environ, **env))
+                                stderr=subprocess.STDOUT, env=dict(inherited, **env))
         started.append((name, proc, log, time.monotonic()))
     ended: dict[str, float] = {}
     while len(ended) < len(started):
