@@ -13,13 +13,12 @@ then reads as finished (``runs.run_state``) and is never restarted.
 from __future__ import annotations
 
 import os
-import re
 import time
 
+from . import metric_lines
 from .layout import read_json, write_json
 
 FILE = "budget.json"
-STEP = re.compile(rb"(?:^|[\s,;|\[(])(?:step|iter)(?:=|:|\s)\s*(\d+)", re.IGNORECASE)
 READ_MAX = 1 << 20  # bytes read from the log per check: a runaway writer cannot stall the supervisor
 
 
@@ -60,10 +59,9 @@ class Budget:
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()[-4096:]
         for line in lines:
-            if line.startswith(b"[orch]") or line.startswith(b"orch:"):
-                continue
-            for match in STEP.finditer(line):
-                self.step = max(self.step, int(match.group(1)))
+            step = metric_lines.parse(line.decode("utf-8", "replace")).get("step")  # orch's own lines give none
+            if step is not None:
+                self.step = max(self.step, int(step))
 
     def check(self, now: float | None = None) -> str | None:
         """What of the budget is spent: ``"200 steps"``, ``"30 minutes"``, or None."""

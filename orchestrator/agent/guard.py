@@ -6,7 +6,7 @@ the run a rollback would start. The parent's reference is read here, from the pa
 same reading as the new run's, so both sides are measured alike::
 
     step=84 loss=2.31 tok_s=31800        key=value or key: value pairs, or a JSON object per line
-    {"step": 84, "loss": 2.31, "Ktok/s": 31.8}
+    {"step": 84, "loss": 2.31, "Ktok/s": 31.8}       (``metric_lines``: the agent's one metric reader)
 
 The guard fails when the run crashes (after its restarts) or stalls, or, once the window is over, when its
 throughput over the window (its first tenth left out: compilation, data loading) is below ``min_throughput`` ×
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
+from . import metric_lines
 from .layout import read_json, write_json
 
 STATE = "guard.json"
@@ -33,51 +33,16 @@ LOG = "train.log"
 WRITE_EVERY_S = 0.5  # how often the progress is written while it changes
 READ_LIMIT = 16 << 20  # a parent's log is read from its end at most this far back (then: its latest rate)
 
-_PAIR = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_/]*)\s*[=:]\s*(?P<val>-?[0-9][0-9,]*(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
-                   r"(?:/[0-9]+)?(?P<unit>\s*K?tok/s)?")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-TOKENS = {"tok_s": 1.0, "tok/s": 1.0, "tps": 1.0, "tokens_per_sec": 1.0, "tokens_per_s": 1.0, "ktok_s": 1000.0,
-          "ktok/s": 1000.0}
-STEPS = ("steps_s", "steps/s", "it/s", "it_s")
-LOSS = ("loss", "train_loss")
-
-
 def parse_line(line: str) -> dict | None:
-    """A log line's ``step``, ``loss`` and rate (``tok_s``, or ``steps_s``); None when it has no step."""
-    text = _ANSI.sub("", line).strip()
-    found: dict = {}
-    if text.startswith("{"):
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict):
-            for key, val in obj.items():
-                if isinstance(val, (int, float)) and not isinstance(val, bool):
-                    found.setdefault(str(key).lower(), float(val))
-    if not found:
-        for m in _PAIR.finditer(text):
-            try:
-                val = float(m["val"].replace(",", ""))
-            except ValueError:
-                continue
-            key = m["key"].lower()
-            if m["unit"]:
-                key = "ktok/s" if "K" in m["unit"] else "tok/s"
-            found.setdefault(key, val)
+    """A log line's ``step``, ``loss`` and rate (``tok_s``, or ``steps_s``), read as the notifications read it
+    (``metric_lines``); None when it has no step."""
+    found = metric_lines.parse(line)
     if "step" not in found:
         return None
     out: dict = {"step": int(found["step"])}
-    loss = next((found[k] for k in LOSS if k in found), None)
-    if loss is not None:
-        out["loss"] = loss
-    rate = next(((found[k] * f) for k, f in TOKENS.items() if k in found), None)
-    if rate is not None:
-        out["tok_s"] = rate
-    else:
-        steps = next((found[k] for k in STEPS if k in found), None)
-        if steps is not None:
-            out["steps_s"] = steps
+    for key in ("loss", "tok_s", "steps_s"):
+        if key in found and not (key == "steps_s" and "tok_s" in out):
+            out[key] = found[key]
     return out
 
 

@@ -1,18 +1,23 @@
-"""The few metrics a supervisor reads from its run's log, for the ``spike`` and ``slow`` notifications.
+"""The few metrics a supervisor reads from its run's log: its step, loss and throughput, for the guard
+(``guard.py``), the step budget (``budget.py``) and the ``spike`` and ``slow`` notifications.
 
 The controller's parser (``watch/logparse.py``) knows every framework's format but does not ship with the agent;
-this one reads only ``key=value`` and ``key: value`` pairs (and JSON lines, which have the same shape), which is
-what most training scripts print and what orch's examples print:
+this one reads ``key=value`` and ``key: value`` pairs, JSON lines, and ``step N`` / ``iter N`` (nanoGPT's
+``iter 100: loss …``), which is what most training scripts print and what orch's examples print; orch's own lines
+(``[orch] …``, ``orch: …``) are never read:
 
     >>> parse("step=120 loss=2.3125 tok/s=11873 epoch=0")
     {'step': 120.0, 'loss': 2.3125, 'tok_s': 11873.0}
     >>> parse('{"loss": 2.5, "tokens_per_sec": 900}')
     {'loss': 2.5, 'tok_s': 900.0}
+    >>> parse("step=12/200 loss=2.5 throughput: 31.8 Ktok/s")
+    {'step': 12.0, 'loss': 2.5, 'tok_s': 31800.0}
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import re
 from collections import deque
@@ -20,19 +25,48 @@ from collections import deque
 _KEYS = {"step": "step", "iter": "step", "iteration": "step", "global_step": "step",
          "loss": "loss", "train_loss": "loss", "training_loss": "loss", "train/loss": "loss", "lm_loss": "loss",
          "tok/s": "tok_s", "tok_s": "tok_s", "tokens/s": "tok_s", "tokens/sec": "tok_s", "tokens_per_sec": "tok_s",
-         "tokens_per_second": "tok_s", "tps": "tok_s",
-         "it/s": "steps_s", "steps/s": "steps_s", "steps_per_second": "steps_s"}
-_PAIR = re.compile(r"""["']?([A-Za-z_][\w/]*)["']?\s*[=:]\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)""",
+         "tokens_per_s": "tok_s", "tokens_per_second": "tok_s", "tps": "tok_s", "ktok/s": "ktok_s",
+         "ktok_s": "ktok_s",
+         "it/s": "steps_s", "it_s": "steps_s", "steps/s": "steps_s", "steps_s": "steps_s",
+         "steps_per_second": "steps_s"}
+_PAIR = re.compile(r"""["']?(?P<key>[A-Za-z_][\w/]*)["']?\s*[=:]\s*"""
+                   r"""(?P<val>[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?:/\d+)?(?:(?P<unit>\s*K?tok/s)(?!\s*[=:]|\s+\d))?""",
                    re.IGNORECASE)
+_COUNT = re.compile(r"(?:^|[\s,;|\[(])(?P<key>step|iter)\s+(?P<val>\d+)", re.IGNORECASE)  # "iter 100: loss …"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def parse(line: str) -> dict[str, float]:
-    """The step, loss and throughput a line gives (the first of each); nothing for other lines."""
+    """The step, loss and throughput (``tok_s``, else ``steps_s``) a line gives, the first of each; nothing for
+    other lines and for orch's own."""
+    text = _ANSI.sub("", line).strip()
+    if text.startswith(("[orch]", "orch:")):
+        return {}
+    pairs: list[tuple[str, float]] = []
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            pairs = [(str(k), float(v)) for k, v in obj.items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not pairs:
+        for m in _PAIR.finditer(text):
+            try:
+                value = float(m["val"].replace(",", ""))
+            except ValueError:
+                continue
+            unit = m["unit"]
+            pairs.append(("ktok_s" if unit and "K" in unit else "tok_s" if unit else m["key"], value))
+        pairs += [(m["key"], float(m["val"])) for m in _COUNT.finditer(text)]
     out: dict[str, float] = {}
-    for key, value in _PAIR.findall(line):
+    for key, value in pairs:
         name = _KEYS.get(key.lower())
+        if name == "ktok_s":
+            name, value = "tok_s", value * 1000.0
         if name is not None and name not in out:
-            out[name] = float(value)
+            out[name] = value
     return out
 
 
