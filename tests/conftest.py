@@ -27,6 +27,8 @@ EXAMPLE = REPO / "examples" / "tinylm"
 
 
 WEIGHT = {"cli": 8, "packaging": 8, "agent": 2}  # a test's rough cost by its folder (CLI tests run orch as a process)
+HEAVY = {"test_mlflow_export.py": 3, "test_guard.py": 3, "test_env.py": 3, "test_queue.py": 3,
+         "test_gpus.py": 2, "test_registry_faults.py": 2}  # files whose tests take several times a CLI test's
 
 
 @pytest.hookimpl(trylast=True)  # after ``-m`` has deselected its part
@@ -38,7 +40,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     sizes: dict[Path, int] = {}
     for item in items:
-        sizes[item.path] = sizes.get(item.path, 0) + WEIGHT.get(item.path.parent.name, 1)
+        cost = WEIGHT.get(item.path.parent.name, 1) * HEAVY.get(item.path.name, 1)
+        sizes[item.path] = sizes.get(item.path, 0) + cost
     halves: dict[str, set[Path]] = {"a": set(), "b": set()}
     load = {"a": 0, "b": 0}
     for path in sorted(sizes, key=lambda p: (-sizes[p], str(p))):
