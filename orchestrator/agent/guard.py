@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import metric_lines
+from . import journal, metric_lines
 from .layout import read_json, write_json
 
 STATE = "guard.json"
@@ -258,31 +258,13 @@ def _figures(figures: dict) -> dict:
 
 
 def append(run_dir: str, entry: dict) -> None:
-    """One journal line, fsynced before the next step starts (as a launch's ``journal.jsonl``)."""
-    line = json.dumps({**entry, "t": time.time()}, separators=(",", ":"), default=str)
-    fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """One line of ``guard.jsonl``, fsynced before the next step starts (as a launch's journal)."""
+    journal.append_line(os.path.join(run_dir, JOURNAL),
+                        json.dumps({**entry, "t": time.time()}, separators=(",", ":"), default=str))
 
 
 def read_journal(run_dir: str) -> list[dict]:
-    try:
-        with open(os.path.join(run_dir, JOURNAL), "rb") as fh:
-            raw = fh.read(1 << 20)
-    except OSError:
-        return []
-    out = []
-    for line in raw.split(b"\n"):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
+    return journal.read_lines(os.path.join(run_dir, JOURNAL), 1 << 20)
 
 
 def spawn_rollback(run_dir: str, agent_path: str) -> None:

@@ -81,21 +81,27 @@ class Journal:
             line = json.dumps({**{k: v for k, v in entry.items() if k != "value"}, "value": {"truncated": True},
                                "t": time.time()}, separators=(",", ":"))
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, (line + "\n").encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_line(self.path, line)
         except OSError:
             self.ok = False
 
 
-def read(run_dir: str) -> list[dict]:
-    """The journal's whole entries, oldest first; [] when there is none. A line cut short or not JSON is skipped."""
+def append_line(path: str, line: str) -> None:
+    """One JSON line appended and fsynced before the caller's next step (this journal's, and a guard's)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        with open(path_in(run_dir), "rb") as fh:
-            data = fh.read(16 << 20)
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: str, limit: int = 16 << 20) -> list[dict]:
+    """A JSON-lines file's whole entries, oldest first; [] when there is none. A line cut short or not JSON is
+    skipped: the last line of a crashed write, or damage; what is whole still tells."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit)
     except OSError:
         return []
     entries = []
@@ -103,10 +109,15 @@ def read(run_dir: str) -> list[dict]:
         try:
             entry = json.loads(raw)
         except ValueError:
-            continue  # the last line of a crashed write, or damage: what is whole still tells
-        if isinstance(entry, dict) and isinstance(entry.get("event"), str):
+            continue
+        if isinstance(entry, dict):
             entries.append(entry)
     return entries
+
+
+def read(run_dir: str) -> list[dict]:
+    """The journal's whole entries, oldest first; [] when there is none."""
+    return [e for e in read_lines(path_in(run_dir)) if isinstance(e.get("event"), str)]
 
 
 def read_many(layout: Layout, ids: list, registry: str | None = None) -> dict:
