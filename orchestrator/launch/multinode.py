@@ -5,17 +5,20 @@ playbook's actions as agent ops, the same on every node as on one target) with o
 
     probe + push on every node (parallel) --any failed--> row "failed" naming the node; nothing started
         |
-    row "launching" (one id for every node) -> start node 0 (it hosts the rendezvous) -> start the others
+    row "launching" (one id for every node) -> start every node at once (the others' launchers wait for
+        |                                          node 0's rendezvous, as hand-typed torchrun commands do)
         |
     row "running" with ``nodes``: one record per node (rank, target, CT, address, state, exit code)
 
+Every node is reached through ``target.connect()``, as a single target is: the connection keeper's held
+connection and its resident agent where they serve, so a warm job costs about what a warm single deploy costs.
 The launcher lines come from ``distributed.plan`` (pure).
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -30,9 +33,6 @@ from . import playbooks
 from .model import Launch, PushRevision, StartRun, StopRun
 from .operations import Start, _experiment_json, _probe, _record_fields, _writer, locked_ops
 from ..reach.targets import Target
-
-MAX_PARALLEL = 16
-VERIFY_WAIT = 0.5  # s each node's start is watched at least: a launcher that dies at once fails the job
 
 
 @dataclass
@@ -100,17 +100,32 @@ def group_for(settings, names: list[str], cts: list[int],
 
 
 def _parallel(fn: Callable[[Node], None], nodes: list[Node]) -> None:
-    """Run ``fn`` on every node at once; a node's OrchError is kept on it, never raised here."""
+    """Run ``fn`` on every node at once, a thread per node; a node's OrchError is kept on it, never raised here.
+
+    The threads are daemons and are waited on in short joins: Ctrl-C (or SIGTERM) reaches this thread at once,
+    the caller's cleanup closes the nodes' connections, and a node still being asked never holds orch's exit."""
+    failed: list[BaseException] = []
+
     def guarded(node: Node) -> None:
         try:
             fn(node)
         except OrchError as exc:
             node.error = exc
+        except BaseException as exc:  # a bug, not a node's answer: raised in the caller's thread
+            failed.append(exc)
 
-    if len(nodes) == 1:
-        return guarded(nodes[0])
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(nodes))) as pool:
-        list(pool.map(guarded, nodes))
+    if len(nodes) <= 1:
+        for node in nodes:
+            guarded(node)
+    else:
+        threads = [threading.Thread(target=guarded, args=(n,), name=f"node-{n.rank}", daemon=True) for n in nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    if failed:
+        raise failed[0]
 
 
 def _connect(node: Node) -> AgentClient:
@@ -174,15 +189,20 @@ def _check_runs(launch: Launch, nodes: list[Node]) -> None:
         check_start(run.argv, {**launch.env, **run.env}, launch.secrets, f"node {run.rank}'s command")
 
 
+def _route(master: str | None) -> tuple:
+    """The probe's extra op: the node's address and interface toward node 0 (``master``)."""
+    return (("route", Op("net_route", {"peer": master})),)
+
+
 def _probe_node(node: Node, master: str | None) -> None:
     launch = node.launch
     assert launch is not None
     client = _connect(node)
-    node.probe = _probe(launch, client, launch.settings.project.name)
+    node.probe = _probe(launch, client, launch.settings.project.name, also=_route(master))
     from ..watch import doctor
 
     doctor.refuse(node.probe.get("findings"), node.target.label, launch.echo)
-    node.route = client.one("net_route", peer=master)
+    node.route = node.probe["route"]
 
 
 def _push_node(node: Node) -> None:
@@ -216,9 +236,9 @@ def preview(launch: Launch, group: Group) -> list[dict]:
     def look(node: Node) -> None:
         if node.target.connect is None:
             return
-        client = _connect(node)
-        node.probe = _probe(node.launch, client, launch.settings.project.name)  # type: ignore[arg-type]
-        node.route = client.one("net_route", peer=master)
+        node.probe = _probe(node.launch, _connect(node), launch.settings.project.name,  # type: ignore[arg-type]
+                            also=_route(master))
+        node.route = node.probe["route"]
 
     try:
         _parallel(look, nodes)
@@ -285,10 +305,8 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
         rid = registry.registry_id  # who stopped a run: read here, the registry belongs to this thread
         runs = plan_runs(launch, nodes, exp.id)
         exp = registry.update(exp.id, nodes=_records(nodes, runs, []))  # an interrupted launch knows its nodes
-        started: dict = {}
-        _parallel(lambda n: started.update({0: _start_one(n, runs[0], exp, key, rid)}), nodes[:1])  # it hosts the rendezvous
-        if nodes[0].error is None:
-            _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key, rid)}), nodes[1:])
+        started: dict = {}  # every node at once: a node that fails is seen with the others' starts done
+        _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key, rid)}), nodes)
         found = _record_stopped(launch, registry, nodes, exp.id)
         if stopped is not None:
             stopped.extend(found)
@@ -332,7 +350,7 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
 
     start = Start(run.argv, {**launch.env, **run_env(launch), **run.env},
                   _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
-                  _node_recovery(settings, run, key), verify_wait=VERIFY_WAIT, alone=False)
+                  _node_recovery(settings, run, key), alone=False)
     ops, keys = locked_ops(launch, node.probe, _writer(node.probe, settings), exp, key, rid, start)
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     # the node journals each step in its run folder: a launch orch never hears back from is settled from it

@@ -205,7 +205,9 @@ def _notice_checkpoints(launch: Launch, inv: dict | None, writer: checkpoints.Wr
         launch.echo(said)
 
 
-def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry | None = None) -> dict:
+def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry | None = None,
+           also: tuple[tuple[str, Op], ...] = ()) -> dict:
+    """What the launch needs to know of the target, in one call; ``also``: more ops of that call, by key."""
     target = launch.target
     ops: list[Op] = []
     keys: list[str] = []
@@ -231,6 +233,9 @@ def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry
     if launch.has(StartRun) or action != "keep":
         ops += checkpoints.probe_ops(target, launch.settings, action)
         keys += ["ckpt_safe", "inventory"]
+    for key, op in also:
+        ops.append(op)
+        keys.append(key)
     sent = time.time()
     if registry is not None:
         values = reconcile(launch.settings, target, registry, client, also=ops)

@@ -27,6 +27,18 @@ def _timeouts(remote) -> None:  # noqa: F811
         "command_timeout = 60\n", f"command_timeout = {COMMAND_TIMEOUT}\nread_timeout = {READ_TIMEOUT}\n", 1))
 
 
+def _hold_lock(testbed, vmid: int) -> None:  # noqa: F811
+    """Holds orch's target lock on CT ``vmid`` (as another orch command would) until ``_release_lock``: that
+    node's start waits for it, while the other nodes start."""
+    testbed.ct(vmid).attach("sh", "-c", "mkdir -p /workspace/orch && (sh -c 'exec 9>>/workspace/orch/.lock; "
+                            "flock 9; exec sleep 600' </dev/null >/dev/null 2>&1 & echo $! > /run/orch-test-lock.pid)"
+                            "; until ! flock -n /workspace/orch/.lock true; do sleep 0.05; done")
+
+
+def _release_lock(testbed, vmid: int) -> None:  # noqa: F811
+    testbed.ct(vmid).attach("sh", "-c", 'kill "$(cat /run/orch-test-lock.pid)"; rm -f /run/orch-test-lock.pid')
+
+
 def test_status_with_node_1_cut_off_and_stop_with_node_1_frozen_return_and_say_so(
         remote, testbed, torch_cts, ct201):  # noqa: F811
     _job_project(remote, "python3 ddp_silent.py", LONG, extra=DIRECT, script=SILENT)
@@ -133,6 +145,7 @@ def test_a_job_launch_killed_mid_start_is_settled_from_the_nodes(remote, testbed
     toml = remote.path / "orch.toml"
     toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
     _timeouts(remote)
+    _hold_lock(testbed, 201)  # every node starts at once: node 1's start waits for its lock
     deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
                                "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     begin = time.monotonic()
@@ -146,6 +159,7 @@ def test_a_job_launch_killed_mid_start_is_settled_from_the_nodes(remote, testbed
         deploy.wait(timeout=10)
     finally:
         ct201.thaw()
+        _release_lock(testbed, 201)  # node 1's start, its controller gone, never begins
     assert remote.registry().get(1).status == "launching"
     deadline = time.monotonic() + 60
     while True:  # the job was never remembered as the current target: name its nodes
@@ -219,6 +233,7 @@ def test_a_job_launch_interrupted_by_ctrl_c_mid_start_is_settled_as_running(remo
     toml = remote.path / "orch.toml"
     toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
     _timeouts(remote)
+    _hold_lock(testbed, 201)  # every node starts at once: node 1's start waits for its lock
     deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
                                "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     begin = time.monotonic()
@@ -227,12 +242,10 @@ def test_a_job_launch_interrupted_by_ctrl_c_mid_start_is_settled_as_running(remo
                                                         ).stdout.decode():
             assert deploy.poll() is None and time.monotonic() - begin < 60, deploy.communicate()
             time.sleep(0.05)
-        ct201.freeze()  # node 0 started; node 1's start cannot be answered
         deploy.send_signal(signal.SIGINT)  # Ctrl-C while orch waits for node 1
-        time.sleep(1)
+        _out, err = deploy.communicate(timeout=10)  # not held up by node 1's start, still waiting for its lock
     finally:
-        ct201.thaw()
-    _out, err = deploy.communicate(timeout=60)
+        _release_lock(testbed, 201)  # node 1's start, its controller gone, never begins
     assert deploy.returncode == 130 and b"interrupted" in err, err
     assert remote.registry().get(1).status == "launching"
     res = remote.run("status", "--target", "n0", "--target", "n1", "--json")
@@ -241,3 +254,33 @@ def test_a_job_launch_interrupted_by_ctrl_c_mid_start_is_settled_as_running(remo
     assert exp.status == "running", (exp.status, exp.nodes)  # node 0 runs: the job is not launching any more
     assert exp.nodes[0]["state"] == "running", exp.nodes
     assert json.loads(res.stdout)["state"] == "running"
+
+
+def test_every_node_starts_at_once_a_node_waiting_for_its_lock_holds_up_no_other(remote, testbed, ct201):  # noqa: F811
+    import subprocess
+    import sys
+
+    (remote.path / "job.py").write_text(JOB.replace('time.sleep(2 if rank == "1" else 4)', "time.sleep(600)"))
+    _job_project(remote, "python3 job.py", 'OMP_NUM_THREADS = "1"',
+                 extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
+    _timeouts(remote)
+    _hold_lock(testbed, 200)  # node 0's start waits for its lock (lock_timeout 10 s)
+    deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
+                               "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        begin = time.monotonic()
+        while "1 job process(es)" not in _live(testbed, 201):  # node 1 runs while node 0 still waits
+            assert deploy.poll() is None and time.monotonic() - begin < 8, (deploy.communicate(), _live(testbed, 200))
+            time.sleep(0.05)
+        assert _live(testbed, 200)[-1] == "0 job process(es)"
+    finally:
+        _release_lock(testbed, 200)
+    out, err = deploy.communicate(timeout=60)
+    assert deploy.returncode == 0, err
+    assert [n["state"] for n in remote.registry().get(1).nodes] == ["running", "running"]
+    assert {vmid: _live(testbed, vmid)[-1] for vmid in (200, 201)} == {200: "1 job process(es)",
+                                                                       201: "1 job process(es)"}
+    assert remote.run("stop").returncode == 0
+    assert remote.registry().get(1).status == "stopped"
