@@ -41,7 +41,9 @@ def median_of(fn, runs: int) -> float:
 class Bench:
     def __init__(self, bed, work: Path) -> None:
         self.bed, self.proj = bed, work / "proj"
-        self.env = dict(os.environ, ORCH_PROXMOX_TOKEN=bed.api.token_secret)
+        runtime = work / "run"  # a connection keeper of this run's own, in this network namespace
+        runtime.mkdir(mode=0o700)
+        self.env = dict(os.environ, ORCH_PROXMOX_TOKEN=bed.api.token_secret, XDG_RUNTIME_DIR=str(runtime))
         self.ssh_opts = bed.ssh_options()
 
     def write_project(self) -> None:
@@ -102,18 +104,19 @@ command_timeout = 60
         out, _ = proc.communicate(timeout=timeout)
         return float(out.strip().splitlines()[-1])
 
-    # 1. deploy wall time
-    def deploy_time(self, cts: list[int], runs: int) -> float:
-        args = [a for ct in cts for a in ("--ct", str(ct))]
-        self.orch("deploy", *args)  # warm: the revision is on every node
-        self.orch("stop")
-
-        def once(i: int) -> float:
-            took = self.orch("deploy", *args)
+    # 1. deploy wall time: 1, 2, 3 nodes interleaved round by round (the keeper holds every node's connection)
+    def deploy_times(self, cts: list[int], runs: int) -> dict[int, float]:
+        sizes = range(1, len(cts) + 1)
+        flags = {n: [a for ct in cts[:n] for a in ("--ct", str(ct))] for n in sizes}
+        for n in sizes:  # warm: the revision is on every node, every connection held
+            self.orch("deploy", *flags[n])
             self.orch("stop")
-            return took
-
-        return median_of(once, runs)
+        took: dict[int, list[float]] = {n: [] for n in sizes}
+        for _ in range(runs):
+            for n in sizes:
+                took[n].append(self.orch("deploy", *flags[n]))
+                self.orch("stop")
+        return {n: statistics.median(t) for n, t in took.items()}
 
     # 2. launch -> first step
     def first_step_orch(self, i: int) -> float:
@@ -192,6 +195,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-third", action="store_true", help="skip the 3-node deploy (no CT 202)")
+    ap.add_argument("--deploys-only", action="store_true", help="only the deploy wall times (1)")
     a = ap.parse_args()
     from tests.integration.conftest import Testbed
     from tests.testbed import lxc, torchsite
@@ -207,7 +211,7 @@ def main() -> None:
             for vmid in cts:
                 bed.reset(vmid)
                 torchsite.mount(bed.ct(vmid), site)
-            run(Bench(bed, work), cts, a.runs)
+            run(Bench(bed, work), cts, a.runs, a.deploys_only)
         finally:
             for vmid in (200, 201, 202):
                 if vmid in bed.cts:
@@ -216,13 +220,18 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def run(b: Bench, cts: list[int], runs: int) -> None:
+def run(b: Bench, cts: list[int], runs: int, deploys_only: bool = False) -> None:
     b.write_project()
     for vmid in (200, 201):
         b.ssh(vmid, f"mkdir -p {HAND}")
         subprocess.run(["scp", "-q", *b.ssh_opts, *(str(EXAMPLE / f) for f in FILES),
                         f"root@{b.bed.ct(vmid).address}:{HAND}/"], check=True)
-    deploys = {n: b.deploy_time(cts[:n], runs) for n in range(1, len(cts) + 1)}
+    deploys = b.deploy_times(cts, runs)
+    if deploys_only:
+        print(f"{'measure':66} {'s':>7} {'ratio':>7}  baseline   (load average {os.getloadavg()[0]:.1f})")
+        for n, took in deploys.items():
+            print(f"{f'orch deploy, {n}-node job (CLI wall time)':66} {took:7.2f} {took / deploys[1]:7.2f}  1-node")
+        return
     first_orch, first_hand = median_of(b.first_step_orch, runs), median_of(b.first_step_hand, runs)
     kills = {"orch job": [b.kill_orch(i) for i in range(runs)],
              "hand-typed pair": [b.kill_hand(i) for i in range(runs)]}
