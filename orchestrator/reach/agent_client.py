@@ -13,6 +13,7 @@ import hashlib
 import io
 import itertools
 import json
+import threading
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from .transport.local import LocalTransport
 _KIND_TO_ERROR = {"input": InputError, "safety": SafetyError, "conflict": ConflictError,
                   "notfound": NotFoundError, "agent": AgentError}
 _ZIP_CACHE: dict[str, tuple[str, bytes]] = {}
+_ZIP_LOCK = threading.Lock()
 
 
 def _package_files() -> list[tuple[str, Path]]:
@@ -50,7 +52,13 @@ def _package_files() -> list[tuple[str, Path]]:
 
 
 def agent_zip() -> tuple[str, bytes]:
-    """(content hash, zip bytes) of the agent; deterministic, built once per process."""
+    """(content hash, zip bytes) of the agent; deterministic, built once per process (threads asking many
+    targets at once wait for the one build, rather than each compressing the agent again)."""
+    with _ZIP_LOCK:
+        return _agent_zip()
+
+
+def _agent_zip() -> tuple[str, bytes]:
     if "zip" not in _ZIP_CACHE:
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:

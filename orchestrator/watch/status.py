@@ -16,6 +16,7 @@ from ..records.experiments import Experiment, Registry
 from ..reach.targets import Target
 
 WATCH_INTERVAL_S = 2.0  # `orch status --watch`: between reads, and before a retry after a dropped connection
+MAX_AT_ONCE = 64  # `status --all`: targets asked at once (each thread mostly waits on its target)
 
 OpenRegistry = Callable[[], ContextManager[Registry]]
 
@@ -101,7 +102,7 @@ def read_all(settings: Settings, open_registry: OpenRegistry,
         for exp in reg.list(limit=500):
             latest.setdefault(exp.machine or exp.target, exp)
     exps = [exp for _, exp in sorted(latest.items())]
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(exps)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_AT_ONCE, len(exps)))) as pool:
         return list(pool.map(lambda exp: _read_one(settings, exp, open_registry, resolve, read_job, metrics),
                              exps))
 
