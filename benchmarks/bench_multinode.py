@@ -213,6 +213,8 @@ def main() -> None:
                 torchsite.mount(bed.ct(vmid), site)
             run(Bench(bed, work), cts, a.runs, a.deploys_only)
         finally:
+            subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "connections", "close"],
+                           env=dict(os.environ, XDG_RUNTIME_DIR=str(work / "run")), capture_output=True)
             for vmid in (200, 201, 202):
                 if vmid in bed.cts:
                     torchsite.unmount(bed.ct(vmid))
