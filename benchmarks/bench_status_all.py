@@ -8,7 +8,10 @@ Two fleets on loopback only, each against its slowest single target, in the same
     every connection) and cold (``[ssh] persist = 0``: every command connects and asks on its own);
   - dead: --dead SSH "hosts" that accept TCP and never answer (a frozen CT, a dead host behind a NAT: each costs
     its whole connect timeout), beside the built-in local target with a finished run.
-Rounds are interleaved (every single, then --all, per round); medians over --runs rounds.
+Rounds are interleaved (every single, then --all, per round); medians over --runs rounds. Here the hosts share
+this machine's cores: cold, each pays an SSH handshake and a one-shot agent start on them (about 0.35 s of CPU
+a host, read from the sshd processes' reaped children), so the cold --all row measures their sum where a real
+fleet's hosts each pay their own.
 Run: python benchmarks/bench_status_all.py [--runs N] [--live 20] [--dead 3] [--timeout 2]
 """
 
@@ -84,9 +87,7 @@ def live_fleet(work: Path, count: int, runs: int, singles: int) -> list[tuple[st
             f'command = "python3 train.py"\n'
             f'[ssh]\nknown_hosts = ["{work}/known_hosts"]\nidentity_file = "{key}"\n' + targets)
         (proj / "train.py").write_text("print('step=1 loss=1.0', flush=True)\n")
-        runtime = work / "run"  # this benchmark's own connection keeper
-        runtime.mkdir(mode=0o700)
-        env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime))
+        env = dict(os.environ)
         for i in range(count):  # a finished run on every host (its records and its run folder there)
             took, out, rc = timed([*ORCH, "deploy", "--target", f"h{i}", "--wait"], proj, env)
             if rc != 0:
@@ -108,7 +109,6 @@ def live_fleet(work: Path, count: int, runs: int, singles: int) -> list[tuple[st
                 every.append(took)
             slowest = max(statistics.median(t) for t in single.values())
             results.append((mode, slowest, statistics.median(every)))
-        subprocess.run([*ORCH, "connections", "close"], cwd=proj, env=env, capture_output=True)
         return results
     finally:
         for h in hosts:
@@ -156,6 +156,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=2.0)
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="orch-bench-all-"))
+    runtime = work / "run"  # this benchmark's own connection keeper and warm process, closed at the end
+    runtime.mkdir(mode=0o700)
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     try:
         print(f"\n| case (medians of {a.runs}) | wall | x slowest single |\n|---|---|---|")
         if a.live:
@@ -172,6 +175,7 @@ def main() -> None:
             print(f"| status --all: local + {a.dead} unreachable | {every:.2f} s | {every / slowest:.2f} |")
         print(f"\n{os.cpu_count()} cores; load average at the end {os.getloadavg()[0]:.1f}")
     finally:
+        subprocess.run([*ORCH, "connections", "close"], cwd=work, capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
 
 
