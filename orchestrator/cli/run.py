@@ -49,6 +49,8 @@ def _placed(settings, gpus, pool, names, cts, start, trust):
     for line in choice.others:
         render.say(f"  not {line}")
     return choice, wanted[choice.key]
+BesideOpt = Annotated[bool, typer.Option("--beside", help="Start it next to the project's running experiments on "
+                                         "--gpus N GPUs none of them holds (else refused; with --queue: queued)")]
 QueueOpt = Annotated[bool, typer.Option("--queue", help="Queue it on the target: it starts when the running "
                                         "experiment ends, with no orch connected (orch queue lists it)")]
 
@@ -219,14 +221,19 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
            set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
            yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
            trust_new_host: TrustOpt = False, wait: WaitOpt = None, queue: QueueOpt = False,
-           guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None) -> None:
-    """Push the code as a new revision and start it as a new experiment."""
+           guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None,
+           beside: BesideOpt = False) -> None:
+    """Push the code as a new revision and start it as a new experiment; it replaces every running experiment of
+    the project on the target, unless --beside starts it next to them."""
     from ..launch import prepare, queueing
 
     from . import job
 
     settings = common.settings(ctx, set_)
     secret = prepare.secret_values(settings)  # a missing secret stops here, before the target is touched
+    if beside:
+        return _beside(settings, target, ct, message, secret, gpus, queue, dry_run, start, trust_new_host, wait,
+                       as_json, guard=guard, clean=clean_checkpoints or purge, pool=pool)
     choice, one = _placed(settings, gpus, pool, target, ct, start, trust_new_host)
     grp = None if choice is not None else job.group(settings, target, ct, start, trust_new_host, dry_run)
     one = one or common.single(target, ct)
@@ -257,6 +264,26 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
         launch = queueing.queued(launch)
     if grp is not None:
         return job.deploy(launch, grp, settings, dry_run, as_json)
+    _run(launch, settings, dry_run, as_json, one)
+
+
+def _beside(settings, target, ct, message, secret, gpus, queue, dry_run, start, trust, wait, as_json, *, guard,
+            clean, pool) -> None:
+    """``deploy --gpus N --beside``: placed next to the running experiments, queued, or refused (launch/beside)."""
+    from ..launch import beside, prepare
+
+    from . import job
+
+    beside.refuse_flags(gpus, guard=guard, clean=clean, pool=pool, machines=len(target or []) + len(ct or []))
+    if job.group(settings, target, ct, start, trust, dry_run) is not None:
+        beside.refuse_flags(gpus, job=True)
+    one = common.single(target, ct)
+    tgt = _target(settings, *one, start, trust, dry_run)
+    launch = prepare.deploy(settings, tgt, message=message, clean=False, purge=False, yes=True, confirm=None,
+                            echo=render.say, secret=secret, progress=progress.meter(as_json))
+    launch.wait = settings.run.wait if wait is None else wait
+    if tgt.connect is not None:
+        launch = beside.beside(launch, gpus, queue)
     _run(launch, settings, dry_run, as_json, one)
 
 
