@@ -82,7 +82,8 @@ def run_state(run_dir: str) -> dict:
     key = parse_run_key(os.path.basename(run_dir)) or (None, exp.get("id"))
     out = {"id": key[1], "registry": key[0], "clone": exp.get("clone"), "project": exp.get("project"),
            "exit_code": None, "started": pid.get("started"),
-           "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints")}
+           "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints"),
+           "gpus": exp.get("gpus")}
     tried = attempts.summary(run_dir)
     out.update(tried)
     nodes = exp.get("nodes")

@@ -10,6 +10,7 @@ import typer
 from . import progress
 from . import common, render
 from .common import CtsOpt, JsonOpt, SetOpt, StartOpt, TargetsOpt, TrustOpt
+from .logs import ExperimentOpt
 
 MessageOpt = Annotated[Optional[str], typer.Option("--message", "-m", help="What this experiment tries")]
 CleanOpt = Annotated[bool, typer.Option("--clean-checkpoints", help="Move the checkpoints to the trash first "
@@ -333,17 +334,21 @@ StopAllOpt = Annotated[bool, typer.Option("--all", help="Empty the target's queu
 
 
 def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_run: DryOpt = False,
-         trust_new_host: TrustOpt = False, all_: StopAllOpt = False, as_json: JsonOpt = False) -> None:
-    """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); a job: every node at once."""
+         trust_new_host: TrustOpt = False, all_: StopAllOpt = False, as_json: JsonOpt = False,
+         experiment: ExperimentOpt = None) -> None:
+    """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); several side by side: the
+    latest (-e ID: that one); a job: every node at once."""
     from ..launch import prepare
     from . import job
 
     settings = common.settings(ctx)
-    grp = None if dry_run else job.group(settings, target, ct, False, trust_new_host, False)
+    grp = None if dry_run or experiment is not None else job.group(settings, target, ct, False, trust_new_host, False)
     if grp is not None:
         return job.stop(settings, grp, as_json)
-    tgt = _target(settings, *common.single(target, ct), False, trust_new_host, dry_run)
+    tgt = _target(settings, *_flags_of(settings, target, ct, experiment), False, trust_new_host, dry_run)
     launch = prepare.stop(settings, tgt, echo=render.say)
+    launch.stop_ids = [experiment] if experiment is not None else \
+        None if dry_run or tgt.connect is None else _latest_of_several(settings, tgt)
     if dry_run:
         return _run(launch, settings, True, as_json)
     from ..launch.operations import execute
@@ -361,10 +366,39 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     if dequeued:
         render.out(f"removed from the queue on {tgt.label}: " + ", ".join(f"experiment {i}" for i in dequeued))
     if not outcome.stopped:
-        render.out(f"nothing was running on {tgt.label}")
+        render.out(f"experiment {experiment} was not running on {tgt.label}" if experiment is not None else
+                   f"nothing was running on {tgt.label}")
     for run in outcome.stopped if not as_json else []:
         render.out(f"{render.which(run)} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "
                    f"signals: {', '.join(run['signals']) or 'none'})")
+
+
+def _flags_of(settings, target, ct, experiment) -> tuple:
+    """The target flags, or where experiment ``experiment`` ran when none are given."""
+    if experiment is None or target or ct:
+        return common.single(target, ct)
+    from ..watch.metrics_view import target_flags
+
+    with common.registry(settings) as reg:
+        return target_flags(settings, reg.get(experiment))
+
+
+def _latest_of_several(settings, tgt) -> list[int] | None:
+    """A bare stop with several runs of the project side by side: the latest alone, said on stderr; else None
+    (every run of the project there, as before)."""
+    from ..records import side_by_side
+    from ..records.reconcile import recover
+
+    project = settings.project.name
+    with common.registry(settings) as reg:
+        if len(side_by_side.live(reg, tgt, project)) < 2:
+            return None
+        recover(settings, tgt, reg)  # the rows may say running of a run that ended since
+        live = side_by_side.live(reg, tgt, project)
+    if len(live) < 2:
+        return None
+    render.say(f"orch: {side_by_side.note(project, [e.id for e in live], live[0].id)}")
+    return [live[0].id]
 
 
 def play(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A playbook .yaml")],

@@ -307,8 +307,10 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
             keys.append("env")
         elif isinstance(step, StopRun):
             by = {"experiment": exp.id if exp else None, "registry": registry_id, "clone": clone(settings)}
-            ops.append(Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
-                                       "term_timeout": settings.run.term_timeout, "by": by}))
+            ops.append(Op("run_stop", {"project": project, "ids": launch.stop_ids,
+                                       "stop_timeout": settings.run.stop_timeout,
+                                       "term_timeout": settings.run.term_timeout, "by": by}
+                          | ({"registry": registry_id} if launch.stop_ids is not None else {})))
             keys.append("stop")
         elif isinstance(step, Checkpoints) and action != "keep":
             ops.append(checkpoints.trash_op(target, settings, action, probe.get("inventory"), writer, stopping,
