@@ -91,7 +91,7 @@ def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, en
     why = reboot_unit.install(_unit_key(layout, project), sys.executable, os.path.abspath(sys.argv[0]),
                               command=["queue-boot", layout.root, project])
     started = _advance_locked(layout, project) if start_idle else {}
-    if started.get("started") == exp_id:
+    if any(e["id"] == exp_id and e["registry"] == registry for e in started.get("started_all") or []):
         state = runs.run_state(run_dir)
         return {"status": "running", "started": state.get("started") or time.time(), "position": 0}
     busy = runs.alive_runs(layout, project)
@@ -132,7 +132,8 @@ def _pending_resume(layout: Layout, project: str) -> dict | None:
 
 
 def _advance_locked(layout: Layout, project: str) -> dict:
-    """Start the oldest entry if nothing of the project runs (the caller holds the target's lock).
+    """Start the oldest entry if nothing of the project runs (the caller holds the target's lock); entries queued
+    ``beside`` start, in order, as long as the GPUs each wants are free (``started_all``: every one started).
 
     An entry that cannot start (its revision removed, its folder taken) is recorded as not started in its run
     folder and the next one is tried: a queue never sticks on a bad entry.
@@ -140,6 +141,7 @@ def _advance_locked(layout: Layout, project: str) -> dict:
     pending = _pending_resume(layout, project)
     if pending is not None:
         return {"started": None, "why": f"experiment {pending['id']} resumes after the reboot first"}
+    started: list[dict] = []
     for path in _files(layout, project):
         entry = read_json(path, None)
         if not isinstance(entry, dict):
@@ -147,7 +149,7 @@ def _advance_locked(layout: Layout, project: str) -> dict:
             continue
         args, why = _start_args(layout, entry)
         if why is not None:
-            return {"started": None, "why": why}
+            return _started(started) if started else {"started": None, "why": why}
         try:
             runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **args)
         except AgentFailure as exc:
@@ -160,9 +162,17 @@ def _advance_locked(layout: Layout, project: str) -> dict:
         os.unlink(path)
         if not _files(layout, project):
             reboot_unit.remove(_unit_key(layout, project))
-        return {"started": entry["exp_id"], "registry": entry.get("registry")}
+        started.append({"id": entry["exp_id"], "registry": entry.get("registry")})
+        if not args.get("beside"):
+            break  # the next waits for this one to end
+    if started:
+        return _started(started)
     reboot_unit.remove(_unit_key(layout, project))
     return {"started": None, "why": "the queue is empty"}
+
+
+def _started(started: list[dict]) -> dict:
+    return {"started": started[0]["id"], "registry": started[0]["registry"], "started_all": started}
 
 
 def _start_args(layout: Layout, entry: dict) -> tuple[dict, str | None]:

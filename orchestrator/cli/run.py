@@ -292,22 +292,28 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
             clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
             dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
             wait: WaitOpt = None, guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None,
-            pool: PoolOpt = None) -> None:
-    """Stop the latest experiment and relaunch its revision and settings as a new experiment; a job: on
-    every node."""
+            pool: PoolOpt = None, beside: BesideOpt = False) -> None:
+    """Stop the latest experiment and relaunch its revision and settings as a new experiment (--beside: next to
+    it, on free GPUs, stopping nothing); a job: on every node."""
     from ..launch import prepare
 
     from . import job
 
     settings = common.settings(ctx)
     confirm = render.confirm if render.interactive() else None
-    choice, one = _placed(settings, gpus, pool, target, ct, start, trust_new_host)
+    if beside:
+        from ..launch import beside as besides
+
+        besides.refuse_flags(gpus, guard=guard, clean=clean_checkpoints or purge, pool=pool,
+                             machines=len(target or []) + len(ct or []))
+    choice, one = (None, None) if beside else _placed(settings, gpus, pool, target, ct, start, trust_new_host)
     grp = None if choice is not None else job.group(settings, target, ct, start, trust_new_host, dry_run)
-    if grp is not None and guard:
+    if grp is not None and (guard or beside):
         from ..errors import InputError
 
-        raise InputError("--guard watches one run against one parent, not a job",
-                         hint="restart the job without --guard")
+        raise InputError("--guard watches one run against one parent, not a job" if guard else
+                         "--beside starts one run next to the running ones on one machine, not a job",
+                         hint="restart the job without --guard" if guard else "restart the job without --beside")
     if grp is not None:
         return job.restart(settings, grp, message=message, clean=clean_checkpoints or purge, purge=purge,
                            yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json)
@@ -325,6 +331,8 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
         from ..launch.placement import apply
 
         apply(launch, choice)
+    if beside and tgt.connect is not None:
+        launch = besides.beside(launch, gpus, queue=False)
     launch.guard = guard
     _run(launch, settings, dry_run, as_json, (target, ct))
 

@@ -176,3 +176,108 @@ def test_beside_refuses_what_it_cannot_carry_before_anything_runs(side):
         assert "hint: " in res.stderr
     with p.registry() as reg:
         assert reg.list() == []
+
+
+def test_restart_beside_relaunches_the_latest_next_to_it(side):
+    p = side
+    assert p.run("deploy", "--gpus", "1", "-m", "first").returncode == 0
+    res = p.run("restart", "--gpus", "1", "--beside")
+    assert res.returncode == 0, res.stderr
+    assert "the run gets GPU 1, beside the running experiments (none is stopped)" in res.stderr, res.stderr
+    assert _states(p) == {1: "running", 2: "running"}
+    assert _printed(p, 2) == {"visible": "1", "ckpt": f"{p.checkpoints}/exp2"}
+    with p.registry() as reg:
+        assert reg.get(2).parent == 1 and reg.get(2).revision == reg.get(1).revision
+    res = p.run("restart", "--beside")
+    assert res.returncode == 2 and "hint: give --gpus N with --beside" in res.stderr, res.stderr
+
+
+def test_a_gpu_nvidia_smi_shows_busy_is_not_given(project, tmp_path):
+    """No configured count: the machine's GPUs are nvidia-smi's (the stand-in), and one a process orch did not
+    start is using counts as taken."""
+    import sys
+
+    from tests.testbed import gpu_standin
+    from tests.testbed.gpu_standin import gpu_state, gpu_uuid
+
+    (project.path / "train.py").write_text(TRAIN)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    env = gpu_standin.install_local(tmp_path / "smi", gpu_state(2, seed=9, apps={0: [stranger.pid]}))
+    try:
+        res = project.run("deploy", "--gpus", "1", "--beside", env=env)
+        assert res.returncode == 0, res.stderr
+        assert f"GPU 0: pid {stranger.pid}, not orch's; GPU 1: free; the run gets GPU 1" in res.stderr, res.stderr
+        assert _printed(project, 1)["visible"] == "1"
+        with project.registry() as reg:
+            assert reg.get(1).gpus == [{"index": 1, "uuid": gpu_uuid(9, 1)}]
+        res = project.run("deploy", "--gpus", "1", "--beside", env=env)
+        assert res.returncode == 5, res.stderr
+        assert f"GPU 0: pid {stranger.pid}, not orch's; GPU 1: experiment 1 (tinylm)" in res.stderr, res.stderr
+        assert "orch stop -e 1" in res.stderr
+    finally:
+        project.run("stop", env=env)
+        stranger.kill()
+        stranger.wait()
+
+
+STEPPING = """\
+import os, signal, sys, time
+print(f"visible={os.environ.get('CUDA_VISIBLE_DEVICES')} ckpt={os.environ['ORCH_CHECKPOINT_DIR']}", flush=True)
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+step = 0
+while True:
+    step += 1
+    print(f"step={step} loss=1.0", flush=True)
+    time.sleep(float(os.environ.get("STEP_SLEEP", "0.2")))
+"""
+
+
+def _started_at(project, exp_id: int) -> float:
+    return json.loads((project.run_dir(exp_id) / "pid.json").read_text())["started"]
+
+
+def test_a_sweep_beside_runs_two_variants_at_once_and_the_third_on_the_gpu_one_frees(side):
+    p = side
+    (p.path / "train.py").write_text(STEPPING)
+    res = p.run("sweep", "--set", "batching.strategy=sorted,shuffle,bucketed", "--steps", "15", "--gpus", "1",
+                "--beside", "--json")
+    assert res.returncode == 0, res.stderr
+    sweep, rows = json.loads(res.stdout)["sweep"], json.loads(res.stdout)["variants"]
+    assert [(v["id"], v["status"]) for v in rows] == [(1, "running"), (2, "running"), (3, "queued")], rows
+    assert {_printed(p, 1)["visible"], _printed(p, 2)["visible"]} == {"0", "1"}
+    # no orch command from here: a variant ends at its budget and the queue starts the third on its GPU
+    wait_for(lambda: (p.run_dir(3) / "exit.json").exists(), timeout=120, what="the third variant's end")
+    ends = {i: json.loads((p.run_dir(i) / "exit.json").read_text())["ended"] for i in (1, 2)}
+    first = min(ends, key=ends.get)
+    assert _printed(p, 3)["visible"] == _printed(p, first)["visible"]
+    assert _started_at(p, 2) < ends[first] <= _started_at(p, 3)  # 1 and 2 ran together; 3 after one ended
+    for exp_id in (1, 2, 3):
+        assert "[orch] budget reached (15 steps): SIGINT" in (p.run_dir(exp_id) / "train.log").read_text()
+    assert p.run("status").returncode == 0  # the registry learns how they ended
+    assert _states(p) == {1: "finished", 2: "finished", 3: "finished"}
+    assert [(r["id"], r["status"]) for r in json.loads(p.run("sweep", "show", sweep, "--json").stdout)["variants"]
+            if r["status"] != "finished"] == []
+
+
+def test_sweep_beside_flags_go_together(side):
+    for flags, said in ((("--beside",), "error: --beside runs the variants side by side on free GPUs"),
+                        (("--gpus", "1"), "error: --gpus K gives each variant K GPUs beside the others")):
+        res = side.run("sweep", "--set", "batching.strategy=sorted,shuffle", "--steps", "5", *flags)
+        assert res.returncode == 2 and said in res.stderr and "hint: " in res.stderr, res.stderr
+
+
+def test_sweep_stop_stops_every_variant_running_side_by_side_and_no_other_run(side):
+    p = side
+    (p.path / "train.py").write_text(STEPPING)
+    assert p.run("deploy", "--gpus", "1", "-m", "not of the sweep").returncode == 0
+    res = p.run("sweep", "--set", "batching.strategy=sorted,shuffle", "--steps", "100000", "--gpus", "1",
+                "--beside", "--json")
+    assert res.returncode == 0, res.stderr
+    sweep = json.loads(res.stdout)["sweep"]
+    assert _states(p) == {1: "running", 2: "running", 3: "queued"}
+    assert _printed(p, 2)["visible"] == "1"
+    res = p.run("sweep", "stop", sweep)
+    assert res.returncode == 0, res.stderr
+    assert f"sweep {sweep}: removed from the queue: experiment 3" in res.stdout, res.stdout
+    assert f"sweep {sweep}: experiment 2 on local: stopped" in res.stdout, res.stdout
+    assert _states(p) == {1: "running", 2: "stopped", 3: "stopped"}
