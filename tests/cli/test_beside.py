@@ -78,6 +78,16 @@ def test_two_side_by_side_on_disjoint_gpus_and_a_third_refused(side):
     assert _states(p) == {1: "running", 2: "running"}
     assert (sorted(x.name for x in (p.root / "runs").iterdir()), snapshot(p.checkpoints)) == before
 
+    # under the lock, the start check refuses GPUs a live run was given since the launch looked
+    from orchestrator.agent import start_check
+    from orchestrator.agent.layout import Layout
+    from orchestrator.agent.protocol import AgentFailure
+
+    with pytest.raises(AgentFailure) as refused:
+        start_check.check(Layout(str(p.root)), 9, "tinylm", "r-any", stops_runs=False, revision_pending=True,
+                          beside="1")
+    assert refused.value.kind == "conflict" and "GPU 1 is taken by experiment 2 (tinylm)" in refused.value.message
+
 
 def test_beside_needs_gpus(side):
     res = side.run("deploy", "--beside")
@@ -228,8 +238,11 @@ step = 0
 while True:
     step += 1
     print(f"step={step} loss=1.0", flush=True)
-    time.sleep(float(os.environ.get("STEP_SLEEP", "0.2")))
+    time.sleep(SLOW)
 """
+# a sweep's variants differ by their batching strategy: shuffle's steps are the slow ones
+STEPPING = STEPPING.replace("step = 0\n", "import json\nSLOW = 0.8 if json.load(open(os.environ['ORCH_BATCHING_FILE']))"
+                            ".get('strategy') == 'shuffle' else 0.1\nstep = 0\n")
 
 
 def _started_at(project, exp_id: int) -> float:
@@ -246,11 +259,11 @@ def test_a_sweep_beside_runs_two_variants_at_once_and_the_third_on_the_gpu_one_f
     assert [(v["id"], v["status"]) for v in rows] == [(1, "running"), (2, "running"), (3, "queued")], rows
     assert {_printed(p, 1)["visible"], _printed(p, 2)["visible"]} == {"0", "1"}
     # no orch command from here: a variant ends at its budget and the queue starts the third on its GPU
-    wait_for(lambda: (p.run_dir(3) / "exit.json").exists(), timeout=120, what="the third variant's end")
-    ends = {i: json.loads((p.run_dir(i) / "exit.json").read_text())["ended"] for i in (1, 2)}
-    first = min(ends, key=ends.get)
-    assert _printed(p, 3)["visible"] == _printed(p, first)["visible"]
-    assert _started_at(p, 2) < ends[first] <= _started_at(p, 3)  # 1 and 2 ran together; 3 after one ended
+    wait_for(lambda: all((p.run_dir(i) / "exit.json").exists() for i in (1, 2, 3)), timeout=120,
+             what="every variant's end")
+    ends = {i: json.loads((p.run_dir(i) / "exit.json").read_text())["ended"] for i in (1, 2, 3)}
+    assert _printed(p, 3)["visible"] == _printed(p, 1)["visible"]  # sorted's fast steps end first: its GPU
+    assert _started_at(p, 2) < ends[1] <= _started_at(p, 3) < ends[2]  # 1 and 2 together, then 3 beside 2
     for exp_id in (1, 2, 3):
         assert "[orch] budget reached (15 steps): SIGINT" in (p.run_dir(exp_id) / "train.log").read_text()
     assert p.run("status").returncode == 0  # the registry learns how they ended
@@ -281,3 +294,36 @@ def test_sweep_stop_stops_every_variant_running_side_by_side_and_no_other_run(si
     assert f"sweep {sweep}: removed from the queue: experiment 3" in res.stdout, res.stdout
     assert f"sweep {sweep}: experiment 2 on local: stopped" in res.stdout, res.stdout
     assert _states(p) == {1: "running", 2: "stopped", 3: "stopped"}
+
+
+def test_two_lost_runs_side_by_side_both_resume_in_one_session(side):
+    """What the reboot units run after a boot (``agent resume RUN_DIR``, one per run): the second to resume gets a
+    window beside the first, which keeps running (its session is never killed)."""
+    import os
+    import signal
+    import sys
+
+    p = side
+    assert p.run("deploy", "--gpus", "1").returncode == 0
+    assert p.run("deploy", "--gpus", "1", "--beside").returncode == 0
+    _printed(p, 1), _printed(p, 2)
+    agent = json.loads((p.run_dir(1) / "launch.json").read_text())["env"]["PYTHONPATH"].split(os.pathsep)[-1]
+    agent = agent[:-2] + ".pyz" if agent.endswith(".d") else agent
+    for exp_id in (1, 2):  # the machine went down under both: no exit recorded, nothing alive
+        pid = json.loads((p.run_dir(exp_id) / "pid.json").read_text())
+        os.killpg(pid["child"], signal.SIGKILL)
+        os.kill(pid["supervisor"], signal.SIGKILL)
+    subprocess.run(["tmux", "-L", tmux_socket(str(p.root)), "kill-server"], capture_output=True)
+    wait_for(lambda: json.loads(p.run("status", "--json", "--no-metrics").stdout)["state"] == "lost",
+             what="the runs read as lost")
+    for exp_id in (1, 2):
+        (p.run_dir(exp_id) / "train.log").write_text("")  # what each prints after its resume
+        done = subprocess.run([sys.executable, agent, "resume", str(p.run_dir(exp_id))], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert _printed(p, exp_id)["visible"] == str(exp_id - 1)
+    windows = subprocess.run(["tmux", "-L", tmux_socket(str(p.root)), "list-windows", "-t", "orch-tinylm", "-F",
+                              "#{window_name}"], capture_output=True, text=True).stdout.split()
+    assert sorted(windows) == ["exp1", "exp2"]
+    data = json.loads(p.run("status", "--json", "--no-metrics").stdout)
+    assert [(r["experiment"], r["state"]) for r in data["live"]] == [(2, "running"), (1, "running")]
