@@ -327,3 +327,21 @@ def test_two_lost_runs_side_by_side_both_resume_in_one_session(side):
     assert sorted(windows) == ["exp1", "exp2"]
     data = json.loads(p.run("status", "--json", "--no-metrics").stdout)
     assert [(r["experiment"], r["state"]) for r in data["live"]] == [(2, "running"), (1, "running")]
+
+
+def test_bare_attach_opens_the_latest_runs_window_and_e_another(side):
+    from tests.cli.test_into import DETACH, cli_argv, drive_pty
+
+    p = side
+    assert p.run("deploy", "--gpus", "1").returncode == 0
+    assert p.run("deploy", "--gpus", "1", "--beside").returncode == 0
+    _printed(p, 1), _printed(p, 2)
+    # the pane is the run's supervisor: its first line names the run folder
+    code, screen = drive_pty(cli_argv("attach"), p.path, [(f"runs/{p.run_key(2)}", DETACH)])
+    assert code == 0, screen
+    assert "2 runs of tinylm here; acting on the latest, experiment 2 (-e ID names another)" in screen, screen
+    assert f"runs/{p.run_key(1)}" not in screen and "1:exp2*" in screen
+    code, screen = drive_pty(cli_argv("attach", "-e", "1"), p.path, [(f"runs/{p.run_key(1)}", DETACH)])
+    assert code == 0 and "acting on the latest" not in screen, screen
+    assert f"runs/{p.run_key(2)}" not in screen and "0:exp1*" in screen
+    assert _states(p) == {1: "running", 2: "running"}
