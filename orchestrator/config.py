@@ -148,6 +148,7 @@ class TargetSection(_Section):
     access: Literal["ssh", "pct"] = "ssh"
     address: str | None = None
     members: list[str] = Field(default_factory=list)  # kind = "group": names of other targets; node 0 first
+    gpus: int | None = Field(None, ge=1)  # the machine's GPU count (0..N-1) where nvidia-smi sees none; wins if both
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "TargetSection":

@@ -8,8 +8,8 @@ import sys
 import time
 import traceback
 
-from . import (checkpoints, diskspace, doctor, envs, gc, journal, logs, notify, revisions, rollback, run_files,
-               runqueue, runs, start_check, system, validate, workdir)
+from . import (checkpoints, diskspace, doctor, envs, gc, gpu_share, journal, logs, notify, revisions, rollback,
+               run_files, runqueue, runs, start_check, system, validate, workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -72,6 +72,7 @@ OPS = {
                                                "queue": runqueue.entries(layout, a["project"]) if a.get("project")
                                                else []}, False),
     "gpus": (system.gpu_report, False),
+    "gpu_share": (gpu_share.share, False),
     "queue_add": (runqueue.add, False),
     "queue_list": (runqueue.listing, False),
     "queue_remove": (runqueue.remove, False),

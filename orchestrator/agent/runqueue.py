@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from . import journal, reboot_unit, runs
+from . import gpu_share, journal, reboot_unit, runs
 from .layout import Layout, read_json, run_key, write_json
 from .lock import TargetLock
 from .protocol import AgentFailure
@@ -69,9 +69,11 @@ def _unit_key(layout: Layout, project: str) -> str:
 
 
 def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict, experiment: dict,
-        batching: dict, registry: str | None = None, recovery: dict | None = None, start_idle: bool = True) -> dict:
+        batching: dict, registry: str | None = None, recovery: dict | None = None, start_idle: bool = True,
+        beside: dict | None = None) -> dict:
     """Queue a launch (under the target's lock); with ``start_idle``, start the queue at once when nothing of the
-    project runs (a sweep queues every variant first, so that none competes with the queueing of the rest)."""
+    project runs (a sweep queues every variant first, so that none competes with the queueing of the rest).
+    ``beside`` (``{"gpus": N, "total": M}``): it starts next to the live runs once N GPUs are free (``gpu_share``)."""
     if not os.path.isdir(layout.revision(revision)):
         raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
     run_dir = layout.run_dir(exp_id, registry)
@@ -84,12 +86,12 @@ def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, en
     os.makedirs(folder(layout, project), exist_ok=True)
     entry = {"exp_id": exp_id, "project": project, "revision": revision, "argv": list(argv), "env": dict(env),
              "experiment": dict(experiment), "batching": dict(batching), "registry": registry,
-             "recovery": recovery or {}, "queued": time.time()}
+             "recovery": recovery or {}, "queued": time.time()} | ({"beside": dict(beside)} if beside else {})
     write_json(os.path.join(folder(layout, project), f"{time.time_ns():020d}-{key}.json"), entry)
     why = reboot_unit.install(_unit_key(layout, project), sys.executable, os.path.abspath(sys.argv[0]),
                               command=["queue-boot", layout.root, project])
     started = _advance_locked(layout, project) if start_idle else {}
-    if started.get("started") == exp_id:
+    if any(e["id"] == exp_id and e["registry"] == registry for e in started.get("started_all") or []):
         state = runs.run_state(run_dir)
         return {"status": "running", "started": state.get("started") or time.time(), "position": 0}
     busy = runs.alive_runs(layout, project)
@@ -130,23 +132,24 @@ def _pending_resume(layout: Layout, project: str) -> dict | None:
 
 
 def _advance_locked(layout: Layout, project: str) -> dict:
-    """Start the oldest entry if nothing of the project runs (the caller holds the target's lock).
+    """Start the oldest entry if nothing of the project runs (the caller holds the target's lock); entries queued
+    ``beside`` start, in order, as long as the GPUs each wants are free (``started_all``: every one started).
 
     An entry that cannot start (its revision removed, its folder taken) is recorded as not started in its run
     folder and the next one is tried: a queue never sticks on a bad entry.
     """
-    busy = runs.alive_runs(layout, project)
-    if busy:
-        return {"started": None, "why": f"experiment {busy[0]['id']} is running"}
     pending = _pending_resume(layout, project)
     if pending is not None:
         return {"started": None, "why": f"experiment {pending['id']} resumes after the reboot first"}
+    started: list[dict] = []
     for path in _files(layout, project):
         entry = read_json(path, None)
         if not isinstance(entry, dict):
             os.unlink(path)
             continue
-        args = {k: entry.get(k) for k in START_ARGS}
+        args, why = _start_args(layout, entry)
+        if why is not None:
+            return _started(started) if started else {"started": None, "why": why}
         try:
             runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **args)
         except AgentFailure as exc:
@@ -159,9 +162,33 @@ def _advance_locked(layout: Layout, project: str) -> dict:
         os.unlink(path)
         if not _files(layout, project):
             reboot_unit.remove(_unit_key(layout, project))
-        return {"started": entry["exp_id"], "registry": entry.get("registry")}
+        started.append({"id": entry["exp_id"], "registry": entry.get("registry")})
+        if not args.get("beside"):
+            break  # the next waits for this one to end
+    if started:
+        return _started(started)
     reboot_unit.remove(_unit_key(layout, project))
     return {"started": None, "why": "the queue is empty"}
+
+
+def _started(started: list[dict]) -> dict:
+    return {"started": started[0]["id"], "registry": started[0]["registry"], "started_all": started}
+
+
+def _start_args(layout: Layout, entry: dict) -> tuple[dict, str | None]:
+    """``runs.start``'s arguments for the entry, or why it must wait: a run of the project is alive, or (an entry
+    queued ``beside``) fewer GPUs are free than it wants; it then gets the free ones."""
+    args = {k: entry.get(k) for k in START_ARGS}
+    wanted = entry.get("beside")
+    if not isinstance(wanted, dict):
+        busy = runs.alive_runs(layout, str(entry.get("project")))
+        return args, (f"experiment {busy[0]['id']} is running" if busy else None)
+    placed = gpu_share.pick(gpu_share.table(layout, wanted.get("total"))["gpus"], int(wanted.get("gpus") or 1))
+    if placed is None:
+        return args, f"waiting for {wanted.get('gpus')} free GPU(s)"
+    args.update(env=gpu_share.environment(args["env"] or {}, placed),
+                experiment={**(args["experiment"] or {}), "gpus": placed}, beside=True)
+    return args, None
 
 
 def advance(layout: Layout, project: str, wait: float = LOCK_WAIT) -> dict:

@@ -25,7 +25,7 @@ import sys
 import time
 
 from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, reboot_unit,
-               watchdog, workdir)
+               watchdog, windows, workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
@@ -82,7 +82,8 @@ def run_state(run_dir: str) -> dict:
     key = parse_run_key(os.path.basename(run_dir)) or (None, exp.get("id"))
     out = {"id": key[1], "registry": key[0], "clone": exp.get("clone"), "project": exp.get("project"),
            "exit_code": None, "started": pid.get("started"),
-           "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints")}
+           "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints"),
+           "gpus": exp.get("gpus")}
     tried = attempts.summary(run_dir)
     out.update(tried)
     nodes = exp.get("nodes")
@@ -194,8 +195,11 @@ def _last_line(path: str) -> str | None:
 
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
           experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None,
-          registry: str | None = None, recovery: dict | None = None, notify: dict | None = None) -> dict:
-    """Write the run's files, then start the supervisor in this project's tmux session."""
+          registry: str | None = None, recovery: dict | None = None, notify: dict | None = None,
+          beside: bool = False) -> dict:
+    """Write the run's files, then start the supervisor in this project's tmux session (``beside``: next to
+    the project's live runs, on GPUs none of them was given: checked by ``start_check``/``runqueue`` under the same
+    lock, with ``gpu_share``)."""
     import libtmux
 
     secrets = handover.check(secrets or {})
@@ -210,10 +214,10 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     if not os.path.isdir(rev_dir):
         raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
     busy = alive_runs(layout, project)
-    if busy:
+    if busy and not beside:
         raise AgentFailure("conflict", f"experiment {busy[0]['id']} of project {project} is still running",
                            "stop it first (orch stop) or use orch restart")
-    for *_, other in _runs(layout, project):
+    for *_, other in [] if beside else _runs(layout, project):
         reboot_unit.remove(other)  # a new run replaces the project's lost ones: none comes back at boot
     run_dir = layout.run_dir(exp_id, registry)
     experiment = {**experiment, "registry": registry}
@@ -253,15 +257,18 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                 "notify": {k: v for k, v in notify.items() if k != "url"} if notify else None})
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(project)
-    _kill_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
+    if not busy:
+        _kill_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
     piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     sender = handover.Sender(run_dir, piped) if piped else None
     try:
         # a window opened in the session (orch attach, then tmux's new-window) sees the run's env first too
         shown = {k: run_env[k] for k in ("VIRTUAL_ENV", "PATH") if run_env.get("VIRTUAL_ENV")}
-        server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
-                           start_directory=work, window_command=command, **({"environment": shown} if shown else {}))
+        if not (busy and windows.beside(server, name, f"exp{exp_id}", work, command, shown)):
+            server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
+                               start_directory=work, window_command=command,
+                               **({"environment": shown} if shown else {}))
         if sender is not None:
             sender.wait_taken(run_dir)  # if it never comes, the supervisor records why the run did not start
     except Exception as exc:
@@ -510,10 +517,14 @@ def resume(run_dir: str) -> int:
     layout = Layout(os.path.dirname(os.path.dirname(run_dir)))
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(str(state["project"]))
-    _kill_session(server, name)
     command = shlex.join([sys.executable, os.path.abspath(sys.argv[0]), "supervise", run_dir])
+    cwd = launch.get("cwd") or layout.root
+    if alive_runs(layout, str(state["project"])) and windows.beside(server, name, f"exp{state['id']}", cwd, command,
+                                                                    {}):
+        return 0  # runs side by side: another resumed first, in this session
+    _kill_session(server, name)
     server.new_session(session_name=name, window_name=f"exp{state['id']}", attach=False,
-                       start_directory=launch.get("cwd") or layout.root, window_command=command)
+                       start_directory=cwd, window_command=command)
     return 0
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from . import handover, journal
+from . import gpu_share, handover, journal
 from .layout import Layout, read_json
 from .protocol import AgentFailure
 from .runs import alive_runs
@@ -34,11 +34,12 @@ def _creatable(path: str, write_in: bool) -> bool:
 
 def check(layout: Layout, exp_id: int, project: str, revision: str, registry: str | None = None,
           secrets: list | None = None, checkpoints: str | None = None, stops_runs: bool = True,
-          revision_pending: bool = False, spare_jobs: bool = False) -> dict:
+          revision_pending: bool = False, spare_jobs: bool = False, beside: str | None = None) -> dict:
     """Raise the failure ``runs.start`` would meet.
 
     ``stops_runs``: a ``run_stop`` of the project comes first; ``revision_pending``: assembled later in this call;
-    ``spare_jobs``: a launch on this target alone, which must not stop one node of a job (started since its probe).
+    ``spare_jobs``: a launch on this target alone, which must not stop one node of a job (started since its probe);
+    ``beside``: the new run's ``CUDA_VISIBLE_DEVICES``, none of them given to a live run (``gpu_share.check``).
     """
     run_dir = layout.run_dir(exp_id, registry)
     if os.path.lexists(run_dir) and not journal.only_launch(run_dir):  # this launch's journal may be there
@@ -63,7 +64,9 @@ def check(layout: Layout, exp_id: int, project: str, revision: str, registry: st
             raise AgentFailure("conflict", f"experiment {node['id']} of project {project} runs here as one node of a "
                                f"job over {len(node['job']['nodes'])} nodes, and this launch would stop only this "
                                "node; nothing was stopped", "stop the whole job first (orch stop naming its nodes)")
-    busy = [] if stops_runs else alive_runs(layout, project)
+    if beside is not None:
+        gpu_share.check(layout, beside)
+    busy = [] if stops_runs or beside is not None else alive_runs(layout, project)
     if busy:
         raise AgentFailure("conflict", f"experiment {busy[0]['id']} of project {project} is running and this "
                            "launch does not stop it; nothing was changed", "stop it first (orch stop)")

@@ -8,6 +8,7 @@ import typer
 
 from . import common, render
 from .common import CtsOpt, TargetsOpt, TrustOpt
+from .logs import ExperimentOpt
 
 
 def _exit(code: int) -> None:
@@ -26,8 +27,9 @@ def _reconcile(settings, tgt, transport) -> None:
 
 
 def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
-           trust_new_host: TrustOpt = False) -> None:
-    """Attach this terminal to the run's tmux pane; detach with C-b d (the run goes on)."""
+           trust_new_host: TrustOpt = False, experiment: ExperimentOpt = None) -> None:
+    """Attach this terminal to the run's tmux pane (several side by side: the latest's, or -e ID's); detach with
+    C-b d (the run goes on)."""
     from ..watch import into
     from ..reach.transport.interactive import terminal
 
@@ -37,10 +39,24 @@ def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
     with tgt.connect() as transport:
         _reconcile(settings, tgt, transport)
         into.require_alive(settings, tgt, transport)
-        code = terminal(transport, into.attach_argv(settings, tgt))
+        window = experiment if experiment is not None else _latest_window(settings, tgt)
+        code = terminal(transport, into.attach_argv(settings, tgt, window))
     render.say(f"orch: detached from {tgt.label}; the run goes on" if code == 0 else
                f"orch: tmux on {tgt.label} exited with code {code}")
     _exit(code)
+
+
+def _latest_window(settings, tgt) -> int | None:
+    """Several runs side by side: the latest's window, said on stderr; else None (the session's own)."""
+    from ..records import side_by_side
+
+    with common.registry(settings) as reg:
+        live = [e.id for e in side_by_side.live(reg, tgt, settings.project.name)]
+    told = side_by_side.note(settings.project.name, live, live[0] if live else None)
+    if told:
+        render.say(f"orch: {told}")
+        return live[0]
+    return None
 
 
 def exec_(ctx: typer.Context,

@@ -49,6 +49,8 @@ def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, exper
         tgt, exp, run_registry = log_view.find_run(
             settings, reg, experiment, common.single(target, ct),
             lambda name, ct_: common.target(settings, name, ct_, trust=trust_new_host))
+        if experiment is None:
+            _say_latest(settings, reg, tgt, exp.id)
     if follow:
         render.say(f"orch: following experiment {exp.id} on {tgt.label} (Ctrl-C stops following, not the run)")
     write = _metric_lines(as_recorded(settings, exp)) if metrics else _raw_writer()
@@ -62,6 +64,16 @@ def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, exper
     _finish(write)
     if follow:
         render.say(f"orch: experiment {exp.id} {state.get('state')} (exit code {state.get('exit_code')})")
+
+
+def _say_latest(settings, reg, tgt, acting: int) -> None:
+    """Several runs of the project side by side on the target: which one a bare command acts on, on stderr."""
+    from ..records import side_by_side
+
+    told = side_by_side.note(settings.project.name, [e.id for e in side_by_side.live(reg, tgt, settings.project.name)],
+                             acting)
+    if told:
+        render.say(f"orch: {told}")
 
 
 def _job_of(settings, target, ct, experiment, trust: bool):

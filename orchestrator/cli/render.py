@@ -114,7 +114,8 @@ def plan_lines(actions) -> list[str]:
             text = (f"build the environment of {a.source} ({a.requirements} requirements, {python}; {how}) "
                     "unless the target has it" + (" on every node" if a.nodes > 1 else ""))
         elif isinstance(a, model.StopRun):
-            text = "stop this project's running experiment, if any (SIGINT, then SIGTERM, then SIGKILL)"
+            text = ("stop this project's running experiments on the target, all of them when several run side by side "
+                    "(SIGINT, then SIGTERM, then SIGKILL)")
         elif isinstance(a, model.Checkpoints):
             text = {"keep": f"keep the checkpoints in {a.path}",
                     "move": f"move the contents of {a.path} to its trash (restorable)",

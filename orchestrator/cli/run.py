@@ -10,6 +10,7 @@ import typer
 from . import progress
 from . import common, render
 from .common import CtsOpt, JsonOpt, SetOpt, StartOpt, TargetsOpt, TrustOpt
+from .logs import ExperimentOpt
 
 MessageOpt = Annotated[Optional[str], typer.Option("--message", "-m", help="What this experiment tries")]
 CleanOpt = Annotated[bool, typer.Option("--clean-checkpoints", help="Move the checkpoints to the trash first "
@@ -49,6 +50,8 @@ def _placed(settings, gpus, pool, names, cts, start, trust):
     for line in choice.others:
         render.say(f"  not {line}")
     return choice, wanted[choice.key]
+BesideOpt = Annotated[bool, typer.Option("--beside", help="Start it next to the project's running experiments on "
+                                         "--gpus N GPUs none of them holds (else refused; with --queue: queued)")]
 QueueOpt = Annotated[bool, typer.Option("--queue", help="Queue it on the target: it starts when the running "
                                         "experiment ends, with no orch connected (orch queue lists it)")]
 
@@ -219,14 +222,19 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
            set_: SetOpt = None, clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False,
            yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
            trust_new_host: TrustOpt = False, wait: WaitOpt = None, queue: QueueOpt = False,
-           guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None) -> None:
-    """Push the code as a new revision and start it as a new experiment."""
+           guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None,
+           beside: BesideOpt = False) -> None:
+    """Push the code as a new revision and start it as a new experiment; it replaces every running experiment of
+    the project on the target, unless --beside starts it next to them."""
     from ..launch import prepare, queueing
 
     from . import job
 
     settings = common.settings(ctx, set_)
     secret = prepare.secret_values(settings)  # a missing secret stops here, before the target is touched
+    if beside:
+        return _beside(settings, target, ct, message, secret, gpus, queue, dry_run, start, trust_new_host, wait,
+                       as_json, guard=guard, clean=clean_checkpoints or purge, pool=pool)
     choice, one = _placed(settings, gpus, pool, target, ct, start, trust_new_host)
     grp = None if choice is not None else job.group(settings, target, ct, start, trust_new_host, dry_run)
     one = one or common.single(target, ct)
@@ -260,26 +268,52 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
     _run(launch, settings, dry_run, as_json, one)
 
 
+def _beside(settings, target, ct, message, secret, gpus, queue, dry_run, start, trust, wait, as_json, *, guard,
+            clean, pool) -> None:
+    """``deploy --gpus N --beside``: placed next to the running experiments, queued, or refused (launch/beside)."""
+    from ..launch import beside, prepare
+
+    from . import job
+
+    beside.refuse_flags(gpus, guard=guard, clean=clean, pool=pool, machines=len(target or []) + len(ct or []))
+    if job.group(settings, target, ct, start, trust, dry_run) is not None:
+        beside.refuse_flags(gpus, job=True)
+    one = common.single(target, ct)
+    tgt = _target(settings, *one, start, trust, dry_run)
+    launch = prepare.deploy(settings, tgt, message=message, clean=False, purge=False, yes=True, confirm=None,
+                            echo=render.say, secret=secret, progress=progress.meter(as_json))
+    launch.wait = settings.run.wait if wait is None else wait
+    if tgt.connect is not None:
+        launch = beside.beside(launch, gpus, queue)
+    _run(launch, settings, dry_run, as_json, one)
+
+
 def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, message: MessageOpt = None,
             clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
             dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
             wait: WaitOpt = None, guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None,
-            pool: PoolOpt = None) -> None:
-    """Stop the latest experiment and relaunch its revision and settings as a new experiment; a job: on
-    every node."""
+            pool: PoolOpt = None, beside: BesideOpt = False) -> None:
+    """Stop the latest experiment and relaunch its revision and settings as a new experiment (--beside: next to
+    it, on free GPUs, stopping nothing); a job: on every node."""
     from ..launch import prepare
 
     from . import job
 
     settings = common.settings(ctx)
     confirm = render.confirm if render.interactive() else None
-    choice, one = _placed(settings, gpus, pool, target, ct, start, trust_new_host)
+    if beside:
+        from ..launch import beside as besides
+
+        besides.refuse_flags(gpus, guard=guard, clean=clean_checkpoints or purge, pool=pool,
+                             machines=len(target or []) + len(ct or []))
+    choice, one = (None, None) if beside else _placed(settings, gpus, pool, target, ct, start, trust_new_host)
     grp = None if choice is not None else job.group(settings, target, ct, start, trust_new_host, dry_run)
-    if grp is not None and guard:
+    if grp is not None and (guard or beside):
         from ..errors import InputError
 
-        raise InputError("--guard watches one run against one parent, not a job",
-                         hint="restart the job without --guard")
+        raise InputError("--guard watches one run against one parent, not a job" if guard else
+                         "--beside starts one run next to the running ones on one machine, not a job",
+                         hint="restart the job without --guard" if guard else "restart the job without --beside")
     if grp is not None:
         return job.restart(settings, grp, message=message, clean=clean_checkpoints or purge, purge=purge,
                            yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json)
@@ -297,6 +331,8 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
         from ..launch.placement import apply
 
         apply(launch, choice)
+    if beside and tgt.connect is not None:
+        launch = besides.beside(launch, gpus, queue=False)
     launch.guard = guard
     _run(launch, settings, dry_run, as_json, (target, ct))
 
@@ -306,17 +342,21 @@ StopAllOpt = Annotated[bool, typer.Option("--all", help="Empty the target's queu
 
 
 def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_run: DryOpt = False,
-         trust_new_host: TrustOpt = False, all_: StopAllOpt = False, as_json: JsonOpt = False) -> None:
-    """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); a job: every node at once."""
+         trust_new_host: TrustOpt = False, all_: StopAllOpt = False, as_json: JsonOpt = False,
+         experiment: ExperimentOpt = None) -> None:
+    """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); several side by side: the
+    latest (-e ID: that one); a job: every node at once."""
     from ..launch import prepare
     from . import job
 
     settings = common.settings(ctx)
-    grp = None if dry_run else job.group(settings, target, ct, False, trust_new_host, False)
+    grp = None if dry_run or experiment is not None else job.group(settings, target, ct, False, trust_new_host, False)
     if grp is not None:
         return job.stop(settings, grp, as_json)
-    tgt = _target(settings, *common.single(target, ct), False, trust_new_host, dry_run)
+    tgt = _target(settings, *_flags_of(settings, target, ct, experiment), False, trust_new_host, dry_run)
     launch = prepare.stop(settings, tgt, echo=render.say)
+    launch.stop_ids = [experiment] if experiment is not None else \
+        None if dry_run or tgt.connect is None else _latest_of_several(settings, tgt)
     if dry_run:
         return _run(launch, settings, True, as_json)
     from ..launch.operations import execute
@@ -334,10 +374,39 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     if dequeued:
         render.out(f"removed from the queue on {tgt.label}: " + ", ".join(f"experiment {i}" for i in dequeued))
     if not outcome.stopped:
-        render.out(f"nothing was running on {tgt.label}")
+        render.out(f"experiment {experiment} was not running on {tgt.label}" if experiment is not None else
+                   f"nothing was running on {tgt.label}")
     for run in outcome.stopped if not as_json else []:
         render.out(f"{render.which(run)} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "
                    f"signals: {', '.join(run['signals']) or 'none'})")
+
+
+def _flags_of(settings, target, ct, experiment) -> tuple:
+    """The target flags, or where experiment ``experiment`` ran when none are given."""
+    if experiment is None or target or ct:
+        return common.single(target, ct)
+    from ..watch.metrics_view import target_flags
+
+    with common.registry(settings) as reg:
+        return target_flags(settings, reg.get(experiment))
+
+
+def _latest_of_several(settings, tgt) -> list[int] | None:
+    """A bare stop with several runs of the project side by side: the latest alone, said on stderr; else None
+    (every run of the project there, as before)."""
+    from ..records import side_by_side
+    from ..records.reconcile import recover
+
+    project = settings.project.name
+    with common.registry(settings) as reg:
+        if len(side_by_side.live(reg, tgt, project)) < 2:
+            return None
+        recover(settings, tgt, reg)  # the rows may say running of a run that ended since
+        live = side_by_side.live(reg, tgt, project)
+    if len(live) < 2:
+        return None
+    render.say(f"orch: {side_by_side.note(project, [e.id for e in live], live[0].id)}")
+    return [live[0].id]
 
 
 def play(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A playbook .yaml")],

@@ -10,6 +10,7 @@ import typer
 
 from . import common, render
 from .common import CtsOpt, JsonOpt, TargetsOpt, TrustOpt
+from .logs import ExperimentOpt
 
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Refresh every 2 s")]
 MetricsOpt = Annotated[bool, typer.Option("--metrics/--no-metrics", help="Read what is new in the log for step, "
@@ -19,8 +20,9 @@ AllOpt = Annotated[bool, typer.Option("--all", "-a", help="Every target this pro
 
 def status(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_json: JsonOpt = False,
            watch: WatchOpt = False, metrics: MetricsOpt = True, all_: AllOpt = False,
-           trust_new_host: TrustOpt = False) -> None:
-    """The target's latest experiment: state, exit code, progress and the last log line."""
+           trust_new_host: TrustOpt = False, experiment: ExperimentOpt = None) -> None:
+    """The target's latest experiment (or -e ID): state, exit code, progress and the last log line; every
+    live run of the project there when several run side by side."""
     from ..watch import status as reading
 
     settings = common.settings(ctx)
@@ -36,9 +38,17 @@ def status(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_
         from . import job
 
         return job.status(settings, grp, as_json)
-    tgt = common.target(settings, *common.single(target, ct), trust=trust_new_host)
+    flags = common.single(target, ct)
+    if experiment is not None and flags == (None, None):  # where it ran
+        from ..watch.metrics_view import target_flags
+
+        with open_registry() as reg:
+            flags = target_flags(settings, reg.get(experiment))
+    tgt = common.target(settings, *flags, trust=trust_new_host)
+    said: list = [] if experiment is None else [True]  # the run acted on is said once, not at each refresh
     reading.watch(settings, tgt, open_registry, metrics=metrics, repeat=watch, notice=render.say,
-                  show=functools.partial(_show, as_json=as_json, clear=watch))
+                  show=functools.partial(_show, as_json=as_json, clear=watch, said=said, project=settings.project.name),
+                  experiment=experiment)
 
 
 def _read_job(settings, exp, registry, *, trust: bool) -> tuple:
@@ -49,7 +59,13 @@ def _read_job(settings, exp, registry, *, trust: bool) -> tuple:
     return grp, multinode.status(settings, grp, registry)[0]
 
 
-def _show(data: dict, *, as_json: bool, clear: bool) -> None:
+def _show(data: dict, *, as_json: bool, clear: bool, said: list | None = None, project: str = "") -> None:
+    from ..records.side_by_side import note
+
+    told = note(project, [r["experiment"] for r in data.get("live") or []], data.get("experiment"))
+    if told and said is not None and not said:
+        render.say(f"orch: {told}")
+        said.append(True)
     if as_json:
         render.print_json(data)
         return
@@ -169,6 +185,13 @@ def _print_status(d: dict) -> None:
         render.out(f"  gpu {g['index']} {g['name']}: {g['util']}% busy, {g['mem_used_mib']}/{g['mem_total_mib']} MiB"
                    + given)
     render.out(f"  last log line ({render.ago(d['log_age_s'])}): {d['last_line'] or '-'}")
+    live = d.get("live") or []
+    if len(live) > 1:
+        render.out(f"  {len(live)} runs side by side here:")
+        for r in live:
+            gpus = f" on GPU {','.join(map(str, r['gpus']))}" if r.get("gpus") else ""
+            render.out(f"    experiment {r['experiment']} {r['state']}{gpus}, revision {r['revision']}, checkpoints "
+                       f"{r['checkpoints']}" + (f": {r['message']}" if r.get("message") else ""))
     for q in d.get("queue") or []:
         render.out(f"  queued {q['position']}: experiment {q['id']}" + (f" (sweep {q['sweep']})" if q.get("sweep") else ""))
 

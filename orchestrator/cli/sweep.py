@@ -24,9 +24,13 @@ SweepArg = Annotated[str, typer.Argument(metavar="SWEEP", help="The sweep's id (
 def sweep(ctx: typer.Context, set_: SweepSetOpt = None, steps: StepsOpt = None, minutes: MinutesOpt = None,
           target: TargetsOpt = None, ct: CtsOpt = None,
           message: Annotated[Optional[str], typer.Option("--message", "-m", help="What this sweep tries")] = None,
-          trust_new_host: TrustOpt = False, as_json: JsonOpt = False) -> None:
+          trust_new_host: TrustOpt = False, as_json: JsonOpt = False,
+          gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="With --beside: K GPUs per variant")] = None,
+          beside: Annotated[bool, typer.Option("--beside", help="Run the variants side by side, each on --gpus K "
+                                               "free GPUs, as many at once as fit; the rest wait in the queue")] = False
+          ) -> None:
     """Launch every combination of the --set values as one sweep, spread over the targets (each --target or
-    --ct in turn) and queued behind each other on each."""
+    --ct in turn) and queued behind each other on each (--gpus K --beside: side by side on free GPUs)."""
     if ctx.invoked_subcommand is not None:
         return
     from ..launch import sweep as sweeping
@@ -34,11 +38,12 @@ def sweep(ctx: typer.Context, set_: SweepSetOpt = None, steps: StepsOpt = None, 
     settings = common.settings(ctx)
     sweeping.variants(set_ or [])  # bad --set values are refused before any target is asked
     sweeping.budget_env(steps, minutes)
+    sweeping.check_beside(gpus, beside)
     names = [(n, None) for n in target or []] + [(None, c) for c in ct or []] or [(None, None)]
     targets = [common.target(settings, n, c, trust=trust_new_host) for n, c in names]
     with common.registry(settings) as reg:
         done = sweeping.launch(set_ or [], steps, minutes, targets, lambda o: common.settings(ctx, o), reg,
-                               echo=render.say, message=message)
+                               echo=render.say, message=message, beside_gpus=gpus if beside else None)
     if as_json:
         render.print_json({"sweep": done.sweep, "variants": done.rows})
         return
@@ -122,9 +127,10 @@ def stop(ctx: typer.Context, sweep_id: SweepArg, as_json: JsonOpt = False, trust
             dequeued += queueing.remove(settings, tgt, reg, sweep=sweep_id)
             recover(settings, tgt, reg)
             mine = {e.id for e in reg.list(sweep=sweep_id) if e.machine == machine and e.status == "running"}
-            latest = reg.latest(tgt.machine, tgt.name)
-            if mine and latest is not None and latest.id in mine:
-                outcome = execute(prepare.stop(settings, tgt, echo=render.say), reg)
+            if mine:  # the sweep's own runs: its variants side by side, never another run beside them
+                halt = prepare.stop(settings, tgt, echo=render.say)
+                halt.stop_ids = sorted(mine)
+                outcome = execute(halt, reg)
                 stopped += [dict(r, target=tgt.label) for r in outcome.stopped]
     if as_json:
         render.print_json({"sweep": sweep_id, "dequeued": dequeued, "stopped": stopped})

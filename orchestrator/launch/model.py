@@ -164,6 +164,8 @@ class Launch:
     venv: dict | None = None  # the env the run starts in, once it is on the target (envs.prepare)
     sweep: str | None = None  # the sweep this launch is a variant of (launch/sweep.py)
     guard: bool = False  # --guard: the new run is watched against the one it replaces ([guard])
+    beside: dict | None = None  # --beside: {"gpus": N, "total": M}, started next to the running ones (beside.py)
+    stop_ids: list | None = None  # stop_run stops these experiments only (orch stop -e ID); None: all the project's
 
     def has(self, kind: type[Action]) -> bool:
         return has(self.actions, kind)

@@ -78,7 +78,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         if action != "keep":
             checkpoints.confirm_launch(probe["inventory"], action, target.label, writer, yes=launch.yes,
                                        confirm=launch.confirm, echo=launch.echo)
-        elif launch.has(StartRun):
+        elif launch.has(StartRun) and not launch.beside:  # a run beside others gets a folder of its own
             _notice_checkpoints(launch, probe.get("inventory"), writer)
         _push(launch, client, probe, out)
         build_env(launch, client, probe)
@@ -87,7 +87,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             if launch.has(Record):
                 # numbered by this registry alone: its runs' folders on the target carry its id (runs/<id>-<n>)
                 exp = registry.create(launcher=guard, **_record_fields(launch, probe))
-                if launch.sweep:  # variants of a sweep never share (or resume from) each other's checkpoints
+                if launch.sweep or launch.beside:  # runs side by side never share each other's checkpoints
                     exp = registry.update(exp.id, checkpoints=f"{target.checkpoints.rstrip('/')}/exp{exp.id}")
                 out.experiment = exp
                 if parent is not None:
@@ -312,8 +312,10 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
             keys.append("env")
         elif isinstance(step, StopRun):
             by = {"experiment": exp.id if exp else None, "registry": registry_id, "clone": clone(settings)}
-            ops.append(Op("run_stop", {"project": project, "ids": None, "stop_timeout": settings.run.stop_timeout,
-                                       "term_timeout": settings.run.term_timeout, "by": by}))
+            ops.append(Op("run_stop", {"project": project, "ids": launch.stop_ids,
+                                       "stop_timeout": settings.run.stop_timeout,
+                                       "term_timeout": settings.run.term_timeout, "by": by}
+                          | ({"registry": registry_id} if launch.stop_ids is not None else {})))
             keys.append("stop")
         elif isinstance(step, Checkpoints) and action != "keep":
             ops.append(checkpoints.trash_op(target, settings, action, probe.get("inventory"), writer, stopping,
@@ -327,7 +329,8 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
             ops.append(Op("queue_add", {"exp_id": exp.id, "registry": key, "project": project,
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "experiment": start.experiment, "batching": exp.batching,
-                                        "recovery": start.recovery, "start_idle": step.start_idle}))
+                                        "recovery": start.recovery, "start_idle": step.start_idle}
+                          | ({"beside": launch.beside} if launch.beside else {})))
             keys.append("queue")
         elif isinstance(step, StartRun):
             assert exp is not None and start is not None
@@ -335,7 +338,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "secrets": dict(launch.secrets), "experiment": start.experiment,
                                         "batching": exp.batching, "recovery": start.recovery}
-                          | _notify_arg(launch, exp)))
+                          | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
             wait = max(step.wait, start.verify_wait if start is not None else 0.0)
@@ -412,7 +415,8 @@ def _check_start_first(launch: Launch, exp: Experiment, key: str | None, ops: li
                                        "project": launch.settings.project.name, "revision": exp.revision,
                                        "secrets": sorted(launch.secrets), "checkpoints": launch.target.checkpoints,
                                        "stops_runs": "stop" in keys, "revision_pending": pending,
-                                       "spare_jobs": spare_jobs}))
+                                       "spare_jobs": spare_jobs}
+                     | ({"beside": launch.env.get("CUDA_VISIBLE_DEVICES", "")} if launch.beside else {})))
     keys.insert(first, "start_check")
 
 

@@ -1,6 +1,7 @@
 """``orch sweep``: the cartesian product of ``--set key=a,b,c`` values, launched as the variants of one sweep.
 
-Each variant is a ``deploy --queue`` (``queueing``) with its settings overridden, its budget in its environment
+Each variant is a ``deploy --queue`` (``queueing``; with ``--gpus K --beside``, queued beside: the target's queue
+starts as many at once as have K free GPUs each) with its settings overridden, its budget in its environment
 (``ORCH_MAX_STEPS``, ``ORCH_MAX_MINUTES``: the target's supervisor ends it gracefully there, so the script needs
 no change) and the sweep's id on its row; variants are spread over the named targets in turn and queue behind
 each other on each, so a machine goes from one to the next with no controller connected.
@@ -57,6 +58,16 @@ def budget_env(steps: int | None, minutes: float | None) -> dict[str, str]:
     return {"ORCH_MAX_STEPS": str(steps)} if steps is not None else {"ORCH_MAX_MINUTES": f"{minutes:g}"}
 
 
+def check_beside(gpus: int | None, beside: bool) -> None:
+    """``--gpus K`` and ``--beside`` go together: each variant gets K GPUs, beside the others."""
+    if beside and gpus is None:
+        raise InputError("--beside runs the variants side by side on free GPUs, and needs to know how many each gets",
+                         hint="give --gpus K with --beside (orch sweep ... --gpus 1 --beside)")
+    if gpus is not None and not beside:
+        raise InputError("--gpus K gives each variant K GPUs beside the others: give --beside too",
+                         hint="orch sweep ... --gpus 1 --beside (without both, the variants run one after another)")
+
+
 def new_id() -> str:
     """``s`` and 6 hex digits: short enough to type (orch sweep show s1a2b3c)."""
     return "s" + os.urandom(3).hex()
@@ -70,7 +81,8 @@ class Launched:
 
 def launch(sets: list[str], steps: int | None, minutes: float | None, targets: list[Any],
            settings_for: Callable[[list[str]], Any], registry, *, echo: Callable[[str], None],
-           message: str | None = None, base_sets: list[str] | None = None) -> Launched:
+           message: str | None = None, base_sets: list[str] | None = None,
+           beside_gpus: int | None = None) -> Launched:
     """Queue every variant (nothing is changed anywhere before every variant's settings have loaded)."""
     from . import prepare, queueing
     from .operations import execute
@@ -91,6 +103,8 @@ def launch(sets: list[str], steps: int | None, minutes: float | None, targets: l
         plan.env = {**plan.env, **env}
         plan.sweep = sweep
         plan = queueing.queued(plan, start_idle=i + len(targets) >= len(combos))  # this target's last variant
+        if beside_gpus is not None:  # started by the target's queue on the free GPUs, as many at once as fit
+            plan.beside = {"gpus": beside_gpus, "total": target.spec.gpus}
         done = execute(plan, registry)
         exp = done.experiment
         assert exp is not None

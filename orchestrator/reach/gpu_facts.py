@@ -97,11 +97,26 @@ def ask(settings, target, timeout: float | None = None) -> dict:
     try:
         client = AgentClient(transport, target.root, target.python,
                              timeout=timeout or settings.ssh.read_timeout, timeout_setting="[ssh] read_timeout")
+        if target.spec.gpus:  # [targets.X] gpus = N: the machine's count, whatever nvidia-smi sees
+            return configured(client.one("gpu_share", total=target.spec.gpus))
         report = client.one("gpus")
     finally:
         transport.close()
     return {"gpus": gpus_of(report), "error": report.get("error"), "exit_code": report.get("exit_code"),
             "driver_version": report.get("driver_version")}
+
+
+def configured(share: dict) -> dict:
+    """The agent's ``gpu_share`` table (a configured count) as ``ask`` answers: a GPU given to a live orch run is
+    held by it, one nvidia-smi shows busy by what it says."""
+    rows = []
+    for row in share.get("gpus") or []:
+        held = row.get("holder")
+        holders = [{"owner": held, "pid": None}] if held else []
+        use = holder_text(holders) if held else row.get("busy") or "free"
+        rows.append({"index": row["index"], "uuid": row.get("uuid"), "holders": holders, "use": use,
+                     "free": not held and not row.get("busy")})
+    return {"gpus": rows, "error": share.get("error"), "exit_code": None, "driver_version": None}
 
 
 def survey(jobs: list[tuple[Any, Callable[[], dict]]], timeout: float) -> dict[Any, dict]:

@@ -72,6 +72,8 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
             fields.update(ended_fields(run, registry.registry_id))
         if run.get("started") and not exp.started:
             fields["started"] = run["started"]
+        if exp.status == "queued" and run.get("gpus") and not exp.gpus:
+            fields["gpus"] = run["gpus"]  # queued beside the others: its queue gave it the GPUs freed
         if exp.status == "lost" and state not in FINAL:
             fields.update(ended=None, exit_code=None)  # resumed after a reboot
         if exp.status == "failed" and state != "failed":
@@ -182,17 +184,24 @@ def reconcile_quietly(settings: Settings, target: Target, registry: Registry, cl
     return None
 
 
-def target_status(settings: Settings, target: Target, registry: Registry, client: AgentClient) -> dict:
-    """The latest experiment on the target with its live state and the tail of its log."""
-    latest20 = Op("status", {"project": settings.project.name, "last": 20, "registry": registry.registry_id})
+def target_status(settings: Settings, target: Target, registry: Registry, client: AgentClient,
+                  experiment: int | None = None) -> dict:
+    """The latest experiment on the target (or ``experiment``) with its live state and the tail of its log, and
+    every live run of the project there (``live``: runs side by side, newest first)."""
+    from . import side_by_side
+
+    latest20 = Op("status", {"project": settings.project.name, "last": 20, "registry": registry.registry_id}
+                  | ({"ids": [experiment]} if experiment is not None else {}))
     answer = reconcile(settings, target, registry, client, also=[latest20])[0]
     sync(registry, answer["runs"], target, settings.project.name)
     guard_records.record(registry, answer["runs"], target.machine)
     sync(registry, answer["runs"], target, settings.project.name)  # a restored run just recorded
-    latest: Experiment | None = registry.latest(target.machine, target.name)
+    latest: Experiment | None = registry.latest(target.machine, target.name) if experiment is None else \
+        registry.get(experiment)
     run = None
     if latest is not None:
         run = next((r for r in answer["runs"] if r.get("id") == latest.id and registry.owns(r)), None)
     return {"target": target.name, "label": target.label, "info": target.info, "now": answer["now"],
             "experiment": latest, "run": run, "runs": answer["runs"], "gpus": answer.get("gpus", []),
+            "live": side_by_side.live(registry, target, settings.project.name),
             "queue": answer.get("queue", [])}

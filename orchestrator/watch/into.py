@@ -26,8 +26,12 @@ def tmux_socket(root: str) -> str:
     return "orch-" + hashlib.sha256(posixpath.normpath(root).encode()).hexdigest()[:8]
 
 
-def attach_argv(settings: Settings, target: Target) -> list[str]:
-    return ["tmux", "-L", tmux_socket(target.root), "attach-session", "-t", f"={session(settings)}"]
+def attach_argv(settings: Settings, target: Target, experiment: int | None = None) -> list[str]:
+    """tmux attached to the project's session; ``experiment``: at its run's window (runs side by side)."""
+    argv = ["tmux", "-L", tmux_socket(target.root)]
+    if experiment is not None:  # one tmux command line: select the window, then attach (";" is tmux's separator)
+        argv += ["select-window", "-t", f"={session(settings)}:=exp{experiment}", ";"]
+    return argv + ["attach-session", "-t", f"={session(settings)}"]
 
 
 def session(settings: Settings) -> str:

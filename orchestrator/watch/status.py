@@ -36,17 +36,22 @@ def as_dict(st: dict) -> dict:
             "phase": run.get("phase"), "attempt": run.get("attempt"),
             "max_attempts": run.get("max_attempts"), "last_reason": run.get("last_reason"),
             "resumed_from": run.get("resumed_from"), "notify": run.get("notify"), "queue": st.get("queue", []),
-            "guard": run.get("guard")}
+            "guard": run.get("guard"),
+            "live": [{"experiment": e.id, "state": e.status, "gpus": [g.get("index") for g in e.gpus or []],
+                      "revision": e.revision, "message": e.message, "started": e.started,
+                      "checkpoints": e.checkpoints} for e in st.get("live") or []]}
 
 
-def read(settings: Settings, target: Target, registry: Registry, client, *, metrics: bool) -> dict:
-    """One status of ``target``: its rows reconciled, and (``metrics``) what is new in the log read."""
+def read(settings: Settings, target: Target, registry: Registry, client, *, metrics: bool,
+         experiment: int | None = None) -> dict:
+    """One status of ``target`` (its latest experiment, or ``experiment``): its rows reconciled, and (``metrics``)
+    what is new in the log read."""
     from ..records.reconcile import target_status
     from . import metrics_view
 
     from . import gpu_use
 
-    st = target_status(settings, target, registry, client)
+    st = target_status(settings, target, registry, client, experiment)
     if metrics:
         st["summary"] = metrics_view.refresh(settings, target, registry, client, st["experiment"], now=st["now"])
     notes = gpu_use.record(registry, st["experiment"], st.get("gpus") or [], settings.metrics.gpu_idle_after,
@@ -58,7 +63,8 @@ def read(settings: Settings, target: Target, registry: Registry, client, *, metr
 
 
 def watch(settings: Settings, target: Target, open_registry: OpenRegistry, *, metrics: bool,
-          show: Callable[[dict], None], notice: Callable[[str], None], repeat: bool) -> None:
+          show: Callable[[dict], None], notice: Callable[[str], None], repeat: bool,
+          experiment: int | None = None) -> None:
     """``show`` one read of ``target``; ``repeat``: a read every 2 s until interrupted, and a dropped connection
     is said (``notice``) and opened again rather than ending the watch."""
     from ..errors import TransportError
@@ -70,7 +76,7 @@ def watch(settings: Settings, target: Target, open_registry: OpenRegistry, *, me
             try:
                 client = client or client_for(settings, target, read_only=True)
                 with open_registry() as reg:
-                    data = read(settings, target, reg, client, metrics=metrics)
+                    data = read(settings, target, reg, client, metrics=metrics, experiment=experiment)
             except TransportError as exc:
                 if not repeat:
                     raise
