@@ -139,6 +139,11 @@ command_timeout = 120
         check(["scp", "-q", *self.opts, *extra, str(proj / "train.py"), f"{self.dest}:train.py"])
         self.ssh("tmux kill-session -t train; tmux new -d -s train python3 train.py", extra=extra)
 
+    def hold_tmux(self) -> None:
+        """A session that stays, so the hand-typed kill-session never leaves the tmux server empty: a server
+        exiting as the next `tmux new` connects fails that command ("server exited unexpectedly")."""
+        self.ssh("tmux has-session -t hold 2>/dev/null || tmux new -d -s hold sleep infinity")
+
     def changed_deploy(self, proj: Path) -> float:
         (proj / "train.py").write_text(TRAIN.format(n=time.time_ns()))
         return wall(lambda i: self.orch(proj, "deploy"))(0)
@@ -158,6 +163,7 @@ def deploy_project(b: Bench) -> Path:
 
 def case_cold(b: Bench) -> Case:
     proj = deploy_project(b)
+    b.hold_tmux()
 
     def cold(i: int) -> float:
         b.close_keepers()
@@ -171,6 +177,7 @@ def case_cold(b: Bench) -> Case:
 def case_warm(b: Bench) -> Case:
     proj = deploy_project(b)
     master = ["-o", "ControlMaster=auto", "-o", f"ControlPath={b.work}/cm-%r@%h:%p", "-o", "ControlPersist=300"]
+    b.hold_tmux()
     b.hand_pair(proj, 0, master)  # the master is up
     b.keepers_up(proj)
     mine, hand = pairs(lambda i: b.changed_deploy(proj), wall(lambda i: b.hand_pair(proj, i, master)), b.runs)
@@ -393,6 +400,7 @@ def case_nanogpt(b: Bench) -> Case:
     b.orch(proj, "stop")
     b.ssh("python3 -c 'import numpy, torch'")  # torch's files in the page cache before either side's first run
     b.ssh("rm -rf /root/nanogpt && mkdir -p /root/nanogpt")
+    b.hold_tmux()
     runs_dir = ct.delta / "workspace" / "orch" / "runs"
     hand_log = ct.delta / "root" / "nanogpt" / "train.log"
 
@@ -414,13 +422,14 @@ def case_nanogpt(b: Bench) -> Case:
         b.ssh("rm -f /root/nanogpt/train.log")
         begin = time.time()
         check(["scp", "-rq", *b.opts, *(str(proj / n) for n in (*NANOGPT_FILES, "data")), f"{b.dest}:nanogpt/"])
-        b.ssh(f"tmux kill-session -t nano; tmux new -d -s nano -c /root/nanogpt "
+        b.ssh(f"tmux kill-session -t nano 2>/dev/null; tmux new -d -s nano -c /root/nanogpt "
               f"'PYTHONUNBUFFERED=1 python3 train.py {NANOGPT_ARGS} > train.log 2>&1'")
         took = first_line(lambda: [hand_log], begin)
         b.ssh("tmux kill-session -t nano; while pgrep -f '[t]rain.py config' >/dev/null; do sleep 0.05; done")
         return took
 
     mine, hand = pairs(orch_once, hand_once, b.runs)
+    b.ssh("tmux kill-server")
     config.write_text(original)
     return Case("deploy -> nanoGPT iter 0 (CPU config)", mine, hand, "scp -r + ssh tmux", 1.1)
 
@@ -446,6 +455,7 @@ def main() -> None:
     os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="orch-rt-")  # keepers of this benchmark only
     (work / "bed").mkdir()
     cases: list[Case] = []
+    failed: list[str] = []
     mounted = False
     with lxc.session_lock():
         bed = Testbed(work / "bed")
@@ -461,7 +471,10 @@ def main() -> None:
             b = Bench(bed, work, a.runs, a.quick)
             for name in chosen:
                 begin = time.monotonic()
-                cases.append(RUNNERS[name](b))
+                try:
+                    cases.append(RUNNERS[name](b))
+                except SystemExit as exc:  # a step that failed: the other cases still run
+                    failed.append(f"{name}: {exc}")
                 print(f"{name}: done in {time.monotonic() - begin:.0f} s; load average "
                       f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
         finally:
@@ -474,6 +487,10 @@ def main() -> None:
     print_table(cases, f"testbed CTs over the bridge, loopback sshd for the fleet; medians of {a.runs} pairs; "
                        f"{os.cpu_count()} CPUs; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
                        + ("; --quick sizes" if a.quick else ""))
+    for line in failed:
+        print(f"not measured: {line}")
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
