@@ -41,6 +41,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_metrics.py
 	$(BIN)/python benchmarks/bench_workdir.py
 	$(BIN)/python benchmarks/bench_mlflow.py
+	$(BIN)/python benchmarks/bench_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

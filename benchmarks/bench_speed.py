@@ -1,0 +1,497 @@
+"""Issue 29's speed table in one run: each case against its baseline, pair by pair, on the LXC testbed.
+
+Stands up the test suite's LXC testbed once (root and LXC; the base image is cached; waits for the testbed's
+session lock), mounts the torch site folder into CTs 200 and 201 when a case needs torch, then runs the cases
+(medians of --runs pairs; in each pair orch and its baseline run one after the other, the order swapped every
+pair) and prints one table (case, orch, baseline, ratio, bar, met or not, peak RSS for the push):
+  cold     `orch deploy` of a one-line change with no connection keeper up (each run closes them first)
+           vs the hand-typed `scp train.py ct: && ssh ct "tmux kill-session; tmux new -d ..."`;
+  warm     the same deploy with the keeper, its resident agent and the warm orch process up
+           vs the same hand-typed pair with an OpenSSH ControlMaster held;
+  push     first deploy of a 1 GiB tree (64 MiB shards of random bytes plus 200 small files; 256 MiB with
+           --quick) to an empty root vs `tar c | ssh ct tar x`, with the peak RSS (VmHWM) of orch's processes on
+           the controller (the CLI, its keepers and warm processes, and their children) and of the agent in the CT;
+  job      `orch deploy --ct 200 --ct 201` (examples/ddp, a 2-node job) vs `orch deploy --ct 200`, both warm
+           (revision on every node, keepers up); each run is stopped after it, untimed;
+  status   `orch status --all` over 20 SSH targets (5 with --quick; each a real sshd on a loopback port, as
+           tests/loopback_sshd.py starts them, with an orch root and a running run of its own) vs the slowest
+           single target: the largest of the targets' medians of `orch status --target NAME`, each round asking
+           every target alone and then all together (the order swapped every round);
+  nanogpt  deploy -> nanoGPT's first `iter 0:` line in the run's log on CT 200: `orch deploy` of a one-line change
+           vs the hand-typed `scp -r` of the same tree and `ssh ct "tmux new -d ..."` of the same command, both
+           timed from the controller to the line appearing in the CT's file (read from the host through the CT's
+           root folder, every 20 ms).
+The nanoGPT case runs karpathy/nanoGPT's own train.py, model.py, configurator.py and config (vendored in
+benchmarks/nanogpt/, with its LICENSE) with the README's CPU line. Its data/shakespeare_char/prepare.py downloads
+tiny shakespeare, which is out of reach here: the benchmark gives it an input.txt of the same length made of
+Python's standard library sources (a 96-character vocabulary instead of 65; the same model, steps and file sizes),
+then runs prepare.py on the controller. nanoGPT's .gitignore drops *.bin and *.pkl; the project's .orchignore
+re-includes them. torch comes from the testbed's torch site folder (tests/testbed/torchsite.py: installed once by
+pip, CPU wheel, into the testbed cache outside the repository), bind-mounted read-only into the CTs.
+Never asserts on time. Run as root:
+    python benchmarks/bench_speed.py [--runs 5] [--cases cold,warm,push,job,status,nanogpt] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _speed import Case, PeakWatch, check, pairs, print_table, tree, wall  # noqa: E402
+from tests.testbed.procs import pids_running  # noqa: E402
+
+CASES = ("cold", "warm", "push", "job", "status", "nanogpt")
+TORCH_CASES = {"job", "nanogpt"}
+TRAIN = "import time\n# revision {n}\nwhile True:\n    time.sleep(1)\n"
+NANOGPT = REPO / "benchmarks" / "nanogpt"
+NANOGPT_FILES = ("train.py", "model.py", "configurator.py", "config")
+NANOGPT_ARGS = ("config/train_shakespeare_char.py --device=cpu --compile=False --eval_iters=20 --log_interval=1 "
+                "--block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000 "
+                "--lr_decay_iters=2000 --dropout=0.0")
+TINY_SHAKESPEARE_CHARS = 1_115_394
+DDP = REPO / "examples" / "ddp"
+DDP_ENV = {"OMP_NUM_THREADS": "1", "DDP_STEPS": "100000", "DDP_SLEEP": "0.2", "DDP_CKPT_EVERY": "100000"}
+HAND = "/root/hand"
+
+
+class Bench:
+    """The testbed, the keepers of this benchmark, and the CLI as a user types it."""
+
+    def __init__(self, bed, work: Path, runs: int, quick: bool) -> None:
+        self.bed, self.work, self.runs, self.quick = bed, work, runs, quick
+        self.script = str(Path(sys.executable).parent / "orch")
+        self.env = dict(os.environ, ORCH_PROXMOX_TOKEN=bed.api.token_secret)
+        self.opts = bed.ssh_options()
+        self.dest = f"root@{bed.ct(200).address}"
+
+    def project(self, name: str, sources: list[str], command: str, *, root: str = "/workspace/orch",
+                extra: str = "", targets: str | None = None, default: str | None = "ssh200") -> Path:
+        proj = self.work / name
+        proj.mkdir(exist_ok=True)
+        api, bed = self.bed.api, self.bed
+        sources_toml = "[" + ", ".join(f'"{s}"' for s in sources) + "]"
+        if targets is None:
+            targets = f'[targets.ssh200]\nkind = "ssh"\nhost = "{bed.ct(200).address}"\nuser = "root"\n'
+        (proj / "orch.toml").write_text(f"""\
+{f'default_target = "{default}"' if default else ""}
+[project]
+name = "{name}"
+sources = {sources_toml}
+command = "{command}"
+{extra}
+[paths]
+root = "{root}"
+checkpoints = "{root}-checkpoints"
+[proxmox]
+host = "{api.host}"
+port = {api.port}
+token_id = "{api.token_id}"
+verify_ssl = "{api.cert_path}"
+[ssh]
+known_hosts = ["{bed.known_hosts_path}"]
+trust_file = "{self.work}/trusted"
+identity_file = "{bed.key_path}"
+command_timeout = 120
+{targets}""")
+        return proj
+
+    def orch(self, proj: Path, *args: str) -> subprocess.CompletedProcess:
+        return check([self.script, *args], cwd=proj, env=self.env, timeout=600)
+
+    def ssh(self, script: str, dest: str | None = None, extra: list[str] = ()) -> None:
+        check(["ssh", *self.opts, *extra, dest or self.dest, script], timeout=600)
+
+    @staticmethod
+    def close_keepers() -> None:
+        from orchestrator.reach.keeper import client
+        from orchestrator.warm import client as warm_client
+
+        warm_client.close()
+        client.close(None)
+
+    def keepers_up(self, proj: Path) -> None:
+        from orchestrator.reach.keeper import client
+        from orchestrator.warm import client as warm_client
+
+        self.orch(proj, "status")
+        deadline = time.monotonic() + 30
+        while not (client.keepers() and warm_client.processes()):
+            if time.monotonic() > deadline:
+                raise SystemExit("no connection keeper or warm orch process came up")
+            time.sleep(0.05)
+        self.orch(proj, "status")  # its connection and resident agent are up now
+
+    def hand_pair(self, proj: Path, i: int, extra: list[str] = ()) -> None:
+        """What a user types: copy the edited file, restart it in tmux."""
+        (proj / "train.py").write_text(TRAIN.format(n=1000 + i))
+        check(["scp", "-q", *self.opts, *extra, str(proj / "train.py"), f"{self.dest}:train.py"])
+        self.ssh("tmux kill-session -t train; tmux new -d -s train python3 train.py", extra=extra)
+
+    def hold_tmux(self) -> None:
+        """A session that stays, so the hand-typed kill-session never leaves the tmux server empty: a server
+        exiting as the next `tmux new` connects fails that command ("server exited unexpectedly")."""
+        self.ssh("tmux has-session -t hold 2>/dev/null || tmux new -d -s hold sleep infinity")
+
+    def changed_deploy(self, proj: Path) -> float:
+        (proj / "train.py").write_text(TRAIN.format(n=time.time_ns()))
+        return wall(lambda i: self.orch(proj, "deploy"))(0)
+
+
+# cold and warm deploys of a one-line change
+
+
+def deploy_project(b: Bench) -> Path:
+    proj = b.work / "speed"
+    if not proj.exists():
+        proj = b.project("speed", ["train.py"], "python3 train.py")
+        (proj / "train.py").write_text(TRAIN.format(n=0))
+        b.orch(proj, "deploy")
+    return proj
+
+
+def case_cold(b: Bench) -> Case:
+    proj = deploy_project(b)
+    b.hold_tmux()
+
+    def cold(i: int) -> float:
+        b.close_keepers()
+        return b.changed_deploy(proj)
+
+    mine, hand = pairs(cold, wall(lambda i: b.hand_pair(proj, i)), b.runs)
+    b.ssh("tmux kill-server")
+    return Case("cold deploy, 1 line changed", mine, hand, "scp + ssh tmux", 0.8)
+
+
+def case_warm(b: Bench) -> Case:
+    proj = deploy_project(b)
+    master = ["-o", "ControlMaster=auto", "-o", f"ControlPath={b.work}/cm-%r@%h:%p", "-o", "ControlPersist=300"]
+    b.hold_tmux()
+    b.hand_pair(proj, 0, master)  # the master is up
+    b.keepers_up(proj)
+    mine, hand = pairs(lambda i: b.changed_deploy(proj), wall(lambda i: b.hand_pair(proj, i, master)), b.runs)
+    subprocess.run(["ssh", *b.opts, *master, "-O", "exit", b.dest], capture_output=True)
+    b.ssh("tmux kill-server")
+    b.orch(proj, "stop")
+    return Case("warm deploy, 1 line changed", mine, hand, "scp + ssh tmux, ControlMaster", 3.0, ms_bar=150)
+
+
+# first push of a big tree
+
+
+def make_tree(folder: Path, gib: float) -> None:
+    data = folder / "data"
+    data.mkdir(parents=True)
+    for i in range(200):
+        (data / f"small{i:03d}.txt").write_bytes(os.urandom(100 + (i * 7919) % 20000))
+    shard = 64 << 20
+    for i in range(max(1, int(gib * (1 << 30)) // shard)):
+        (data / f"shard{i:03d}.bin").write_bytes(os.urandom(shard))
+    (folder / "train.py").write_text(TRAIN.format(n=0))
+
+
+def ct_processes(ct, needle: str) -> set[int]:
+    """The processes inside ``ct`` (its PID namespace) whose command line holds ``needle``."""
+    ns = os.readlink(f"/proc/{ct.pid()}/ns/pid")
+
+    def inside(pid: int) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/ns/pid") == ns
+        except OSError:
+            return False
+    return {pid for pid in pids_running(needle) if inside(pid)}
+
+
+def controller_processes(pid: int, runtime: str) -> set[int]:
+    """The CLI process ``pid``, the keepers and warm processes of this benchmark (their sockets are under
+    ``runtime``), and everything below them."""
+    return tree({pid, *pids_running(runtime)})
+
+
+def case_push(b: Bench) -> Case:
+    gib = 0.25 if b.quick else 1.0
+    root = "/workspace/orch-push"
+    proj = b.project("push", ["train.py", "data"], "python3 train.py", root=root)
+    make_tree(proj, gib)
+    ct = b.bed.ct(200)
+    runtime = os.environ["XDG_RUNTIME_DIR"]
+    peaks = [0, 0]
+
+    def tar(i: int) -> float:
+        b.ssh("rm -rf /root/tarcopy; sync")
+        begin = time.perf_counter()
+        pack = subprocess.Popen(["tar", "c", "-C", str(proj), "train.py", "data"], stdout=subprocess.PIPE)
+        subprocess.run(["ssh", *b.opts, b.dest, "mkdir -p /root/tarcopy && tar x -C /root/tarcopy"],
+                       stdin=pack.stdout, check=True)
+        pack.stdout.close()
+        pack.wait()
+        took = time.perf_counter() - begin
+        b.ssh("rm -rf /root/tarcopy; sync")
+        return took
+
+    def first_push(i: int) -> float:
+        b.ssh(f"rm -rf {root} {root}-checkpoints; sync")
+        shutil.rmtree(proj / ".orch", ignore_errors=True)
+        b.close_keepers()
+        begin = time.perf_counter()
+        proc = subprocess.Popen([b.script, "deploy"], cwd=proj, env=b.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        with PeakWatch(lambda: controller_processes(proc.pid, runtime)) as mine, \
+                PeakWatch(lambda: ct_processes(ct, ".pyz")) as agent:
+            out, err = proc.communicate()
+        took = time.perf_counter() - begin
+        if proc.returncode != 0:
+            raise SystemExit(f"orch deploy (push) failed: {err.decode()}")
+        peaks[0], peaks[1] = max(peaks[0], mine.peak), max(peaks[1], agent.peak)
+        b.orch(proj, "stop")
+        return took
+
+    mine, hand = pairs(first_push, tar, b.runs)
+    b.ssh(f"rm -rf {root} {root}-checkpoints")
+    shutil.rmtree(proj / "data")
+    return Case(f"first push, {gib:g} GiB tree", mine, hand, "tar c | ssh tar x", 1.2,
+                rss_mib=(peaks[0] >> 10, peaks[1] >> 10), rss_bar=256)
+
+
+# a 2-node job against one node
+
+
+def case_job(b: Bench) -> Case:
+    env = ", ".join(f'{k} = "{v}"' for k, v in DDP_ENV.items())
+    proj = b.project("ddpspeed", ["train.py", "synthetic.py"], "python3 train.py",
+                     extra=f"env = {{ {env} }}\n[batching]\ntoken_budget = 2048\nmax_seq_len = 128\n"
+                           "[run]\nstop_timeout = 5\nterm_timeout = 3",
+                     targets="", default=None)
+    for name in ("train.py", "synthetic.py"):
+        shutil.copy(DDP / name, proj / name)
+    two, one = ("--ct", "200", "--ct", "201"), ("--ct", "200")
+    for cts in (two, one):  # warm: the revision is on every node
+        b.orch(proj, "deploy", *cts)
+        b.orch(proj, "stop")
+    b.keepers_up(proj)
+
+    def deploy(cts: tuple[str, ...]) -> float:
+        took = wall(lambda i: b.orch(proj, "deploy", *cts))(0)
+        b.orch(proj, "stop")
+        return took
+
+    mine, base = pairs(lambda i: deploy(two), lambda i: deploy(one), b.runs)
+    return Case("2-node job deploy, warm", mine, base, "1-node deploy, warm", 1.3)
+
+
+# status --all over many SSH targets
+
+
+def case_status(b: Bench) -> Case:
+    from tests.loopback_sshd import LoopbackSshd
+
+    count = 5 if b.quick else 20
+    fleet = b.work / "fleet"
+    fleet.mkdir()
+    key = fleet / "id_ed25519"
+    check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
+    hosts: list[LoopbackSshd] = []
+    try:
+        targets, known = "", ""
+        for n in range(count):
+            sshd = LoopbackSshd(fleet / f"sshd{n:02d}").__enter__()
+            hosts.append(sshd)
+            (sshd.state / "authorized_keys").write_text((fleet / "id_ed25519.pub").read_text())
+            known += sshd.host_key_line()
+            root = fleet / f"root{n:02d}"
+            targets += (f'[targets.h{n:02d}]\nkind = "ssh"\nhost = "127.0.0.1"\nport = {sshd.port}\nuser = "root"\n'
+                        f'identity_file = "{key}"\nroot = "{root}"\ncheckpoints = "{root}/checkpoints"\n')
+        (fleet / "known_hosts").write_text(known)
+        proj = b.project("fleet", ["train.py"], "python3 train.py", targets=targets, default="h00")
+        text = (proj / "orch.toml").read_text().replace(b.bed.known_hosts_path, str(fleet / "known_hosts"))
+        (proj / "orch.toml").write_text(text)
+        (proj / "train.py").write_text(TRAIN.format(n=0))
+        names = [f"h{n:02d}" for n in range(count)]
+        for name in names:
+            b.orch(proj, "deploy", "--target", name)
+        shown = b.orch(proj, "status", "--all").stdout
+        missing = [t for t in names if t not in shown]
+        if missing:
+            raise SystemExit(f"status --all did not show {missing}:\n{shown}")
+        mine, base = all_and_slowest(b, proj, names)
+        for name in names:
+            b.orch(proj, "stop", "--target", name)
+    finally:
+        for n, sshd in enumerate(hosts):
+            socket = "orch-" + hashlib.sha256(str(fleet / f"root{n:02d}").encode()).hexdigest()[:8]
+            subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+            sshd.__exit__(None, None, None)
+    return Case(f"status --all, {count} SSH targets", mine, base, "slowest single target", 1.5)
+
+
+def all_and_slowest(b: Bench, proj: Path, names: list[str]) -> tuple[float, float]:
+    """The median of `status --all`, and the largest of the targets' own medians of `status --target NAME`;
+    each round asks every target alone and all of them together, the order swapped every round."""
+    alone: dict[str, list[float]] = {name: [] for name in names}
+    together = []
+    every = wall(lambda i: b.orch(proj, "status", "--all"))
+    for i in range(b.runs):
+        if i % 2:
+            together.append(every(i))
+        for name in names:
+            alone[name].append(wall(lambda j: b.orch(proj, "status", "--target", name))(i))
+        if not i % 2:
+            together.append(every(i))
+    return statistics.median(together), max(statistics.median(times) for times in alone.values())
+
+
+# deploy -> nanoGPT's first training step
+
+
+def nanogpt_project(b: Bench) -> Path:
+    """nanoGPT's tree with its data prepared on this machine: train.bin, val.bin and meta.pkl."""
+    prep = b.work / "nanogpt-prepare"
+    shutil.copytree(NANOGPT / "data", prep / "data")
+    text, size = [], 0
+    for path in sorted(Path(os.__file__).parent.glob("*.py")):
+        text.append(path.read_text(errors="replace"))
+        size += len(text[-1])
+        if size >= TINY_SHAKESPEARE_CHARS:
+            break
+    data = prep / "data" / "shakespeare_char"
+    (data / "input.txt").write_text("".join(text)[:TINY_SHAKESPEARE_CHARS])
+    check([sys.executable, str(data / "prepare.py")])
+    proj = b.project("nanogpt", [*NANOGPT_FILES, "data"], f"python3 train.py {NANOGPT_ARGS}")
+    for name in (*NANOGPT_FILES, "LICENSE", ".gitignore"):
+        (shutil.copytree if (NANOGPT / name).is_dir() else shutil.copy)(NANOGPT / name, proj / name)
+    (proj / ".orchignore").write_text("!*.bin\n!*.pkl\n")
+    (proj / "data" / "shakespeare_char").mkdir(parents=True)
+    for name in ("train.bin", "val.bin", "meta.pkl"):
+        shutil.copy(data / name, proj / "data" / "shakespeare_char" / name)
+    return proj
+
+
+def first_line(files, begin: float, timeout: float = 300) -> float:
+    """Seconds from ``begin`` (``time.time()``) until one of ``files()`` holds an `iter 0:` line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in files():
+            try:
+                if b"\niter 0:" in b"\n" + path.read_bytes():
+                    return time.time() - begin
+            except OSError:
+                continue
+        time.sleep(0.02)
+    raise SystemExit(f"no `iter 0:` line within {timeout:g} s")
+
+
+def case_nanogpt(b: Bench) -> Case:
+    proj = nanogpt_project(b)
+    ct = b.bed.ct(200)
+    config = proj / "config" / "train_shakespeare_char.py"
+    original = config.read_text()
+    b.orch(proj, "deploy")  # the torch-free part of a first deploy is not what this case measures
+    b.orch(proj, "stop")
+    b.ssh("python3 -c 'import numpy, torch'")  # torch's files in the page cache before either side's first run
+    b.ssh("rm -rf /root/nanogpt && mkdir -p /root/nanogpt")
+    b.hold_tmux()
+    runs_dir = ct.delta / "workspace" / "orch" / "runs"
+    hand_log = ct.delta / "root" / "nanogpt" / "train.log"
+
+    def orch_once(i: int) -> float:
+        config.write_text(original + f"# run {time.time_ns()}\n")
+        earlier = set(runs_dir.glob("*/train.log"))  # the new run's log is the one that was not there
+        begin = time.time()
+        proc = subprocess.Popen([b.script, "deploy"], cwd=proj, env=b.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        took = first_line(lambda: set(runs_dir.glob("*/train.log")) - earlier, begin)
+        out, err = proc.communicate(timeout=300)
+        if proc.returncode != 0:
+            raise SystemExit(f"orch deploy (nanogpt) failed: {err.decode()}")
+        b.orch(proj, "stop")
+        return took
+
+    def hand_once(i: int) -> float:
+        config.write_text(original + f"# run {time.time_ns()}\n")
+        b.ssh("rm -f /root/nanogpt/train.log")
+        begin = time.time()
+        check(["scp", "-rq", *b.opts, *(str(proj / n) for n in (*NANOGPT_FILES, "data")), f"{b.dest}:nanogpt/"])
+        b.ssh(f"tmux kill-session -t nano 2>/dev/null; tmux new -d -s nano -c /root/nanogpt "
+              f"'PYTHONUNBUFFERED=1 python3 train.py {NANOGPT_ARGS} > train.log 2>&1'")
+        took = first_line(lambda: [hand_log], begin)
+        b.ssh("tmux kill-session -t nano; while pgrep -f '[t]rain.py config' >/dev/null; do sleep 0.05; done")
+        return took
+
+    mine, hand = pairs(orch_once, hand_once, b.runs)
+    b.ssh("tmux kill-server")
+    config.write_text(original)
+    return Case("deploy -> nanoGPT iter 0 (CPU config)", mine, hand, "scp -r + ssh tmux", 1.1)
+
+
+RUNNERS = {"cold": case_cold, "warm": case_warm, "push": case_push, "job": case_job, "status": case_status,
+           "nanogpt": case_nanogpt}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES))
+    ap.add_argument("--quick", action="store_true", help="small sizes: a 256 MiB push, 5 SSH targets")
+    a = ap.parse_args()
+    chosen = [c.strip() for c in a.cases.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in CASES]
+    if unknown:
+        ap.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    from tests.integration.conftest import Testbed
+    from tests.testbed import lxc, torchsite
+
+    work = Path(tempfile.mkdtemp(prefix="orch-bench-speed-"))
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="orch-rt-")  # keepers of this benchmark only
+    (work / "bed").mkdir()
+    cases: list[Case] = []
+    failed: list[str] = []
+    mounted = False
+    with lxc.session_lock():
+        bed = Testbed(work / "bed")
+        try:
+            bed.setup()
+            for vmid in (200, 201):
+                bed.reset(vmid)
+            if TORCH_CASES & set(chosen):
+                site = torchsite.ensure_site()
+                for vmid in (200, 201):
+                    torchsite.mount(bed.ct(vmid), site)
+                mounted = True
+            b = Bench(bed, work, a.runs, a.quick)
+            for name in chosen:
+                begin = time.monotonic()
+                try:
+                    cases.append(RUNNERS[name](b))
+                except SystemExit as exc:  # a step that failed: the other cases still run
+                    failed.append(f"{name}: {exc}")
+                print(f"{name}: done in {time.monotonic() - begin:.0f} s; load average "
+                      f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
+        finally:
+            Bench.close_keepers()
+            if mounted:
+                for vmid in (200, 201):
+                    torchsite.unmount(bed.ct(vmid))
+            bed.teardown()
+            shutil.rmtree(work, ignore_errors=True)
+    print_table(cases, f"testbed CTs over the bridge, loopback sshd for the fleet; medians of {a.runs} pairs; "
+                       f"{os.cpu_count()} CPUs; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
+                       + ("; --quick sizes" if a.quick else ""))
+    for line in failed:
+        print(f"not measured: {line}")
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
