@@ -25,12 +25,12 @@ def sweep(ctx: typer.Context, set_: SweepSetOpt = None, steps: StepsOpt = None, 
           target: TargetsOpt = None, ct: CtsOpt = None,
           message: Annotated[Optional[str], typer.Option("--message", "-m", help="What this sweep tries")] = None,
           trust_new_host: TrustOpt = False, as_json: JsonOpt = False,
-          gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="With --beside: K GPUs per variant")] = None,
+          gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="K GPUs per variant: the variants run side by side on the free GPUs, as many at once as fit")] = None,
           beside: Annotated[bool, typer.Option("--beside", help="Run the variants side by side, each on --gpus K "
-                                               "free GPUs, as many at once as fit; the rest wait in the queue")] = False
+                                               "free GPUs (implied by --gpus K)")] = False
           ) -> None:
     """Launch every combination of the --set values as one sweep, spread over the targets (each --target or
-    --ct in turn) and queued behind each other on each (--gpus K --beside: side by side on free GPUs)."""
+    --ct in turn) and queued behind each other on each (--gpus K: side by side on free GPUs, the rest waiting)."""
     if ctx.invoked_subcommand is not None:
         return
     from ..launch import sweep as sweeping
@@ -38,12 +38,12 @@ def sweep(ctx: typer.Context, set_: SweepSetOpt = None, steps: StepsOpt = None, 
     settings = common.settings(ctx)
     sweeping.variants(set_ or [])  # bad --set values are refused before any target is asked
     sweeping.budget_env(steps, minutes)
-    sweeping.check_beside(gpus, beside)
+    per_variant = sweeping.check_beside(gpus, beside)
     names = [(n, None) for n in target or []] + [(None, c) for c in ct or []] or [(None, None)]
     targets = [common.target(settings, n, c, trust=trust_new_host) for n, c in names]
     with common.registry(settings) as reg:
         done = sweeping.launch(set_ or [], steps, minutes, targets, lambda o: common.settings(ctx, o), reg,
-                               echo=render.say, message=message, beside_gpus=gpus if beside else None)
+                               echo=render.say, message=message, beside_gpus=per_variant)
     if as_json:
         render.print_json({"sweep": done.sweep, "variants": done.rows})
         return

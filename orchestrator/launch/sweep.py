@@ -58,14 +58,13 @@ def budget_env(steps: int | None, minutes: float | None) -> dict[str, str]:
     return {"ORCH_MAX_STEPS": str(steps)} if steps is not None else {"ORCH_MAX_MINUTES": f"{minutes:g}"}
 
 
-def check_beside(gpus: int | None, beside: bool) -> None:
-    """``--gpus K`` and ``--beside`` go together: each variant gets K GPUs, beside the others."""
+def check_beside(gpus: int | None, beside: bool) -> int | None:
+    """The GPUs each variant gets beside the others: ``--gpus K`` alone spreads the variants over the free GPUs
+    (``--beside`` is implied: a sweep never replaces its own variants); ``--beside`` alone needs a K."""
     if beside and gpus is None:
         raise InputError("--beside runs the variants side by side on free GPUs, and needs to know how many each gets",
                          hint="give --gpus K with --beside (orch sweep ... --gpus 1 --beside)")
-    if gpus is not None and not beside:
-        raise InputError("--gpus K gives each variant K GPUs beside the others: give --beside too",
-                         hint="orch sweep ... --gpus 1 --beside (without both, the variants run one after another)")
+    return gpus
 
 
 def new_id() -> str:
