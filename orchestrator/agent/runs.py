@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, reboot_unit,
+from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, reboot_unit, standby,
                watchdog, workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
@@ -260,8 +260,9 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     try:
         # a window opened in the session (orch attach, then tmux's new-window) sees the run's env first too
         shown = {k: run_env[k] for k in ("VIRTUAL_ENV", "PATH") if run_env.get("VIRTUAL_ENV")}
-        server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
-                           start_directory=work, window_command=command, **({"environment": shown} if shown else {}))
+        if not standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown, _alive):
+            server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False, start_directory=work,
+                               window_command=command, **({"environment": shown} if shown else {}))
         if sender is not None:
             sender.wait_taken(run_dir)  # if it never comes, the supervisor records why the run did not start
     except Exception as exc:
@@ -270,6 +271,10 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     finally:
         if sender is not None:
             sender.close()
+    try:
+        standby.leave(server, layout, agent_path, _alive)  # the next start's supervisor, imported meanwhile
+    except Exception:  # noqa: BLE001 (the run has started: without a standby the next start is only slower)
+        pass
     return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}
 
 

@@ -50,9 +50,11 @@ def test_a_command_that_exits_at_once_fails_deploy_wait_as_crashed(project):
 
 
 def test_a_command_that_cannot_be_started_fails_the_deploy(project):
-    res = deploy(project, "./no-such-program")
+    res = deploy(project, "['./no-such-program']")  # an argument list: nothing is spawned, the exit record comes
     assert res.returncode == 1, res.stdout + res.stderr
+    assert "crashed on local (exit code 127)" in res.stderr, res.stderr
     assert project.registry().get(1).status == "crashed", res.stderr
+    assert not (project.run_dir(1) / "pid.json").exists()
 
 
 def test_the_default_check_waits_for_the_spawn_not_a_fixed_window(project):
