@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import select
 import shlex
-import subprocess
 import sys
 import time
 from typing import Callable
@@ -99,8 +98,8 @@ def hand_over(server, layout: Layout, agent_path: str, run_dir: str, session: st
 
 
 def leave(server, layout: Layout, agent_path: str, alive: Alive) -> None:
-    """Make sure a standby of this agent waits for the next start. tmux is asked to start it without waiting for
-    the answer: it imports while the run starts, and the start does not wait for it."""
+    """Make sure a standby of this agent waits for the next start: it imports while the run starts (tmux answers
+    once its session is made, before the standby's Python is up)."""
     _folder, _fifo, record_path = _paths(layout.root)
     record = read_json(record_path)
     if _usable(record, agent_path, alive):
@@ -108,18 +107,7 @@ def leave(server, layout: Layout, agent_path: str, alive: Alive) -> None:
     if isinstance(record, dict) and server.has_session(SESSION):  # another agent's standby: replaced
         _tmux_ok(server, "kill-session", "-t", f"={SESSION}")
     command = shlex.join([sys.executable, agent_path, "standby", layout.root])
-    argv = [server.tmux_bin or "tmux", *_socket_args(server), "new-session", "-d", "-s", SESSION, "-n", "standby",
-            "-c", layout.root, command]
-    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)  # reaped by the next Popen; one still coming up makes it a no-op
-
-
-def _socket_args(server) -> list[str]:
-    if getattr(server, "socket_name", None):
-        return ["-L", server.socket_name]
-    if getattr(server, "socket_path", None):
-        return ["-S", str(server.socket_path)]
-    return []
+    _tmux_ok(server, "new-session", "-d", "-s", SESSION, "-n", "standby", "-c", layout.root, command)
 
 
 def wait(root: str) -> str | None:
