@@ -72,11 +72,15 @@ def hand_over(server, layout: Layout, agent_path: str, run_dir: str, session: st
     if not _usable(record, agent_path, alive):
         return False
     assert isinstance(record, dict)
-    if not _tmux_ok(server, "rename-session", "-t", f"={SESSION}", session):
+    # one tmux call: the session and window named for the run, and what a window opened later in the session
+    # sees (as new_session's environment gives it); tmux stops at the first command that fails
+    commands = ["rename-session", "-t", f"={SESSION}", session, ";", "rename-window", "-t", f"={session}:", window]
+    for key, value in shown.items():
+        commands += [";", "set-environment", "-t", f"={session}", key, value]
+    if not _tmux_ok(server, *commands):
+        if server.has_session(session):  # renamed, then something else failed: not a session for this run
+            _tmux_ok(server, "kill-session", "-t", f"={session}")
         return False  # gone meanwhile (idle exit), or another start took it
-    _tmux_ok(server, "rename-window", "-t", f"={session}:", window)
-    for key, value in shown.items():  # what a window opened later in the session sees, as new_session gives it
-        _tmux_ok(server, "set-environment", "-t", f"={session}", key, value)
     try:
         fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
         try:
