@@ -6,7 +6,8 @@ Stands up the LXC testbed (root and LXC; the base image is cached) and measures 
   - `orch deploy` of a one-line change: cold (no keeper running: each run closes the keepers first) against the
     plain hand-typed pair, and warm (keeper and resident agent up) against the ControlMaster pair;
   - `orch status`, cold and warm, and with both off (`[ssh] persist = 0`, `ORCH_WARM=0`) for reference;
-  - `orch --help` against `python -c pass`.
+  - `orch --help` against `python -c pass`;
+  - where one more warm deploy spends its time on the target (per agent op) and how many agent calls it makes.
 Every command is the installed `orch` script, as a user types it: warm means the connection keeper, its resident
 agent and the warm orch process are up; cold means none is (each run closes them first).
 Prints one table with each case's bar. Asserts nothing. Run as root: python benchmarks/bench_keeper.py [--runs N]
@@ -15,6 +16,7 @@ Prints one table with each case's bar. Asserts nothing. Run as root: python benc
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -94,11 +96,12 @@ user = "root"
 
     script = str(Path(sys.executable).parent / "orch")
 
-    def orch(*args: str, extra: dict | None = None) -> None:
+    def orch(*args: str, extra: dict | None = None) -> str:
         out = subprocess.run([script, *args], cwd=proj, env=dict(env, **(extra or {})), capture_output=True,
                              text=True)
         if out.returncode != 0:
             raise SystemExit(f"orch {' '.join(args)} failed: {out.stderr}")
+        return out.stdout
 
     def changed(i: int, extra: dict | None = None) -> None:
         (proj / "train.py").write_text(TRAIN.format(n=time.time_ns()))
@@ -136,6 +139,8 @@ user = "root"
     direct_deploy = median_ms(lambda i: changed(i, off), runs)
     keeper_up()
     warm_deploy = median_ms(changed, runs)
+    (proj / "train.py").write_text(TRAIN.format(n=time.time_ns()))
+    profile = json.loads(orch("deploy", "--json"))["stats"]  # where a warm deploy's time goes on the target
     cold_status = median_ms(lambda i: orch("status"), runs, before=close)
     direct_status = median_ms(lambda i: orch("status", extra=off), runs)
     keeper_up()
@@ -164,6 +169,10 @@ user = "root"
     print(f"{'case':42} {'ms':>8} {'ratio':>22} {'bar':>18}")
     for label, ms, ratio, bar in rows:
         print(f"{label:42} {ms:8.0f} {ratio:>22} {bar:>18}")
+    print(f"warm deploy: {profile['agent_calls']} agent calls, {profile['connections']} new SSH connections; "
+          "ms on the target per op: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(profile["agent_ms"].items(),
+                                                                               key=lambda kv: -kv[1]) if v >= 1))
+    print(f"load average at the end: {open('/proc/loadavg').read().split()[0]}")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,20 @@ if len(sys.argv) >= 3 and sys.argv[1] == "supervise":  # the run's supervisor: i
     after_supervisor(sys.argv[2])  # the run has ended: the project's next queued experiment starts
     sys.exit(_code)
 
+if len(sys.argv) >= 3 and sys.argv[1] == "standby":  # the next run's supervisor, imported before its start (standby)
+    from orchestrator.agent import standby  # noqa: E402
+    from orchestrator.agent.runs import supervise  # noqa: E402
+
+    os.environ["LC_ALL"] = "C.UTF-8"
+    _run = standby.wait(sys.argv[2])
+    if _run is None:
+        sys.exit(0)
+    _code = supervise(_run)
+    from orchestrator.agent.runqueue import after_supervisor  # noqa: E402
+
+    after_supervisor(_run)
+    sys.exit(_code)
+
 if len(sys.argv) >= 3 and sys.argv[1] == "resume":  # after a reboot, from the run's systemd unit (reboot_unit)
     from orchestrator.agent.runs import resume  # noqa: E402
 

@@ -22,8 +22,6 @@ import math
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 
 from .protocol import AgentFailure
 
@@ -162,6 +160,9 @@ def redact(text: str, url: str) -> str:
 def post(url: str, body: bytes, headers: dict, tries: int = TRIES, timeout: float = TIMEOUT_S,
          pause: float = PAUSE_S) -> dict:
     """POST until a 2xx answer or ``tries`` tries: ``{"ok", "status", "tries", "error"}``, the URL redacted."""
+    import urllib.error  # here, not at the top: the supervisor imports this module before its command starts
+    import urllib.request
+
     status, error = None, None
     for attempt in range(1, tries + 1):
         request = urllib.request.Request(url, data=body, headers={"User-Agent": "orch", **headers}, method="POST")

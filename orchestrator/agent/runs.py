@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, reboot_unit,
+from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, reboot_unit, standby,
                watchdog, windows, workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
@@ -265,10 +265,12 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     try:
         # a window opened in the session (orch attach, then tmux's new-window) sees the run's env first too
         shown = {k: run_env[k] for k in ("VIRTUAL_ENV", "PATH") if run_env.get("VIRTUAL_ENV")}
-        if not (busy and windows.beside(server, name, f"exp{exp_id}", work, command, shown)):
-            server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False,
-                               start_directory=work, window_command=command,
-                               **({"environment": shown} if shown else {}))
+        # beside a live run: a window in its session; else the standby supervisor, if one waits; else tmux starts one
+        started = (windows.beside(server, name, f"exp{exp_id}", work, command, shown) if busy else
+                   standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown, _alive))
+        if not started:
+            server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False, start_directory=work,
+                               window_command=command, **({"environment": shown} if shown else {}))
         if sender is not None:
             sender.wait_taken(run_dir)  # if it never comes, the supervisor records why the run did not start
     except Exception as exc:
@@ -277,6 +279,10 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     finally:
         if sender is not None:
             sender.close()
+    try:
+        standby.leave(server, layout, agent_path, _alive)  # the next start's supervisor, imported meanwhile
+    except Exception:  # noqa: BLE001 (the run has started: without a standby the next start is only slower)
+        pass
     return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}
 
 

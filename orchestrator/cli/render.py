@@ -133,7 +133,7 @@ def plan_lines(actions) -> list[str]:
             text = f"start `{shown}`{how} in tmux (batching: {a.strategy})" + \
                 (" on every node, node 0 first" if a.nodes > 1 else "")
         elif isinstance(a, model.VerifyStarted):
-            text = f"check the run is alive after {a.wait:g} s"
+            text = f"check the run is alive after {a.wait:g} s" if a.wait else "check the command was spawned"
         elif isinstance(a, model.Shell):
             where = {"root": "the root folder", "revision": "the revision folder",
                      "work": "the run's work folder"}[a.cwd]

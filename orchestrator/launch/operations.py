@@ -137,6 +137,11 @@ def _push(launch: Launch, client: AgentClient, probe: dict, out: Outcome) -> Non
 
     if launch.revision is None or not launch.has(PushRevision):
         return
+    if launch.has(Record) and not (launch.has(BuildEnv) and launch.inputs.env is not None):
+        small = push.inline(launch.revision, probe.get("missing") or {})
+        if small is not None:  # stored first in the locked call (_apply), before anything there changes
+            probe["inline_push"], out.pushed = small[:2], small[2]
+            return
     try:
         out.pushed = push.send(client, launch.revision, probe.get("missing") or {}, meter=launch.progress,
                                stall=launch.settings.ssh.command_timeout)
@@ -382,6 +387,11 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
     start = Start(launch.inputs.argv or [], {**launch.env, **run_env(launch)},
                   {**_experiment_json(exp), "clone": clone(settings)}, recovery) if exp is not None else None
     ops, keys = locked_ops(launch, probe, writer, exp, key, registry.registry_id, start)
+    payload = b""
+    if probe.get("inline_push") is not None:  # a small push: its blobs go first, in this call (_push)
+        op, payload = probe.pop("inline_push")
+        ops.insert(0, op)
+        keys.insert(0, "push")
     if not ops:
         return []
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
@@ -391,7 +401,7 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
         journal = {"exp_id": exp.id, "registry": key, "project": project} \
             if exp is not None and not launch.has(QueueRun) else None
         values = client.call(ops, lock=settings.run.lock_timeout, what=launch.book.name, timeout=timeout,
-                             journal=journal)
+                             journal=journal, payload=payload)
     except TransportError:
         raise  # what the target did is asked under its lock: launch_result.settle_interrupted
     except OrchError as exc:  # what the ops before the failure did happened: keep where the checkpoints went

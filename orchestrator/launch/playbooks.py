@@ -65,7 +65,9 @@ class StartRun(_Step):
 
 class VerifyStarted(_Step):
     step: Literal["verify_started"]
-    wait: float = Field(0.1, ge=0, le=60)
+    # 0: done once the command is spawned (an exit after that is the next command's and --wait's to report);
+    # more: it must also live that long, or the launch fails as crashed
+    wait: float = Field(0.0, ge=0, le=60)
 
 
 class Shell(_Step):

@@ -156,6 +156,11 @@ def test_changed_requirement_builds_before_the_old_run_stops_and_compare_shows_i
     assert old.status == "stopped"
     assert old.ended > info["built"]  # the old run was stopped only once the new env was there
     assert _exp(project, 2).env["packages"]["six"] == "1.15.0"
+    shown = subprocess.run(["tmux", "-L", tmux_socket(str(project.root)), "show-environment", "-t", "orch-tinylm",
+                            "PATH"], capture_output=True, text=True)  # the second start was the standby's: the same
+    assert shown.stdout.startswith(f"PATH={project.root}/envs/{new_hash}/bin:"), shown
+    took = json.loads((project.run_dir(2) / "pid.json").read_text())["supervisor"]
+    assert b"standby" in Path(f"/proc/{took}/cmdline").read_bytes().split(b"\0")
 
     compared = project.run("experiments", "compare", "1", "2")
     assert compared.returncode == 0, compared.stderr

@@ -36,7 +36,11 @@ def full_root(project):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=80m,mode=0755", "tmpfs", str(project.root)], check=True)
     yield project.root
     subprocess.run(["tmux", "-L", tmux_socket(str(project.root)), "kill-server"], capture_output=True)
-    if subprocess.run(["umount", str(project.root)], capture_output=True).returncode != 0:
+    deadline = time.monotonic() + 5  # the panes' processes (a standby supervisor too) end at the SIGHUP, not at once
+    while subprocess.run(["umount", str(project.root)], capture_output=True).returncode != 0 and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    if os.path.ismount(project.root):
         subprocess.run(["umount", "-l", str(project.root)], capture_output=True)
         pytest.fail(f"{project.root} was busy at teardown")
 

@@ -47,13 +47,13 @@ def test_a_start_that_would_fail_is_refused_before_the_old_run_is_touched(projec
 
 
 def _failing_tmux(tmp: Path, before_failing: str = "") -> dict:
-    """A PATH whose tmux is the real one, except that it refuses to create a session (``before_failing``
-    runs first, as sh)."""
+    """A PATH whose tmux is the real one, except that it refuses to create a session, or to hand the standby
+    supervisor's session over to the run (``before_failing`` runs first, as sh)."""
     folder = tmp / "bin"
     folder.mkdir()
     real = shutil.which("tmux")
     wrapper = folder / "tmux"
-    wrapper.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = new-session ] && '
+    wrapper.write_text(f'#!/bin/sh\nfor a in "$@"; do {{ [ "$a" = new-session ] || [ "$a" = rename-session ]; }} && '
                        f'{{ {before_failing or ":"}; echo "create session failed: simulated" >&2; exit 1; }}; done\n'
                        f'exec {real} "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
