@@ -16,6 +16,9 @@ from .meter import Count, Meter, silent
 from .revisions import Revision
 
 CHUNK = 1 << 20
+#: a push this big goes the bulk way (``Transport.run_bulk``: OpenSSH where it can, ~1.7x paramiko's rate); a
+#: smaller one stays on the connection already open, which saves the new connection's ~0.1-0.2 s
+BULK = 64 << 20
 
 
 def plan(rev: Revision, missing: list[str], partial: dict) -> list[dict]:
@@ -61,5 +64,6 @@ def send(client: AgentClient, rev: Revision, probe_missing: dict, *, meter: Mete
         return sent
     with (meter or silent)("pushing", total, len(entries)) as bar:
         client.call([Op("blobs_store", {"blobs": entries})], what="push", timeout=stall,
-                    payload=Stream(total, lambda: _pieces(rev, entries, bar)))
-    return sent
+                    payload=Stream(total, lambda: _pieces(rev, entries, bar)), bulk=total >= BULK)
+    over = client.transport.stats.extra.get("bulk") if total >= BULK else None
+    return sent | ({"over": over} if over else {})

@@ -59,7 +59,7 @@ class TransportStats:
 class Transport(abc.ABC):
     """Runs argument lists on one target.
 
-    Besides ``run`` and ``put``: ``run_agent`` (an agent call), ``direct`` (the transport with a connection of its
+    Besides ``run`` and ``put``: ``run_agent`` (an agent call), ``run_bulk`` (one with a big stream), ``direct`` (the transport with a connection of its
     own), ``connect``/``alive``/``local_port`` (the connection), ``open_channel``/``open_tunnel`` (streams left to
     the caller: terminals, resident agents, port forwards). Code outside this package uses only these, never a
     transport's private attributes.
@@ -97,6 +97,12 @@ class Transport(abc.ABC):
         """``run`` for an agent call; a transport that can hand it to an agent already serving there does."""
         given = {k: v for k, v in (("stall", stall), ("output", output)) if v is not None}
         return self.run(argv, input=input, timeout=timeout, **given)  # only these: a run may take no more
+
+    def run_bulk(self, argv: list[str], *, open: Callable[[], Input], stall: float | None = None) -> Result:
+        """``run_agent`` for a big stream on stdin (a push): ``open()`` makes the stream, again if the bytes must go
+        another way than the first one tried. The SSH transport sends it through the OpenSSH client where one is
+        installed; the others run it as any command."""
+        return self.run_agent(argv, input=open(), stall=stall)
 
     def direct(self) -> "Transport":
         """The transport that holds a connection of its own (a terminal or a port forward needs one): itself,

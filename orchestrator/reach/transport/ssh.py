@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ...errors import HostKeyError, InputError, OrchError, TransportError, TransportTimeout
 from .base import Input, Output, Result, Transport, pieces
@@ -317,6 +317,41 @@ class SshTransport(Transport):
             raise
         self.stats.bytes_received += len(out) + len(err)
         return Result(list(argv), code, bytes(out), bytes(err))
+
+    def run_bulk(self, argv: list[str], *, open: Callable[[], Input], stall: float | None = None) -> Result:
+        """As ``Transport.run_bulk``: through the OpenSSH client when it is on PATH (``openssh.py``: a third of
+        paramiko's CPU per byte), on this transport's route and known_hosts files; on this connection when it is
+        not, when the route cannot be handed to it (a ProxyCommand), or when OpenSSH is refused every key."""
+        from . import openssh
+
+        ssh = openssh.binary()
+        route = self._openssh_plan() if ssh else None
+        if ssh and route is not None:
+            if self.host_keys.trust_new_host:
+                self._connection()  # a new host's key is recorded by orch's policy, never by OpenSSH
+            try:
+                result = openssh.run(ssh, route, argv, input=open(), stall=stall, stats=self.stats)
+            except openssh.NotLoggedIn:
+                pass  # paramiko may offer a key OpenSSH does not (look_for_keys); nothing ran there
+            else:
+                self.stats.commands += 1
+                self.stats.extra["bulk"] = "openssh"
+                self.stats.bytes_received += len(result.stdout) + len(result.stderr)
+                return result
+        self.stats.extra["bulk"] = "paramiko"
+        return self.run(argv, input=open(), stall=stall)
+
+    def _openssh_plan(self) -> Any:
+        """This transport's route as OpenSSH's ``-F`` file (``openssh.plan``), or None where it cannot be one."""
+        from . import openssh
+
+        legs = self._new_route()
+        if legs[0].proxy_command:
+            return None
+        hops = [openssh.Hop(str(leg.conn.host), int(leg.conn.port), leg.conn.user, tuple(_key_files(leg.conn)))
+                for leg in legs]
+        return openssh.plan(hops, self.host_keys.files, connect_timeout=self._timeout, keepalive=self.keepalive,
+                            attempts=self.connect_retries + 1, description=self.description)
 
     def _exchange(self, chan: Any, data: Input, limit: float | None, stall: float | None,
                   argv: list[str], output: Output = None,
