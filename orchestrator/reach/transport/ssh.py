@@ -325,10 +325,10 @@ class SshTransport(Transport):
         from . import openssh
 
         ssh = openssh.binary()
+        if ssh and self.host_keys.trust_new_host:
+            self._connection()  # a new host's key is recorded by orch's policy, never by OpenSSH
         route = self._openssh_plan() if ssh else None
         if ssh and route is not None:
-            if self.host_keys.trust_new_host:
-                self._connection()  # a new host's key is recorded by orch's policy, never by OpenSSH
             try:
                 result = openssh.run(ssh, route, argv, input=open(), stall=stall, stats=self.stats)
             except openssh.NotLoggedIn:
