@@ -8,10 +8,12 @@ sent on the target resume from where they stopped.
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 from ..errors import InputError
 from ..reach.agent_client import AgentClient, Op, Stream
+from ..reach.transport.base import FileRange
 from .meter import Count, Meter, silent
 from .revisions import Revision
 
@@ -32,24 +34,24 @@ def plan(rev: Revision, missing: list[str], partial: dict) -> list[dict]:
     return out
 
 
-def _pieces(rev: Revision, entries: list[dict], bar: Count) -> Iterator[bytes]:
+def _pieces(rev: Revision, entries: list[dict], bar: Count) -> Iterator[FileRange]:
+    """Each blob's bytes as 1 MiB ranges of its open file: read by the transport, or spliced into ssh unread."""
     paths = {f["sha256"]: f["path"] for f in rev.files}
     for entry in entries:
         rel = paths[entry["sha256"]]
-        want = entry["size"] - entry["offset"]
+        at, end = entry["offset"], entry["size"]
         try:
-            with open(rev.local_paths[rel], "rb") as fh:
-                fh.seek(entry["offset"])
-                while want:
-                    data = fh.read(min(CHUNK, want))
-                    if not data:
-                        raise InputError(f"{rel} shrank while it was being sent",
-                                         hint="deploy again once it has stopped changing")
-                    want -= len(data)
-                    bar.advance(len(data))
-                    yield data
+            fd = os.open(rev.local_paths[rel], os.O_RDONLY)
         except OSError as exc:
             raise InputError(f"cannot read {rel}: {exc.strerror}", hint="check the file and deploy again") from None
+        try:
+            while at < end:
+                n = min(CHUNK, end - at)
+                yield FileRange(fd, at, n, rel)
+                at += n
+                bar.advance(n)
+        finally:
+            os.close(fd)
         bar.advance(0, files=1)
 
 

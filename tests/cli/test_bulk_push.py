@@ -178,3 +178,26 @@ def test_trust_new_host_records_the_key_by_orchs_policy_before_openssh_checks_it
         result = t.run_bulk(["wc", "-c"], open=lambda: [b"x" * 1000, b"y" * 24])
     assert result.ok and result.stdout.strip() == b"1024" and t.stats.extra["bulk"] == "openssh"
     assert (sshd.state / "trusted").read_text().split()[1:] == sshd.host_key_line().split()[1:]
+
+
+@pytest.mark.parametrize("way", ["openssh", "paramiko"])
+def test_a_file_that_ends_before_its_range_is_an_input_error_either_way(sshd, tmp_path, monkeypatch, way):
+    from orchestrator.errors import InputError
+    from orchestrator.reach.transport.base import FileRange
+
+    if way == "paramiko":
+        monkeypatch.setenv("PATH", str(tmp_path))  # no ssh here
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(3 << 20))
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        with transport(sshd, sshd.known_hosts) as t:
+            whole = t.run_bulk(["sha256sum"], open=lambda: [FileRange(fd, 0, 2 << 20, "data.bin"),
+                                                            FileRange(fd, 2 << 20, 1 << 20, "data.bin")])
+            assert whole.stdout.split()[0].decode() == hashlib.sha256(data.read_bytes()).hexdigest()
+            assert t.stats.extra["bulk"] == way
+            with pytest.raises(InputError) as caught:
+                t.run_bulk(["cat"], open=lambda: [FileRange(fd, 1 << 20, 3 << 20, "data.bin")])
+    finally:
+        os.close(fd)
+    assert caught.value.message == "data.bin shrank while it was being sent"

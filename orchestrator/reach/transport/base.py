@@ -3,20 +3,48 @@
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from ...errors import InputError
 
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """``length`` bytes of the open file ``fd`` from ``offset``, as a piece of a stream: a transport that can move
+    them without reading them into this process (``os.splice`` into ssh's stdin) does; ``pieces`` reads them.
+    ``name`` says which file, when it turns out shorter than that."""
+
+    fd: int
+    offset: int
+    length: int
+    name: str
+
+    def read(self) -> bytes:
+        try:
+            data = os.pread(self.fd, self.length, self.offset)
+        except OSError as exc:
+            raise InputError(f"cannot read {self.name}: {exc.strerror}", hint="check the file and deploy again") \
+                from None
+        if len(data) < self.length:
+            raise self.shrank()
+        return data
+
+    def shrank(self) -> InputError:
+        return InputError(f"{self.name} shrank while it was being sent", hint="deploy again once it has stopped changing")
+
+
 #: what a command reads on stdin: bytes, or a stream of byte chunks (sent as they are produced)
-Input = Union[bytes, Iterable[bytes], None]
+Input = Union[bytes, Iterable[Union[bytes, FileRange]], None]
 #: where a streamed command's stdout goes, piece by piece
 Output = Optional[Callable[[bytes], None]]
 PIECE = 1 << 16
 
 
 def pieces(data: Input) -> Iterator[bytes]:
-    """``data`` as chunks to send, without copying a bytes payload."""
+    """``data`` as chunks to send, without copying a bytes payload; a ``FileRange`` read here."""
     if data is None:
         return
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -24,7 +52,8 @@ def pieces(data: Input) -> Iterator[bytes]:
         for start in range(0, len(view), PIECE):
             yield view[start:start + PIECE]
         return
-    yield from data
+    for piece in data:
+        yield piece.read() if isinstance(piece, FileRange) else piece
 
 
 @dataclass

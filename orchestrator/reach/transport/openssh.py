@@ -18,6 +18,7 @@ quotes it, for the remote shell that runs it.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shlex
@@ -27,9 +28,10 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
-from ...errors import HostKeyError, OrchError, TransportError, TransportTimeout
-from .base import Input, Result, TransportStats, pieces
+from ...errors import HostKeyError, InputError, OrchError, TransportError, TransportTimeout
+from .base import FileRange, Input, Result, TransportStats, pieces
 
 #: AES-GCM first: on CPUs with AES instructions it costs a third of ChaCha20-Poly1305 (OpenSSH's default)
 CIPHERS = "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr,aes256-ctr"
@@ -195,14 +197,18 @@ def _exchange(command: list[str], data: Input, stall: float | None, what: str, w
     def feed() -> None:
         try:
             fd = proc.stdin.fileno()
-            for piece in pieces(data):
-                view = memoryview(piece)
-                while view:
-                    done = os.write(fd, view)
-                    view = view[done:]
-                    moved[0] = time.monotonic()
-                    if stats is not None:
-                        stats.bytes_sent += done
+            for piece in _raw(data):
+                if isinstance(piece, FileRange):
+                    sent = _splice(piece, fd, moved)
+                else:
+                    view = memoryview(piece)
+                    while view:
+                        done = os.write(fd, view)
+                        view = view[done:]
+                        moved[0] = time.monotonic()
+                    sent = len(piece)
+                if stats is not None:
+                    stats.bytes_sent += sent
         except OrchError as exc:  # the stream itself failed (a local file vanished): stop the command
             failed.append(exc)
             proc.kill()
@@ -242,3 +248,40 @@ def _exchange(command: list[str], data: Input, stall: float | None, what: str, w
     if failed:
         raise failed[0]
     return out, err, proc.returncode
+
+
+def _raw(data: Input) -> Iterator[bytes | FileRange]:
+    """``data``'s pieces with its file ranges left unread (``pieces`` reads them)."""
+    if data is None or isinstance(data, (bytes, bytearray, memoryview)):
+        yield from pieces(data)
+    else:
+        yield from data
+
+
+def _splice(piece: FileRange, pipe: int, moved: list[float]) -> int:
+    """Move a file range into the pipe without copying it through this process (read and written where splice
+    cannot); a file that ends early, or cannot be read, is an ``InputError``. A closed pipe (ssh gone) raises
+    ``BrokenPipeError``: ssh's exit says why."""
+    splice = getattr(os, "splice", None)
+    at, end = piece.offset, piece.offset + piece.length
+    while at < end:
+        try:
+            done = splice(piece.fd, pipe, end - at, offset_src=at) if splice else -1
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EXDEV):
+                raise InputError(f"cannot read {piece.name}: {exc.strerror}",
+                                 hint="check the file and deploy again") from None
+            splice, done = None, -1
+        if done < 0:  # no splice for this file: through this process
+            data = FileRange(piece.fd, at, end - at, piece.name).read()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(pipe, view):]
+            done = len(data)
+        if not done:
+            raise piece.shrank()
+        at += done
+        moved[0] = time.monotonic()
+    return piece.length
