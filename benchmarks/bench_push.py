@@ -126,7 +126,7 @@ user = "root"
 """)
     dest = f"root@{ct.address}"
     ssh = ["ssh", *bed.ssh_options(), dest]
-    env = dict(os.environ)
+    env = dict(os.environ, XDG_RUNTIME_DIR=tempfile.mkdtemp(prefix="orch-bench-push-rt-"))  # keepers of its own
     if way == "paramiko":  # orch finds no ssh binary: its pushes go over its own paramiko connection
         bare = work / "no-ssh"
         bare.mkdir(exist_ok=True)

@@ -12,8 +12,8 @@ hosts), with a config file that orch writes for the call and passes with ``-F``:
 known_hosts files only (never the system's; no key is ever recorded: ``UpdateHostKeys no``). A key OpenSSH
 refuses is a ``HostKeyError``, never a reason to try the other way. ``plan`` returns None where the route
 cannot be written as such a file (a ProxyCommand, a name with odd characters): the caller then sends the bytes
-on its own connection. Nothing here is built as a shell string: the command is quoted once, as ``ssh.py``
-quotes it, for the remote shell that runs it.
+on its own connection. Nothing here is built as a shell string: ``ssh`` gets an argument list, and the remote
+command comes quoted from ``ssh.remote_command``, the one place orch quotes for a remote shell.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -119,9 +118,10 @@ def plan(hops: list[Hop], known_hosts: list[str], *, connect_timeout: float, kee
     return Plan("\n".join(lines), description)
 
 
-def run(ssh: str, route: Plan, argv: list[str], *, input: Input, stall: float | None,
+def run(ssh: str, route: Plan, argv: list[str], command: str, *, input: Input, stall: float | None,
         stats: TransportStats | None = None) -> Result:
-    """Run ``argv`` on the destination through ``ssh``, feeding ``input``; ``stall`` limits the time without a byte
+    """Run ``argv``, quoted as ``command`` (by ``ssh.remote_command``), on the destination through ``ssh``, feeding
+    ``input``; ``stall`` limits the time without a byte
     moving either way. A failure of ssh itself (exit 255 with no answer) is translated as the SSH transport's are;
     ``NotLoggedIn`` says that OpenSSH could not log in where paramiko may (another key source)."""
     folder = tempfile.mkdtemp(prefix="orch-ssh-")  # 0700, ours alone: removed when the call ends
@@ -130,8 +130,7 @@ def run(ssh: str, route: Plan, argv: list[str], *, input: Input, stall: float | 
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(route.config)
-        command = [ssh, "-F", config, "-T", "-x", "-a", TARGET, "--", shlex.join(argv)]
-        out, err, code = _exchange(command, input, stall, argv[0], route.description, stats)
+        out, err, code = _exchange([ssh, "-F", config, "-T", "-x", "-a", TARGET, "--", command], input, stall, argv[0], route.description, stats)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if code == 255:

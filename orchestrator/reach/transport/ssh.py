@@ -330,7 +330,8 @@ class SshTransport(Transport):
         route = self._openssh_plan() if ssh else None
         if ssh and route is not None:
             try:
-                result = openssh.run(ssh, route, argv, input=open(), stall=stall, stats=self.stats)
+                result = openssh.run(ssh, route, argv, remote_command(argv), input=open(), stall=stall,
+                                     stats=self.stats)
             except openssh.NotLoggedIn:
                 pass  # paramiko may offer a key OpenSSH does not (look_for_keys); nothing ran there
             else:
@@ -410,8 +411,8 @@ class SshTransport(Transport):
                     heard[0] = progressed[0] = time.monotonic()
                 chan.shutdown_write()
             except OrchError as exc:  # the stream itself failed (a local file vanished): stop the command
+                chan.close()  # before the caller hears of it: it may close the connection at once
                 failed.append(exc)
-                chan.close()
             except Exception:
                 return
 
@@ -504,7 +505,7 @@ class SshTransport(Transport):
         try:
             chan = conn.transport.open_session(timeout=self._timeout)
             if pty is None:
-                chan.exec_command(shlex.join(argv or []))
+                chan.exec_command(remote_command(argv or []))
         except Exception as exc:
             self._drop()
             raise NotStartedError(f"connection to {self.description} lost before {what} started: {exc}",
@@ -515,7 +516,7 @@ class SshTransport(Transport):
         try:
             chan.get_pty(term=term, width=cols, height=rows)
             if argv:
-                chan.exec_command(shlex.join(argv))
+                chan.exec_command(remote_command(argv))
             else:
                 chan.invoke_shell()
         except Exception as exc:
@@ -593,6 +594,11 @@ class SshTransport(Transport):
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+def remote_command(argv: list[str]) -> str:
+    """``argv`` as the one string an SSH server hands to the user's shell: the only place orch quotes for one."""
+    return shlex.join(argv)
 
 
 _DEFAULT_KEYS = ("~/.ssh/id_rsa", "~/.ssh/id_ecdsa", "~/.ssh/id_ed25519")  # what paramiko looks for
