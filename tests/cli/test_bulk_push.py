@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,26 @@ def test_a_file_that_ends_before_its_range_is_an_input_error_either_way(sshd, tm
     finally:
         os.close(fd)
     assert caught.value.message == "data.bin shrank while it was being sent"
+
+
+def test_with_a_keeper_holding_the_connection_a_big_push_still_goes_through_openssh(project, sshd, tmp_path):
+    """The second deploy finds the keeper the first started: its small calls go through the keeper, and its big
+    stream on an ssh of its own, never relayed byte by byte through the keeper."""
+    big = big_project(project, sshd)
+    bin_dir = recording_ssh(tmp_path / "bin")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    for _ in range(50):  # the first status starts the keeper; one after it goes through it
+        assert project.run("status", "-t", "box", env=env).returncode == 0
+        listed = json.loads(project.run("connections", "list", "--json").stdout)
+        if listed["keepers"] and listed["keepers"][0]["connections"]:
+            break
+        time.sleep(0.1)
+    before = listed["keepers"][0]["connections"][0]["commands"]
+    proc = project.run("deploy", "-t", "box", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["pushed"]["over"] == "openssh"
+    assert deployed_blob(sshd, big, result) == hashlib.sha256(big.read_bytes()).hexdigest()
+    keepers = json.loads(project.run("connections", "list", "--json").stdout)["keepers"]
+    assert keepers[0]["connections"][0]["commands"] >= before + 2  # the probe and the launch went through it
+    stop(project)
