@@ -33,7 +33,8 @@ class FileRange:
         return data
 
     def shrank(self) -> InputError:
-        return InputError(f"{self.name} shrank while it was being sent", hint="deploy again once it has stopped changing")
+        return InputError(f"{self.name} shrank while it was being sent",
+                          hint="deploy again once it has stopped changing")
 
 
 #: what a command reads on stdin: bytes, or a stream of byte chunks (sent as they are produced)
@@ -88,9 +89,9 @@ class TransportStats:
 class Transport(abc.ABC):
     """Runs argument lists on one target.
 
-    Besides ``run`` and ``put``: ``run_agent`` (an agent call), ``run_bulk`` (one with a big stream), ``direct`` (the transport with a connection of its
-    own), ``connect``/``alive``/``local_port`` (the connection), ``open_channel``/``open_tunnel`` (streams left to
-    the caller: terminals, resident agents, port forwards). Code outside this package uses only these, never a
+    Besides ``run`` and ``put``: ``run_agent`` (an agent call), ``run_bulk`` (one with a big stream), ``direct``
+    (the transport with a connection of its own), ``connect``/``alive``/``local_port`` (the connection),
+    ``open_channel``/``open_tunnel`` (streams left to the caller: terminals, resident agents, port forwards). Code outside this package uses only these, never a
     transport's private attributes.
 
     ``run`` raises ``TransportError`` (or ``TransportTimeout``) only when the target could not be

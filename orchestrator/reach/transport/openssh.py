@@ -120,17 +120,18 @@ def plan(hops: list[Hop], known_hosts: list[str], *, connect_timeout: float, kee
 
 def run(ssh: str, route: Plan, argv: list[str], command: str, *, input: Input, stall: float | None,
         stats: TransportStats | None = None) -> Result:
-    """Run ``argv``, quoted as ``command`` (by ``ssh.remote_command``), on the destination through ``ssh``, feeding
-    ``input``; ``stall`` limits the time without a byte
-    moving either way. A failure of ssh itself (exit 255 with no answer) is translated as the SSH transport's are;
-    ``NotLoggedIn`` says that OpenSSH could not log in where paramiko may (another key source)."""
+    """Run ``argv``, quoted as ``command`` (``ssh.remote_command``), on the destination through ``ssh``, feeding
+    ``input``; ``stall`` limits the time without a byte moving either way. A failure of ssh itself (exit 255 with
+    no answer) is translated as the SSH transport's are; ``NotLoggedIn`` says that OpenSSH could not log in where
+    paramiko may (another source of keys)."""
     folder = tempfile.mkdtemp(prefix="orch-ssh-")  # 0700, ours alone: removed when the call ends
     config = os.path.join(folder, "config")
     try:
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(route.config)
-        out, err, code = _exchange([ssh, "-F", config, "-T", "-x", "-a", TARGET, "--", command], input, stall, argv[0], route.description, stats)
+        out, err, code = _exchange([ssh, "-F", config, "-T", "-x", "-a", TARGET, "--", command], input, stall,
+                                   argv[0], route.description, stats)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if code == 255:
