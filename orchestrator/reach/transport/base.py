@@ -91,8 +91,8 @@ class Transport(abc.ABC):
 
     Besides ``run`` and ``put``: ``run_agent`` (an agent call), ``run_bulk`` (one with a big stream), ``direct``
     (the transport with a connection of its own), ``connect``/``alive``/``local_port`` (the connection),
-    ``open_channel``/``open_tunnel`` (streams left to the caller: terminals, resident agents, port forwards). Code outside this package uses only these, never a
-    transport's private attributes.
+    ``open_channel``/``open_tunnel`` (streams left to the caller: terminals, resident agents, port forwards).
+    Code outside this package uses only these, never a transport's private attributes.
 
     ``run`` raises ``TransportError`` (or ``TransportTimeout``) only when the target could not be
     reached or did not answer in time; a command's own failure is a ``Result`` with a non-zero code.
