@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -91,6 +92,7 @@ def main() -> None:
                     for size in a.sizes.split(",") for way in ways]
         finally:
             bed.teardown()
+            shutil.rmtree(work, ignore_errors=True)  # the trees: GiBs
     print(f"\nfirst deploy to CT 200 over the testbed bridge; medians of {a.runs} run(s); "
           f"load average {open('/proc/loadavg').read().split()[0]}")
     print(f"{'tree':>8} {'way':>9} {'tar|ssh s':>10} {'+sync s':>8} {'orch s':>8} {'x tar':>6} {'x tar+sync':>10} "
@@ -126,7 +128,7 @@ user = "root"
 """)
     dest = f"root@{ct.address}"
     ssh = ["ssh", *bed.ssh_options(), dest]
-    env = dict(os.environ, XDG_RUNTIME_DIR=tempfile.mkdtemp(prefix="orch-bench-push-rt-"))  # keepers of its own
+    env = dict(os.environ, XDG_RUNTIME_DIR=tempfile.mkdtemp(dir=work))  # keepers of its own
     if way == "paramiko":  # orch finds no ssh binary: its pushes go over its own paramiko connection
         bare = work / "no-ssh"
         bare.mkdir(exist_ok=True)
@@ -151,6 +153,8 @@ user = "root"
         subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "stop"], cwd=proj, env=env,
                        capture_output=True)
     subprocess.run([*ssh, f"rm -rf {ROOT}"], check=True)
+    subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "connections", "close"], cwd=proj, env=env,
+                   capture_output=True)  # the keepers exit with the bench, not 10 minutes later
     return (total / (1 << 30), way, statistics.median(base_times), statistics.median(durable_times),
             statistics.median(orch_times), statistics.median(ratios), rss, agent)
 
