@@ -8,15 +8,20 @@ sent on the target resume from where they stopped.
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 from ..errors import InputError
 from ..reach.agent_client import AgentClient, Op, Stream
+from ..reach.transport.base import FileRange
 from .meter import Count, Meter, silent
 from .revisions import Revision
 
 CHUNK = 1 << 20
 INLINE = 256 << 10  # a push this small rides in the launch's locked call: one round trip (and agent start) less
+#: a push this big goes the bulk way (``Transport.run_bulk``: OpenSSH where it can, ~1.7x paramiko's rate); a
+#: smaller one stays on the connection already open, which saves the new connection's ~0.1-0.2 s
+BULK = 64 << 20
 
 
 def plan(rev: Revision, missing: list[str], partial: dict) -> list[dict]:
@@ -30,24 +35,24 @@ def plan(rev: Revision, missing: list[str], partial: dict) -> list[dict]:
     return out
 
 
-def _pieces(rev: Revision, entries: list[dict], bar: Count) -> Iterator[bytes]:
+def _pieces(rev: Revision, entries: list[dict], bar: Count) -> Iterator[FileRange]:
+    """Each blob's bytes as 1 MiB ranges of its open file: read by the transport, or spliced into ssh unread."""
     paths = {f["sha256"]: f["path"] for f in rev.files}
     for entry in entries:
         rel = paths[entry["sha256"]]
-        want = entry["size"] - entry["offset"]
+        at, end = entry["offset"], entry["size"]
         try:
-            with open(rev.local_paths[rel], "rb") as fh:
-                fh.seek(entry["offset"])
-                while want:
-                    data = fh.read(min(CHUNK, want))
-                    if not data:
-                        raise InputError(f"{rel} shrank while it was being sent",
-                                         hint="deploy again once it has stopped changing")
-                    want -= len(data)
-                    bar.advance(len(data))
-                    yield data
+            fd = os.open(rev.local_paths[rel], os.O_RDONLY)
         except OSError as exc:
             raise InputError(f"cannot read {rel}: {exc.strerror}", hint="check the file and deploy again") from None
+        try:
+            while at < end:
+                n = min(CHUNK, end - at)
+                yield FileRange(fd, at, n, rel)
+                at += n
+                bar.advance(n)
+        finally:
+            os.close(fd)
         bar.advance(0, files=1)
 
 
@@ -62,8 +67,9 @@ def send(client: AgentClient, rev: Revision, probe_missing: dict, *, meter: Mete
         return sent
     with (meter or silent)("pushing", total, len(entries)) as bar:
         client.call([Op("blobs_store", {"blobs": entries})], what="push", timeout=stall,
-                    payload=Stream(total, lambda: _pieces(rev, entries, bar)))
-    return sent
+                    payload=Stream(total, lambda: _pieces(rev, entries, bar)), bulk=total >= BULK)
+    over = client.transport.stats.extra.get("bulk") if total >= BULK else None
+    return sent | ({"over": over} if over else {})
 
 
 def inline(rev: Revision, probe_missing: dict) -> tuple[Op, bytes, dict] | None:
@@ -76,5 +82,5 @@ def inline(rev: Revision, probe_missing: dict) -> tuple[Op, bytes, dict] | None:
     sent = {"files": len(rev.files), "missing": len(entries), "bytes": total,
             "resumed_bytes": sum(e["offset"] for e in entries)}
     with silent("pushing", total, len(entries)) as bar:
-        data = b"".join(_pieces(rev, entries, bar))
+        data = b"".join(piece.read() for piece in _pieces(rev, entries, bar))
     return Op("blobs_store", {"blobs": entries}), data, sent

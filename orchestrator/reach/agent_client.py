@@ -185,12 +185,14 @@ class AgentClient:
 
     def call(self, ops: list[Op], *, payload: bytes | Stream = b"", lock: float | None = None,
              what: str = "operation", timeout: float | None = None,
-             on_frame: Callable[[dict, bytes], None] | None = None, journal: dict | None = None) -> list[Any]:
+             on_frame: Callable[[dict, bytes], None] | None = None, journal: dict | None = None,
+             bulk: bool = False) -> list[Any]:
         """Run ``ops`` in order in one agent process; return their values or raise the first failure.
 
         A ``Stream`` payload is sent as it is produced, and ``timeout`` then limits the time without
         progress instead of the whole call. So does ``on_frame``, which takes each frame a streaming op
-        writes as it arrives (the transport must stream: ``transport.streams``). ``journal`` (``exp_id``,
+        writes as it arrives (the transport must stream: ``transport.streams``). ``bulk`` sends a ``Stream`` the
+        way big ones go (``Transport.run_bulk``: over OpenSSH where it can). ``journal`` (``exp_id``,
         ``registry``, ``project``) has a locked call record its steps in that run's folder as they finish.
         """
         if not self._checked:
@@ -211,6 +213,10 @@ class AgentClient:
                 result = send(argv, input=stdin, timeout=None, stall=limit, output=frames.feed)
                 result.stdout = frames.leftover()
                 return result
+            if streamed and bulk:
+                assert isinstance(payload, Stream)
+                return self.transport.run_bulk(argv, open=lambda: itertools.chain([head], payload.open()),
+                                               stall=limit)
             if streamed:
                 return send(argv, input=stdin, timeout=None, stall=limit)
             return send(argv, input=stdin, timeout=limit)

@@ -152,6 +152,18 @@ class KeptTransport(Transport):
         self.stats.bytes_received += len(answer["stdout"]) + len(stderr)
         return Result(list(argv), int(answer["exit_code"]), answer["stdout"], stderr)
 
+    def run_bulk(self, argv: list[str], *, open: Callable[[], Input], stall: float | None = None) -> Result:
+        """On a connection of this process, never relayed byte by byte through the keeper; one made for the stream
+        alone, so that the commands after it still go through the keeper."""
+        if self._direct is not None:
+            return self._direct.run_bulk(argv, open=open, stall=stall)
+        own = self._make_direct()
+        own.stats = self.stats
+        try:
+            return own.run_bulk(argv, open=open, stall=stall)
+        finally:
+            own.close()
+
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         if self._direct is not None:
             return self._direct.put(data, path, mode)

@@ -3,20 +3,49 @@
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from ...errors import InputError
 
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """``length`` bytes of the open file ``fd`` from ``offset``, as a piece of a stream: a transport that can move
+    them without reading them into this process (``os.splice`` into ssh's stdin) does; ``pieces`` reads them.
+    ``name`` says which file, when it turns out shorter than that."""
+
+    fd: int
+    offset: int
+    length: int
+    name: str
+
+    def read(self) -> bytes:
+        try:
+            data = os.pread(self.fd, self.length, self.offset)
+        except OSError as exc:
+            raise InputError(f"cannot read {self.name}: {exc.strerror}", hint="check the file and deploy again") \
+                from None
+        if len(data) < self.length:
+            raise self.shrank()
+        return data
+
+    def shrank(self) -> InputError:
+        return InputError(f"{self.name} shrank while it was being sent",
+                          hint="deploy again once it has stopped changing")
+
+
 #: what a command reads on stdin: bytes, or a stream of byte chunks (sent as they are produced)
-Input = Union[bytes, Iterable[bytes], None]
+Input = Union[bytes, Iterable[Union[bytes, FileRange]], None]
 #: where a streamed command's stdout goes, piece by piece
 Output = Optional[Callable[[bytes], None]]
 PIECE = 1 << 16
 
 
 def pieces(data: Input) -> Iterator[bytes]:
-    """``data`` as chunks to send, without copying a bytes payload."""
+    """``data`` as chunks to send, without copying a bytes payload; a ``FileRange`` read here."""
     if data is None:
         return
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -24,7 +53,8 @@ def pieces(data: Input) -> Iterator[bytes]:
         for start in range(0, len(view), PIECE):
             yield view[start:start + PIECE]
         return
-    yield from data
+    for piece in data:
+        yield piece.read() if isinstance(piece, FileRange) else piece
 
 
 @dataclass
@@ -59,10 +89,10 @@ class TransportStats:
 class Transport(abc.ABC):
     """Runs argument lists on one target.
 
-    Besides ``run`` and ``put``: ``run_agent`` (an agent call), ``direct`` (the transport with a connection of its
-    own), ``connect``/``alive``/``local_port`` (the connection), ``open_channel``/``open_tunnel`` (streams left to
-    the caller: terminals, resident agents, port forwards). Code outside this package uses only these, never a
-    transport's private attributes.
+    Besides ``run`` and ``put``: ``run_agent`` (an agent call), ``run_bulk`` (one with a big stream), ``direct``
+    (the transport with a connection of its own), ``connect``/``alive``/``local_port`` (the connection),
+    ``open_channel``/``open_tunnel`` (streams left to the caller: terminals, resident agents, port forwards).
+    Code outside this package uses only these, never a transport's private attributes.
 
     ``run`` raises ``TransportError`` (or ``TransportTimeout``) only when the target could not be
     reached or did not answer in time; a command's own failure is a ``Result`` with a non-zero code.
@@ -97,6 +127,12 @@ class Transport(abc.ABC):
         """``run`` for an agent call; a transport that can hand it to an agent already serving there does."""
         given = {k: v for k, v in (("stall", stall), ("output", output)) if v is not None}
         return self.run(argv, input=input, timeout=timeout, **given)  # only these: a run may take no more
+
+    def run_bulk(self, argv: list[str], *, open: Callable[[], Input], stall: float | None = None) -> Result:
+        """``run_agent`` for a big stream on stdin (a push): ``open()`` makes the stream, again if the bytes must go
+        another way than the first one tried. The SSH transport sends it through the OpenSSH client where one is
+        installed; the others run it as any command."""
+        return self.run_agent(argv, input=open(), stall=stall)
 
     def direct(self) -> "Transport":
         """The transport that holds a connection of its own (a terminal or a port forward needs one): itself,

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ...errors import HostKeyError, InputError, OrchError, TransportError, TransportTimeout
 from .base import Input, Output, Result, Transport, pieces
@@ -318,6 +318,42 @@ class SshTransport(Transport):
         self.stats.bytes_received += len(out) + len(err)
         return Result(list(argv), code, bytes(out), bytes(err))
 
+    def run_bulk(self, argv: list[str], *, open: Callable[[], Input], stall: float | None = None) -> Result:
+        """As ``Transport.run_bulk``: through the OpenSSH client when it is on PATH (``openssh.py``: a third of
+        paramiko's CPU per byte), on this transport's route and known_hosts files; on this connection when it is
+        not, when the route cannot be handed to it (a ProxyCommand), or when OpenSSH is refused every key."""
+        from . import openssh
+
+        ssh = openssh.binary()
+        if ssh and self.host_keys.trust_new_host:
+            self._connection()  # a new host's key is recorded by orch's policy, never by OpenSSH
+        route = self._openssh_plan() if ssh else None
+        if ssh and route is not None:
+            try:
+                result = openssh.run(ssh, route, argv, remote_command(argv), input=open(), stall=stall,
+                                     stats=self.stats)
+            except openssh.NotLoggedIn:
+                pass  # paramiko may offer a key OpenSSH does not (look_for_keys); nothing ran there
+            else:
+                self.stats.commands += 1
+                self.stats.extra["bulk"] = "openssh"
+                self.stats.bytes_received += len(result.stdout) + len(result.stderr)
+                return result
+        self.stats.extra["bulk"] = "paramiko"
+        return self.run(argv, input=open(), stall=stall)
+
+    def _openssh_plan(self) -> Any:
+        """This transport's route as OpenSSH's ``-F`` file (``openssh.plan``), or None where it cannot be one."""
+        from . import openssh
+
+        legs = self._new_route()
+        if legs[0].proxy_command:
+            return None
+        hops = [openssh.Hop(str(leg.conn.host), int(leg.conn.port), leg.conn.user, tuple(_key_files(leg.conn)))
+                for leg in legs]
+        return openssh.plan(hops, self.host_keys.files, connect_timeout=self._timeout, keepalive=self.keepalive,
+                            attempts=self.connect_retries + 1, description=self.description)
+
     def _exchange(self, chan: Any, data: Input, limit: float | None, stall: float | None,
                   argv: list[str], output: Output = None,
                   cancel: threading.Event | None = None) -> tuple[bytearray, bytearray, int]:
@@ -375,8 +411,8 @@ class SshTransport(Transport):
                     heard[0] = progressed[0] = time.monotonic()
                 chan.shutdown_write()
             except OrchError as exc:  # the stream itself failed (a local file vanished): stop the command
+                chan.close()  # before the caller hears of it: it may close the connection at once
                 failed.append(exc)
-                chan.close()
             except Exception:
                 return
 
@@ -469,7 +505,7 @@ class SshTransport(Transport):
         try:
             chan = conn.transport.open_session(timeout=self._timeout)
             if pty is None:
-                chan.exec_command(shlex.join(argv or []))
+                chan.exec_command(remote_command(argv or []))
         except Exception as exc:
             self._drop()
             raise NotStartedError(f"connection to {self.description} lost before {what} started: {exc}",
@@ -480,7 +516,7 @@ class SshTransport(Transport):
         try:
             chan.get_pty(term=term, width=cols, height=rows)
             if argv:
-                chan.exec_command(shlex.join(argv))
+                chan.exec_command(remote_command(argv))
             else:
                 chan.invoke_shell()
         except Exception as exc:
@@ -558,6 +594,11 @@ class SshTransport(Transport):
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+def remote_command(argv: list[str]) -> str:
+    """``argv`` as the one string an SSH server hands to the user's shell: the only place orch quotes for one."""
+    return shlex.join(argv)
 
 
 _DEFAULT_KEYS = ("~/.ssh/id_rsa", "~/.ssh/id_ecdsa", "~/.ssh/id_ed25519")  # what paramiko looks for
