@@ -411,8 +411,11 @@ class SshTransport(Transport):
                     heard[0] = progressed[0] = time.monotonic()
                 chan.shutdown_write()
             except OrchError as exc:  # the stream itself failed (a local file vanished): stop the command
-                chan.close()  # before the caller hears of it: it may close the connection at once
-                failed.append(exc)
+                failed.append(exc)  # first: the close below ends the wait, which must then find the failure
+                try:
+                    chan.close()  # the command stops; the caller may have closed the whole connection already
+                except Exception:  # noqa: BLE001 (then the connection's end stops it)
+                    pass
             except Exception:
                 return
 
