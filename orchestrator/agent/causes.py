@@ -23,6 +23,8 @@ import subprocess
 import time
 from typing import Iterable
 
+from . import procstat
+
 STOP_FILE = "stop_requested"
 
 
@@ -34,23 +36,11 @@ def boot_id() -> str | None:
         return None
 
 
-def _start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _gone(pid: int, socket: str) -> bool:
     """Whether the tmux server ``pid`` has exited (a zombie nobody reaped yet counts) or its socket is gone."""
     if socket and not os.path.exists(socket):
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
+    return procstat.exited(pid)
 
 
 def hangup_cause(stopping: list, run_dir: str, tmux: str | None = None, wait: float = 1.0) -> str | None:
@@ -88,9 +78,9 @@ def in_container() -> bool:
 def lost_cause(pid: dict) -> str:
     """A run whose supervisor vanished without recording an exit: what took it away."""
     then, now = pid.get("boot_id"), boot_id()
-    init, supervisor = _start_ticks(1), pid.get("supervisor_start")
+    init, supervisor = procstat.start(1), pid.get("supervisor_start")
     try:
-        younger_init = init is not None and supervisor is not None and init > int(supervisor)
+        younger_init = init is not None and supervisor is not None and int(init) > int(supervisor)
     except (TypeError, ValueError):
         younger_init = False
     if (then and now and then != now) or younger_init:

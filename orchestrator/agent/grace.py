@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 
+from . import procstat
+
 GAP = 1.0  # a step of the wait loop longer than this: we were not running either
 
 
@@ -44,12 +46,8 @@ def held(pid: int | None) -> bool:
     """Whether process ``pid`` cannot act on a signal now: stopped, frozen, or in uninterruptible sleep."""
     if not pid:
         return False
-    try:
-        with open(f"/proc/{int(pid)}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError, ValueError):
-        return False
-    return state in ("T", "t", "D") or _cgroup_frozen(int(pid))
+    state = procstat.state(pid)
+    return state is not None and (state in ("T", "t", "D") or _cgroup_frozen(int(pid)))
 
 
 class Grace:

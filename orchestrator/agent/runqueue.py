@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from . import gpu_share, journal, reboot_unit, runs
+from . import gpu_share, journal, procstat, reboot_unit, runs
 from .layout import Layout, read_json, run_key, write_json
 from .lock import TargetLock
 from .protocol import AgentFailure
@@ -242,22 +242,13 @@ def after_supervisor(run_dir: str) -> None:
         os._exit(code)
 
 
-def _exited(pid: int) -> bool:
-    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
-
-
 def next_after(run_dir: str, supervisor: int) -> int:
     """Wait for the supervisor (``supervisor``, its pid) to exit, then start the project's next entry (its start
     replaces the tmux session the supervisor ran in)."""
     import libtmux  # noqa: F401  (loaded while the supervisor exits: the next start does not wait for it)
 
     deadline = time.monotonic() + PARENT_WAIT
-    while not _exited(supervisor) and time.monotonic() < deadline:
+    while not procstat.exited(supervisor) and time.monotonic() < deadline:
         time.sleep(0.005)
     exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
     root = os.path.dirname(os.path.dirname(os.path.normpath(run_dir)))

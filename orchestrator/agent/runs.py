@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
-from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, reboot_unit, standby,
-               watchdog, windows, workdir)
+from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, procstat, reboot_unit,
+               standby, watchdog, windows, workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
@@ -44,27 +44,8 @@ def session_name(project: str) -> str:
     return f"orch-{project}"
 
 
-def _proc_start(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _alive(pid: int | None, start: str | None) -> bool:
-    if not pid:
-        return False
-    now = _proc_start(int(pid))
-    if now is None:
-        return False
-    try:
-        with open(f"/proc/{int(pid)}/stat") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
-    except OSError:
-        return False
-    return start is None or now == start
+_proc_start = procstat.start
+_alive = procstat.alive
 
 
 def run_state(run_dir: str) -> dict:

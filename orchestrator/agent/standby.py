@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Callable
 
+from . import procstat
 from .layout import Layout, read_json, write_json
 
 SESSION = "orch~standby"  # "~" is in no project's session name (orch-<project>)
@@ -44,14 +45,6 @@ def _identity(path: str) -> list | None:
     except OSError:
         return None
     return [st.st_dev, st.st_ino]
-
-
-def _proc_start(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def _usable(record: object, agent_path: str, alive: Alive) -> bool:
@@ -132,7 +125,7 @@ def wait(root: str) -> str | None:
     os.mkfifo(fifo, 0o600)
     fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
     agent = os.path.abspath(sys.argv[0])
-    write_json(record_path, {"pid": os.getpid(), "start": _proc_start(os.getpid()), "agent": agent,
+    write_json(record_path, {"pid": os.getpid(), "start": procstat.start(os.getpid()), "agent": agent,
                              "ident": _identity(agent), "since": time.time()})
     data = b""
     try:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+from . import procstat
 from .layout import Layout
 from .protocol import AgentFailure
 
@@ -95,12 +96,7 @@ def _run_pids(layout: Layout) -> dict[int, dict]:
     return pids
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+_parent = procstat.parent
 
 
 def _owner(pid: object, owners: dict[int, dict]) -> dict | None:
