@@ -216,10 +216,13 @@ def test_follow_through_the_keeper_survives_cuts_byte_for_byte(remote, testbed):
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: follower.stdout.read(65536), b"")))
     reader.start()
-    time.sleep(1.5)
+    # the cuts come once the follower streams (its start-up, slow on a loaded machine, must not outlast them)
+    deadline = time.monotonic() + 60
+    while not chunks and follower.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     for _ in range(2):
+        time.sleep(0.5)
         proxy.kill()
-        time.sleep(1.0)
     follower.wait(timeout=180)
     err = follower.stderr.read()
     reader.join(timeout=30)
