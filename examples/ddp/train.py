@@ -199,6 +199,7 @@ def train(args: argparse.Namespace) -> int:
     if talk:
         print(f"done step={step} world={world} checksum={mine} " + ("params in sync" if same else
               f"params DIFFER: {' '.join(every)}"), flush=True)
+    dist.barrier()  # every rank done with the group before any tears it down (gloo's threads abort otherwise)
     dist.destroy_process_group()
     return 0 if same else 1
 
