@@ -222,17 +222,22 @@ def test_a_deploy_or_restart_onto_one_node_of_a_running_job_is_refused_and_stops
     assert remote.registry().get(3).status == "running" and remote.registry().get(3).parent == 1
 
 
-def test_a_job_launch_interrupted_by_ctrl_c_mid_start_is_settled_as_running(remote, testbed, ct201):  # noqa: F811
-    import signal
-    import subprocess
-    import sys
-
+def _sleeping_job(remote) -> None:
+    """A 2-node job whose ranks sleep (no launcher), with the short timeouts of these tests."""
     (remote.path / "job.py").write_text(JOB.replace('time.sleep(2 if rank == "1" else 4)', "time.sleep(600)"))
     _job_project(remote, "python3 job.py", 'OMP_NUM_THREADS = "1"',
                  extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
     toml = remote.path / "orch.toml"
     toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
     _timeouts(remote)
+
+
+def test_a_job_launch_interrupted_by_ctrl_c_mid_start_is_settled_as_running(remote, testbed, ct201):  # noqa: F811
+    import signal
+    import subprocess
+    import sys
+
+    _sleeping_job(remote)
     _hold_lock(testbed, 201)  # every node starts at once: node 1's start waits for its lock
     deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
                                "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -260,12 +265,7 @@ def test_every_node_starts_at_once_a_node_waiting_for_its_lock_holds_up_no_other
     import subprocess
     import sys
 
-    (remote.path / "job.py").write_text(JOB.replace('time.sleep(2 if rank == "1" else 4)', "time.sleep(600)"))
-    _job_project(remote, "python3 job.py", 'OMP_NUM_THREADS = "1"',
-                 extra=DIRECT + '\n[distributed]\nlauncher = "none"\n')
-    toml = remote.path / "orch.toml"
-    toml.write_text(toml.read_text().replace('"ddp_tiny.py"]', '"job.py"]'))
-    _timeouts(remote)
+    _sleeping_job(remote)
     _hold_lock(testbed, 200)  # node 0's start waits for its lock (lock_timeout 10 s)
     deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
                                "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
