@@ -90,8 +90,9 @@ def confirm_or_refuse(yes: bool, question: str) -> None:
         raise InputError("cancelled: nothing was changed")
 
 
-def plan_lines(actions) -> list[str]:
-    """One numbered line per action of a plan (``launch.model``): what ``--dry-run`` prints."""
+def plan_lines(actions, stop_ids: list | None = None) -> list[str]:
+    """One numbered line per action of a plan (``launch.model``): what ``--dry-run`` prints; ``stop_ids``: the
+    experiments its stop step is kept to (None: every run of the project)."""
     import shlex
 
     from ..records.experiments import command_line
@@ -115,6 +116,8 @@ def plan_lines(actions) -> list[str]:
                     "unless the target has it" + (" on every node" if a.nodes > 1 else ""))
         elif isinstance(a, model.StopRun):
             text = ("stop this project's running experiments on the target, all of them when several run side by side "
+                    "(SIGINT, then SIGTERM, then SIGKILL)" if stop_ids is None else
+                    "stop " + ", ".join(f"experiment {i}" for i in stop_ids) + " on the target, and no other run "
                     "(SIGINT, then SIGTERM, then SIGKILL)")
         elif isinstance(a, model.Checkpoints):
             text = {"keep": f"keep the checkpoints in {a.path}",

@@ -82,7 +82,7 @@ def _dry_run(launch, as_json: bool) -> None:
     from ..errors import OrchError
     from ..launch.operations import preview
 
-    lines = render.plan_lines(launch.actions)
+    lines = render.plan_lines(launch.actions, launch.stop_ids)
     if launch.guard:
         g = launch.settings.guard
         lines.append(f"guard: watch the new run for {g.steps} steps against the run it stops (throughput at least "
@@ -356,7 +356,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     tgt = _target(settings, *_flags_of(settings, target, ct, experiment), False, trust_new_host, dry_run)
     launch = prepare.stop(settings, tgt, echo=render.say)
     launch.stop_ids = [experiment] if experiment is not None else \
-        None if dry_run or tgt.connect is None else _latest_of_several(settings, tgt)
+        None if tgt.connect is None else _latest_of_several(settings, tgt)
     if dry_run:
         return _run(launch, settings, True, as_json)
     from ..launch.operations import execute

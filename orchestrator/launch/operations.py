@@ -195,9 +195,18 @@ def preview(launch: Launch) -> dict:
 
         name = env_hash(launch.inputs.env, probe["env"])
         env = {"hash": name, "there": name in (probe["env"].get("envs") or {})}
-    return {"stop": probe["alive"] if launch.has(StopRun) else [],
+    return {"stop": _stopping(launch, probe),
             "checkpoints": probe.get("inventory"), "writer": _writer(probe, launch.settings), "send": send,
             "env": env, "doctor": [f.to_dict() for f in probe["findings"]] if "findings" in probe else None}
+
+
+def _stopping(launch: Launch, probe: dict) -> list:
+    """The live runs a launch's stop step would stop: every one of the project's, or those of ``stop_ids``."""
+    if not launch.has(StopRun):
+        return []
+    if launch.stop_ids is None:
+        return probe["alive"]
+    return [i for i in probe["alive"] if i in launch.stop_ids]
 
 
 def _writer(probe: dict, settings: Settings) -> checkpoints.Writer | None:
@@ -301,7 +310,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
     action = checkpoint_action(launch.actions)
     ops: list[Op] = []
     keys: list[str] = []
-    stopping = probe["alive"] if launch.has(StopRun) else []
+    stopping = _stopping(launch, probe)
     if action != "keep":
         ops.append(checkpoints.check_op(target, stopping))
         keys.append("ckpt_check")

@@ -124,6 +124,13 @@ def test_status_lists_both_and_bare_logs_and_stop_act_on_the_latest(side):
     res = p.run("logs", "-e", "1", "-n", "50")
     assert "visible=0 " in res.stdout and note not in res.stderr, res.stderr
 
+    dry = p.run("stop", "--dry-run")  # says what the bare stop below does: the latest alone
+    assert dry.returncode == 0 and note in dry.stderr, dry.stderr
+    assert "stop experiment 2 on the target, and no other run" in dry.stdout, dry.stdout
+    assert "would stop: experiment 2\n" in dry.stdout, dry.stdout
+    dry = p.run("stop", "--dry-run", "-e", "1")
+    assert "stop experiment 1 on the target" in dry.stdout and "would stop: experiment 1\n" in dry.stdout, dry.stdout
+    assert _states(p) == {1: "running", 2: "running"}
     res = p.run("stop")
     assert res.returncode == 0, res.stderr
     assert note in res.stderr, res.stderr
