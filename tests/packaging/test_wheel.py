@@ -83,7 +83,7 @@ def test_the_installed_orch_runs_a_project_end_to_end(installed, tmp_path):
     proj.mkdir()
     shutil.copy(EXAMPLE / "train.py", proj / "train.py")
     (proj / "orch.toml").write_text(CONFIG.format(steps=100000, ckpt_every=10, sleep=0.01, root=root,
-                                                  lock_timeout=10))
+                                                  lock_timeout=10) + "gpus = 2\n")  # [targets.local]: 2 GPUs
     env = _env(installed)
 
     def orch(*args: str) -> subprocess.CompletedProcess:
@@ -106,6 +106,18 @@ def test_the_installed_orch_runs_a_project_end_to_end(installed, tmp_path):
         final = json.loads(orch("status", "--json").stdout)
         assert final["experiment"] == 2 and final["state"] == "stopped"
         assert json.loads(orch("experiments", "show", "1", "--json").stdout)["status"] == "stopped"
+
+        # side by side: two runs on disjoint GPUs, bare commands acting on the latest
+        third = json.loads(orch("deploy", "--gpus", "1", "--json").stdout)["experiment"]
+        fourth = json.loads(orch("deploy", "--gpus", "1", "--beside", "--json").stdout)["experiment"]
+        assert (third["id"], fourth["id"]) == (3, 4) and fourth["status"] == "running"
+        both = orch("status", "--json")
+        assert "acting on the latest, experiment 4" in both.stderr, both.stderr
+        assert sorted((r["experiment"], r["gpus"][0]) for r in json.loads(both.stdout)["live"]) == [(3, 0), (4, 1)]
+        stopped = orch("stop")
+        assert "experiment 4 on local: stopped" in stopped.stdout, stopped.stdout
+        assert json.loads(orch("experiments", "show", "3", "--json").stdout)["status"] == "running"
+        assert "experiment 3 on local: stopped" in orch("stop").stdout
     finally:
         subprocess.run(["tmux", "-L", tmux_socket(str(root)), "kill-server"], capture_output=True)
 
