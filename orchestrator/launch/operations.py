@@ -297,7 +297,6 @@ class Start:
     env: dict
     experiment: dict  # its experiment.json
     recovery: dict
-    verify_wait: float = 0.0  # the least a verify step waits
     alone: bool = True  # a launch on this target alone: it must not stop one node of another job
 
 
@@ -355,8 +354,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                           | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
-            wait = max(step.wait, start.verify_wait if start is not None else 0.0)
-            ops.append(Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": wait}))
+            ops.append(Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": step.wait}))
             keys.append("verify")
     if exp is not None and "start" in keys:
         _check_start_first(launch, exp, key, ops, keys, spare_jobs=start.alone)
