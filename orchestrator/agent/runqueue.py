@@ -4,7 +4,8 @@ Each queued launch is one file, ``queue/<project>/<time_ns>-<run key>.json``, ho
 ``runs.start`` (its revision was assembled when it was queued, so it cannot change afterwards). Nothing on
 the controller is needed to go on: the supervisor of a run that ends (``agent supervise``) forks a process
 of its own session (``after_supervisor``) that waits for the supervisor to exit, takes the target's lock
-and starts the oldest entry (``advance``). After a reboot the queue's systemd unit
+and starts the oldest entry (``advance``); an entry queued beside (for free GPUs) of another project starts
+then too, when the GPUs it waits for are free. After a reboot the queue's systemd unit
 (``reboot_unit``, installed while the queue is not empty) does the same, unless a run of the project is
 about to be resumed by its own unit: that run goes first, and its end starts the next. Where systemd is not
 running, the next ``orch queue`` or ``orch status`` does it.
@@ -211,15 +212,32 @@ def listing(layout: Layout, project: str, start_stale: bool = True) -> dict:
     return {"queue": entries(layout, project), "started": (started or {}).get("started")}
 
 
+def waiting(layout: Layout, project: str) -> list[str]:
+    """The queues the end of a run of ``project`` may start: its own, then each other project's whose oldest entry
+    waits beside for GPUs (a GPU a run frees is free for every project's)."""
+    found = [project] if _files(layout, project) else []
+    try:
+        others = sorted(os.listdir(os.path.join(layout.root, FOLDER)))
+    except FileNotFoundError:
+        others = []
+    for name in others:
+        first = _files(layout, name)[:1] if name != project else []
+        if first and isinstance((read_json(first[0], {}) or {}).get("beside"), dict):
+            found.append(name)
+    return found
+
+
 def after_supervisor(run_dir: str) -> None:
-    """From the supervisor (``agent supervise``) once its run has ended: start the project's next queued experiment
-    in a forked process of its own session, which has the agent loaded already (an idle GPU waits for no Python
-    start-up) and outlives the tmux session that the next start replaces."""
+    """From the supervisor (``agent supervise``) once its run has ended: start the next queued experiments (its
+    project's, and those of other projects waiting for the GPUs it frees) in a forked process of its own session,
+    which has the agent loaded already (an idle GPU waits for no Python start-up) and outlives the tmux session
+    that the next start replaces."""
     if not os.path.exists(os.path.join(run_dir, "exit.json")):
         return  # the system is going down under the run: it resumes, or the queue's unit goes on, after boot
     exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
     root = os.path.dirname(os.path.dirname(os.path.normpath(run_dir)))
-    if not exp.get("project") or not _files(Layout(root), str(exp["project"])):
+    projects = waiting(Layout(root), str(exp["project"])) if exp.get("project") else []
+    if not projects:
         return
     supervisor = os.getpid()
     try:
@@ -231,34 +249,37 @@ def after_supervisor(run_dir: str) -> None:
     code = 1
     try:
         os.setsid()
-        fd = os.open(os.path.join(root, FOLDER, str(exp["project"]), ".advance.log"),
+        fd = os.open(os.path.join(root, FOLDER, projects[0], ".advance.log"),
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
-        code = next_after(run_dir, supervisor)
+        code = next_after(run_dir, supervisor, projects)
     finally:
         os._exit(code)
 
 
-def next_after(run_dir: str, supervisor: int) -> int:
-    """Wait for the supervisor (``supervisor``, its pid) to exit, then start the project's next entry (its start
-    replaces the tmux session the supervisor ran in)."""
+def next_after(run_dir: str, supervisor: int, projects: list[str]) -> int:
+    """Wait for the supervisor (``supervisor``, its pid) to exit, then start the next entry of each of
+    ``projects`` (a start of its own project replaces the tmux session the supervisor ran in)."""
     import libtmux  # noqa: F401  (loaded while the supervisor exits: the next start does not wait for it)
 
     deadline = time.monotonic() + PARENT_WAIT
     while not procstat.exited(supervisor) and time.monotonic() < deadline:
         time.sleep(0.005)
-    exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
     root = os.path.dirname(os.path.dirname(os.path.normpath(run_dir)))
-    try:
-        done = advance(Layout(root), str(exp.get("project")))
-    except AgentFailure as exc:
-        print(f"orch: the next queued experiment was not started: {exc.message}", flush=True)
-        return 1
-    print(f"orch: {time.strftime('%Y-%m-%d %H:%M:%S')} after {os.path.basename(run_dir)}: {done}", flush=True)
-    return 0
+    code = 0
+    for project in projects:
+        try:
+            done = advance(Layout(root), project)
+        except AgentFailure as exc:
+            print(f"orch: the next queued experiment of {project} was not started: {exc.message}", flush=True)
+            code = 1
+            continue
+        print(f"orch: {time.strftime('%Y-%m-%d %H:%M:%S')} after {os.path.basename(run_dir)}: {project}: {done}",
+              flush=True)
+    return code
 
 
 def at_boot(root: str, project: str) -> int:

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import snapshot, tmux_socket, wait_for
+from tests.conftest import Project, snapshot, tmux_socket, wait_for
 
 TRAIN = """\
 import os, signal, sys, time
@@ -166,6 +166,26 @@ def test_a_third_queued_beside_starts_on_the_gpu_freed_by_stop_e(side):
     data = json.loads(p.run("status", "--json", "--no-metrics").stdout)
     assert [(r["experiment"], r["state"], r["gpus"]) for r in data["live"]] == [(3, "running", [0]),
                                                                                  (2, "running", [1])]
+
+
+def test_another_projects_run_queued_beside_starts_on_the_gpus_a_run_frees(side, tmp_path):
+    p = side
+    other = Project(tmp_path / "other", p.root)  # a second project on the same machine
+    other.path.mkdir()
+    (other.path / "train.py").write_text(TRAIN)
+    other.configure(extra="gpus = 2\n")
+    toml = other.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('name = "tinylm"', 'name = "other"'))
+    assert p.run("deploy", "--gpus", "2").returncode == 0
+    res = other.run("deploy", "--gpus", "1", "--beside", "--queue")
+    assert res.returncode == 0, res.stderr
+    assert "experiment 1: queued on local at position 1" in res.stdout, res.stdout
+
+    assert p.run("stop").returncode == 0  # tinylm's run ends: other's queued run starts, with no orch command
+    assert _printed(other, 1)["visible"] in ("0", "1")
+    res = other.run("status", "--no-metrics")
+    assert "local: experiment 1 running" in res.stdout, res.stdout
+    other.run("stop", "--all")
 
 
 def test_a_plain_deploy_replaces_every_run_of_the_project(side):
