@@ -34,7 +34,10 @@ HEAVY = {"test_mlflow_export.py": 3, "test_guard.py": 3, "test_env.py": 3, "test
 @pytest.hookimpl(trylast=True)  # after ``-m`` has deselected its part
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``ORCH_LOCAL_SHARD=a`` or ``b``: half of the selected test files (``tests/groups.py`` runs both halves at
-    once). Files are dealt out heaviest first (their tests, weighted by folder) to the lighter half so far."""
+    once). Files are dealt out heaviest first (their tests, weighted by folder) to the lighter half so far; with
+    ``ORCH_CLAIMS`` both halves take the next file, heaviest first, as they get free (``tests/claims.py``)."""
+    from tests import claims
+
     shard = os.environ.get("ORCH_LOCAL_SHARD")
     if shard not in ("a", "b"):
         return
@@ -42,6 +45,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         cost = WEIGHT.get(item.path.parent.name, 1) * HEAVY.get(item.path.name, 1)
         sizes[item.path] = sizes.get(item.path, 0) + cost
+    if claims.folder() is not None:
+        claims.share(config, "local", items, sorted(sizes, key=lambda p: (-sizes[p], str(p))))
+        return
     halves: dict[str, set[Path]] = {"a": set(), "b": set()}
     load = {"a": 0, "b": 0}
     for path in sorted(sizes, key=lambda p: (-sizes[p], str(p))):
@@ -53,6 +59,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    from tests import claims
+
+    return claims.runtestloop(session)
 
 
 @pytest.fixture(autouse=True)

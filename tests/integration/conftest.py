@@ -39,16 +39,30 @@ SECOND_SHARD = frozenset({
 })
 
 
+# the second shard's longest files, longest first: with ORCH_CLAIMS (``tests/claims.py``) the first group, once its
+# own files are done, takes what the second has not begun, and these are best begun first
+SECOND_LONGEST = ("test_chaos_ct.py", "test_frozen_ct.py", "test_pull_ct.py", "test_mlflow_ct.py",
+                  "test_trust_ct.py", "test_keeper_ct.py", "test_push_big.py", "test_env_ct.py", "test_into_ct.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests import claims
+
     shard = os.environ.get("ORCH_TESTBED_SHARD")
     if shard not in ("a", "b"):
         return
     keep, drop = [], []
     for item in items:
-        (keep if (item.path.name in SECOND_SHARD) == (shard == "b") else drop).append(item)
+        sharing = claims.folder() is not None and shard == "a"  # the first group may take the second's files
+        (keep if sharing or (item.path.name in SECOND_SHARD) == (shard == "b") else drop).append(item)
+    if claims.folder() is not None:
+        files = list(dict.fromkeys(item.path for item in keep))
+        rank = {name: i for i, name in enumerate(SECOND_LONGEST)}
+        files.sort(key=lambda p: (p.name in SECOND_SHARD, rank.get(p.name, len(rank))))  # its own files first
+        claims.share(config, "testbed", keep, files)
     if drop:
         config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    items[:] = keep
 
 
 class Testbed:
