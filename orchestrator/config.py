@@ -236,6 +236,8 @@ class RunSection(_Section):
     stop_timeout: float = Field(30.0, ge=0, description="seconds to wait after SIGINT")
     term_timeout: float = Field(10.0, ge=0, description="seconds to wait after SIGTERM before SIGKILL")
     lock_timeout: float = Field(10.0, ge=0, description="seconds to wait for another operation on the target")
+    registry_timeout: float = Field(30.0, ge=1, description="seconds to wait for another orch command's write to "
+                                                          "the project's experiment registry")
     wait: float = Field(0.0, ge=0, description="after a launch, seconds to wait for the run's first metric line "
                                                 "(or its end); 0 returns once it has started")
     restarts: int = Field(0, ge=0, le=1000, description="times a run that ended is relaunched: by its supervisor; "

@@ -28,13 +28,17 @@ EXAMPLE = REPO / "examples" / "tinylm"
 
 WEIGHT = {"cli": 8, "packaging": 8, "agent": 2}  # a test's rough cost by its folder (CLI tests run orch as a process)
 HEAVY = {"test_mlflow_export.py": 3, "test_guard.py": 3, "test_env.py": 3, "test_queue.py": 3,
-         "test_gpus.py": 2, "test_registry_faults.py": 2}  # files whose tests take several times a CLI test's
+         "test_gpus.py": 2, "test_registry_faults.py": 2,
+         "test_wheel.py": 5}  # files whose tests take several times a CLI test's (the wheel's: a build and a venv)
 
 
 @pytest.hookimpl(trylast=True)  # after ``-m`` has deselected its part
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``ORCH_LOCAL_SHARD=a`` or ``b``: half of the selected test files (``tests/groups.py`` runs both halves at
-    once). Files are dealt out heaviest first (their tests, weighted by folder) to the lighter half so far."""
+    once). Files are dealt out heaviest first (their tests, weighted by folder) to the lighter half so far; with
+    ``ORCH_CLAIMS`` both halves take the next file, heaviest first, as they get free (``tests/claims.py``)."""
+    from tests import claims
+
     shard = os.environ.get("ORCH_LOCAL_SHARD")
     if shard not in ("a", "b"):
         return
@@ -42,6 +46,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         cost = WEIGHT.get(item.path.parent.name, 1) * HEAVY.get(item.path.name, 1)
         sizes[item.path] = sizes.get(item.path, 0) + cost
+    if claims.folder() is not None:
+        claims.share(config, "local", items, sorted(sizes, key=lambda p: (-sizes[p], str(p))))
+        return
     halves: dict[str, set[Path]] = {"a": set(), "b": set()}
     load = {"a": 0, "b": 0}
     for path in sorted(sizes, key=lambda p: (-sizes[p], str(p))):
@@ -53,6 +60,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    from tests import claims
+
+    return claims.runtestloop(session)
 
 
 @pytest.fixture(autouse=True)

@@ -2,8 +2,9 @@
 the local ones, each in a pytest process of its own. The local tests are two groups, ``local`` and ``local-b``
 (half of the files each: ``ORCH_LOCAL_SHARD`` in ``tests/conftest.py``), as are the testbed's, ``testbed`` and
 ``testbed-b``, each with a testbed of its own (the second in namespaces of its own: ``tests/testbed/instance.py``;
-which files go where: ``SECOND_SHARD`` in ``tests/integration/conftest.py``), unless LXC cannot run here or
-``ORCH_TESTBED_SPLIT=0``. Each group's output is printed whole once it ends, then the slowest tests of each group
+which files the second may run: ``SECOND_SHARD`` in ``tests/integration/conftest.py``), unless LXC cannot run here
+or ``ORCH_TESTBED_SPLIT=0``. The two groups of a pair deal their files out as they run (``tests/claims.py``): each
+takes the next file, heaviest first, when it is free, so both end together. Each group's output is printed whole once it ends, then the slowest tests of each group
 (setup, call and teardown together), the time per group and one closing line with the totals.
 
     python tests/groups.py              # what `make test` runs
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run as a script: the tests package is imported from the checkout
 NO_TESTS = 5  # pytest's exit code when nothing was selected
 COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
-SHARDS = ("ORCH_LOCAL_SHARD", "ORCH_TESTBED_SHARD")  # which half of the tests a group runs
+SHARDS = ("ORCH_LOCAL_SHARD", "ORCH_TESTBED_SHARD", "ORCH_CLAIMS")  # which half of the tests a group runs
 SLOWEST = 15  # tests listed per group at the end: CI's output is the only record of where the time went
 
 
@@ -96,6 +97,8 @@ def main(argv: list[str]) -> int:
     from tests.testbed.instance import wrap
 
     scratch = tempfile.TemporaryDirectory(prefix="orch-groups-")
+    shared = Path(scratch.name) / "claims"  # the files each group has taken (tests/claims.py)
+    shared.mkdir()
     started = []
     for name, select, env, instance in groups():
         if instance is not None:
@@ -105,7 +108,7 @@ def main(argv: list[str]) -> int:
         command = [sys.executable, "-m", "pytest", "-q", f"--junitxml={report}", *select, *argv]
         inherited = {k: v for k, v in os.environ.items() if k not in SHARDS}  # a group's own, never its caller's
         proc = subprocess.Popen(wrap(instance, command) if instance else command, cwd=REPO, stdout=log,
-                                stderr=subprocess.STDOUT, env=dict(inherited, **env))
+                                stderr=subprocess.STDOUT, env=dict(inherited, ORCH_CLAIMS=str(shared), **env))
         started.append((name, proc, log, time.monotonic()))
     ended: dict[str, float] = {}
     while len(ended) < len(started):

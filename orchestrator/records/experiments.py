@@ -172,7 +172,7 @@ class Experiment(BaseModel):
         return list((self.config.get("project") or {}).get("secrets") or [])
 
 
-LOCK_WAIT = 30.0  # s a command waits for another process's write transaction before it gives up
+LOCK_WAIT = 30.0  # s a command waits for another's write transaction before it gives up ([run] registry_timeout)
 ID_MAX = 2**63 - 1  # SQLite's largest integer
 
 
@@ -181,14 +181,16 @@ class Registry:
 
     On a full disk it opens read-only (``writable`` False): reads work, writes of what a command learnt are
     skipped with a warning (the target's run folders keep the truth; the next command records it), and a new
-    launch is refused. A lock held by another process is waited for, with a message, up to ``LOCK_WAIT``.
+    launch is refused. A lock held by another process is waited for, with a message, up to ``lock_wait`` s.
     ``mirror`` (``[mlflow] mirror``) is given, when the registry closes, the ids of the experiments whose record
     or metrics this command wrote; it must not raise.
     """
 
     def __init__(self, path: Path, notice: Callable[[str], None] | None = None,
-                 mirror: Callable[["Registry", list[int]], None] | None = None) -> None:
+                 mirror: Callable[["Registry", list[int]], None] | None = None,
+                 lock_wait: float = LOCK_WAIT) -> None:
         self.path = Path(path)
+        self.lock_wait = lock_wait
         self.notice = notice or (lambda line: print(line, file=sys.stderr, flush=True))
         self.mirror = mirror
         self.changed: set[int] = set()  # experiments whose row or metrics this command wrote
@@ -247,12 +249,12 @@ class Registry:
                 holder = faults.holder(self.path)
                 who = f" (pid {holder[0]}: {holder[1] or '?'})" if holder else ""
                 if deadline is None:
-                    deadline = now + LOCK_WAIT - 1.0  # the first second went to SQLite's own busy wait
+                    deadline = now + self.lock_wait - 1.0  # the first second went to SQLite's own busy wait
                     self.notice(f"orch: the experiment registry {self.path} is locked by another process{who}; "
-                                f"waiting up to {LOCK_WAIT:g} s")
+                                f"waiting up to {self.lock_wait:g} s")
                 if now >= deadline:
                     raise ConflictError(
-                        f"the experiment registry {self.path} stayed locked for {LOCK_WAIT:g} s by another "
+                        f"the experiment registry {self.path} stayed locked for {self.lock_wait:g} s by another "
                         f"process{who}",
                         hint=f"wait for it to finish, or end it if it is stuck (kill {holder[0]}); then retry"
                         if holder else "wait for the other orch command to finish, or end it if it is stuck; "
@@ -430,7 +432,7 @@ class Registry:
                 return self.get(exp_id)
             except DiskFull:
                 self.writable = False
-            except ConflictError as exc:  # held past LOCK_WAIT: what the target did is not lost for that
+            except ConflictError as exc:  # held past lock_wait: what the target did is not lost for that
                 self._stuck = exc
         # the target keeps the truth: the next command that can write records it
         self._unwritten(f"experiment {exp_id}'s new state", self._stuck.message if self._stuck else None)

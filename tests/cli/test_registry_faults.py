@@ -76,11 +76,12 @@ def test_a_locked_registry_is_waited_for_then_names_its_holder(project):
         assert holder.stdout.readline().strip() == "holding"
         cli = [sys.executable, "-m", "orchestrator.cli.main"]
         started = time.monotonic()
-        # at once: a deploy (whose new experiment cannot be recorded) and a stop (done on the target all the same)
-        deploy = subprocess.Popen([*cli, "deploy", *QUIET_FLAGS], cwd=project.path, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # at once: a deploy (whose new experiment cannot be recorded) and a stop (done on the target all the same),
+        # each waiting 6 s for the lock (30 s by default)
+        deploy = subprocess.Popen([*cli, "deploy", *QUIET_FLAGS, "--set", "run.registry_timeout=6"],
+                                  cwd=project.path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         stop = subprocess.Popen([*cli, "stop"], cwd=project.path, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+                                stderr=subprocess.PIPE, env=dict(os.environ, ORCH_RUN__REGISTRY_TIMEOUT="6"))
         d_out, d_err = deploy.communicate(timeout=120)
         s_out, s_err = stop.communicate(timeout=120)
         waited = time.monotonic() - started
@@ -89,11 +90,11 @@ def test_a_locked_registry_is_waited_for_then_names_its_holder(project):
         holder.wait()
     refused = subprocess.CompletedProcess(deploy.args, deploy.returncode, d_out, d_err)
     assert refused.returncode == 5, d_err
-    assert f"locked by another process (pid {holder.pid}" in d_err and "waiting up to 30 s" in d_err
+    assert f"locked by another process (pid {holder.pid}" in d_err and "waiting up to 6 s" in d_err
     line = one_error(refused)
-    assert "stayed locked for 30 s" in line and f"pid {holder.pid}" in line, line
+    assert "stayed locked for 6 s" in line and f"pid {holder.pid}" in line, line
     assert f"kill {holder.pid}" in d_err
-    assert waited >= 29
+    assert waited >= 5.5
     assert stop.returncode == 0, s_err  # the run was stopped, and orch says so
     assert "experiment 1" in s_out and "stopped" in s_out
     assert "not recorded" in s_err and "the next command records it" in s_err
@@ -102,6 +103,9 @@ def test_a_locked_registry_is_waited_for_then_names_its_holder(project):
     assert status.returncode == 0 and json.loads(status.stdout)["state"] == "stopped", status.stderr
     with project.registry() as reg:
         assert [(e.id, e.status) for e in reg.list()] == [(1, "stopped")]
+    bad = project.run("deploy", *QUIET_FLAGS, "--set", "run.registry_timeout=0")  # under a second: refused
+    assert bad.returncode == 2 and "run.registry_timeout = 0" in one_error(bad) + bad.stderr, bad.stderr
+    assert not project.run_dir(2).exists() and [e.id for e in project.registry().list()] == [1]
 
 
 @pytest.fixture

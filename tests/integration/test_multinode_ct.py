@@ -219,9 +219,9 @@ def _job_line(remote) -> list[str]:  # noqa: F811
 
 
 def test_a_silent_node_of_a_moving_job_is_not_stalled_and_trains_to_the_end(remote, testbed, torch_cts):  # noqa: F811
-    _job_project(remote, "python3 ddp_silent.py", 'OMP_NUM_THREADS = "1", DDP_STEPS = "160", DDP_SLEEP = "0.25"',
+    _job_project(remote, "python3 ddp_silent.py", 'OMP_NUM_THREADS = "1", DDP_STEPS = "120", DDP_SLEEP = "0.25"',
                  script=SILENT)
-    _stall_after(remote, 20)  # above the start-up on a loaded machine; node 1 is silent for twice as long
+    _stall_after(remote, 20)  # above the start-up on a loaded machine; node 1 is silent for half as long again
     assert remote.run("deploy", "--ct", "200", "--ct", "201").returncode == 0
     nodes = remote.registry().get(1).nodes
     _until_steps(testbed, nodes[:1], 40)
@@ -235,12 +235,12 @@ def test_a_silent_node_of_a_moving_job_is_not_stalled_and_trains_to_the_end(remo
     assert [(n["state"], n["exit_code"]) for n in data["nodes"]] == [("finished", 0), ("finished", 0)], data
     node1 = _log(testbed, data["nodes"][1])
     assert "step=" not in node1 and "stalled" not in node1, node1[-800:]
-    assert "step=160 " in _log(testbed, data["nodes"][0])
+    assert "step=120 " in _log(testbed, data["nodes"][0])
     beat = json.loads(on_ct(testbed, 201, "cat", f"{data['nodes'][1]['run_dir']}/job.json"))
     assert beat["error"] is None and beat["peers"]["0"]["size"] > 0, beat  # what node 1's watchdog heard
     run = data["nodes"][1]
     print(f"node 1 silent for {run['ended'] - run['started']:.0f} s with stall_after 20 s: finished")
-    assert run["ended"] - run["started"] > 40
+    assert run["ended"] - run["started"] > 30
 
 
 def test_a_frozen_node_is_noticed_by_the_stall_watchdog(remote, testbed, torch_cts, ct201):  # noqa: F811

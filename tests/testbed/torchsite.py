@@ -1,9 +1,10 @@
 """torch in the testbed's containers without a network inside them (MULTINODE.md, option B).
 
 ``ensure_site`` installs ``torch==2.13.0+cpu`` and numpy once into a host folder with pip ``--target``
-(cached beside the base image; ≈ 800 MB); ``mount`` bind-mounts it read-only at /opt/torchsite in a CT
-and names it in a ``.pth`` file. A bind mount is set in the CT's config, so the CT restarts (≈ 0.5 s);
-the next reset of the CT drops the ``.pth`` and ``unmount`` drops the config line.
+(cached beside the base image; ≈ 800 MB), its modules compiled there (the CTs see the folder read-only, so a
+python3 in a CT could never write them, and would compile torch again at each import); ``mount`` bind-mounts it
+read-only at /opt/torchsite in a CT and names it in a ``.pth`` file. A bind mount is set in the CT's config, so
+the CT restarts (≈ 0.5 s); the next reset of the CT drops the ``.pth`` and ``unmount`` drops the config line.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def ensure_site(site: Path = SITE) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(tmp), TORCH,
                         "numpy"], check=True, timeout=1800)
+        # for the CTs' python3, of this one's minor version (a module that does not compile is left to its import)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(tmp)], stdout=subprocess.DEVNULL,
+                       timeout=1800)
         tmp.rename(site)
     return site
 

@@ -30,3 +30,43 @@ def test_the_slowest_tests_of_each_group_are_listed_at_the_end(tmp_path):
     assert all(i.startswith("tests/unit/test_jumps.py::test_") for i in ids), ids
     # a group that selected nothing lists nothing
     assert "slowest testbed tests" not in out
+
+
+SHARED = ["tests/unit/test_jumps.py", "tests/unit/test_end_reason.py", "tests/unit/test_heartbeat.py",
+          "-m", "not testbed", "-p", "no:cacheprovider", "-q", "-rA"]
+
+
+def passed(out: str) -> list[str]:
+    return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("PASSED ")]
+
+
+def test_the_two_local_groups_deal_the_files_out_as_they_get_free(tmp_path):
+    def group(shard: str, claims: Path) -> subprocess.Popen:
+        env = dict(os.environ, ORCH_LOCAL_SHARD=shard, ORCH_CLAIMS=str(claims))
+        return subprocess.Popen([sys.executable, "-m", "pytest", *SHARED], cwd=REPO, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    unshared = {k: v for k, v in os.environ.items() if k not in ("ORCH_CLAIMS", "ORCH_LOCAL_SHARD")}  # the suite's
+    every = subprocess.run([sys.executable, "-m", "pytest", *SHARED], cwd=REPO, capture_output=True, text=True,
+                           timeout=300, env=unshared)
+    assert every.returncode == 0, every.stdout
+    tests = passed(every.stdout)
+    assert len({t.split("::")[0] for t in tests}) == 3
+    # a group alone takes every file; the other, coming later, finds nothing left and says so
+    (tmp_path / "one").mkdir()
+    alone = group("b", tmp_path / "one")
+    out, _ = alone.communicate(timeout=300)
+    assert alone.returncode == 0, out
+    assert sorted(passed(out)) == sorted(tests)
+    later = group("a", tmp_path / "one")
+    out, _ = later.communicate(timeout=300)
+    assert later.returncode == 0, out
+    assert passed(out) == [] and f"{len(tests)} deselected" in out
+    # both at once: each test runs once, and each file in one group only
+    (tmp_path / "two").mkdir()
+    first, second = group("a", tmp_path / "two"), group("b", tmp_path / "two")
+    outs = [first.communicate(timeout=300)[0], second.communicate(timeout=300)[0]]
+    assert first.returncode == second.returncode == 0, outs
+    ran = [passed(o) for o in outs]
+    assert sorted(ran[0] + ran[1]) == sorted(tests)
+    assert not {t.split("::")[0] for t in ran[0]} & {t.split("::")[0] for t in ran[1]}
