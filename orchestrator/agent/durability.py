@@ -75,8 +75,11 @@ def open_journal(layout: Layout, hashes: list[str]) -> str:
     return path
 
 
-def settle_later(layout: Layout, journal: str) -> None:
-    """Sync and drop the journal in a detached child, so the caller returns at once."""
+def settle_later(layout: Layout, journal: str | list[str]) -> None:
+    """Sync and drop the journal (or journals) in a detached child, so the caller returns at once."""
+    journals = [journal] if isinstance(journal, str) else list(journal)
+    if not journals:
+        return
     try:
         pid = os.fork()
     except OSError:
@@ -88,12 +91,14 @@ def settle_later(layout: Layout, journal: str) -> None:
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             sync_folder(layout.blobs)
-            os.unlink(journal)
+            for path in journals:
+                os.unlink(path)
         finally:
             os._exit(0)
     if pid < 0:  # no fork: sync here
         sync_folder(layout.blobs)
-        os.unlink(journal)
+        for path in journals:
+            os.unlink(path)
 
 
 def recover(layout: Layout) -> list[str]:
