@@ -68,7 +68,7 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
     book = book or playbooks.load("deploy", settings.project_dir)
     rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir,
                           follow_symlinks=settings.project.follow_symlinks, progress=progress,
-                          defer=STREAM_FROM if stream else None)
+                          defer=STREAM_FROM if stream and book.has("push_revision") else None)
     for line in sources.left_out_warning(rev.left_out):
         echo(line)
     batching, planned = resolve_batching(settings)
