@@ -9,8 +9,8 @@ while the network keeps streaming.
 
 A blob the controller had not hashed before sending (a first push: it hashes while it sends) comes with a
 ``key`` instead of its ``sha256``: its bytes go to ``blobs/.part-k<key>`` and its hash follows them in the
-stream (64 hex digits), checked against the hash of what arrived. Such verified parts take their names in
-batches, each after a journal naming them is durable, so that a reboot before the sync still finds them.
+stream (64 hex digits), checked against the hash of what arrived; verified, it takes its name at once too.
+The push's journal counts such blobs, since it cannot name them before they arrive (``durability``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ CHUNK = 1 << 20
 WRITEBACK = 8 << 20
 PIPE_SIZE = 1 << 20
 DIGEST = 64  # the hex hash that follows a keyed blob's bytes
-PUBLISH_EVERY = 64  # verified keyed parts held open (locked) before they take their names together
 
 
 class Payload:
@@ -159,10 +158,9 @@ def _open_part(path: str, name: str, offset: int) -> tuple[BinaryIO, "hashlib._H
 
 
 def _receive(layout: Layout, payload: Payload, sha: str | None, size: int, offset: int,
-             key: str | None = None) -> tuple[BinaryIO, str] | None:
+             key: str | None = None) -> str:
     """Stream one blob into its part file, verify it, and publish it read-only under its name; a keyed one
-    (``sha`` None: its hash follows its bytes) is verified and handed back, still open and locked, with its
-    hash, for ``_publish``."""
+    (``sha`` None) is checked against the hash that follows its bytes. The blob's hash."""
     name = sha or key or ""
     fh, digest = _open_part(keyed_part_path(layout, name) if sha is None else part_path(layout, name), name, offset)
     try:
@@ -172,12 +170,12 @@ def _receive(layout: Layout, payload: Payload, sha: str | None, size: int, offse
             os.unlink(fh.name)
             raise AgentFailure("agent", f"blob {told[:12]} arrived damaged ({size} bytes that do not match its "
                                         "hash)", "a file may have changed while it was sent; deploy again")
+        if sha is None and os.path.isfile(layout.blob(told)):  # the same content under another path
+            os.unlink(fh.name)
+            return told
         os.chmod(fh.name, 0o444)
-        if sha is None:
-            kept, fh = fh, None
-            return kept, told
-        os.replace(fh.name, layout.blob(sha))  # still under the lock: the part name is free for the next push
-        return None
+        os.replace(fh.name, layout.blob(told))  # still under the lock: the part name is free for the next push
+        return told
     except OSError as exc:
         if exc.errno not in FULL:
             raise
@@ -187,8 +185,7 @@ def _receive(layout: Layout, payload: Payload, sha: str | None, size: int, offse
             pass
         raise OSError(exc.errno, exc.strerror, fh.name) from None
     finally:
-        if fh is not None:
-            _close(fh)
+        _close(fh)
 
 
 def _close(fh: BinaryIO) -> None:
@@ -210,24 +207,6 @@ def _told(payload: Payload, fh: BinaryIO, key: str) -> str:
         raise AgentFailure("agent", f"blob {key[:12]} arrived with {sha[:16]!r} where its hash belongs",
                            "deploy again")
     return sha
-
-
-def _publish(layout: Layout, ready: list[tuple[BinaryIO, str]]) -> list[str]:
-    """Give verified keyed parts their blob names, after a journal naming them is durable; unlocked after."""
-    if not ready:
-        return []
-    journal = durability.open_journal(layout, [sha for _fh, sha in ready])
-    try:
-        for fh, sha in ready:
-            if os.path.isfile(layout.blob(sha)):  # the same content under another path, or stored meanwhile
-                os.unlink(fh.name)
-            else:
-                os.replace(fh.name, layout.blob(sha))
-    finally:
-        for fh, _sha in ready:
-            _close(fh)
-        ready.clear()
-    return [journal]
 
 
 def _fill(payload: Payload, fh: BinaryIO, digest: "hashlib._Hash", sha: str, size: int, offset: int) -> None:
@@ -262,9 +241,9 @@ def store(layout: Layout, payload: Payload | bytes, blobs: list) -> dict:
     layout.ensure()
     durability.recover(layout)
     named = [e["sha256"] for e in blobs if e.get("sha256") is not None]
-    journals = [durability.open_journal(layout, named)] if named else []
+    keyed = len(blobs) - len(named)
+    journal = durability.open_journal(layout, named, keyed) if blobs else None
     stored = received = 0
-    ready: list[tuple[BinaryIO, str]] = []
     hashes: dict[str, str] = {}
     try:
         for entry in blobs:
@@ -276,17 +255,12 @@ def store(layout: Layout, payload: Payload | bytes, blobs: list) -> dict:
             if sha is not None and os.path.isfile(layout.blob(sha)):  # stored meanwhile (another deploy)
                 payload.skip(size - offset)
                 continue
-            kept = _receive(layout, payload, sha, size, offset, key)
-            if kept is not None:
-                ready.append(kept)
-                hashes[key] = kept[1]
-                if len(ready) >= PUBLISH_EVERY:
-                    journals += _publish(layout, ready)
+            got = _receive(layout, payload, sha, size, offset, key)
+            if key is not None:
+                hashes[key] = got
             stored += 1
             received += size - offset
-        journals += _publish(layout, ready)
     finally:
-        for fh, _sha in ready:  # verified but not named: kept whole as parts, the next push resends none of it
-            _close(fh)
-        durability.settle_later(layout, journals)
+        if journal is not None:
+            durability.settle_later(layout, journal)
     return {"stored": stored, "bytes": received} | ({"hashes": hashes} if hashes else {})

@@ -47,9 +47,10 @@ def missing_op(rev: Revision) -> Op:
 
 def resolve(client: AgentClient, rev: Revision, found: dict, meter: Meter | None = None) -> dict:
     """The probe's answer once the pending files the target may hold are hashed here and asked about: a file
-    whose size matches a stored blob is hashed before the push (it may not need to be sent at all)."""
-    sized = found.get("sized") or {}
-    maybe = {f["path"] for f in rev.pending if str(f["size"]) in sized}
+    whose size matches a stored blob is hashed before the push (it may not need to be sent at all), unless a
+    cut push left part of it there (then the rest is sent)."""
+    sized, kept = found.get("sized") or {}, found.get("partial_keys") or {}
+    maybe = {f["path"] for f in rev.pending if str(f["size"]) in sized and f["key"] not in kept}
     if not maybe:
         return found
     rev.hash_pending(meter, paths=maybe)
