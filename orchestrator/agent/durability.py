@@ -138,11 +138,13 @@ def recover(layout: Layout) -> list[str]:
 
 
 def _damaged_since(layout: Layout, since: float) -> set[str]:
-    """The blobs named since ``since`` (ctime) whose content no longer hashes to their name."""
+    """The blobs named since ``since`` (ctime) whose content, or their executable twin's, no longer hashes to
+    their name."""
     damaged = set()
     with os.scandir(layout.blobs) as entries:
         for entry in entries:
-            if len(entry.name) != 64 or entry.name.startswith("."):
+            name = entry.name[:-2] if entry.name.endswith(".x") else entry.name
+            if len(name) != 64 or name.startswith("."):
                 continue
             try:
                 if entry.stat().st_ctime < since:
@@ -153,8 +155,8 @@ def _damaged_since(layout: Layout, since: float) -> set[str]:
                         digest.update(data)
             except OSError:
                 continue
-            if digest.hexdigest() != entry.name:
-                damaged.add(entry.name)
+            if digest.hexdigest() != name:
+                damaged.add(name)
     return damaged
 
 

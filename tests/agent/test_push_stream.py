@@ -220,10 +220,14 @@ def test_a_push_cut_before_a_hash_arrives_publishes_nothing_and_resumes_with_onl
 def test_blobs_hashed_while_sent_that_a_reboot_damaged_are_found_and_sent_again(agent, tmp_path):
     root = tmp_path / "root"
     began = time.time()
-    intact, damaged = os.urandom(3000), os.urandom(4000)
-    entries = [{"key": "a" * 32, "size": len(intact)}, {"key": "b" * 32, "size": len(damaged)}]
-    agent.call([Op("blobs_store", {"blobs": entries})],
-               payload=stream_of(intact, sha(intact).encode(), damaged, sha(damaged).encode()))
+    intact, damaged, twin = os.urandom(3000), os.urandom(4000), os.urandom(5000)
+    entries = [{"key": k * 32, "size": len(b)} for k, b in zip("abc", (intact, damaged, twin))]
+    files = [{"path": "run.sh", "sha256": sha(twin), "size": len(twin), "mode": 0o755}]
+    from orchestrator.agent.protocol import manifest_id
+
+    agent.call([Op("blobs_store", {"blobs": entries}),
+                Op("revision_assemble", {"revision": manifest_id(files), "files": files})],
+               payload=stream_of(*(p for b in (intact, damaged, twin) for p in (b, sha(b).encode()))))
     wait_for(lambda: not list((root / "blobs").glob(".pending-*")), what="the sync", timeout=60)
     # as if the machine had gone down before that push's sync: its journal counts 2 blobs it could not name,
     # and one of them lost its content
@@ -232,9 +236,13 @@ def test_blobs_hashed_while_sent_that_a_reboot_damaged_are_found_and_sent_again(
     blob = root / "blobs" / sha(damaged)
     blob.chmod(0o644)
     blob.write_bytes(bytes(len(damaged)))
-    found = agent.one("blobs_missing", hashes=[sha(intact), sha(damaged)])
-    assert found["missing"] == [sha(damaged)]
-    assert not blob.exists() and (root / "blobs" / sha(intact)).read_bytes() == intact
+    copy = root / "blobs" / (sha(twin) + ".x")  # the executable's twin, a copy of its blob
+    copy.chmod(0o755)
+    copy.write_bytes(bytes(len(twin)))
+    found = agent.one("blobs_missing", hashes=[sha(intact), sha(damaged), sha(twin)])
+    assert found["missing"] == [sha(damaged), sha(twin)]
+    assert not blob.exists() and not copy.exists() and (root / "blobs" / sha(intact)).read_bytes() == intact
+    assert not (root / "revisions" / manifest_id(files)).exists()  # built from the damaged twin
     assert not list((root / "blobs").glob(".pending-*"))
 
 
