@@ -6,6 +6,11 @@ sends only the rest (the kept prefix is hashed again from disk, so the final che
 A verified part takes the blob's name at once; durability is settled afterwards without making the
 push wait (``durability``). Writeback of each piece starts as soon as it is written, so the disk works
 while the network keeps streaming.
+
+A blob the controller had not hashed before sending (a first push: it hashes while it sends) comes with a
+``key`` instead of its ``sha256``: its bytes go to ``blobs/.part-k<key>`` and its hash follows them in the
+stream (64 hex digits), checked against the hash of what arrived; verified, it takes its name at once too.
+The push's journal counts such blobs, since it cannot name them before they arrive (``durability``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from .protocol import AgentFailure
 CHUNK = 1 << 20
 WRITEBACK = 8 << 20
 PIPE_SIZE = 1 << 20
+DIGEST = 64  # the hex hash that follows a keyed blob's bytes
 
 
 class Payload:
@@ -70,31 +76,63 @@ def _valid_sha(sha: object) -> bool:
     return isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
 
 
+def valid_key(key: object) -> bool:
+    return isinstance(key, str) and 1 <= len(key) <= 64 and all(c in "0123456789abcdef" for c in key)
+
+
 def part_path(layout: Layout, sha: str) -> str:
     return os.path.join(layout.blobs, f".part-{sha}")
 
 
-def partial_sizes(layout: Layout, hashes: list) -> dict:
-    """Bytes already received of each missing blob, from the part files a cut push left."""
+def keyed_part_path(layout: Layout, key: str) -> str:
+    return os.path.join(layout.blobs, f".part-k{key}")
+
+
+def partial_sizes(layout: Layout, hashes: list, keyed: bool = False) -> dict:
+    """Bytes already received of each missing blob (of each key, ``keyed``), from the part files a cut push
+    left."""
     out = {}
-    for sha in hashes:
-        if _valid_sha(sha):
+    for name in hashes:
+        if valid_key(name) if keyed else _valid_sha(name):
             try:
-                size = os.stat(part_path(layout, sha)).st_size
+                size = os.stat(keyed_part_path(layout, name) if keyed else part_path(layout, name)).st_size
             except OSError:
                 continue
             if size:
-                out[sha] = size
+                out[name] = size
     return out
 
 
-def _open_part(layout: Layout, sha: str, offset: int) -> tuple[BinaryIO, "hashlib._Hash"]:
-    """The part file for ``sha``, locked, cut to ``offset`` bytes, and a hash over those bytes.
+def sized(layout: Layout, sizes: list) -> dict:
+    """The stored blobs of each of ``sizes`` (``{"<size>": [sha, ...]}``): a file the controller has not hashed
+    may be one of them, and then it hashes that file before sending it."""
+    wanted = {int(n) for n in sizes}
+    out: dict[str, list] = {}
+    if not wanted:
+        return out
+    try:
+        entries = os.scandir(layout.blobs)
+    except FileNotFoundError:
+        return out
+    with entries:
+        for entry in entries:
+            if _valid_sha(entry.name):
+                try:
+                    size = entry.stat().st_size
+                except OSError:
+                    continue
+                if size in wanted:
+                    out.setdefault(str(size), []).append(entry.name)
+    return out
+
+
+def _open_part(path: str, name: str, offset: int) -> tuple[BinaryIO, "hashlib._Hash"]:
+    """The part file ``path`` (of blob or key ``name``), locked, cut to ``offset`` bytes, and a hash over those
+    bytes.
 
     Locked so that two deploys pushing the same blob never write into one file; the identity check
     after locking catches a part that the other one finished and renamed while we waited.
     """
-    path = part_path(layout, sha)
     while True:
         fh = open(path, "a+b")
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
@@ -108,7 +146,7 @@ def _open_part(layout: Layout, sha: str, offset: int) -> tuple[BinaryIO, "hashli
     have = os.fstat(fh.fileno()).st_size
     if have < offset:
         fh.close()
-        raise AgentFailure("agent", f"the partial copy of blob {sha[:12]} on the target has {have} bytes, "
+        raise AgentFailure("agent", f"the partial copy of blob {name[:12]} on the target has {have} bytes, "
                                     f"not the {offset} the push resumes from", "deploy again")
     fh.truncate(offset)
     digest = hashlib.sha256()
@@ -119,11 +157,25 @@ def _open_part(layout: Layout, sha: str, offset: int) -> tuple[BinaryIO, "hashli
     return fh, digest
 
 
-def _receive(layout: Layout, payload: Payload, sha: str, size: int, offset: int) -> None:
-    """Stream one blob into its part file, verify it, and publish it read-only under its name."""
-    fh, digest = _open_part(layout, sha, offset)
+def _receive(layout: Layout, payload: Payload, sha: str | None, size: int, offset: int,
+             key: str | None = None) -> str:
+    """Stream one blob into its part file, verify it, and publish it read-only under its name; a keyed one
+    (``sha`` None) is checked against the hash that follows its bytes. The blob's hash."""
+    name = sha or key or ""
+    fh, digest = _open_part(keyed_part_path(layout, name) if sha is None else part_path(layout, name), name, offset)
     try:
-        _fill(layout, payload, fh, digest, sha, size, offset)
+        _fill(payload, fh, digest, name, size, offset)
+        told = _told(payload, fh, name) if sha is None else sha
+        if digest.hexdigest() != told:
+            os.unlink(fh.name)
+            raise AgentFailure("agent", f"blob {told[:12]} arrived damaged ({size} bytes that do not match its "
+                                        "hash)", "a file may have changed while it was sent; deploy again")
+        if sha is None and os.path.isfile(layout.blob(told)):  # the same content under another path
+            os.unlink(fh.name)
+            return told
+        os.chmod(fh.name, 0o444)
+        os.replace(fh.name, layout.blob(told))  # still under the lock: the part name is free for the next push
+        return told
     except OSError as exc:
         if exc.errno not in FULL:
             raise
@@ -133,14 +185,31 @@ def _receive(layout: Layout, payload: Payload, sha: str, size: int, offset: int)
             pass
         raise OSError(exc.errno, exc.strerror, fh.name) from None
     finally:
-        try:
-            fh.close()
-        except OSError:  # the flush of what could not be written; already reported
-            pass
+        _close(fh)
 
 
-def _fill(layout: Layout, payload: Payload, fh: BinaryIO, digest: "hashlib._Hash", sha: str, size: int,
-          offset: int) -> None:
+def _close(fh: BinaryIO) -> None:
+    try:
+        fh.close()
+    except OSError:  # the flush of what could not be written; already reported
+        pass
+
+
+def _told(payload: Payload, fh: BinaryIO, key: str) -> str:
+    """The hash the controller sends after a keyed blob's bytes."""
+    told = payload.read(DIGEST)
+    if len(told) < DIGEST:
+        raise AgentFailure("agent", f"the push was cut: blob {key[:12]} arrived without its hash",
+                           "deploy again: only what is still missing is sent")
+    sha = told.decode("ascii", "replace")
+    if not _valid_sha(sha):
+        os.unlink(fh.name)
+        raise AgentFailure("agent", f"blob {key[:12]} arrived with {sha[:16]!r} where its hash belongs",
+                           "deploy again")
+    return sha
+
+
+def _fill(payload: Payload, fh: BinaryIO, digest: "hashlib._Hash", sha: str, size: int, offset: int) -> None:
     want = size - offset
     buf = memoryview(bytearray(CHUNK))
     fh.flush()
@@ -159,37 +228,39 @@ def _fill(layout: Layout, payload: Payload, fh: BinaryIO, digest: "hashlib._Hash
         at += got
         if at % WRITEBACK < got or not want:
             durability.start_writeback(fd)
-    if digest.hexdigest() != sha:
-        os.unlink(fh.name)
-        raise AgentFailure("agent", f"blob {sha[:12]} arrived damaged ({size} bytes that do not match its hash)",
-                           "a file may have changed while it was sent; deploy again")
-    os.chmod(fh.name, 0o444)
-    os.replace(fh.name, layout.blob(sha))  # still under the lock: the part name is free for the next push
 
 
 def store(layout: Layout, payload: Payload | bytes, blobs: list) -> dict:
-    """Store the streamed blobs (``{"sha256", "size", "offset"}`` each, bytes from ``offset`` on), each
-    verified against its hash before it becomes visible."""
+    """Store the streamed blobs (``{"sha256", "size", "offset"}`` each, or ``{"key", ...}`` with the hash after
+    the bytes; bytes from ``offset`` on), each verified against its hash before it becomes visible. The hashes
+    of keyed blobs come back under ``"hashes"`` (key -> sha256)."""
     if isinstance(payload, (bytes, bytearray)):
         payload = Payload(io.BytesIO(payload), len(payload))
     if payload.left >= WRITEBACK:
         payload.widen()
     layout.ensure()
     durability.recover(layout)
-    journal = durability.open_journal(layout, [e.get("sha256") for e in blobs]) if blobs else None
+    named = [e["sha256"] for e in blobs if e.get("sha256") is not None]
+    keyed = len(blobs) - len(named)
+    journal = durability.open_journal(layout, named, keyed) if blobs else None
     stored = received = 0
+    hashes: dict[str, str] = {}
     try:
         for entry in blobs:
-            sha, size, offset = entry["sha256"], int(entry["size"]), int(entry.get("offset") or 0)
-            if not _valid_sha(sha) or size < 0 or not 0 <= offset <= size:
-                raise AgentFailure("input", f"bad blob entry {sha!r} (size {size}, offset {offset})")
-            if os.path.isfile(layout.blob(sha)):  # stored meanwhile (another deploy): drop its bytes
+            sha, key = entry.get("sha256"), entry.get("key")
+            size, offset = int(entry["size"]), int(entry.get("offset") or 0)
+            if not (_valid_sha(sha) if key is None else sha is None and valid_key(key)) or size < 0 \
+                    or not 0 <= offset <= size:
+                raise AgentFailure("input", f"bad blob entry {sha or key!r} (size {size}, offset {offset})")
+            if sha is not None and os.path.isfile(layout.blob(sha)):  # stored meanwhile (another deploy)
                 payload.skip(size - offset)
                 continue
-            _receive(layout, payload, sha, size, offset)
+            got = _receive(layout, payload, sha, size, offset, key)
+            if key is not None:
+                hashes[key] = got
             stored += 1
             received += size - offset
     finally:
         if journal is not None:
             durability.settle_later(layout, journal)
-    return {"stored": stored, "bytes": received}
+    return {"stored": stored, "bytes": received} | ({"hashes": hashes} if hashes else {})

@@ -10,10 +10,15 @@ synced. A journal found later means one of two things:
 - another boot: the machine went down before the sync finished, so the listed blobs may be short or
   zero-filled on disk. They are removed, with every revision built from them, and the next deploy sends
   them again. A blob name therefore always means verified content, durable or not yet needed to be.
+
+A push of files the controller hashes while it sends them cannot list their hashes up front: its journal
+counts them (``keyed``) instead, and after another boot every blob that took its name since the journal was
+written (its ctime) is hashed again and removed, with its revisions, where it no longer matches its name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -23,6 +28,7 @@ from .layout import Layout, fsync_dir, remove_tree
 
 _LIBC: list = []
 SETTLE_AFTER = 60.0  # seconds after which a same-boot journal is settled by whoever finds it
+CTIME_SLACK = 2.0  # seconds: a blob's ctime is taken from the kernel's coarse clock
 
 
 def _libc() -> object | None:
@@ -64,11 +70,13 @@ def boot_id() -> str:
         return "unknown"
 
 
-def open_journal(layout: Layout, hashes: list[str]) -> str:
-    """Durably record that ``hashes`` are about to be published unsynced; the journal's path."""
+def open_journal(layout: Layout, hashes: list[str], keyed: int = 0) -> str:
+    """Durably record that ``hashes`` (and ``keyed`` blobs whose hashes are not known yet) are about to be
+    published unsynced; the journal's path."""
     fd, path = tempfile.mkstemp(dir=layout.blobs, prefix=".pending-", suffix=".json")
     with os.fdopen(fd, "w") as fh:
-        json.dump({"boot_id": boot_id(), "blobs": hashes, "created": time.time()}, fh)
+        extra = {"keyed": keyed} if keyed else {}
+        json.dump({"boot_id": boot_id(), "blobs": hashes, "created": time.time(), **extra}, fh)
         fh.flush()
         os.fsync(fh.fileno())
     fsync_dir(layout.blobs)
@@ -118,6 +126,8 @@ def recover(layout: Layout) -> list[str]:
                 _unlink(path)
             continue
         suspect = {h for h in entry.get("blobs", []) if isinstance(h, str)}
+        if entry.get("keyed"):
+            suspect |= _damaged_since(layout, float(entry.get("created") or 0) - CTIME_SLACK)
         for sha in suspect:
             for blob in (layout.blob(sha), layout.blob(sha) + ".x"):
                 if _unlink(blob):
@@ -125,6 +135,29 @@ def recover(layout: Layout) -> list[str]:
         _drop_revisions(layout, suspect)
         _unlink(path)
     return sorted(set(removed))
+
+
+def _damaged_since(layout: Layout, since: float) -> set[str]:
+    """The blobs named since ``since`` (ctime) whose content, or their executable twin's, no longer hashes to
+    their name."""
+    damaged = set()
+    with os.scandir(layout.blobs) as entries:
+        for entry in entries:
+            name = entry.name[:-2] if entry.name.endswith(".x") else entry.name
+            if len(name) != 64 or name.startswith("."):
+                continue
+            try:
+                if entry.stat().st_ctime < since:
+                    continue
+                digest = hashlib.sha256()
+                with open(entry.path, "rb") as fh:
+                    while data := fh.read(1 << 20):
+                        digest.update(data)
+            except OSError:
+                continue
+            if digest.hexdigest() != name:
+                damaged.add(name)
+    return damaged
 
 
 def _drop_revisions(layout: Layout, suspect: set[str]) -> None:

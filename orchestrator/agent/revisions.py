@@ -25,12 +25,18 @@ def _valid_sha(sha: str) -> bool:
     return len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
 
 
-def blobs_missing(layout: Layout, hashes: list) -> dict:
-    """Which of ``hashes`` the target lacks: the controller sends only those."""
+def blobs_missing(layout: Layout, hashes: list, keys: list | None = None, sizes: list | None = None) -> dict:
+    """Which of ``hashes`` the target lacks: the controller sends only those. For the files it has not hashed:
+    the bytes kept of each of ``keys`` (a cut push's parts) and the stored blobs of each of ``sizes``."""
     layout.ensure()
     durability.recover(layout)  # blobs a reboot may have damaged before they were synced are sent again
     missing = [h for h in hashes if not (_valid_sha(h) and os.path.isfile(layout.blob(h)))]
-    return {"missing": missing, "partial": blob_stream.partial_sizes(layout, missing)}
+    out = {"missing": missing, "partial": blob_stream.partial_sizes(layout, missing)}
+    if keys:
+        out["partial_keys"] = blob_stream.partial_sizes(layout, keys, keyed=True)
+    if sizes:
+        out["sized"] = blob_stream.sized(layout, sizes)
+    return out
 
 
 def _linked(layout: Layout, sha: str, mode: int) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from .protocol import AgentFailure
 
 SHA = re.compile(r"[0-9a-f]{64}")
+KEY = re.compile(r"[0-9a-f]{1,64}")
 REVISION = re.compile(r"[0-9a-f]{16}")
 MODES = (0o644, 0o755)  # what the controller's manifest records: executable or not
 RESERVED = (".orch-manifest.json",)  # written by revision_assemble beside the files
@@ -174,11 +175,22 @@ def rel_path(value: Any, name: str = "path") -> str:
     return path
 
 
+def key(value: Any, name: str = "key") -> str:
+    """A pending file's key: 1-64 lowercase hex digits (it names a part file under blobs/)."""
+    if not isinstance(value, str) or not KEY.fullmatch(value):
+        raise fail(f"{name} {value!r:.80} is not a key (1-64 lowercase hex digits)")
+    return value
+
+
 def blobs(value: Any, name: str = "blobs") -> list:
-    """``blobs_store``'s list: [{"sha256", "size", "offset"}], 0 <= offset <= size."""
+    """``blobs_store``'s list: [{"sha256", "size", "offset"}] or [{"key", "size", "offset"}] (the hash after
+    the bytes), 0 <= offset <= size."""
     def entry(item: Any, where: str) -> dict:
         item = _dict(item, where)
-        sha(item.get("sha256"), f"{where}.sha256")
+        if "key" in item and item.get("sha256") is None:
+            key(item["key"], f"{where}.key")
+        else:
+            sha(item.get("sha256"), f"{where}.sha256")
         size = _int(item.get("size"), f"{where}.size", 0, 1 << 40)
         if item.get("offset") is not None:
             _int(item["offset"], f"{where}.offset", 0, size)
@@ -304,7 +316,8 @@ _PULL_FROM = {"exp_id": exp_id, "registry": registry_id, "checkpoints": _optiona
 ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "hello": {},
     "preflight": {"min_free_mb": lambda v, n: _int(v, n, 0, 1 << 30)},
-    "blobs_missing": {"hashes": lambda v, n: _list(v, n, sha)},
+    "blobs_missing": {"hashes": lambda v, n: _list(v, n, sha), "keys": lambda v, n: _list(v, n, key),
+                      "sizes": lambda v, n: _list(v, n, lambda s, m: _int(s, m, 0, 1 << 40))},
     "blobs_store": {"blobs": blobs},
     "revision_assemble": {"revision": revision, "files": _optional(manifest)},
     "run_start": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,

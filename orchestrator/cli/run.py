@@ -243,7 +243,8 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
     confirm = render.confirm if render.interactive() else None
     launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge or guard, purge=purge,
                             yes=yes, confirm=confirm, echo=render.say, secret=secret,
-                            progress=progress.meter(as_json))
+                            progress=progress.meter(as_json),
+                            stream=not (dry_run or queue or guard or choice is not None or grp is not None))
     launch.wait = settings.run.wait if wait is None else wait
     if choice is not None:
         from ..launch.placement import apply

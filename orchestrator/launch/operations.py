@@ -143,8 +143,10 @@ def _push(launch: Launch, client: AgentClient, probe: dict, out: Outcome) -> Non
             probe["inline_push"], out.pushed = small[:2], small[2]
             return
     try:
-        out.pushed = push.send(client, launch.revision, probe.get("missing") or {}, meter=launch.progress,
+        found = push.resolve(client, launch.revision, probe.get("missing") or {}, launch.progress)
+        out.pushed = push.send(client, launch.revision, found, meter=launch.progress,
                                stall=launch.settings.ssh.command_timeout)
+        push.bind(launch)  # a pending revision's id is known now that it is hashed
     except KeyboardInterrupt as exc:
         how, code = signals.describe(exc)
         raise Interrupted(f"{how} during the push: nothing was changed on the target; what was sent is kept, "
@@ -235,8 +237,9 @@ def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry
         ops.append(probe_op(launch.inputs.env))
         keys.append("env")
     if launch.has(PushRevision) and launch.revision is not None and launch.revision.files:
-        hashes = sorted({f["sha256"] for f in launch.revision.files})
-        ops.append(Op("blobs_missing", {"hashes": hashes}))
+        from .push import missing_op
+
+        ops.append(missing_op(launch.revision))
         keys.append("missing")
     if launch.has(Doctor):
         ops.append(doctor.agent_op(target))

@@ -15,6 +15,7 @@ from .limits import check as check_limits
 from .meter import Meter
 from .model import Inputs, Launch
 from .playbooks import Playbook
+from .push import BULK as STREAM_FROM  # hashed while sent from the size that goes the bulk way
 from ..reach.targets import Target
 
 
@@ -60,19 +61,22 @@ def _env(env: dict, echo: Callable[[str], None]) -> dict:
 def deploy(settings: Settings, target: Target, *, message: str | None, clean: bool, purge: bool, yes: bool,
            confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
            book: Playbook | None = None, secret: secrets.SecretValues | None = None,
-           progress: Meter | None = None) -> Launch:
+           progress: Meter | None = None, stream: bool = False) -> Launch:
+    """The launch of a deploy; ``stream``: a big tree not hashed yet is hashed while it is pushed (its revision
+    is pending until then: only a launch that pushes before anything else needs its id may ask for that)."""
     secret = secret_values(settings) if secret is None else secret
     book = book or playbooks.load("deploy", settings.project_dir)
     rev = revisions.build(settings.project_dir, settings.project.sources, settings.state_dir,
-                          follow_symlinks=settings.project.follow_symlinks, progress=progress)
+                          follow_symlinks=settings.project.follow_symlinks, progress=progress,
+                          defer=STREAM_FROM if stream and book.has("push_revision") else None)
     for line in sources.left_out_warning(rev.left_out):
         echo(line)
     batching, planned = resolve_batching(settings)
     if settings.env.active and not book.has("build_env"):
         echo(f"warning: playbook {book.name} has no build_env step: [env] is not built, and the run uses the "
              "target's own python (add `- step: build_env` after push_revision)")
-    inputs = Inputs(target=target.name, root=target.root,
-                    checkpoints=target.checkpoints, checkpoint_action=_action(clean, purge), revision=rev.id,
+    inputs = Inputs(target=target.name, root=target.root, checkpoints=target.checkpoints,
+                    checkpoint_action=_action(clean, purge), revision=rev.id or revisions.PENDING,
                     files=len(rev.files), size=rev.size, argv=exec_argv(settings.project.command),
                     command=settings.project.command, batching=batching, message=message,
                     env=envs.spec(settings) if book.has("build_env") else None)

@@ -4,6 +4,10 @@ The files of ``[project] sources`` (which ones they are: ``sources.py``) are has
 revision id is the hash of that manifest (``agent.protocol.manifest_id``), so the same tree always has the
 same id and a changed byte gives a new one. Hashes are cached by (size, mtime) in ``.orch/hashes.json`` so an
 unchanged 50 MB tree is not re-read on every deploy.
+
+A big tree whose hashes are not cached (a first push) can be built *pending* (``defer``): those files are not
+read here but hashed while they are sent (``push.py``), each with a ``key`` (its path, size and mtime) that names
+its partial copy on the target, and the revision's id is known once the push has ``settle``d every hash.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from .sources import LeftOut, collect
 
 MAX_DIFF = 1 << 20
 PARALLEL_BYTES = 64 << 20
+PENDING = "pending"  # what a plan names a pending revision by until its push has hashed it
 
 
 @dataclass
 class Revision:
-    id: str
+    id: str | None
     files: list[dict]  # {"path", "sha256", "mode", "size"}
     root: Path
     git_commit: str | None = None
@@ -34,10 +39,37 @@ class Revision:
     git_diff: str | None = None
     local_paths: dict[str, Path] = field(default_factory=dict)
     left_out: list[LeftOut] = field(default_factory=list)  # under named folders, with the rule that dropped each
+    cache_file: Path | None = None
+    cache_keys: dict[str, str] = field(default_factory=dict)  # path -> "size:mtime_ns", as the hash cache keys it
 
     @property
     def size(self) -> int:
         return sum(f["size"] for f in self.files)
+
+    @property
+    def pending(self) -> list[dict]:
+        """The files not hashed yet (``sha256`` None, a ``key`` instead); the id is None while there are any."""
+        return [f for f in self.files if f["sha256"] is None]
+
+    def settle(self, hashes: dict[str, str]) -> None:
+        """Take the pending files' hashes (path -> sha256): the id is known from now on, and cached hashes kept."""
+        for f in self.pending:
+            f["sha256"] = hashes[f["path"]]
+            del f["key"]
+        self.id = manifest_id(self.files)
+        _save_cache(self)
+
+    def hash_pending(self, progress: Meter | None = None, paths: set[str] | None = None) -> None:
+        """Hash pending files here (all, or those of ``paths``), for a caller that needs their hashes first."""
+        todo = [f for f in self.pending if paths is None or f["path"] in paths]
+        total = sum(f["size"] for f in todo)
+        with (progress or silent)("hashing", total, len(todo), keep=False) as shown:
+            hashed = _hash_all([self.local_paths[f["path"]] for f in todo], total, shown)
+        for f in todo:
+            f["sha256"] = hashed[self.local_paths[f["path"]]]
+            del f["key"]
+        if not self.pending:
+            self.settle({})
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -68,38 +100,62 @@ def _hash_all(paths: list[Path], total: int, shown: Count) -> dict[Path, str]:
         return dict(zip(paths, pool.map(lambda path: _hash_file(path, shown), paths)))
 
 
+def file_key(rel: str, size: int, mtime_ns: int) -> str:
+    """The name of a pending file's partial copy on the target: the same file unchanged, the same key."""
+    return hashlib.sha256(f"{size}:{mtime_ns}:{rel}".encode()).hexdigest()[:32]
+
+
+def _save_cache(rev: Revision) -> None:
+    if rev.cache_file is None:
+        return
+    new_cache = {f["path"]: {rev.cache_keys[f["path"]]: f["sha256"]} for f in rev.files}
+    try:
+        old = json.loads(rev.cache_file.read_text()) if rev.cache_file.is_file() else {}
+    except (OSError, ValueError):
+        old = {}
+    if new_cache != old:
+        try:
+            rev.cache_file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(rev.cache_file, json.dumps(new_cache))
+        except OSError:
+            pass  # the cache only saves time
+
+
 def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, *,
-          follow_symlinks: list[str] | tuple = (), progress: Meter | None = None) -> Revision:
+          follow_symlinks: list[str] | tuple = (), progress: Meter | None = None,
+          defer: int | None = None) -> Revision:
     """Hash the project's sources into a revision (no network, no writes except the hash cache).
 
-    A symlink's content is sent under the link's path. The bytes hashed are counted on ``progress``.
+    A symlink's content is sent under the link's path. The bytes hashed are counted on ``progress``. With
+    ``defer``, when the files whose hashes are not cached hold at least that many bytes, they are left pending
+    (see the module docstring) and the revision's id is None until ``settle``.
     """
     cache_file = cache_dir / "hashes.json" if cache_dir else None
     try:
         cache = json.loads(cache_file.read_text()) if cache_file and cache_file.is_file() else {}
     except (OSError, ValueError):
         cache = {}
-    files, local_paths, new_cache = [], {}, {}
+    files, local_paths, keys = [], {}, {}
     chosen = collect(project_dir, sources, follow_symlinks)
     found = [(rel, path, path.stat()) for rel, path in chosen.files.items()]
     fresh = [(path, st.st_size) for rel, path, st in found
              if not cache.get(rel, {}).get(f"{st.st_size}:{st.st_mtime_ns}")]
-    with (progress or silent)("hashing", sum(n for _p, n in fresh), len(fresh), keep=False) as shown:
-        hashed = _hash_all([p for p, _n in fresh], sum(n for _p, n in fresh), shown)
+    later = defer is not None and sum(n for _p, n in fresh) >= defer
+    hashed: dict[Path, str] = {}
+    if not later:
+        with (progress or silent)("hashing", sum(n for _p, n in fresh), len(fresh), keep=False) as shown:
+            hashed = _hash_all([p for p, _n in fresh], sum(n for _p, n in fresh), shown)
     for rel, path, st in found:
-        key = f"{st.st_size}:{st.st_mtime_ns}"
-        sha = hashed.get(path) or cache[rel][key]
-        new_cache[rel] = {key: sha}
+        keys[rel] = key = f"{st.st_size}:{st.st_mtime_ns}"
+        sha = hashed.get(path) or cache.get(rel, {}).get(key)
         mode = 0o755 if st.st_mode & 0o111 else 0o644
-        files.append({"path": rel, "sha256": sha, "mode": mode, "size": st.st_size})
+        files.append({"path": rel, "sha256": sha, "mode": mode, "size": st.st_size}
+                     | ({} if sha else {"key": file_key(rel, st.st_size, st.st_mtime_ns)}))
         local_paths[rel] = path
-    if cache_file and new_cache != cache:
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(cache_file, json.dumps(new_cache))
-        except OSError:
-            pass  # the cache only saves time
-    rev = Revision(manifest_id(files), files, project_dir, local_paths=local_paths, left_out=chosen.left_out)
+    rev = Revision(None if later else manifest_id(files), files, project_dir, local_paths=local_paths,
+                   left_out=chosen.left_out, cache_file=cache_file, cache_keys=keys)
+    if not later:
+        _save_cache(rev)
     commit = _git(project_dir, "rev-parse", "HEAD")
     if commit:
         rev.git_commit = commit.strip()

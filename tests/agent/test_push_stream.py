@@ -16,7 +16,7 @@ from orchestrator.agent.protocol import PROTOCOL, unframe
 from orchestrator.reach.agent_client import AgentClient, Op, Stream
 from orchestrator.agent import durability
 from orchestrator.agent.layout import Layout
-from orchestrator.errors import AgentError
+from orchestrator.errors import AgentError, InputError
 from orchestrator.reach.transport.local import LocalTransport
 from tests.conftest import wait_for
 
@@ -163,3 +163,98 @@ def test_a_journal_of_this_boot_keeps_its_blobs(agent, tmp_path):
     _journal(root, [sha(data)], boot=durability.boot_id(), age=durability.SETTLE_AFTER + 5)
     assert durability.recover(Layout(str(root))) == []
     assert not (root / "blobs" / ".pending-test.json").exists() and (root / "blobs" / sha(data)).exists()
+
+
+# blobs the controller hashes while it sends them: the key names the part, the hash follows the bytes
+
+
+def test_blobs_hashed_while_sent_are_stored_under_the_hash_that_follows_them(agent, tmp_path):
+    blobs = [os.urandom(n) for n in (0, 5, (2 << 20) + 3)] + [b"same"] * 2
+    entries = [{"key": f"{i:x}" * 8, "size": len(b), "offset": 0} for i, b in enumerate(blobs)]
+    whole = b"".join(b + sha(b).encode() for b in blobs)
+    pieces = [whole[i:i + 65_537] for i in range(0, len(whole), 65_537)]
+    value = agent.call([Op("blobs_store", {"blobs": entries})], payload=stream_of(*pieces))[0]
+    assert value == {"stored": 5, "bytes": sum(map(len, blobs)),
+                     "hashes": {e["key"]: sha(b) for e, b in zip(entries, blobs)}}
+    stored = tmp_path / "root" / "blobs"
+    for b in blobs:
+        assert (stored / sha(b)).read_bytes() == b and ((stored / sha(b)).stat().st_mode & 0o777) == 0o444
+    assert agent.one("blobs_missing", hashes=[sha(b) for b in blobs]) == {"missing": [], "partial": {}}
+    wait_for(lambda: not [p.name for p in stored.iterdir() if p.name.startswith(".")],
+             what="no part and no journal left", timeout=60)
+
+
+def test_a_blob_whose_bytes_do_not_match_the_hash_after_them_is_refused(agent, tmp_path):
+    data = os.urandom(3 << 20)
+    tampered = bytearray(data)
+    tampered[1 << 20] ^= 0x01
+    with pytest.raises(AgentError, match="arrived damaged") as err:
+        agent.call([Op("blobs_store", {"blobs": [{"key": "ab" * 16, "size": len(data)}]})],
+                   payload=stream_of(bytes(tampered), sha(data).encode()))
+    assert "deploy again" in (err.value.hint or "")
+    blobs = tmp_path / "root" / "blobs"
+    assert not (blobs / sha(data)).exists() and not (blobs / sha(bytes(tampered))).exists()
+    assert agent.one("blobs_missing", hashes=[], keys=["ab" * 16]) == {"missing": [], "partial": {},
+                                                                       "partial_keys": {}}
+
+
+def test_a_push_cut_before_a_hash_arrives_publishes_nothing_and_resumes_with_only_the_rest(agent, tmp_path):
+    first, second = os.urandom(2 << 20), os.urandom(3 << 20)
+    keys = ["1" * 32, "2" * 32]
+    entries = [{"key": k, "size": len(b)} for k, b in zip(keys, (first, second))]
+    whole = first + sha(first).encode() + second + sha(second).encode()
+    declared = len(whole)
+    # cut inside the second blob's hash: its bytes are all there, but nothing says what they should hash to
+    envelope = raw_call(agent, [{"op": "blobs_store", "args": {"blobs": entries}}], declared, whole[:-10])
+    error = envelope["results"][0]["error"]
+    assert "the push was cut" in error["message"] and "only what is still missing" in error["hint"]
+    found = agent.one("blobs_missing", hashes=[sha(first), sha(second)], keys=keys)
+    assert found["missing"] == [sha(second)]  # the first is stored; the second waits for its hash
+    assert found["partial_keys"] == {keys[1]: len(second)}
+    value = agent.call([Op("blobs_store", {"blobs": [{"key": keys[1], "size": len(second), "offset": len(second)}]})],
+                       payload=stream_of(sha(second).encode()))[0]
+    assert value == {"stored": 1, "bytes": 0, "hashes": {keys[1]: sha(second)}}
+    assert (tmp_path / "root" / "blobs" / sha(second)).read_bytes() == second
+
+
+def test_blobs_hashed_while_sent_that_a_reboot_damaged_are_found_and_sent_again(agent, tmp_path):
+    root = tmp_path / "root"
+    began = time.time()
+    intact, damaged, twin = os.urandom(3000), os.urandom(4000), os.urandom(5000)
+    entries = [{"key": k * 32, "size": len(b)} for k, b in zip("abc", (intact, damaged, twin))]
+    files = [{"path": "run.sh", "sha256": sha(twin), "size": len(twin), "mode": 0o755}]
+    from orchestrator.agent.protocol import manifest_id
+
+    agent.call([Op("blobs_store", {"blobs": entries}),
+                Op("revision_assemble", {"revision": manifest_id(files), "files": files})],
+               payload=stream_of(*(p for b in (intact, damaged, twin) for p in (b, sha(b).encode()))))
+    wait_for(lambda: not list((root / "blobs").glob(".pending-*")), what="the sync", timeout=60)
+    # as if the machine had gone down before that push's sync: its journal counts 2 blobs it could not name,
+    # and one of them lost its content
+    (root / "blobs" / ".pending-test.json").write_text(json.dumps({"boot_id": "an-earlier-boot", "blobs": [],
+                                                                   "keyed": 2, "created": began}))
+    blob = root / "blobs" / sha(damaged)
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(len(damaged)))
+    copy = root / "blobs" / (sha(twin) + ".x")  # the executable's twin, a copy of its blob
+    copy.chmod(0o755)
+    copy.write_bytes(bytes(len(twin)))
+    found = agent.one("blobs_missing", hashes=[sha(intact), sha(damaged), sha(twin)])
+    assert found["missing"] == [sha(damaged), sha(twin)]
+    assert not blob.exists() and not copy.exists() and (root / "blobs" / sha(intact)).read_bytes() == intact
+    assert not (root / "revisions" / manifest_id(files)).exists()  # built from the damaged twin
+    assert not list((root / "blobs").glob(".pending-*"))
+
+
+def test_the_stored_blobs_of_a_size_are_told_so_that_a_file_not_hashed_yet_may_be_one(agent):
+    data = os.urandom(4096)
+    agent.call([Op("blobs_store", {"blobs": [{"sha256": sha(data), "size": len(data)}]})], payload=data)
+    found = agent.one("blobs_missing", hashes=[], sizes=[4096, 17])
+    assert found["sized"] == {"4096": [sha(data)]}
+
+
+def test_a_bad_key_is_refused_before_anything_is_stored(agent, tmp_path):
+    with pytest.raises(InputError, match="is not a key"):
+        agent.call([Op("blobs_store", {"blobs": [{"key": "../../etc", "size": 3}]})], payload=b"abc")
+    blobs = tmp_path / "root" / "blobs"
+    assert not blobs.exists() or not [p for p in blobs.iterdir() if p.name.startswith(".part")]
