@@ -137,3 +137,32 @@ def test_a_command_whose_warm_process_is_killed_ends_with_an_error_and_a_hint(pr
     assert [line for line in lines if line.startswith("error: ")] == [
         "error: the command ended without an exit code: the warm orch process running it was killed"], err
     assert any(line.startswith("hint: ") for line in lines), err
+
+
+LOADS = """
+import sys
+from orchestrator.warm import server
+server._preload()
+before = set(sys.modules)
+import yaml
+def parsed_again(*_a, **_k):
+    raise AssertionError("a playbook parsed again")
+yaml.safe_load = parsed_again
+from orchestrator.cli.main import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("loaded:", *sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("orchestrator", "yaml", "pydantic")))
+"""
+
+
+def test_a_deploy_in_the_warm_process_imports_and_parses_nothing_the_warm_process_could_have(project):
+    """What a warm deploy would load or read afresh is loaded in the warm process, once, before any command."""
+    env = dict(os.environ, ORCH_WARM="0")
+    for args in (["deploy", "-m", "first"], ["deploy", "-m", "second"]):  # the second stops the first
+        done = subprocess.run([sys.executable, "-c", LOADS, *args], cwd=project.path, capture_output=True,
+                              text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == "loaded:", f"loaded by the command, not the warm process: {done.stdout}"
+    assert orch(project, "stop", env={"ORCH_WARM": "0"}).returncode == 0
