@@ -96,7 +96,7 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
     if cache_file and new_cache != cache:
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(cache_file, json.dumps(new_cache))
+            atomic_write(cache_file, json.dumps(new_cache), durable=False)  # lost in a power cut: files hashed again
         except OSError:
             pass  # the cache only saves time
     rev = Revision(manifest_id(files), files, project_dir, local_paths=local_paths, left_out=chosen.left_out)
