@@ -33,6 +33,8 @@ PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.st
            "orchestrator.agent.strict", "orchestrator.launch.queueing", "yaml", "pydantic.type_adapter",
            "rich.console", "rich.table", "sqlite3", "tomllib")
 
+PREPARED = ("deploy", "restart", "stop", "status", "logs", "checkpoints", "experiments")  # their command lines read
+
 
 def _preload() -> None:
     import importlib
@@ -42,12 +44,14 @@ def _preload() -> None:
             importlib.import_module(name)
         except ImportError:
             continue
+    from orchestrator.cli.main import root_command
     from orchestrator.launch import playbooks
     from orchestrator.reach.agent_client import agent_zip
 
     agent_zip()  # built once here: every command's agent calls name it by its hash
     for name in playbooks.builtin_names():  # parsed and checked once here: a deploy reads only the file
         playbooks.load_file(playbooks.builtin_dir() / f"{name}.yaml")
+    root_command(prepare=PREPARED)
 
 
 def _streams() -> None:

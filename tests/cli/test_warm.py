@@ -148,6 +148,10 @@ import yaml
 def parsed_again(*_a, **_k):
     raise AssertionError("a playbook parsed again")
 yaml.safe_load = parsed_again
+import typer.core
+def built_again(*_a, **_k):
+    raise AssertionError("a command line's value checks built again")
+typer.core.build_runtime_param = built_again
 from orchestrator.cli.main import main
 try:
     main(sys.argv[1:])
@@ -157,8 +161,9 @@ print("loaded:", *sorted(m for m in set(sys.modules) - before if m.split(".")[0]
 """
 
 
-def test_a_deploy_in_the_warm_process_imports_and_parses_nothing_the_warm_process_could_have(project):
-    """What a warm deploy would load or read afresh is loaded in the warm process, once, before any command."""
+def test_a_deploy_in_the_warm_process_loads_nothing_the_warm_process_could_have(project):
+    """What a warm deploy would import, parse or build afresh (its modules, the playbook, typer's command and its
+    value checks) is made in the warm process, once, before any command."""
     env = dict(os.environ, ORCH_WARM="0")
     for args in (["deploy", "-m", "first"], ["deploy", "-m", "second"]):  # the second stops the first
         done = subprocess.run([sys.executable, "-c", LOADS, *args], cwd=project.path, capture_output=True,
