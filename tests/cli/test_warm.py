@@ -171,3 +171,19 @@ def test_a_deploy_in_the_warm_process_loads_nothing_the_warm_process_could_have(
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[-1] == "loaded:", f"loaded by the command, not the warm process: {done.stdout}"
     assert orch(project, "stop", env={"ORCH_WARM": "0"}).returncode == 0
+
+
+def test_a_command_run_here_starts_the_warm_process_once_it_is_done(project):
+    """The first command does its work alone: the warm process (~0.4 s of imports) starts as it ends."""
+    project.configure(steps=200, sleep=0.2)
+    assert orch(project, "deploy", env={"ORCH_WARM": "0"}).returncode == 0
+    follower = subprocess.Popen([ORCH, "logs", "--follow"], cwd=project.path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    assert "following experiment 1" in follower.stderr.readline()
+    time.sleep(1.5)  # time enough for a warm process started with the command to show
+    assert forks() == [], "a warm process started while the first command ran"
+    follower.send_signal(signal.SIGINT)
+    _, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    wait_for(lambda: warm_client.socket_path().exists() and forks(), timeout=30, what="the warm process")
+    assert orch(project, "stop").returncode == 0
