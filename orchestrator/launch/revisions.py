@@ -100,11 +100,12 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
         except OSError:
             pass  # the cache only saves time
     rev = Revision(manifest_id(files), files, project_dir, local_paths=local_paths, left_out=chosen.left_out)
-    commit = _git(project_dir, "rev-parse", "HEAD")
-    if commit:
-        rev.git_commit = commit.strip()
-        status = _git(project_dir, "status", "--porcelain", "--", *sources) or ""
-        rev.git_dirty = bool(status.strip())
+    # one git call for the commit and whether the sources differ from it: "# branch.oid <sha>", then a line per change
+    status = _git(project_dir, "status", "--porcelain=v2", "--branch", "--", *sources) or ""
+    oid = next((line.split()[2] for line in status.splitlines() if line.startswith("# branch.oid ")), None)
+    if oid and oid != "(initial)":
+        rev.git_commit = oid
+        rev.git_dirty = any(line and not line.startswith("#") for line in status.splitlines())
         if rev.git_dirty:
             diff = _git(project_dir, "diff", "HEAD", "--", *sources) or ""
             rev.git_diff = diff[:MAX_DIFF]
