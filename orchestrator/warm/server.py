@@ -25,13 +25,14 @@ from .client import CODE
 
 PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.status", "orchestrator.cli.logs",
            "orchestrator.cli.common", "orchestrator.watch.status", "orchestrator.watch.log_view",
-           "orchestrator.config", "orchestrator.records.experiments", "orchestrator.records.reconcile", "orchestrator.reach.agent_client",
-           "orchestrator.reach.keeper.client", "orchestrator.watch.metrics_view", "orchestrator.reach.targets", "orchestrator.launch.operations",
-           "orchestrator.launch.push", "orchestrator.watch.follow", "orchestrator.cli.job", "orchestrator.launch.prepare",
+           "orchestrator.config", "orchestrator.records.experiments", "orchestrator.records.reconcile",
+           "orchestrator.reach.agent_client", "orchestrator.reach.keeper.client", "orchestrator.watch.metrics_view",
+           "orchestrator.reach.targets", "orchestrator.launch.operations", "orchestrator.launch.push",
+           "orchestrator.watch.follow", "orchestrator.cli.job", "orchestrator.launch.prepare",
            "orchestrator.launch.spare_jobs", "orchestrator.reach.current", "orchestrator.secrets",
-           "orchestrator.watch.metrics", "orchestrator.agent.handover", "orchestrator.agent.validate", "orchestrator.agent.layout",
-           "orchestrator.agent.strict", "orchestrator.launch.queueing", "yaml", "pydantic.type_adapter",
-           "rich.console", "rich.table", "sqlite3", "tomllib")
+           "orchestrator.watch.metrics", "orchestrator.agent.handover", "orchestrator.agent.validate",
+           "orchestrator.agent.layout", "orchestrator.agent.strict", "orchestrator.launch.queueing", "yaml",
+           "pydantic.type_adapter", "rich.console", "rich.table", "sqlite3", "tomllib")
 
 PREPARED = ("deploy", "restart", "stop", "status", "logs", "checkpoints", "experiments")  # their command lines read
 

@@ -157,7 +157,8 @@ try:
     main(sys.argv[1:])
 except SystemExit as exc:
     assert not exc.code, exc.code
-print("loaded:", *sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("orchestrator", "yaml", "pydantic")))
+print("loaded:", *sorted(m for m in set(sys.modules) - before
+                         if m.split(".")[0] in ("orchestrator", "yaml", "pydantic")))
 """
 
 
