@@ -2,11 +2,13 @@
 
     >>> atomic_write(state_dir / "current.json", '{"ct": 200}\\n')
     >>> atomic_write(state_dir / "ct-cache.json", payload, mode=0o600)   # a file only its owner reads
+    >>> atomic_write(cache_dir / "hashes.json", payload, durable=False)  # a cache: atomic, not flushed
 
 The data goes to a temporary file beside the target (same folder, so the rename never crosses a file
 system), is flushed to disk, and replaces the target by rename; the folder is flushed too, so the
 rename survives a power cut. On any failure the temporary file is removed and the old file is left as
-it was. The agent has its own helper (it ships alone).
+it was. A file whose loss costs only time (a cache) can skip the flushes (``durable=False``): readers still
+see the old content or the new. The agent has its own helper (it ships alone).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import secrets
 from pathlib import Path
 
 
-def atomic_write(path: Path | str, data: bytes | str, *, mode: int = 0o666) -> None:
+def atomic_write(path: Path | str, data: bytes | str, *, mode: int = 0o666, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` (str is written as UTF-8); ``mode`` is filtered by the umask.
 
     Raises the ``OSError`` of the step that failed; the target is then unchanged.
@@ -29,12 +31,14 @@ def atomic_write(path: Path | str, data: bytes | str, *, mode: int = 0o666) -> N
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _sync_folder(path.parent)
+    if durable:
+        _sync_folder(path.parent)
 
 
 def _sync_folder(folder: Path) -> None:

@@ -114,10 +114,9 @@ def _tmux() -> str | None:
     tmux = shutil.which("tmux")
     if not tmux:
         return None
-    try:
-        return subprocess.run([tmux, "-V"], capture_output=True, text=True, timeout=10).stdout.strip() or "?"
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
+    from .system import tmux_version
+
+    return tmux_version(tmux) or "?"
 
 
 def _torch() -> dict:

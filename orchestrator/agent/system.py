@@ -151,15 +151,31 @@ def prune_agents(layout: Layout, current: str, min_age_s: float = 86400.0) -> li
     return removed
 
 
+_TMUX_VERSIONS: dict[tuple, str] = {}  # a resident agent asks each tmux binary once
+
+
+def tmux_version(tmux: str) -> str:
+    """``tmux -V`` of the binary at ``tmux``, asked again only when that file changes."""
+    try:
+        st = os.stat(tmux)
+    except OSError:
+        return "?"
+    key = (tmux, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _TMUX_VERSIONS:
+        try:
+            _TMUX_VERSIONS[key] = subprocess.run([tmux, "-V"], capture_output=True, text=True,
+                                                 timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return "?"
+    return _TMUX_VERSIONS[key]
+
+
 def preflight(layout: Layout, min_free_mb: int = 50) -> dict:
     tmux = shutil.which("tmux")
     if not tmux:
         raise AgentFailure("agent", "tmux is not installed on the target",
                            "install it there (apt-get install tmux) and deploy again")
-    try:
-        version = subprocess.run([tmux, "-V"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        version = "?"
+    version = tmux_version(tmux)
     layout.ensure()
     usage = shutil.disk_usage(layout.root)
     free_mb = usage.free // (1 << 20)

@@ -259,8 +259,29 @@ def lazy_command(typer_app: typer.Typer) -> click_core.Command:
     return root
 
 
+_ROOT: list[click_core.Command] = []  # the root command, built once per process
+
+
+def root_command(prepare: tuple[str, ...] = ()) -> click_core.Command:
+    """``lazy_command(app)``, built once per process, so that the warm process builds it for every command it
+    runs; ``prepare`` names sub-commands to build now, with their parameters' value checks (typer makes those
+    when a command line is first parsed)."""
+    if not _ROOT:
+        _ROOT.append(lazy_command(app))
+    root = _ROOT[0]
+    assert isinstance(root, TyperGroup)
+    if prepare:
+        top = click_core.Context(root, info_name="orch", **root.context_settings)
+        for name in ("", *prepare):
+            command = root.commands[name] if name else root
+            ctx = click_core.Context(command, parent=top, info_name=name) if name else top
+            for param in command.get_params(ctx):  # with its --help option
+                getattr(param, "get_runtime_param", lambda: None)()
+    return root
+
+
 def main(argv: list[str] | None = None) -> None:
-    command = lazy_command(app)
+    command = root_command()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C says what was done
     try:
         command.main(args=argv if argv is not None else sys.argv[1:], prog_name="orch")

@@ -120,13 +120,24 @@ def copy_builtin(dest: Path, force: bool = False) -> list[Path]:
     return written
 
 
+_LOADED: dict[str, Playbook] = {}  # a playbook's text -> its checked form: the warm process reads each one once
+
+
 def load_file(path: Path | Traversable) -> Playbook:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotFoundError(f"playbook {path} does not exist", hint="give the path of a .yaml playbook") from None
+    if text not in _LOADED:
+        _LOADED[text] = _parse(path, text)
+    return _LOADED[text].model_copy(deep=True)  # a caller's changes never reach the next command's copy
+
+
+def _parse(path: Path | Traversable, text: str) -> Playbook:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NotFoundError(f"playbook {path} does not exist", hint="give the path of a .yaml playbook") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     try:

@@ -116,7 +116,7 @@ def _save_cache(rev: Revision) -> None:
     if new_cache != old:
         try:
             rev.cache_file.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(rev.cache_file, json.dumps(new_cache))
+            atomic_write(rev.cache_file, json.dumps(new_cache), durable=False)  # lost in a power cut: hashed again
         except OSError:
             pass  # the cache only saves time
 
@@ -156,11 +156,12 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
                    left_out=chosen.left_out, cache_file=cache_file, cache_keys=keys)
     if not later:
         _save_cache(rev)
-    commit = _git(project_dir, "rev-parse", "HEAD")
-    if commit:
-        rev.git_commit = commit.strip()
-        status = _git(project_dir, "status", "--porcelain", "--", *sources) or ""
-        rev.git_dirty = bool(status.strip())
+    # one git call for the commit and whether the sources differ from it: "# branch.oid <sha>", then a line per change
+    status = _git(project_dir, "status", "--porcelain=v2", "--branch", "--", *sources) or ""
+    oid = next((line.split()[2] for line in status.splitlines() if line.startswith("# branch.oid ")), None)
+    if oid and oid != "(initial)":
+        rev.git_commit = oid
+        rev.git_dirty = any(line and not line.startswith("#") for line in status.splitlines())
         if rev.git_dirty:
             diff = _git(project_dir, "diff", "HEAD", "--", *sources) or ""
             rev.git_diff = diff[:MAX_DIFF]

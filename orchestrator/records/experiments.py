@@ -12,7 +12,8 @@ import shlex
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -419,6 +420,31 @@ class Registry:
         self._exec(f"INSERT OR IGNORE INTO experiments ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
                    list(row.values()))
         return self.get(exp_id)
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """The writes inside are one transaction, so one disk sync: a launch's results (the runs it stopped, the
+        new run's state) are recorded all at once. A registry that cannot be written meets each write as before."""
+        if self.db.in_transaction or not self.writable or self._stuck is not None:
+            yield
+            return
+        try:
+            self._exec("BEGIN IMMEDIATE")
+        except (DiskFull, ConflictError):
+            yield  # each write finds the fault itself and says so
+            return
+        try:
+            yield
+        finally:
+            if self.db.in_transaction:
+                try:
+                    self._exec("COMMIT")
+                except DiskFull:
+                    if self.db.in_transaction:
+                        self.db.rollback()
+                    self.writable = False
+                    self._unwritten("what this launch did")
+                    self.skipped.update(self.changed)
 
     def update(self, exp_id: int, **fields: Any) -> Experiment:
         if "status" in fields and fields["status"] not in STATUSES:

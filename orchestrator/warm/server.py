@@ -25,9 +25,16 @@ from .client import CODE
 
 PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.status", "orchestrator.cli.logs",
            "orchestrator.cli.common", "orchestrator.watch.status", "orchestrator.watch.log_view",
-           "orchestrator.config", "orchestrator.records.experiments", "orchestrator.records.reconcile", "orchestrator.reach.agent_client",
-           "orchestrator.reach.keeper.client", "orchestrator.watch.metrics_view", "orchestrator.reach.targets", "orchestrator.launch.operations",
-           "orchestrator.launch.push", "orchestrator.watch.follow", "rich.console", "rich.table", "sqlite3", "tomllib")
+           "orchestrator.config", "orchestrator.records.experiments", "orchestrator.records.reconcile",
+           "orchestrator.reach.agent_client", "orchestrator.reach.keeper.client", "orchestrator.watch.metrics_view",
+           "orchestrator.reach.targets", "orchestrator.launch.operations", "orchestrator.launch.push",
+           "orchestrator.watch.follow", "orchestrator.cli.job", "orchestrator.launch.prepare",
+           "orchestrator.launch.spare_jobs", "orchestrator.reach.current", "orchestrator.secrets",
+           "orchestrator.watch.metrics", "orchestrator.agent.handover", "orchestrator.agent.validate",
+           "orchestrator.agent.layout", "orchestrator.agent.strict", "orchestrator.launch.queueing", "yaml",
+           "pydantic.type_adapter", "rich.console", "rich.table", "sqlite3", "tomllib")
+
+PREPARED = ("deploy", "restart", "stop", "status", "logs", "checkpoints", "experiments")  # their command lines read
 
 
 def _preload() -> None:
@@ -38,9 +45,14 @@ def _preload() -> None:
             importlib.import_module(name)
         except ImportError:
             continue
+    from orchestrator.cli.main import root_command
+    from orchestrator.launch import playbooks
     from orchestrator.reach.agent_client import agent_zip
 
     agent_zip()  # built once here: every command's agent calls name it by its hash
+    for name in playbooks.builtin_names():  # parsed and checked once here: a deploy reads only the file
+        playbooks.load_file(playbooks.builtin_dir() / f"{name}.yaml")
+    root_command(prepare=PREPARED)
 
 
 def _streams() -> None:

@@ -137,3 +137,54 @@ def test_a_command_whose_warm_process_is_killed_ends_with_an_error_and_a_hint(pr
     assert [line for line in lines if line.startswith("error: ")] == [
         "error: the command ended without an exit code: the warm orch process running it was killed"], err
     assert any(line.startswith("hint: ") for line in lines), err
+
+
+LOADS = """
+import sys
+from orchestrator.warm import server
+server._preload()
+before = set(sys.modules)
+import yaml
+def parsed_again(*_a, **_k):
+    raise AssertionError("a playbook parsed again")
+yaml.safe_load = parsed_again
+import typer.core
+def built_again(*_a, **_k):
+    raise AssertionError("a command line's value checks built again")
+typer.core.build_runtime_param = built_again
+from orchestrator.cli.main import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("loaded:", *sorted(m for m in set(sys.modules) - before
+                         if m.split(".")[0] in ("orchestrator", "yaml", "pydantic")))
+"""
+
+
+def test_a_deploy_in_the_warm_process_loads_nothing_the_warm_process_could_have(project):
+    """What a warm deploy would import, parse or build afresh (its modules, the playbook, typer's command and its
+    value checks) is made in the warm process, once, before any command."""
+    env = dict(os.environ, ORCH_WARM="0")
+    for args in (["deploy", "-m", "first"], ["deploy", "-m", "second"]):  # the second stops the first
+        done = subprocess.run([sys.executable, "-c", LOADS, *args], cwd=project.path, capture_output=True,
+                              text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == "loaded:", f"loaded by the command, not the warm process: {done.stdout}"
+    assert orch(project, "stop", env={"ORCH_WARM": "0"}).returncode == 0
+
+
+def test_a_command_run_here_starts_the_warm_process_once_it_is_done(project):
+    """The first command does its work alone: the warm process (~0.4 s of imports) starts as it ends."""
+    project.configure(steps=200, sleep=0.2)
+    assert orch(project, "deploy", env={"ORCH_WARM": "0"}).returncode == 0
+    follower = subprocess.Popen([ORCH, "logs", "--follow"], cwd=project.path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    assert "following experiment 1" in follower.stderr.readline()
+    time.sleep(1.5)  # time enough for a warm process started with the command to show
+    assert forks() == [], "a warm process started while the first command ran"
+    follower.send_signal(signal.SIGINT)
+    _, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    wait_for(lambda: warm_client.socket_path().exists() and forks(), timeout=30, what="the warm process")
+    assert orch(project, "stop").returncode == 0

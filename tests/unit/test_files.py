@@ -50,3 +50,16 @@ def test_a_missing_folder_raises_and_creates_nothing(tmp_path):
     else:
         raise AssertionError("a write into a missing folder must fail")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_cache_is_replaced_atomically_without_the_disk_flushes(tmp_path, monkeypatch):
+    flushed = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (flushed.append(fd), real(fd)))
+    target = tmp_path / "hashes.json"
+    atomic_write(target, "{}")
+    assert len(flushed) == 2  # the file, then its folder: the rename survives a power cut
+    flushed.clear()
+    atomic_write(target, '{"a": 1}', durable=False)
+    assert target.read_text() == '{"a": 1}' and flushed == []
+    assert os.listdir(tmp_path) == ["hashes.json"]

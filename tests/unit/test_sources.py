@@ -237,3 +237,30 @@ def test_a_fifo_in_a_named_folder_is_left_out_by_name_never_read(tmp_path):
     sel = collect(proj, ["train.py", "data"])  # reading the fifo would block forever
     assert [(d.path, d.rule) for d in sel.left_out] == [("data/pipe", "not a regular file: fifo, socket or device")]
     assert "  data/pipe (not a regular file: fifo, socket or device)" in left_out_warning(sel.left_out)
+
+
+def test_the_commit_and_a_dirty_tree_come_from_one_git_call(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "train.py").write_text("print(1)\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    calls = tmp_path / "calls"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    real = shutil.which("git")
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    fresh = revisions.build(repo, ["train.py"])  # no commit yet
+    assert fresh.git_commit is None and fresh.git_dirty is None
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    calls.write_text("")
+    clean = revisions.build(repo, ["train.py"])
+    assert (clean.git_commit, clean.git_dirty, clean.git_diff) == (head, False, None)
+    assert len(calls.read_text().splitlines()) == 1  # a clean tree: one git call
+    (repo / "train.py").write_text("print(2)\n")
+    dirty = revisions.build(repo, ["train.py"])
+    assert dirty.git_commit == head and dirty.git_dirty is True and "+print(2)" in dirty.git_diff
