@@ -12,7 +12,8 @@ import shlex
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -196,6 +197,7 @@ class Registry:
         self.skipped: set[int] = set()  # experiments whose new state this command could not write
         self._stuck: ConflictError | None = None  # why this command gave up writing (the registry stayed locked)
         self._told_unwritten = False
+        self._meta_values: dict[str, str] = {}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(self.path), timeout=1.0, isolation_level=None)
@@ -332,6 +334,7 @@ class Registry:
             try:
                 reg._exec("UPDATE registry_meta SET value = ? WHERE key = 'id'", (registry_id,))
                 reg._exec("UPDATE registry_meta SET value = ? WHERE key = 'keyed_from'", (str(keyed_from),))
+                reg._meta_values.clear()
                 for fields in rows:
                     data = Experiment.model_validate(fields).model_dump(exclude_none=True)
                     data["git_dirty"] = None if data.get("git_dirty") is None else int(data["git_dirty"])
@@ -345,7 +348,56 @@ class Registry:
                 raise
 
     def _meta(self, key: str) -> str:
-        return self._exec("SELECT value FROM registry_meta WHERE key = ?", (key,), fetch="one")[0]
+        """A value of ``registry_meta`` (made with the file, never changed after): read once per command."""
+        if key not in self._meta_values:
+            self._meta_values[key] = self._exec("SELECT value FROM registry_meta WHERE key = ?", (key,),
+                                                fetch="one")[0]
+        return self._meta_values[key]
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The writes inside it in one transaction, committed at its end (one sync of the file for a command that
+        records what many targets said). Where the registry cannot be written, or stays locked, each write goes
+        as it would alone (skipped with its warning)."""
+        if not self.writable or self._stuck is not None or self.db.in_transaction:
+            yield
+            return
+        try:
+            self._exec("BEGIN IMMEDIATE")
+        except (DiskFull, ConflictError):
+            yield
+            return
+        try:
+            yield
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.rollback()
+            raise
+        if not self.db.in_transaction:  # SQLite ended it on an error a write was told
+            return
+        try:
+            self._exec("COMMIT")
+        except (DiskFull, ConflictError) as exc:
+            if self.db.in_transaction:
+                self.db.rollback()
+            self.writable = not isinstance(exc, DiskFull)
+            self._unwritten("what this command learnt", exc.message if isinstance(exc, ConflictError) else None)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction of its own, or a savepoint inside a ``batch``."""
+        nested = self.db.in_transaction
+        self._exec("SAVEPOINT own" if nested else "BEGIN IMMEDIATE")
+        try:
+            yield
+            self._exec("RELEASE own" if nested else "COMMIT")
+        except BaseException:
+            if nested and self.db.in_transaction:
+                self.db.execute("ROLLBACK TO own")
+                self.db.execute("RELEASE own")
+            elif self.db.in_transaction:
+                self.db.rollback()
+            raise
 
     @property
     def registry_id(self) -> str:
@@ -375,8 +427,7 @@ class Registry:
         fields.setdefault("created", time.time())
         fields.setdefault("status", "launching")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
-        self._exec("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             last = self._exec("SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'", fetch="one")[0]
             row["id"] = max(int(last or 0) + 1, min_id)
             if launcher is not None:
@@ -384,11 +435,6 @@ class Registry:
             cols = ", ".join(row)
             marks = ", ".join("?" for _ in row)
             self._exec(f"INSERT INTO experiments ({cols}) VALUES ({marks})", list(row.values()))
-            self._exec("COMMIT")
-        except BaseException:
-            if self.db.in_transaction:
-                self.db.rollback()
-            raise
         self.changed.add(row["id"])
         return self.get(row["id"])
 
@@ -396,16 +442,10 @@ class Registry:
         """The next number, kept for a row that only a target can know is needed (a guard's restored run,
         recorded by ``records.guard_records``); ``create`` numbers after it. Unused, it stays a gap."""
         self.require_writable()
-        self._exec("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             last = int(self._exec("SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'",
                                   fetch="one")[0] or 0)
             self._exec("UPDATE sqlite_sequence SET seq = ? WHERE name = 'experiments'", (last + 1,))
-            self._exec("COMMIT")
-        except BaseException:
-            if self.db.in_transaction:
-                self.db.rollback()
-            raise
         return last + 1
 
     def insert_reserved(self, exp_id: int, **fields: Any) -> Experiment:
