@@ -10,7 +10,7 @@ a notice reaches the user, so this module knows nothing of flags or terminals.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Iterator
 
 from ..config import Settings
 from ..records.experiments import Experiment, Registry
@@ -18,6 +18,7 @@ from ..reach.targets import Target
 
 WATCH_INTERVAL_S = 2.0  # `orch status --watch`: between reads, and before a retry after a dropped connection
 MAX_AT_ONCE = 64  # `status --all`: targets asked at once (each thread mostly waits on its target)
+HOLD_S = 0.3  # `status --all`: the answers recorded in one transaction are those within this of its first
 
 OpenRegistry = Callable[[], ContextManager[Registry]]
 
@@ -147,8 +148,8 @@ def read_all(settings: Settings, open_registry: OpenRegistry,
     timeout and says why in ``error``; the rest go on). A job's entry has its nodes (``nodes``, ``job``):
     ``read_job(exp, registry)`` answers (its group, the job's settled row), asking every node.
 
-    The targets are reached and asked in parallel, one agent call each; the registry is only read until every
-    answer is in, then what they said is recorded in one transaction.
+    The targets are reached and asked in parallel, one agent call each, with one registry, only read while no
+    answer is in; what they said is recorded as they answer, those that come together in one transaction.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -165,16 +166,40 @@ def read_all(settings: Settings, open_registry: OpenRegistry,
                 list(pool.map(lambda r: r.step(_reach, settings, r, resolve), readings))
                 for r in readings:
                     r.asked = r.step(_ask, settings, r.target, reg, metrics=metrics, experiment=None)
-                list(pool.map(lambda r: setattr(r, "values", r.step(_call, settings, r.client, r.asked)), readings))
-                shown = {exp_id: job.result() for exp_id, job in jobs.items()}
-                with reg.batch():
-                    for r in readings:
+                calls = {pool.submit(lambda r: setattr(r, "values", r.step(_call, settings, r.client, r.asked)), r): r
+                         for r in readings if r.failed is None}
+                shown = {}
+                for answered in _as_answered(reg, calls):
+                    for r in answered:
                         shown[r.exp.id] = r.step(_answer, settings, r.target, reg, r.client, r.asked, r.values,
                                                  metrics=metrics, experiment=None)
+                shown.update({exp_id: job.result() for exp_id, job in jobs.items()})
                 shown.update({r.exp.id: r.failed for r in readings if r.failed is not None})
             finally:
                 list(pool.map(_Reading.close, readings))
     return [shown[exp.id] for exp in exps]
+
+
+def _as_answered(registry: Registry, calls: dict) -> Iterator[list]:
+    """The readings whose calls have answered, in groups, each recorded in one transaction (``registry.batch``):
+    one opens at the first answer and takes those that come within ``HOLD_S`` of it, so a slow target never keeps
+    the registry locked while it is waited for."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    pending = set(calls)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)  # nothing held while none has answered
+        with registry.batch():
+            until = time.monotonic() + HOLD_S
+            while True:
+                for future in done:
+                    future.result()
+                yield [calls[f] for f in done]
+                if not pending or time.monotonic() >= until:
+                    break
+                done, pending = wait(pending, timeout=until - time.monotonic(), return_when=FIRST_COMPLETED)
+                if not done:
+                    break
 
 
 class _Reading:
