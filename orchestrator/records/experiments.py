@@ -357,14 +357,19 @@ class Registry:
     @contextmanager
     def batch(self) -> Iterator[None]:
         """The writes inside it in one transaction, committed at its end (one sync of the file for a command that
-        records what many targets said). Where the registry cannot be written, or stays locked, each write goes
-        as it would alone (skipped with its warning)."""
+        records what many targets said). Where the registry cannot be written, or stays locked past
+        ``LOCK_WAIT``, the writes are skipped with their warning, as each would be alone."""
         if not self.writable or self._stuck is not None or self.db.in_transaction:
             yield
             return
         try:
             self._exec("BEGIN IMMEDIATE")
-        except (DiskFull, ConflictError):
+        except DiskFull:
+            self.writable = False
+            yield
+            return
+        except ConflictError as exc:  # held past LOCK_WAIT: the writes are skipped, as one that waited that long
+            self._stuck = exc
             yield
             return
         try:

@@ -115,3 +115,34 @@ def test_a_finished_run_whose_folder_is_gone_keeps_its_record_and_says_so(projec
     assert "! experiment 1 has no run folder on target local" in res.stdout
     with project.registry() as reg:
         assert reg.get(1).status == "finished" and reg.metrics(1)["summary"]["_state"]["no_run_folder"]
+
+
+def test_status_with_the_registry_held_past_the_wait_shows_what_the_target_said_and_records_nothing(project):
+    import subprocess
+    import sys
+
+    project.configure(steps=3)
+    assert project.run("deploy", "--wait").returncode == 0
+    db = project.path / ".orch" / "experiments.db"
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sqlite3, sys, time\n"
+                               "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+                               "db.execute('BEGIN IMMEDIATE')\n"
+                               "db.execute(\"UPDATE registry_meta SET value = value WHERE key = 'id'\")\n"
+                               "print('holding', flush=True)\n"
+                               "time.sleep(120)\n", str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        res = project.run("status")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.returncode == 0, res.stderr
+    assert "local: experiment 1" in res.stdout and "step=3/3" in res.stdout  # what the target said, shown
+    assert res.stderr.count(f"is locked by another process (pid {holder.pid}") == 1  # waited for once, not per write
+    assert "not recorded" in res.stderr and "the next command records it" in res.stderr
+    with project.registry() as reg:
+        assert reg.get(1).status == "running" and reg.metrics(1) is None
+    assert project.run("status").returncode == 0  # the holder gone: the next command records it
+    with project.registry() as reg:
+        assert reg.get(1).status == "finished" and reg.metrics(1)["summary"]["_state"]["complete"]
