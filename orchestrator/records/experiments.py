@@ -198,6 +198,7 @@ class Registry:
         self._stuck: ConflictError | None = None  # why this command gave up writing (the registry stayed locked)
         self._told_unwritten = False
         self._meta_values: dict[str, str] = {}
+        self._decoded: dict[int, Experiment] | None = None  # in a batch: rows read, by id (no other writer)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(self.path), timeout=1.0, isolation_level=None)
@@ -288,6 +289,8 @@ class Registry:
                                 "the target (orch stop and orch status still work)")
 
     def _unwritten(self, what: str, why: str | None = None) -> None:
+        if self._decoded:
+            self._decoded.clear()  # a failed write may have ended the batch's transaction: read the rows again
         if not self._told_unwritten:
             self._told_unwritten = True
             self.notice(f"orch: warning: {what} is not recorded in {self.path} ("
@@ -357,8 +360,9 @@ class Registry:
     @contextmanager
     def batch(self) -> Iterator[None]:
         """The writes inside it in one transaction, committed at its end (one sync of the file for a command that
-        records what many targets said). Where the registry cannot be written, or stays locked past
-        ``LOCK_WAIT``, the writes are skipped with their warning, as each would be alone."""
+        records what many targets said; a row read again in it is not decoded again). Where the registry cannot
+        be written, or stays locked past ``LOCK_WAIT``, the writes are skipped with their warning, as each would
+        be alone."""
         if not self.writable or self._stuck is not None or self.db.in_transaction:
             yield
             return
@@ -372,12 +376,15 @@ class Registry:
             self._stuck = exc
             yield
             return
+        self._decoded = {}  # the write lock is this command's: a row changes only by its own update()
         try:
             yield
         except BaseException:
             if self.db.in_transaction:
                 self.db.rollback()
             raise
+        finally:
+            self._decoded = None
         if not self.db.in_transaction:  # SQLite ended it on an error a write was told
             return
         try:
@@ -468,6 +475,8 @@ class Registry:
             raise ValueError(f"bad status {fields['status']!r}")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
         sets = ", ".join(f"{k} = ?" for k in row)
+        if self._decoded is not None:
+            self._decoded.pop(exp_id, None)
         if self.writable and self._stuck is None:
             try:
                 self._exec(f"UPDATE experiments SET {sets} WHERE id = ?", [*row.values(), exp_id])
@@ -483,13 +492,18 @@ class Registry:
         return self.get(exp_id).model_copy(update=fields)
 
     def _from_row(self, row: sqlite3.Row) -> Experiment:
+        if self._decoded is not None and (known := self._decoded.get(row["id"])) is not None:
+            return known
         data = dict(row)
         for k in (*_JSON_FIELDS, "command"):
             if data.get(k) is not None:
                 data[k] = json.loads(data[k])
         if data.get("git_dirty") is not None:
             data["git_dirty"] = bool(data["git_dirty"])
-        return Experiment.model_validate(data)
+        exp = Experiment.model_validate(data)
+        if self._decoded is not None:
+            self._decoded[exp.id] = exp
+        return exp
 
     def get(self, exp_id: int) -> Experiment:
         if not 0 <= exp_id <= ID_MAX:

@@ -15,7 +15,8 @@ from tests.loopback_sshd import SSHD, LoopbackSshd
 
 pytestmark = pytest.mark.skipif(not SSHD.exists() or not shutil.which("ssh"), reason="needs OpenSSH (ssh, sshd)")
 
-TRAIN = "import time\nfor i in range(100000):\n    print(f'step={i} loss={1 / (i + 1)}', flush=True)\n    time.sleep(0.1)\n"
+TRAIN = ("import time\nfor i in range(100000):\n    print(f'step={i} loss={1 / (i + 1)}', flush=True)\n"
+         "    time.sleep(0.1)\n")
 HOSTS = 3
 
 
