@@ -164,10 +164,12 @@ def read_all(settings: Settings, open_registry: OpenRegistry,
                     if exp.nodes}
             try:
                 list(pool.map(lambda r: r.step(_reach, settings, r, resolve), readings))
-                for r in readings:
+                calls = {}
+                for r in readings:  # each target asked as soon as its request is made
                     r.asked = r.step(_ask, settings, r.target, reg, metrics=metrics, experiment=None)
-                calls = {pool.submit(lambda r: setattr(r, "values", r.step(_call, settings, r.client, r.asked)), r): r
-                         for r in readings if r.failed is None}
+                    if r.failed is None:
+                        calls[pool.submit(lambda r: setattr(r, "values", r.step(_call, settings, r.client, r.asked)),
+                                          r)] = r
                 shown = {}
                 for answered in _as_answered(reg, calls):
                     for r in answered:
