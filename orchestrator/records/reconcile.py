@@ -214,17 +214,10 @@ def reconcile_quietly(settings: Settings, target: Target, registry: Registry, cl
     return None
 
 
-def target_status(settings: Settings, target: Target, registry: Registry, client: AgentClient,
-                  experiment: int | None = None) -> dict:
-    """The latest experiment on the target (or ``experiment``) with its live state and the tail of its log, and
-    every live run of the project there (``live``: runs side by side, newest first)."""
-    asked = status_asked(settings, target, registry, experiment)
-    return status_answered(settings, target, registry, asked, call(settings, client, asked), experiment)[0]
-
-
 def status_asked(settings: Settings, target: Target, registry: Registry, experiment: int | None = None,
                  also: list[Op] | tuple = ()) -> Asked:
-    """``target_status``'s one call: ``reconcile``'s ops, the latest runs, then ``also``."""
+    """The one call of a status of the target: ``reconcile``'s ops, the latest runs (``experiment`` among them when
+    given), then ``also``."""
     latest20 = Op("status", {"project": settings.project.name, "last": 20, "registry": registry.registry_id}
                   | ({"ids": [experiment]} if experiment is not None else {}))
     return ask(settings, target, registry, also=[latest20, *also])
@@ -232,7 +225,9 @@ def status_asked(settings: Settings, target: Target, registry: Registry, experim
 
 def status_answered(settings: Settings, target: Target, registry: Registry, asked: Asked, values: list,
                     experiment: int | None = None) -> tuple[dict, list]:
-    """``target_status``'s answer from the values of ``status_asked``'s call, and the values of its ``also``."""
+    """The latest experiment on the target (or ``experiment``) with its live state and the tail of its log, and
+    every live run of the project there (``live``: runs side by side, newest first), from the values of
+    ``status_asked``'s call; and the values of its ``also``."""
     from . import side_by_side
 
     answer, *rest = answered(settings, target, registry, asked, values)

@@ -24,7 +24,7 @@ OpenRegistry = Callable[[], ContextManager[Registry]]
 
 
 def as_dict(st: dict) -> dict:
-    """``target_status``'s answer (with its metrics ``summary``) as the flat dict status shows."""
+    """``status_answered``'s answer (with its metrics ``summary``) as the flat dict status shows."""
     exp, run = st["experiment"], st["run"] or {}
     age = (st["now"] - run["log_mtime"]) if run.get("log_mtime") else None
     return {"target": st["target"], "target_label": st["label"], "target_info": st["info"],
