@@ -27,7 +27,10 @@ PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.st
            "orchestrator.cli.common", "orchestrator.watch.status", "orchestrator.watch.log_view",
            "orchestrator.config", "orchestrator.records.experiments", "orchestrator.records.reconcile", "orchestrator.reach.agent_client",
            "orchestrator.reach.keeper.client", "orchestrator.watch.metrics_view", "orchestrator.reach.targets", "orchestrator.launch.operations",
-           "orchestrator.launch.push", "orchestrator.watch.follow", "rich.console", "rich.table", "sqlite3", "tomllib")
+           "orchestrator.launch.push", "orchestrator.watch.follow", "rich.console", "rich.table", "sqlite3", "tomllib",
+           # what every status reads with, and status --all's threads
+           "orchestrator.watch.gpu_use", "orchestrator.watch.metrics", "orchestrator.watch.logparse",
+           "orchestrator.records.side_by_side", "orchestrator.reach.current", "concurrent.futures.thread")
 
 
 def _preload() -> None:
