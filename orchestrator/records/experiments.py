@@ -199,6 +199,8 @@ class Registry:
         self.skipped: set[int] = set()  # experiments whose new state this command could not write
         self._stuck: ConflictError | None = None  # why this command gave up writing (the registry stayed locked)
         self._told_unwritten = False
+        self._meta_values: dict[str, str] = {}
+        self._decoded: dict[int, Experiment] | None = None  # in a batch: rows read, by id (no other writer)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(self.path), timeout=1.0, isolation_level=None)
@@ -289,6 +291,8 @@ class Registry:
                                 "the target (orch stop and orch status still work)")
 
     def _unwritten(self, what: str, why: str | None = None) -> None:
+        if self._decoded:
+            self._decoded.clear()  # a failed write may have ended the batch's transaction: read the rows again
         if not self._told_unwritten:
             self._told_unwritten = True
             self.notice(f"orch: warning: {what} is not recorded in {self.path} ("
@@ -335,6 +339,7 @@ class Registry:
             try:
                 reg._exec("UPDATE registry_meta SET value = ? WHERE key = 'id'", (registry_id,))
                 reg._exec("UPDATE registry_meta SET value = ? WHERE key = 'keyed_from'", (str(keyed_from),))
+                reg._meta_values.clear()
                 for fields in rows:
                     data = Experiment.model_validate(fields).model_dump(exclude_none=True)
                     data["git_dirty"] = None if data.get("git_dirty") is None else int(data["git_dirty"])
@@ -348,7 +353,65 @@ class Registry:
                 raise
 
     def _meta(self, key: str) -> str:
-        return self._exec("SELECT value FROM registry_meta WHERE key = ?", (key,), fetch="one")[0]
+        """A value of ``registry_meta`` (made with the file, never changed after): read once per command."""
+        if key not in self._meta_values:
+            self._meta_values[key] = self._exec("SELECT value FROM registry_meta WHERE key = ?", (key,),
+                                                fetch="one")[0]
+        return self._meta_values[key]
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The writes inside it in one transaction, committed at its end (one sync of the file for a command that
+        records what many targets said; a row read again in it is not decoded again). Where the registry cannot
+        be written, or stays locked past ``LOCK_WAIT``, the writes are skipped with their warning, as each would
+        be alone."""
+        if not self.writable or self._stuck is not None or self.db.in_transaction:
+            yield
+            return
+        try:
+            self._exec("BEGIN IMMEDIATE")
+        except DiskFull:
+            self.writable = False
+            yield
+            return
+        except ConflictError as exc:  # held past LOCK_WAIT: the writes are skipped, as one that waited that long
+            self._stuck = exc
+            yield
+            return
+        self._decoded = {}  # the write lock is this command's: a row changes only by its own update()
+        try:
+            yield
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.rollback()
+            raise
+        finally:
+            self._decoded = None
+        if not self.db.in_transaction:  # SQLite ended it on an error a write was told
+            return
+        try:
+            self._exec("COMMIT")
+        except (DiskFull, ConflictError) as exc:
+            if self.db.in_transaction:
+                self.db.rollback()
+            self.writable = not isinstance(exc, DiskFull)
+            self._unwritten("what this command learnt", exc.message if isinstance(exc, ConflictError) else None)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction of its own, or a savepoint inside a ``batch``."""
+        nested = self.db.in_transaction
+        self._exec("SAVEPOINT own" if nested else "BEGIN IMMEDIATE")
+        try:
+            yield
+            self._exec("RELEASE own" if nested else "COMMIT")
+        except BaseException:
+            if nested and self.db.in_transaction:
+                self.db.execute("ROLLBACK TO own")
+                self.db.execute("RELEASE own")
+            elif self.db.in_transaction:
+                self.db.rollback()
+            raise
 
     @property
     def registry_id(self) -> str:
@@ -378,8 +441,7 @@ class Registry:
         fields.setdefault("created", time.time())
         fields.setdefault("status", "launching")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
-        self._exec("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             last = self._exec("SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'", fetch="one")[0]
             row["id"] = max(int(last or 0) + 1, min_id)
             if launcher is not None:
@@ -387,11 +449,6 @@ class Registry:
             cols = ", ".join(row)
             marks = ", ".join("?" for _ in row)
             self._exec(f"INSERT INTO experiments ({cols}) VALUES ({marks})", list(row.values()))
-            self._exec("COMMIT")
-        except BaseException:
-            if self.db.in_transaction:
-                self.db.rollback()
-            raise
         self.changed.add(row["id"])
         return self.get(row["id"])
 
@@ -399,16 +456,10 @@ class Registry:
         """The next number, kept for a row that only a target can know is needed (a guard's restored run,
         recorded by ``records.guard_records``); ``create`` numbers after it. Unused, it stays a gap."""
         self.require_writable()
-        self._exec("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             last = int(self._exec("SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'experiments'",
                                   fetch="one")[0] or 0)
             self._exec("UPDATE sqlite_sequence SET seq = ? WHERE name = 'experiments'", (last + 1,))
-            self._exec("COMMIT")
-        except BaseException:
-            if self.db.in_transaction:
-                self.db.rollback()
-            raise
         return last + 1
 
     def insert_reserved(self, exp_id: int, **fields: Any) -> Experiment:
@@ -451,6 +502,8 @@ class Registry:
             raise ValueError(f"bad status {fields['status']!r}")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
         sets = ", ".join(f"{k} = ?" for k in row)
+        if self._decoded is not None:
+            self._decoded.pop(exp_id, None)
         if self.writable and self._stuck is None:
             try:
                 self._exec(f"UPDATE experiments SET {sets} WHERE id = ?", [*row.values(), exp_id])
@@ -466,13 +519,18 @@ class Registry:
         return self.get(exp_id).model_copy(update=fields)
 
     def _from_row(self, row: sqlite3.Row) -> Experiment:
+        if self._decoded is not None and (known := self._decoded.get(row["id"])) is not None:
+            return known
         data = dict(row)
         for k in (*_JSON_FIELDS, "command"):
             if data.get(k) is not None:
                 data[k] = json.loads(data[k])
         if data.get("git_dirty") is not None:
             data["git_dirty"] = bool(data["git_dirty"])
-        return Experiment.model_validate(data)
+        exp = Experiment.model_validate(data)
+        if self._decoded is not None:
+            self._decoded[exp.id] = exp
+        return exp
 
     def get(self, exp_id: int) -> Experiment:
         if not 0 <= exp_id <= ID_MAX:

@@ -12,6 +12,7 @@ launches whose orch process died (``launch_guard``).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from . import end_reason, guard_records
 from . import launch_journal
@@ -99,33 +100,62 @@ def reconcile(settings: Settings, target: Target, registry: Registry, client: Ag
     Orphaned launches need the target's lock (an agent the dead orch left behind finishes its step first);
     if another operation holds it, they wait for the next command and the rest is read without it.
     """
+    asked = ask(settings, target, registry, also)
+    if not asked.ops:
+        return []
+    own = client is None
+    client = client or client_for(settings, target)
+    try:
+        values = call(settings, client, asked)
+    finally:
+        if own:
+            client.transport.close()
+    return answered(settings, target, registry, asked, values)
+
+
+@dataclass
+class Asked:
+    """What ``reconcile`` asks a target in its one call (``ops``), and what its answer settles."""
+
+    rows: list[Experiment]  # the unsettled rows the first op asks about (none: no such op)
+    lost: list[Experiment]  # orphaned launches among them: the call takes the target's lock
+    journals: bool  # a journal_read of them follows
+    ops: list[Op]
+
+
+def ask(settings: Settings, target: Target, registry: Registry, also: list[Op] | tuple = ()) -> Asked:
+    """The ops of one ``reconcile`` call (the registry is only read): the state of every unsettled row of this
+    registry on the target, the journals of orphaned launches, then ``also``."""
     project = settings.project.name
     rows = [e for e in registry.unsettled(target.machine, target.name, project) if not is_job(e)]
     ops = [Op("status", {"project": project, "ids": [e.id for e in rows], "tail": False, "gpus": False,
                          "registry": registry.registry_id})] if rows else []
     lost = [e for e in rows if registry.orphaned(e)]
     journals = [Op("journal_read", {"ids": [e.id for e in lost], "registry": registry.registry_id})] if lost else []
-    ops += journals + list(also)
-    if not ops:
-        return []
-    own = client is None
-    client = client or client_for(settings, target)
+    return Asked(rows, lost, bool(journals), ops + journals + list(also))
+
+
+def call(settings: Settings, client: AgentClient, asked: Asked) -> list:
+    """The one agent call of ``asked``: with the target's lock when it settles orphaned launches (held by another
+    operation: without it, and they wait for the next command)."""
     try:
-        try:
-            values = client.call(ops, lock=settings.run.lock_timeout if lost else None, what="check the runs")
-        except ConflictError:
-            if not lost:
-                raise
-            lost = []
-            values = client.call(ops, what="check the runs")
-    finally:
-        if own:
-            client.transport.close()
-    if rows:
+        return client.call(asked.ops, lock=settings.run.lock_timeout if asked.lost else None, what="check the runs")
+    except ConflictError:
+        if not asked.lost:
+            raise
+        asked.lost = []
+        return client.call(asked.ops, what="check the runs")
+
+
+def answered(settings: Settings, target: Target, registry: Registry, asked: Asked, values: list) -> list:
+    """Record what the target answered ``asked``; the values of its ``also`` ops."""
+    values = list(values)
+    project = settings.project.name
+    if asked.rows:
         runs = values.pop(0)["runs"]
-        found = values.pop(0) if journals else {}
-        told = {e.id: launch_journal.facts(found.get(str(e.id), [])) for e in lost}
-        _settle(registry, lost, runs, project, told)
+        found = values.pop(0) if asked.journals else {}
+        told = {e.id: launch_journal.facts(found.get(str(e.id), [])) for e in asked.lost}
+        _settle(registry, asked.lost, runs, project, told)
         sync(registry, runs, target, project)
         guard_records.record(registry, runs, target.machine)
         _stopped_by_journal(registry, told, target, project)
@@ -184,15 +214,23 @@ def reconcile_quietly(settings: Settings, target: Target, registry: Registry, cl
     return None
 
 
-def target_status(settings: Settings, target: Target, registry: Registry, client: AgentClient,
-                  experiment: int | None = None) -> dict:
-    """The latest experiment on the target (or ``experiment``) with its live state and the tail of its log, and
-    every live run of the project there (``live``: runs side by side, newest first)."""
-    from . import side_by_side
-
+def status_asked(settings: Settings, target: Target, registry: Registry, experiment: int | None = None,
+                 also: list[Op] | tuple = ()) -> Asked:
+    """The one call of a status of the target: ``reconcile``'s ops, the latest runs (``experiment`` among them when
+    given), then ``also``."""
     latest20 = Op("status", {"project": settings.project.name, "last": 20, "registry": registry.registry_id}
                   | ({"ids": [experiment]} if experiment is not None else {}))
-    answer = reconcile(settings, target, registry, client, also=[latest20])[0]
+    return ask(settings, target, registry, also=[latest20, *also])
+
+
+def status_answered(settings: Settings, target: Target, registry: Registry, asked: Asked, values: list,
+                    experiment: int | None = None) -> tuple[dict, list]:
+    """The latest experiment on the target (or ``experiment``) with its live state and the tail of its log, and
+    every live run of the project there (``live``: runs side by side, newest first), from the values of
+    ``status_asked``'s call; and the values of its ``also``."""
+    from . import side_by_side
+
+    answer, *rest = answered(settings, target, registry, asked, values)
     sync(registry, answer["runs"], target, settings.project.name)
     guard_records.record(registry, answer["runs"], target.machine)
     sync(registry, answer["runs"], target, settings.project.name)  # a restored run just recorded
@@ -204,4 +242,4 @@ def target_status(settings: Settings, target: Target, registry: Registry, client
     return {"target": target.name, "label": target.label, "info": target.info, "now": answer["now"],
             "experiment": latest, "run": run, "runs": answer["runs"], "gpus": answer.get("gpus", []),
             "live": side_by_side.live(registry, target, settings.project.name),
-            "queue": answer.get("queue", [])}
+            "queue": answer.get("queue", [])}, rest

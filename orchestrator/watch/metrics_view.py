@@ -13,7 +13,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-from ..reach.agent_client import AgentClient, decode_log
+from ..reach.agent_client import AgentClient, Op, decode_log
 from ..config import Settings
 from ..errors import NotFoundError, OrchError
 from ..records.experiments import ENDED, FINAL, Experiment, Registry
@@ -186,13 +186,29 @@ def _quiet_notes(age: float, step_age: float | None, stall_after: float | None) 
     return []
 
 
+def first_read(settings: Settings, registry: Registry, exp: Experiment) -> Op:
+    """The ``log_read`` a ``refresh`` of ``exp`` starts with (from where the stored metrics stopped): asked ahead,
+    in a call made anyway, its answer is given to ``refresh`` as ``ahead``."""
+    stored = registry.metrics(exp.id)
+    offset, _, state = _state(stored)
+    if state.get("parser") != reading_key(as_recorded(settings, exp), exp):
+        offset, state = 0, {}
+    return _log_read(registry, exp, offset, state.get("identity"))
+
+
+def _log_read(registry: Registry, exp: Experiment, offset: int, identity: Any) -> Op:
+    return Op("log_read", {"exp_id": exp.id, "registry": registry.run_registry(exp.id), "offset": offset,
+                           "identity": identity, "max_bytes": CHUNK})
+
+
 def refresh(settings: Settings, target: Target, registry: Registry, client: AgentClient,
             exp: Experiment | None, *, now: float | None = None, budget_s: float | None = STATUS_BUDGET_S,
-            with_previous: bool = True) -> dict:
+            with_previous: bool = True, ahead: tuple[Op, Any] | None = None) -> dict:
     """Read what is new in the experiment's log, store it, and return the summary to show.
 
     ``now`` is the target's clock when known (stall ages compare it with the log's mtime there);
-    ``budget_s`` bounds the time spent reading, None reads to the end.
+    ``budget_s`` bounds the time spent reading, None reads to the end. ``ahead`` is a ``first_read`` op and its
+    value, already asked: used where it is the very read this refresh starts with.
     """
     if exp is None:
         return {}
@@ -209,9 +225,13 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
     old_step = state.get("last_step")
     begin = time.monotonic()
     while True:
+        op = _log_read(registry, exp, offset, identity)
         try:
-            value = client.one("log_read", exp_id=exp.id, registry=registry.run_registry(exp.id), offset=offset,
-                               identity=identity, max_bytes=CHUNK)
+            if ahead is not None and ahead[0] == op:
+                value = ahead[1]
+            else:
+                value = client.call([op])[0]
+            ahead = None
         except NotFoundError:
             if exp.status in FINAL:  # it ended without a run folder here: nothing will ever be read
                 _keep_without_log(registry, exp.id, stored)
