@@ -107,7 +107,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
                 registry.update(exp.id, status="failed", ended=time.time(), error=str(exc)[:2000], **moved)
                 out.experiment = registry.get(exp.id)
             raise
-        with registry.together():  # the stopped runs and the new one's state: one transaction
+        with registry.batch():  # the stopped runs and the new one's state: one transaction
             _record_results(launch, registry, results, out)
         guard.release()
         if launch.wait and out.experiment is not None and out.experiment.status == "running":

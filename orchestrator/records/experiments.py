@@ -362,7 +362,7 @@ class Registry:
     @contextmanager
     def batch(self) -> Iterator[None]:
         """The writes inside it in one transaction, committed at its end (one sync of the file for a command that
-        records what many targets said; a row read again in it is not decoded again). Where the registry cannot
+        records what many targets said, or a launch's results; a row read again in it is not decoded again). Where the registry cannot
         be written, or stays locked past ``LOCK_WAIT``, the writes are skipped with their warning, as each would
         be alone."""
         if not self.writable or self._stuck is not None or self.db.in_transaction:
@@ -379,6 +379,7 @@ class Registry:
             yield
             return
         self._decoded = {}  # the write lock is this command's: a row changes only by its own update()
+        before = set(self.changed)
         try:
             yield
         except BaseException:
@@ -395,6 +396,7 @@ class Registry:
             if self.db.in_transaction:
                 self.db.rollback()
             self.writable = not isinstance(exc, DiskFull)
+            self.skipped.update(self.changed - before)
             self._unwritten("what this command learnt", exc.message if isinstance(exc, ConflictError) else None)
 
     @contextmanager
@@ -471,31 +473,6 @@ class Registry:
         self._exec(f"INSERT OR IGNORE INTO experiments ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
                    list(row.values()))
         return self.get(exp_id)
-
-    @contextmanager
-    def together(self) -> Iterator[None]:
-        """The writes inside are one transaction, so one disk sync: a launch's results (the runs it stopped, the
-        new run's state) are recorded all at once. A registry that cannot be written meets each write as before."""
-        if self.db.in_transaction or not self.writable or self._stuck is not None:
-            yield
-            return
-        try:
-            self._exec("BEGIN IMMEDIATE")
-        except (DiskFull, ConflictError):
-            yield  # each write finds the fault itself and says so
-            return
-        try:
-            yield
-        finally:
-            if self.db.in_transaction:
-                try:
-                    self._exec("COMMIT")
-                except DiskFull:
-                    if self.db.in_transaction:
-                        self.db.rollback()
-                    self.writable = False
-                    self._unwritten("what this launch did")
-                    self.skipped.update(self.changed)
 
     def update(self, exp_id: int, **fields: Any) -> Experiment:
         if "status" in fields and fields["status"] not in STATUSES:
