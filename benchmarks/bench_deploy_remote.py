@@ -73,16 +73,7 @@ command = "python3 train.py"
 [paths]
 root = "/workspace/orch"
 checkpoints = "/workspace/checkpoints"
-[proxmox]
-host = "{api.host}"
-port = {api.port}
-token_id = "{api.token_id}"
-verify_ssl = "{api.cert_path}"
-[ssh]
-known_hosts = ["{bed.known_hosts_path}"]
-trust_file = "{work}/trusted"
-identity_file = "{bed.key_path}"
-[targets.ssh200]
+{bed.access_toml(work / "trusted")}[targets.ssh200]
 kind = "ssh"
 host = "{ct.address}"
 user = "root"

@@ -83,11 +83,7 @@ command = "python3 train.py"
 [paths]
 root = "/workspace/orch"
 checkpoints = "/workspace/checkpoints"
-[ssh]
-known_hosts = ["{bed.known_hosts_path}"]
-trust_file = "{work}/trusted"
-identity_file = "{bed.key_path}"
-[targets.ssh200]
+{bed.access_toml(work / "trusted", proxmox=False)}[targets.ssh200]
 kind = "ssh"
 host = "{ct.address}"
 user = "root"

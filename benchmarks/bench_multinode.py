@@ -50,7 +50,7 @@ class Bench:
         self.proj.mkdir()
         for name in FILES:
             shutil.copy(EXAMPLE / name, self.proj / name)
-        api, bed = self.bed.api, self.bed
+        bed = self.bed
         env = ", ".join(f'{k} = "{v}"' for k, v in WORKLOAD.items())
         (self.proj / "orch.toml").write_text(f"""\
 [project]
@@ -67,17 +67,7 @@ max_seq_len = 128
 [run]
 stop_timeout = 5
 term_timeout = 3
-[proxmox]
-host = "{api.host}"
-port = {api.port}
-token_id = "{api.token_id}"
-verify_ssl = "{api.cert_path}"
-[ssh]
-known_hosts = ["{bed.known_hosts_path}"]
-trust_file = "{self.proj}/trusted"
-identity_file = "{bed.key_path}"
-command_timeout = 60
-""".replace("'", '"'))
+{bed.access_toml(self.proj / "trusted", command_timeout=60)}""".replace("'", '"'))
 
     def orch(self, *args: str) -> float:
         """Runs the CLI; returns its wall time in seconds."""

@@ -111,11 +111,7 @@ env = {{ BENCH_FILES = "{files}" }}
 [paths]
 root = "{ROOT}"
 checkpoints = "{CKPT}"
-[ssh]
-known_hosts = ["{bed.known_hosts_path}"]
-trust_file = "{work}/trusted"
-identity_file = "{bed.key_path}"
-[targets.ssh200]
+{bed.access_toml(work / "trusted", proxmox=False)}[targets.ssh200]
 kind = "ssh"
 host = "{ct.address}"
 user = "root"

@@ -80,7 +80,7 @@ class Bench:
                 extra: str = "", targets: str | None = None, default: str | None = "ssh200") -> Path:
         proj = self.work / name
         proj.mkdir(exist_ok=True)
-        api, bed = self.bed.api, self.bed
+        bed = self.bed
         sources_toml = "[" + ", ".join(f'"{s}"' for s in sources) + "]"
         if targets is None:
             targets = f'[targets.ssh200]\nkind = "ssh"\nhost = "{bed.ct(200).address}"\nuser = "root"\n'
@@ -94,17 +94,7 @@ command = "{command}"
 [paths]
 root = "{root}"
 checkpoints = "{root}-checkpoints"
-[proxmox]
-host = "{api.host}"
-port = {api.port}
-token_id = "{api.token_id}"
-verify_ssl = "{api.cert_path}"
-[ssh]
-known_hosts = ["{bed.known_hosts_path}"]
-trust_file = "{self.work}/trusted"
-identity_file = "{bed.key_path}"
-command_timeout = 120
-{targets}""")
+{bed.access_toml(self.work / "trusted", command_timeout=120)}{targets}""")
         return proj
 
     def orch(self, proj: Path, *args: str) -> subprocess.CompletedProcess:

@@ -169,6 +169,16 @@ class Testbed:
         return ["-i", self.key_path, "-o", f"UserKnownHostsFile={self.known_hosts_path}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
 
+    def access_toml(self, trust_file: str | Path, proxmox: bool = True, **ssh: Any) -> str:
+        """orch.toml's ``[proxmox]`` (unless not ``proxmox``) and ``[ssh]`` tables for this testbed's API and
+        hosts (``ssh``: more ``[ssh]`` keys, e.g. ``command_timeout=60``)."""
+        api = self.api
+        more = "".join(f"{key} = {value!r}\n" for key, value in ssh.items())
+        head = (f'[proxmox]\nhost = "{api.host}"\nport = {api.port}\ntoken_id = "{api.token_id}"\n'
+                f'verify_ssl = "{api.cert_path}"\n') if proxmox else ""
+        return (f'{head}[ssh]\nknown_hosts = ["{self.known_hosts_path}"]\ntrust_file = "{trust_file}"\n'
+                f'identity_file = "{self.key_path}"\n{more}')
+
     def write_ssh_config(self, path: str | Path, entries: dict[str, dict[str, Any]]) -> Path:
         """Write an ssh_config with one ``Host`` block per alias, e.g. ``{"ct200": {"HostName": ...}}``."""
         blocks = []
