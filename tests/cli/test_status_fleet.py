@@ -134,7 +134,7 @@ def test_status_with_the_registry_held_past_the_wait_shows_what_the_target_said_
                                "time.sleep(120)\n", str(db)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
-        res = project.run("status")
+        res = project.run("status", env={"ORCH_RUN__REGISTRY_TIMEOUT": "4"})  # held past that wait
     finally:
         holder.kill()
         holder.wait()
