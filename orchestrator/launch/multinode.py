@@ -307,13 +307,13 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
         exp = registry.update(exp.id, nodes=_records(nodes, runs, []))  # an interrupted launch knows its nodes
         started: dict = {}  # every node at once: a node that fails is seen with the others' starts done
         _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key, rid)}), nodes)
-        found = _record_stopped(launch, registry, nodes, exp.id)
-        if stopped is not None:
-            stopped.extend(found)
         if shell is not None:
             shell.extend({"node": n.rank, "label": n.target.label, **v} for n in nodes for v in n.shell)
         failed = [n for n in nodes if n.error is not None]
         if failed:
+            found = _record_stopped(launch, registry, nodes, exp.id)
+            if stopped is not None:
+                stopped.extend(found)
             _parallel(lambda n: _stop_one(n, exp.id, key), [n for n in nodes if n.rank in started])
             why = "; ".join(_failure(n, n.error, "start") for n in failed)  # type: ignore[arg-type]
             why += "".join(f"; node {n.rank}'s checkpoints were moved to {n.trash['entry_path']} (orch checkpoints "
@@ -332,7 +332,11 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
                   "checkpoints_entry": acted[0]["checkpoints_entry"] if acted else None}
         if done is not None:  # every node ended within its start check
             fields.update(done, ended=done["ended"] or time.time())
-        return registry.update(exp.id, **fields)
+        with registry.batch():  # what the starts stopped and the job's state: one transaction
+            found = _record_stopped(launch, registry, nodes, exp.id)
+            if stopped is not None:
+                stopped.extend(found)
+            return registry.update(exp.id, **fields)
     finally:
         guard.release()
         for n in nodes:
@@ -510,8 +514,9 @@ def _halt(settings, group: Group, registry: Registry, exp: Experiment, nodes: li
         got = _stop_one(n, exp.id, key)["stopped"]
         n.probe["halted"] = got[0] if got else _run_on(n, settings, exp.id, key)  # ended already: read how
     _parallel(one, nodes)
-    exp = registry.update(exp.id, nodes=_owed(exp.nodes or [], nodes))
-    return _settled(settings, group, registry, exp, nodes, "halted")
+    with registry.batch():  # what each node said and the job's settled state: one transaction
+        exp = registry.update(exp.id, nodes=_owed(exp.nodes or [], nodes))
+        return _settled(settings, group, registry, exp, nodes, "halted")
 
 
 def _owed(records: list[dict], nodes: list[Node]) -> list[dict]:
