@@ -45,11 +45,12 @@ def record(project) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def standby_ready(project, timeout: float = 30.0) -> dict:
+def standby_ready(project, timeout: float = 30.0, not_pid: int | None = None) -> dict:
+    """The waiting standby's record once it is up (``not_pid``: once one other than that pid is)."""
     deadline = time.monotonic() + timeout
     while True:
         found = record(project)
-        if found is not None and pane(project, STANDBY) is not None:
+        if found is not None and found.get("pid") != not_pid and pane(project, STANDBY) is not None:
             return found
         assert time.monotonic() < deadline, "no standby came up"
         time.sleep(0.05)
@@ -125,8 +126,8 @@ def test_a_standby_of_another_agent_is_never_used(project):
     took = supervisor(project, 2)
     assert took != waiting["pid"] and cmdline(took)[-2] == "supervise"  # tmux started this one
     assert pane(project, SESSION) == (took, "exp2")
-    fresh = standby_ready(project)
-    assert fresh["pid"] != waiting["pid"]  # the other agent's standby was replaced
+    fresh = standby_ready(project, not_pid=waiting["pid"])  # the other agent's standby is replaced (times out if not)
+    assert fresh["agent"] == waiting["agent"] and cmdline(fresh["pid"])[-2:] == ["standby", str(project.root)]
     deadline = time.monotonic() + 10
     while Path(f"/proc/{waiting['pid']}").exists():  # stopped with its session
         assert time.monotonic() < deadline, cmdline(waiting["pid"])
