@@ -202,6 +202,19 @@ def project(tmp_path: Path):
     subprocess.run(["tmux", "-L", tmux_socket(str(root)), "kill-server"], capture_output=True)
 
 
+def hold_registry(db: Path) -> subprocess.Popen:
+    """A process holding the registry ``db``'s write lock (an open write transaction) until it is killed."""
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sqlite3, sys, time\n"
+                               "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+                               "db.execute('BEGIN IMMEDIATE')\n"
+                               "db.execute(\"UPDATE registry_meta SET value = value WHERE key = 'id'\")\n"
+                               "print('holding', flush=True)\n"
+                               "time.sleep(120)\n", str(db)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    return holder
+
+
 def snapshot(*folders: Path) -> dict[str, bytes]:
     """Every file under the folders with its content, to prove an operation changed nothing."""
     out: dict[str, bytes] = {}

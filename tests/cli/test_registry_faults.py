@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tmux_socket, wait_for
+from tests.conftest import hold_registry, tmux_socket, wait_for
 
 QUIET = "import time\nprint('step=1 loss=1.0', flush=True)\nwhile True:\n    time.sleep(0.1)\n"
 QUIET_FLAGS = ["--set", "project.sources=['quiet.py', 'train.py']", "--set", "project.command=python3 quiet.py"]
@@ -65,15 +65,8 @@ def test_a_locked_registry_is_waited_for_then_names_its_holder(project):
     assert project.run("deploy", *QUIET_FLAGS).returncode == 0
     run_dir = project.run_dir(1)
     db = project.path / ".orch" / "experiments.db"
-    holder = subprocess.Popen([sys.executable, "-c",
-                               "import sqlite3, sys, time\n"
-                               "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-                               "db.execute('BEGIN IMMEDIATE')\n"
-                               "db.execute(\"UPDATE registry_meta SET value = value WHERE key = 'id'\")\n"
-                               "print('holding', flush=True)\n"
-                               "time.sleep(120)\n", str(db)], stdout=subprocess.PIPE, text=True)
+    holder = hold_registry(db)
     try:
-        assert holder.stdout.readline().strip() == "holding"
         cli = [sys.executable, "-m", "orchestrator.cli.main"]
         started = time.monotonic()
         # at once: a deploy (whose new experiment cannot be recorded) and a stop (done on the target all the same),

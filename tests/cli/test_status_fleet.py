@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tmux_socket, wait_for
+from tests.conftest import hold_registry, tmux_socket, wait_for
 from tests.loopback_sshd import SSHD, LoopbackSshd
 
 pytestmark = pytest.mark.skipif(not SSHD.exists() or not shutil.which("ssh"), reason="needs OpenSSH (ssh, sshd)")
@@ -119,21 +119,11 @@ def test_a_finished_run_whose_folder_is_gone_keeps_its_record_and_says_so(projec
 
 
 def test_status_with_the_registry_held_past_the_wait_shows_what_the_target_said_and_records_nothing(project):
-    import subprocess
-    import sys
-
     project.configure(steps=3)
     assert project.run("deploy", "--wait").returncode == 0
     db = project.path / ".orch" / "experiments.db"
-    holder = subprocess.Popen([sys.executable, "-c",
-                               "import sqlite3, sys, time\n"
-                               "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-                               "db.execute('BEGIN IMMEDIATE')\n"
-                               "db.execute(\"UPDATE registry_meta SET value = value WHERE key = 'id'\")\n"
-                               "print('holding', flush=True)\n"
-                               "time.sleep(120)\n", str(db)], stdout=subprocess.PIPE, text=True)
+    holder = hold_registry(db)
     try:
-        assert holder.stdout.readline().strip() == "holding"
         res = project.run("status", env={"ORCH_RUN__REGISTRY_TIMEOUT": "4"})  # held past that wait
     finally:
         holder.kill()
