@@ -105,14 +105,16 @@ def file_key(rel: str, size: int, mtime_ns: int) -> str:
     return hashlib.sha256(f"{size}:{mtime_ns}:{rel}".encode()).hexdigest()[:32]
 
 
-def _save_cache(rev: Revision) -> None:
+def _save_cache(rev: Revision, old: dict | None = None) -> None:
+    """The revision's hashes into its cache file, unless it holds them already (``old``: its content, when read)."""
     if rev.cache_file is None:
         return
     new_cache = {f["path"]: {rev.cache_keys[f["path"]]: f["sha256"]} for f in rev.files}
-    try:
-        old = json.loads(rev.cache_file.read_text()) if rev.cache_file.is_file() else {}
-    except (OSError, ValueError):
-        old = {}
+    if old is None:
+        try:
+            old = json.loads(rev.cache_file.read_text()) if rev.cache_file.is_file() else {}
+        except (OSError, ValueError):
+            old = {}
     if new_cache != old:
         try:
             rev.cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +157,7 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
     rev = Revision(None if later else manifest_id(files), files, project_dir, local_paths=local_paths,
                    left_out=chosen.left_out, cache_file=cache_file, cache_keys=keys)
     if not later:
-        _save_cache(rev)
+        _save_cache(rev, cache)
     # one git call for the commit and whether the sources differ from it: "# branch.oid <sha>", then a line per change
     status = _git(project_dir, "status", "--porcelain=v2", "--branch", "--", *sources) or ""
     oid = next((line.split()[2] for line in status.splitlines() if line.startswith("# branch.oid ")), None)
