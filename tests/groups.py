@@ -4,8 +4,9 @@ the local ones, each in a pytest process of its own. The local tests are two gro
 ``testbed-b``, each with a testbed of its own (the second in namespaces of its own: ``tests/testbed/instance.py``;
 which files the second may run: ``SECOND_SHARD`` in ``tests/integration/conftest.py``), unless LXC cannot run here
 or ``ORCH_TESTBED_SPLIT=0``. The two groups of a pair deal their files out as they run (``tests/claims.py``): each
-takes the next file, heaviest first, when it is free, so both end together. Each group's output is printed whole once it ends, then the slowest tests of each group
-(setup, call and teardown together), the time per group and one closing line with the totals.
+takes the next file, heaviest first, when it is free, so both end together. Each group's output is printed whole
+once it ends, then the slowest tests of each group (setup, call and teardown together), each failed test with the
+first line of why, the time per group and one closing line with the totals.
 
     python tests/groups.py              # what `make test` runs
     python tests/groups.py -x -k keeper # arguments go to every pytest process
@@ -54,6 +55,21 @@ def slowest(report: Path, count: int = SLOWEST) -> list[tuple[float, str]]:
     found = [(float(case.get("time") or 0), test_id(case.get("classname", ""), case.get("name", "")))
              for case in root.iter("testcase")]
     return sorted(found, reverse=True)[:count]
+
+
+def failures(report: Path) -> list[tuple[str, str]]:
+    """The tests that failed or errored in a junit XML report, as (test id, the first line of why)."""
+    try:
+        root = ET.parse(report).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    found = []
+    for case in root.iter("testcase"):
+        for kind in ("failure", "error"):
+            for element in case.findall(kind):
+                why = (element.get("message") or element.text or kind).strip().splitlines()
+                found.append((test_id(case.get("classname", ""), case.get("name", "")), why[0][:300] if why else kind))
+    return found
 
 
 def test_id(classname: str, name: str) -> str:
@@ -131,6 +147,9 @@ def main(argv: list[str]) -> int:
             print(f"\n===== {len(listed)} slowest {name} tests =====")
             for seconds, test in listed:
                 print(f"{seconds:7.1f} s  {test}")
+    for name, *_ in started:
+        for test, why in failures(Path(scratch.name) / f"{name}.xml"):
+            print(f"\n===== failed in {name}: {test}\n        {why}")
     scratch.cleanup()
     print("\n===== time per group =====")
     for name, code, took, counts in results:

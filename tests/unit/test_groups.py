@@ -32,6 +32,21 @@ def test_the_slowest_tests_of_each_group_are_listed_at_the_end(tmp_path):
     assert "slowest testbed tests" not in out
 
 
+def test_each_failed_test_is_named_at_the_end_with_why(tmp_path):
+    # CI's output is cut to its tail: the failed tests must be there, not only in their group's output above
+    (tmp_path / "test_broken.py").write_text("def test_fine():\n    pass\n\n\n"
+                                             "def test_broken():\n    assert 1 == 2, 'the reason it broke'\n")
+    env = dict(os.environ, ORCH_TESTBED_SPLIT="0")
+    proc = subprocess.run([sys.executable, "tests/groups.py", str(tmp_path / "test_broken.py"), "-p",
+                           "no:cacheprovider"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    tail = proc.stdout.rsplit("===== local tests =====", 1)[1].split("time per group", 1)[0]
+    named = [line for line in tail.splitlines() if line.startswith("===== failed in ")]
+    assert len(named) == 1 and named[0].startswith("===== failed in local: ") and "test_broken" in named[0], tail
+    assert "the reason it broke" in tail.split(named[0], 1)[1]
+    assert "test_fine" not in "".join(named)
+
+
 SHARED = ["tests/unit/test_jumps.py", "tests/unit/test_end_reason.py", "tests/unit/test_heartbeat.py",
           "-m", "not testbed", "-p", "no:cacheprovider", "-q", "-rA"]
 
