@@ -62,6 +62,9 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
         state = run["state"]
         if state == "launching" and exp.status == "queued":
             state = "running"  # its queue started it a moment ago: no orch process launches it
+        elif state == "launching":
+            continue  # a start whose supervisor is not up yet: it runs, or the target says crashed within 30 s;
+            # never recorded, so no row goes back to launching with no orch process launching it
         settled = exp.status in FINAL and exp.status not in ("failed", "lost")  # lost: may resume after boot
         if run.get("attempts") and run["attempts"] != exp.attempts and not (settled and state not in FINAL):
             exp = registry.update(exp.id, attempts=run["attempts"])

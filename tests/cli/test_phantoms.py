@@ -156,3 +156,28 @@ def test_a_run_of_another_machine_is_never_matched_to_a_row(project, tmp_path):
     exp = project.registry().get(1)
     assert exp.status == "launching"  # not ours to settle here; not theirs to take
     assert project.run("stop").returncode == 0
+
+
+def test_a_start_cut_before_its_supervisor_came_up_never_sends_a_row_back_to_launching(project):
+    """An agent killed between making the run folder and starting its supervisor leaves a folder with no pid: the
+    target calls it ``launching`` for 30 s, then ``crashed``. The orch that launched it recorded ``failed`` (the
+    target could not be asked); the next statuses keep that until the target knows, then record what it says."""
+    configure(project)
+    (project.path / "big.bin").write_bytes(b"x")
+    assert project.run("deploy").returncode == 0
+    assert project.run("stop").returncode == 0
+    run_dir = project.run_dir(1)
+    for name in ("pid.json", "exit.json"):
+        (run_dir / name).unlink(missing_ok=True)
+    launched = json.loads((run_dir / "launch.json").read_text())
+    (run_dir / "launch.json").write_text(json.dumps(dict(launched, created=time.time())))
+    error = "the connection was lost; the target could not be asked what was done"
+    project.registry().update(1, status="failed", ended=time.time(), exit_code=None, error=error)
+    for _ in range(2):  # every status, not only the first
+        status = project.run("status")
+        assert status.returncode == 0, status.stderr
+        exp = project.registry().get(1)
+        assert (exp.status, exp.error) == ("failed", error)
+    (run_dir / "launch.json").write_text(json.dumps(dict(launched, created=time.time() - 31)))
+    assert project.run("status").returncode == 0
+    assert project.registry().get(1).status == "crashed"

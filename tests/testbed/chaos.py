@@ -236,7 +236,9 @@ class Chaos:
                 return found, exits
         for clone in (self.a, self.b):
             registry_id, rows = clone.rows()
-            found += checks.rows_agree(clone.name, registry_id, rows, before[200], after[200])
+            broken = checks.rows_agree(clone.name, registry_id, rows, before[200], after[200])
+            found += [f"{what}; {clone.launch_guard(int(what.split()[3]))}" if " is launching " in what else what
+                      for what in broken]  # who still launches it, if anyone: where to look first
         if self.job_started:
             registry_id, rows = self.j.rows()
             found += chaos_jobs.job_rows_agree(self.j.name, registry_id, rows, before, after)

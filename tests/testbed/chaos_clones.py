@@ -163,6 +163,25 @@ class Clone:
 
         return Registry(self.db)
 
+    def launch_guard(self, exp_id: int) -> str:
+        """For a row left ``launching``: whether its launch guard says a launcher is alive, and which processes
+        have the guard's lock file open (``records/launch_guard.py``)."""
+        from orchestrator.records.launch_guard import _path, launcher_alive
+
+        path = _path(self.path / ".orch", exp_id)
+        if not path.exists():
+            return "no launch guard file"
+        holders = []
+        for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+            try:
+                if any(os.readlink(fd) == str(path) for fd in fd_dir.iterdir()):
+                    cmdline = (fd_dir.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                    holders.append(f"pid {fd_dir.parent.name} `{cmdline[:160]}`")
+            except OSError:
+                continue
+        alive = "held" if launcher_alive(self.path / ".orch", exp_id) else "free"
+        return f"launch guard {alive}; open in: {', '.join(holders) or 'no process'}"
+
     def rows(self) -> tuple[str | None, list]:
         """(registry id, rows); (None, []) before the first command made the registry."""
         if not self.db.exists():
