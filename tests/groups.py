@@ -109,8 +109,19 @@ def ready_base() -> None:
         pass  # each testbed group reports it
 
 
+def compile_sources() -> None:
+    """orch's and the tests' bytecode, written once here: with ``PYTHONDONTWRITEBYTECODE`` set (as many images
+    do) each of the suite's thousands of orch processes would otherwise compile orch again."""
+    import compileall
+
+    for folder in ("orchestrator", "tests"):
+        compileall.compile_dir(REPO / folder, quiet=2)
+
+
 def main(argv: list[str]) -> int:
     from tests.testbed.instance import wrap
+
+    compile_sources()
 
     scratch = tempfile.TemporaryDirectory(prefix="orch-groups-")
     shared = Path(scratch.name) / "claims"  # the files each group has taken (tests/claims.py)

@@ -38,6 +38,11 @@ if _dir is not None:
         try:
             with zipfile.ZipFile(_zip) as _zf:
                 _zf.extractall(_tmp)
+            import compileall
+
+            # its bytecode now, named for where it will be: Python may never write it later (many images set
+            # PYTHONDONTWRITEBYTECODE), and every agent call would compile the agent again (~100 ms each)
+            compileall.compile_dir(_tmp, ddir=_dir, quiet=2)
             for _path, _dirs, _files in os.walk(_tmp):  # whatever the umask: not writable by others
                 os.chmod(_path, 0o755)
                 for _name in _files:

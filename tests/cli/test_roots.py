@@ -137,3 +137,22 @@ def test_the_bootstrap_refuses_a_root_made_writable_after_the_push(tmp_path):
     fatal = unframe(proc.stdout)["fatal"]
     assert fatal["kind"] == "safety" and f"from {root}" in fatal["message"] and "mode 0757" in fatal["message"]
     assert proc.returncode == 6 and b"Traceback" not in proc.stderr
+
+
+def test_the_unpacked_agent_carries_its_bytecode_even_where_python_writes_none(tmp_path, monkeypatch):
+    """Many images set PYTHONDONTWRITEBYTECODE: the agent is compiled once as it is unpacked, not on every call,
+    and its bytecode names the copy's own path (a traceback points at real files)."""
+    import marshal
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    client = AgentClient(LocalTransport(), str(tmp_path / "root"), sys.executable)
+    client.one("hello")
+    unpacked = Path(client.agent_path[:-4] + ".d")
+    sources = sorted(unpacked.rglob("*.py"))
+    assert len(sources) > 20
+    for source in sources:
+        compiled = source.parent / "__pycache__" / f"{source.stem}.{sys.implementation.cache_tag}.pyc"
+        assert compiled.is_file(), compiled
+        assert marshal.loads(compiled.read_bytes()[16:]).co_filename == str(source)
+        assert oct(compiled.stat().st_mode & 0o777) == oct(0o644)
+    assert client.one("hello")["protocol"] == 1  # the strict check of the copy accepts its bytecode
