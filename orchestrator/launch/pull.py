@@ -24,7 +24,7 @@ from ..agent.protocol import AgentFailure
 from ..agent.validate import pull_key
 from ..config import Settings
 from ..errors import AgentError, ConflictError, InputError, TransportError
-from ..files import atomic_write
+from ..files import atomic_write, sha256_file
 from .meter import Count, Meter, silent
 from ..reach.targets import Target
 from .pull_plan import SENDS, Item, Local, plan, summary, unknown
@@ -97,14 +97,6 @@ def _stamp(st: os.stat_result) -> list:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def _hash_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while data := fh.read(CHUNK):
-            digest.update(data)
-    return digest.hexdigest()
-
-
 def _local(dest: Path, key: str, size: int, known: dict) -> Local:
     """The state here of ``key``; its hash (from the cache, else read) only when its size is the target's."""
     path = dest / key
@@ -128,7 +120,7 @@ def _local(dest: Path, key: str, size: int, known: dict) -> Local:
     entry = known.get(key)
     if isinstance(entry, list) and len(entry) == 2 and entry[0] == _stamp(st):
         return Local(kind="file", size=st.st_size, sha256=entry[1])
-    sha = _hash_file(path)
+    sha = sha256_file(path)
     known[key] = [_stamp(st), sha]
     return Local(kind="file", size=st.st_size, sha256=sha)
 

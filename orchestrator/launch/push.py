@@ -12,14 +12,14 @@ every byte it got against the controller's hash, and the revision's id is known 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterator
 
 from ..errors import InputError
+from ..files import sha256_file
 from ..reach.agent_client import AgentClient, Op, Stream
-from ..reach.transport.base import FileRange
+from ..reach.transport.base import FileRange, shrank
 from .meter import Count, Meter, silent
 from .model import Launch, PushRevision
 from .revisions import PENDING, Revision
@@ -76,24 +76,13 @@ def plan(rev: Revision, missing: list[str], partial: dict, partial_keys: dict | 
 
 
 def _hash(path: os.PathLike, rel: str, size: int) -> str:
-    """``size`` bytes of the file hashed in 1 MiB reads into one buffer (hashlib and preadv release the GIL)."""
-    h, buf = hashlib.sha256(), bytearray(CHUNK)
-    view = memoryview(buf)
+    """The hash of exactly the ``size`` bytes a pending file sends."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        return sha256_file(path, size)
+    except EOFError:
+        raise shrank(rel) from None
     except OSError as exc:
         raise InputError(f"cannot read {rel}: {exc.strerror}", hint="check the file and deploy again") from None
-    try:
-        at = 0
-        while at < size:
-            got = os.preadv(fd, [view[:min(CHUNK, size - at)]], at)
-            if not got:
-                raise FileRange(fd, at, size - at, rel).shrank()
-            h.update(view[:got])
-            at += got
-    finally:
-        os.close(fd)
-    return h.hexdigest()
 
 
 def _pieces(rev: Revision, entries: list[dict], bar: Count, hashes: dict[str, str] | None = None

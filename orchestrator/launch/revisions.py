@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agent.protocol import manifest_id
-from ..files import atomic_write
+from ..files import atomic_write, sha256_file
 from .meter import Count, Meter, silent
 from .sources import LeftOut, collect
 
@@ -81,13 +81,9 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def _hash_file(path: Path, bar: Count) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-            bar.advance(len(chunk))
+    sha = sha256_file(path, advance=bar.advance)
     bar.advance(0, files=1)
-    return h.hexdigest()
+    return sha
 
 
 def _hash_all(paths: list[Path], total: int, shown: Count) -> dict[Path, str]:

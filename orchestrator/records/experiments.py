@@ -411,6 +411,8 @@ class Registry:
             if nested and self.db.in_transaction:
                 self.db.execute("ROLLBACK TO own")
                 self.db.execute("RELEASE own")
+                if self._decoded:
+                    self._decoded.clear()  # rows it changed are back as they were: read them again
             elif self.db.in_transaction:
                 self.db.rollback()
             raise

@@ -1,9 +1,11 @@
-"""The controller's one atomic write: the old file survives a write that fails half-way."""
+"""The controller's one atomic write (the old file survives a write that fails half-way), and its one file hasher."""
 
 import os
 import stat
 import subprocess
 import sys
+
+import pytest
 
 from orchestrator.files import atomic_write
 
@@ -63,3 +65,22 @@ def test_a_cache_is_replaced_atomically_without_the_disk_flushes(tmp_path, monke
     atomic_write(target, '{"a": 1}', durable=False)
     assert target.read_text() == '{"a": 1}' and flushed == []
     assert os.listdir(tmp_path) == ["hashes.json"]
+
+
+def test_sha256_file_hashes_all_or_the_first_size_bytes_and_says_when_fewer_are_there(tmp_path):
+    import hashlib
+
+    from orchestrator.files import READ, sha256_file
+
+    data = os.urandom(2 * READ + 123)  # more than one read, and a last read that is not whole
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    told: list[int] = []
+    assert sha256_file(path, advance=told.append) == hashlib.sha256(data).hexdigest()
+    assert told == [READ, READ, 123]
+    assert sha256_file(path, size=READ + 5) == hashlib.sha256(data[:READ + 5]).hexdigest()
+    assert sha256_file(path, size=0) == hashlib.sha256(b"").hexdigest()
+    with pytest.raises(EOFError):
+        sha256_file(path, size=len(data) + 1)
+    with pytest.raises(FileNotFoundError):
+        sha256_file(tmp_path / "missing")

@@ -33,8 +33,12 @@ class FileRange:
         return data
 
     def shrank(self) -> InputError:
-        return InputError(f"{self.name} shrank while it was being sent",
-                          hint="deploy again once it has stopped changing")
+        return shrank(self.name)
+
+
+def shrank(name: str) -> InputError:
+    """A file that got shorter while it was hashed or sent."""
+    return InputError(f"{name} shrank while it was being sent", hint="deploy again once it has stopped changing")
 
 
 #: what a command reads on stdin: bytes, or a stream of byte chunks (sent as they are produced)
