@@ -25,13 +25,13 @@ import socket
 import stat
 import sys
 import time
-from pathlib import Path
 
 from .errors import SafetyError
 
 TYPE_CHECKING = False  # not typing's: every orch command imports this module, and typing costs it ~5 ms
 if TYPE_CHECKING:
     import threading
+    from pathlib import Path
     from typing import Callable, Iterator
 
 SUFFIX = ".sock"
@@ -42,17 +42,29 @@ TICK = 0.5  # s between the checks of a server waiting for connections
 
 def folder() -> Path:
     """This user's private folder for orch's sockets, made when missing; ``SafetyError`` when it is not private."""
+    from pathlib import Path
+
+    return Path(folder_name())
+
+
+def folder_name() -> str:
+    """``folder()`` as a string: the ``orch`` command names its warm process's socket with it before it imports
+    pathlib (~9 ms), which it does not need when a warm process runs the command."""
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     if not os.path.isabs(runtime) or len(runtime) > MAX_FOLDER:
         runtime = ""
-    base = Path(runtime) / "orch" if runtime else Path(f"/tmp/orch-{os.getuid()}")
+    base = os.path.join(runtime, "orch") if runtime else f"/tmp/orch-{os.getuid()}"
     hint = "set [ssh] persist = 0 to connect directly (and ORCH_WARM=0 to run commands here)"
     try:
-        base.mkdir(mode=0o700, parents=runtime != "", exist_ok=True)
+        if runtime:
+            os.makedirs(runtime, exist_ok=True)
+        os.mkdir(base, mode=0o700)
+    except FileExistsError:
+        pass
     except OSError as exc:
         raise SafetyError(f"cannot create the keeper folder {base}: {exc.strerror}",
                           hint=f"{hint}, or fix XDG_RUNTIME_DIR") from exc
-    info = base.lstat()
+    info = os.lstat(base)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
         raise SafetyError(f"the keeper folder {base} is not a private folder of this user (owner {info.st_uid}, "
                           f"mode {stat.S_IMODE(info.st_mode):o})",

@@ -13,7 +13,6 @@ import signal
 import socket
 import struct
 import sys
-from pathlib import Path
 
 from .. import sockets
 from ..errors import OrchError
@@ -23,10 +22,10 @@ MODULE = "orchestrator.warm.server"  # what a warm process runs: python -m MODUL
 IDLE = 600.0  # s a warm process waits for the next command before it exits
 
 
-def socket_path() -> Path:
+def socket_path() -> str:
     """The warm orch process's socket: its name covers every file of the installed orch (names, sizes and
     times), so a changed orch never runs a command in a process that loaded the old one."""
-    pkg = Path(__file__).resolve().parents[1]
+    pkg = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     h = hashlib.sha256(f"{os.path.expanduser('~')}\0{sys.prefix}".encode())
     for where, dirs, files in os.walk(pkg):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
@@ -34,7 +33,7 @@ def socket_path() -> Path:
             if name.endswith((".py", ".yaml")):
                 st = os.stat(os.path.join(where, name))
                 h.update(f"{where}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return sockets.folder() / f"warm-{h.hexdigest()[:12]}{sockets.SUFFIX}"
+    return os.path.join(sockets.folder_name(), f"warm-{h.hexdigest()[:12]}{sockets.SUFFIX}")
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes | None:

@@ -40,7 +40,7 @@ def forks() -> list[int]:
 
 def warm_up(project) -> None:
     assert orch(project, "experiments", "list").returncode == 0
-    wait_for(lambda: warm_client.socket_path().exists() and forks(), timeout=30, what="the warm process")
+    wait_for(lambda: os.path.exists(warm_client.socket_path()) and forks(), timeout=30, what="the warm process")
 
 
 def test_commands_run_in_a_fork_with_the_same_output_and_exit_codes(project):
@@ -85,18 +85,18 @@ def test_a_prompt_on_a_terminal_and_a_killed_caller(project):
 
 def test_a_changed_orch_is_never_served_by_the_old_warm_process(project):
     warm_up(project)
-    old = warm_client.socket_path()
+    old = Path(warm_client.socket_path())
     source = Path(warm_client.__file__).parent / "server.py"
     st = source.stat()
     os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     try:
-        new = warm_client.socket_path()
+        new = Path(warm_client.socket_path())
         assert new != old and not new.exists()
         assert orch(project, "experiments", "list").returncode == 0  # here, not in the old process
         wait_for(lambda: new.exists(), timeout=30, what="a warm process for the changed orch")
     finally:
         os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert warm_client.socket_path() == old
+    assert Path(warm_client.socket_path()) == old
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not old.exists():
         time.sleep(0.1)
@@ -186,5 +186,5 @@ def test_a_command_run_here_starts_the_warm_process_once_it_is_done(project):
     follower.send_signal(signal.SIGINT)
     _, err = follower.communicate(timeout=30)
     assert follower.returncode == 0, err
-    wait_for(lambda: warm_client.socket_path().exists() and forks(), timeout=30, what="the warm process")
+    wait_for(lambda: os.path.exists(warm_client.socket_path()) and forks(), timeout=30, what="the warm process")
     assert orch(project, "stop").returncode == 0

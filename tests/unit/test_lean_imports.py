@@ -152,3 +152,50 @@ def test_help_builds_no_sub_command_and_a_call_builds_only_its_own():
     with pytest.raises(SystemExit):
         root.main(["experiments", "--help"], prog_name="orch")
     assert list(root.commands._built) == ["experiments"]
+
+
+# The `orch` script's own process when a warm process takes the command: it only passes its terminal on.
+FRONT = """\
+import json, os, sys
+from orchestrator.main import main
+try:
+    main()
+finally:
+    open(os.environ["LEAN_MODULES"], "w").write(json.dumps(sorted(sys.modules)))
+"""
+FRONT_ONLY = "the process that hands a command to the warm process imports only what sends it"
+
+
+def test_the_command_handed_to_a_warm_process_imports_nothing_it_does_not_send_it_with(project):
+    """Every command pays this process's imports before the warm process starts on it."""
+    import time
+
+    from orchestrator.warm import client as warm_client
+
+    out = project.path / ".front-modules.json"
+    env = {k: v for k, v in os.environ.items() if k != "ORCH_WARM"}
+    env["LEAN_MODULES"] = str(out)
+
+    def front() -> set[str]:
+        done = subprocess.run([sys.executable, "-c", FRONT, "experiments", "list"], cwd=project.path,
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        return set(json.loads(out.read_text()))
+
+    try:
+        assert "orchestrator.cli.main" in front()  # no warm process yet: run here, and one starts as it ends
+        deadline = time.monotonic() + 30
+        while not (os.path.exists(warm_client.socket_path()) and warm_client.processes()):
+            assert time.monotonic() < deadline, "no warm process came up"
+            time.sleep(0.1)
+        modules = front()
+        assert "orchestrator.warm.client" in modules and "orchestrator.cli.main" not in modules, \
+            "the command was not handed to the warm process"
+        # beyond what Python itself loads here (an editable install's path finder imports pathlib, a wheel's not)
+        bare = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sorted(sys.modules)))"],
+                              capture_output=True, text=True, timeout=60, env=env)
+        added = modules - set(json.loads(bare.stdout))
+        for name in ("pathlib", "typing", "typer", "pydantic", "sqlite3", "orchestrator.config"):
+            assert name not in added, f"{name}: {FRONT_ONLY}"
+    finally:
+        warm_client.close()
