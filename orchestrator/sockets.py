@@ -58,13 +58,14 @@ def folder_name() -> str:
     try:
         if runtime:
             os.makedirs(runtime, exist_ok=True)
-        os.mkdir(base, mode=0o700)
-    except FileExistsError:
-        pass
+        try:
+            os.mkdir(base, mode=0o700)
+        except FileExistsError:
+            pass  # made earlier (or not a folder: said below)
+        info = os.lstat(base)
     except OSError as exc:
         raise SafetyError(f"cannot create the keeper folder {base}: {exc.strerror}",
                           hint=f"{hint}, or fix XDG_RUNTIME_DIR") from exc
-    info = os.lstat(base)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
         raise SafetyError(f"the keeper folder {base} is not a private folder of this user (owner {info.st_uid}, "
                           f"mode {stat.S_IMODE(info.st_mode):o})",
