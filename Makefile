@@ -7,10 +7,14 @@ DEMO := examples/tinylm
 
 .PHONY: setup system demo test test-fast bench clean
 
+# The editable install in compat mode: the checkout's folder on sys.path, as a wheel's site-packages is, with no
+# import hook loaded by every Python start (the default editable finder imports pathlib and importlib.util before
+# orch does); a setuptools without that mode gets the default one.
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,plot,mlflow]'
+	$(BIN)/pip install -q -e '.[test,plot,mlflow]' --config-settings editable_mode=compat \
+	  || $(BIN)/pip install -q -e '.[test,plot,mlflow]'
 	touch $@
 
 system:

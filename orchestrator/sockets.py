@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import socket
 import stat
 import sys
 import time
@@ -30,6 +29,7 @@ from .errors import SafetyError
 
 TYPE_CHECKING = False  # not typing's: every orch command imports this module, and typing costs it ~5 ms
 if TYPE_CHECKING:
+    import socket
     import threading
     from pathlib import Path
     from typing import Callable, Iterator
@@ -80,6 +80,8 @@ def _stem(path: Path | str) -> str:
 
 def connect(path: Path | str, timeout: float = 2.0) -> socket.socket | None:
     """A connection to the server at ``path``; None when none listens there."""
+    import socket  # here: the ``orch`` process that hands its command to the warm process never needs it
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -204,6 +206,8 @@ class Server:
     def bind(self) -> None:
         """Listen at ``path`` (0600), replacing a socket a crashed server left there."""
         assert self._lock_fd is not None, "claim() first"
+        import socket
+
         self.path.unlink(missing_ok=True)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
@@ -224,6 +228,8 @@ class Server:
                     stop: threading.Event | None = None) -> Iterator[socket.socket]:
         """Each connection as it comes (blocking, no timeout), until ``stop`` is set, the socket file is
         removed (nobody can reach this server), or ``idle`` seconds pass with nothing ``busy`` and no connection."""
+        import socket
+
         assert self._listener is not None, "bind() first"
         while True:
             try:

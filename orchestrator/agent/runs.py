@@ -267,16 +267,16 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}
 
 
+GONE = ("can't find session", "no server running", "error connecting to")  # what tmux says of no such session
+
+
 def _kill_session(server, name: str) -> None:
-    """Kill a session if it exists; it may end by itself meanwhile (its pane's command exited)."""
+    """Kill a session if it exists (one tmux call); it may end by itself meanwhile (its pane's command exited)."""
     from libtmux.exc import LibTmuxException
 
-    try:
-        if server.has_session(name):
-            server.kill_session(name)
-    except LibTmuxException:
-        if server.has_session(name):
-            raise
+    said = " ".join(server.cmd("kill-session", "-t", f"={name}").stderr)
+    if said and not any(words in said for words in GONE) and server.has_session(name):
+        raise LibTmuxException(said)
 
 
 def not_started(run_dir: str, why: str) -> None:
@@ -528,21 +528,43 @@ def _mark_stopping(run_dir: str, by: dict | None = None) -> None:
 def _wait(run_dir: str, seconds: float, pid: int | None = None) -> bool:
     """Wait for the run to end; with ``pid`` (the signalled process) only its own time counts (``grace``)."""
     clock = grace.Grace(seconds, pid) if pid else None
-    deadline = time.monotonic() + seconds
+    begin = time.monotonic()
+    deadline = begin + seconds
     while True:
         if run_state(run_dir)["state"] not in ("running", "launching"):
             return True
         if clock.tick() if clock is not None else time.monotonic() >= deadline:
             return False
-        time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
+        nap = min(POLL_S, max(deadline - time.monotonic(), 0.0))
+        if time.monotonic() - begin < QUICK_S:
+            _until_exists(os.path.join(run_dir, "exit.json"), nap)
+        else:
+            time.sleep(nap)
+
+
+QUICK_S = 0.5  # the start of a wait, when a signalled command usually ends: its exit record is looked for often
+QUICK_POLL_S = 0.001
+
+
+def _until_exists(path: str, seconds: float) -> None:
+    """Sleep up to ``seconds``, waking within a millisecond of ``path`` appearing (a stat each time: cheap)."""
+    end = time.monotonic() + seconds
+    while not os.path.exists(path):
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(QUICK_POLL_S, left))
 
 
 def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: float, term_timeout: float,
-         term_first: bool = False, by: dict | None = None, registry: str | None = None) -> dict:
+         term_first: bool = False, by: dict | None = None, registry: str | None = None,
+         keep_session: bool = False) -> dict:
     """SIGINT, wait; SIGTERM, wait; SIGKILL. Each stopped run is marked so it reads as ``stopped``.
 
     ``term_first`` starts at SIGTERM: what torchrun's launcher takes as "stop the job" on every node.
     ``registry`` keeps ``ids`` to that registry's runs (another clone's experiment 5 is not ours).
+    ``keep_session``: the project's tmux session is left to the start that comes next in the same call, which
+    replaces it (a session whose runs all ended is otherwise killed here).
     """
     import libtmux
 
@@ -574,7 +596,7 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
         stopped.append({"id": final["id"], "registry": final["registry"], "clone": final["clone"],
                         "state": final["state"], "exit_code": final["exit_code"], "signals": sent,
                         "ended": final.get("ended")})
-    if project is not None and not alive_runs(layout, project):
+    if project is not None and not keep_session and not alive_runs(layout, project):
         _kill_session(libtmux.Server(socket_name=socket_name(layout)), session_name(project))
     return {"stopped": stopped}
 

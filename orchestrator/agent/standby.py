@@ -95,8 +95,8 @@ def hand_over(server, layout: Layout, agent_path: str, run_dir: str, session: st
 
 
 def leave(server, layout: Layout, agent_path: str, alive: Alive) -> None:
-    """Make sure a standby of this agent waits for the next start: it imports while the run starts (tmux answers
-    once its session is made, before the standby's Python is up)."""
+    """Make sure a standby of this agent waits for the next start: it imports while the run starts. Its session is
+    asked of tmux without waiting for the answer (a start that comes before it is up goes the usual way)."""
     _folder, _fifo, record_path = _paths(layout.root)
     record = read_json(record_path)
     if _usable(record, agent_path, alive):
@@ -104,7 +104,20 @@ def leave(server, layout: Layout, agent_path: str, alive: Alive) -> None:
     if isinstance(record, dict) and server.has_session(SESSION):  # another agent's standby: replaced
         _tmux_ok(server, "kill-session", "-t", f"={SESSION}")
     command = shlex.join([sys.executable, agent_path, "standby", layout.root])
-    _tmux_ok(server, "new-session", "-d", "-s", SESSION, "-n", "standby", "-c", layout.root, command)
+    _tmux_later(server, "new-session", "-d", "-s", SESSION, "-n", "standby", "-c", layout.root, command)
+
+
+def _tmux_later(server, *args: str) -> None:
+    """A tmux command started and not waited for: the next subprocess this process starts reaps it (or init does,
+    once this process has exited)."""
+    import shutil
+    import subprocess
+
+    tmux = server.tmux_bin or shutil.which("tmux")
+    if tmux is None:
+        return
+    subprocess.Popen([tmux, f"-L{server.socket_name}", *args], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def wait(root: str) -> str | None:

@@ -333,7 +333,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                   "secrets": _optional(_STRINGS), "checkpoints": _optional(_str), "stops_runs": _bool,
                   "revision_pending": _bool},
     "run_stop": {"project": _optional(project), "ids": _EXP_IDS, "stop_timeout": _num, "term_timeout": _num,
-                 "by": _optional(_dict), "registry": registry_id},
+                 "by": _optional(_dict), "registry": registry_id, "term_first": _bool, "keep_session": _bool},
     "run_verify": {"exp_id": exp_id, "registry": registry_id, "wait": _num},
     "status": {"project": _optional(project), "ids": _EXP_IDS, "last": lambda v, n: _int(v, n, 0, 1 << 20),
                "tail": _bool, "gpus": _bool, "registry": registry_id},

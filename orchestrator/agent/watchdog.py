@@ -70,11 +70,6 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
                 guarded.start_rollback(os.path.abspath(sys.argv[0]))  # the supervisor runs as the agent
                 log.write(f"[orch] guard failed: {guarded.state['reason']}\n".encode())
                 return end_stalled(child, policy.term_timeout), False
-            if guarded is not None and guarded.tick() is not None:
-                guarded.stop_marker()
-                guarded.start_rollback(os.path.abspath(sys.argv[0]))  # the supervisor runs as the agent
-                log.write(f"[orch] guard failed: {guarded.state['reason']}\n".encode())
-                return end_stalled(child, policy.term_timeout), False
             now = time.monotonic()
             progress.own_size(size, now)
             if stopping:

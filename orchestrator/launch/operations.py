@@ -332,7 +332,9 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
             ops.append(Op("run_stop", {"project": project, "ids": launch.stop_ids,
                                        "stop_timeout": settings.run.stop_timeout,
                                        "term_timeout": settings.run.term_timeout, "by": by}
-                          | ({"registry": registry_id} if launch.stop_ids is not None else {})))
+                          | ({"registry": registry_id} if launch.stop_ids is not None else {})
+                          # the start below replaces the project's tmux session: the stop leaves it to it
+                          | ({"keep_session": True} if launch.has(StartRun) and not launch.beside else {})))
             keys.append("stop")
         elif isinstance(step, Checkpoints) and action != "keep":
             ops.append(checkpoints.trash_op(target, settings, action, probe.get("inventory"), writer, stopping,

@@ -2,31 +2,51 @@
 
     code = run(["status"])   # None: no warm process took it (run the command here instead)
     start_later()            # then one starts in the background for the next commands
+
+``run`` is all the ``orch`` process does when a warm process takes the command, so it loads only what Python's
+start-up has loaded already and three small built-in modules (``_socket``, ``_signal``, ``marshal``): no
+``socket``, ``signal`` or ``enum``, no ``json`` (and its ``re``), no ``hashlib`` (OpenSSL's), no ``struct``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import signal
-import socket
-import struct
 import sys
 
 from .. import sockets
 from ..errors import OrchError
 
-CODE = struct.Struct(">i")
+CODE_SIZE = 4  # a pid or an exit code: 4 bytes, big-endian, signed (the server's ``struct`` ">i")
 MODULE = "orchestrator.warm.server"  # what a warm process runs: python -m MODULE SOCKET IDLE_SECONDS
 IDLE = 600.0  # s a warm process waits for the next command before it exits
+
+
+def pack(value: int) -> bytes:
+    return value.to_bytes(CODE_SIZE, "big", signed=True)
+
+
+def unpack(data: bytes) -> int:
+    return int.from_bytes(data, "big", signed=True)
+
+
+def _sha256():
+    """Python's own sha256 (built in), without importing OpenSSL's through ``hashlib``; the same digest."""
+    for name in ("_sha2", "_sha256"):  # 3.12+, 3.11
+        try:
+            return __import__(name).sha256()
+        except ImportError:
+            continue
+    import hashlib
+
+    return hashlib.sha256()
 
 
 def socket_path() -> str:
     """The warm orch process's socket: its name covers every file of the installed orch (names, sizes and
     times), so a changed orch never runs a command in a process that loaded the old one."""
     pkg = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    h = hashlib.sha256(f"{os.path.expanduser('~')}\0{sys.prefix}".encode())
+    h = _sha256()
+    h.update(f"{os.path.expanduser('~')}\0{sys.prefix}".encode())
     for where, dirs, files in os.walk(pkg):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
@@ -36,32 +56,63 @@ def socket_path() -> str:
     return os.path.join(sockets.folder_name(), f"warm-{h.hexdigest()[:12]}{sockets.SUFFIX}")
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
+def _recv_exact(sock, size: int) -> bytes | None:
     buf = b""
     while len(buf) < size:
         try:
             chunk = sock.recv(size - len(buf))
         except InterruptedError:
             continue
+        except OSError:
+            return None
         if not chunk:
             return None
         buf += chunk
     return buf
 
 
+def _connect(path: str):
+    """A connection to the warm process at ``path`` (``_socket``'s, without the ``socket`` module); None when none
+    listens there."""
+    import _socket
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _send(sock, data: bytes, fds: list[int]) -> None:
+    """``data`` with the descriptors ``fds`` attached to its first byte (SCM_RIGHTS), all of it sent."""
+    import _socket
+    from array import array
+
+    sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array("i", fds))])
+    while sent < len(data):
+        sent += sock.send(data[sent:])
+
+
 def run(argv: list[str]) -> int | None:
     """The command's exit code, run by a warm process; None when none took it (nothing was run)."""
+    import _signal
+    import marshal
+
     try:
         path = socket_path()
         cwd = os.getcwd()
     except (OrchError, OSError):
         return None
-    sock = sockets.connect(path, timeout=None)
+    sock = _connect(path)
     if sock is None:
         return None
     umask = os.umask(0o022)
     os.umask(umask)
-    request = json.dumps({"argv": argv, "cwd": cwd, "env": dict(os.environ), "umask": umask}).encode()
+    # marshal: the warm process is this same Python (its socket's name covers sys.prefix, and it was started
+    # with sys.executable), and the socket is this user's alone
+    request = marshal.dumps({"argv": list(argv), "cwd": cwd, "env": dict(os.environ), "umask": umask})
     fds = [fd for fd in (0, 1, 2) if _valid(fd)]
     if len(fds) < 3:
         sock.close()
@@ -77,34 +128,34 @@ def run(argv: list[str]) -> int | None:
             except OSError:
                 pass
 
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-    before = {signum: signal.signal(signum, forward) for signum in signals}
+    signals = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
+    before = {signum: _signal.signal(signum, forward) for signum in signals}
     try:
-        socket.send_fds(sock, [CODE.pack(len(request)) + request], fds)
-        pid_bytes = _recv_exact(sock, CODE.size)
+        _send(sock, pack(len(request)) + request, fds)
+        pid_bytes = _recv_exact(sock, CODE_SIZE)
     except OSError:
         pid_bytes = None
     if pid_bytes is None:  # no warm process took the command: it runs here, as if none had listened
         sock.close()
         for signum, handler in before.items():
-            signal.signal(signum, handler)
+            _signal.signal(signum, handler)
         if forwarded:
-            signal.raise_signal(forwarded[-1])
+            _signal.raise_signal(forwarded[-1])
         return None
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals)  # one that comes now is passed on by forward(), once
-    child.append(CODE.unpack(pid_bytes)[0])
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, signals)  # one that comes now is passed on by forward(), once
+    child.append(unpack(pid_bytes))
     pending = list(forwarded)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, signals)
     for signum in pending:
         try:
             os.kill(child[0], signum)
         except OSError:
             pass
-    code = _recv_exact(sock, CODE.size)
+    code = _recv_exact(sock, CODE_SIZE)
     if code is not None:
-        return CODE.unpack(code)[0]
+        return unpack(code)
     if forwarded:  # it died of the signal passed on to it: so does this process
-        signal.signal(forwarded[-1], signal.SIG_DFL)
+        _signal.signal(forwarded[-1], _signal.SIG_DFL)
         os.kill(os.getpid(), forwarded[-1])
     sys.stderr.write("error: the command ended without an exit code: the warm orch process running it was killed\n"
                      "hint: `orch status` shows what it did on the target; run it again if it is still needed "
@@ -145,6 +196,8 @@ def processes() -> list[dict]:
 
 def close() -> int:
     """Ask every warm orch process of this user to exit (they tidy up their sockets); how many were asked."""
+    import signal
+
     asked = 0
     for item in processes():
         try:

@@ -9,19 +9,19 @@ The process exits after IDLE seconds without a command, or when its socket is re
 
 from __future__ import annotations
 
+import gc
 import io
-import json
+import marshal
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
 import traceback
 from pathlib import Path
 
 from .. import sockets
-from .client import CODE
+from .client import CODE_SIZE, pack, unpack
 
 PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.status", "orchestrator.cli.logs",
            "orchestrator.cli.common", "orchestrator.watch.status", "orchestrator.watch.log_view",
@@ -99,13 +99,13 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
             its exit code goes back to the caller, which would otherwise die of the signal it passed on."""
             os.write(2, b"interrupted: nothing was done\n")
             try:
-                conn.sendall(CODE.pack(130))
+                conn.sendall(pack(130))
             except OSError:
                 pass
             os._exit(130)
 
         signal.signal(signal.SIGINT, interrupted_while_starting)
-        conn.sendall(CODE.pack(os.getpid()))
+        conn.sendall(pack(os.getpid()))
         threading.Thread(target=_watch_caller, args=(conn,), daemon=True).start()
 
         try:
@@ -127,7 +127,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
                 stream.flush()
             except OSError:
                 pass
-        conn.sendall(CODE.pack(code))
+        conn.sendall(pack(code))
     finally:
         os._exit(code)
 
@@ -137,7 +137,12 @@ def serve(path: Path, idle: float) -> int:
     if not server.claim():
         return 0  # another one took this socket a moment ago
     try:
+        gc.disable()  # no collection leaves holes among the loaded modules' objects meanwhile
         _preload()
+        # what is loaded now is never collected: a child's collections pass it by, so they neither take the
+        # time to walk it nor write to (and so copy) the pages it shares with this process
+        gc.freeze()
+        gc.enable()
         server.bind()
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped as they end
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # orch connections close: tidy up and go
@@ -145,15 +150,19 @@ def serve(path: Path, idle: float) -> int:
             conn.settimeout(5)
             try:
                 head, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
-                size = CODE.unpack(head[:CODE.size])[0]
-                body = head[CODE.size:]
+                if len(head) < CODE_SIZE:
+                    raise ValueError("no request")
+                size = unpack(head[:CODE_SIZE])
+                body = head[CODE_SIZE:]
                 while len(body) < size:
                     more = conn.recv(size - len(body))
                     if not more:
                         raise OSError("the caller went away")
                     body += more
-                request = json.loads(body)
-            except (OSError, ValueError, struct.error):
+                request = marshal.loads(body)  # the client's: this same Python, this user's socket
+                if not isinstance(request, dict):
+                    raise ValueError("not a request")
+            except (OSError, ValueError, EOFError, TypeError):
                 conn.close()
                 continue
             if len(fds) != 3:

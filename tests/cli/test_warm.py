@@ -60,7 +60,9 @@ def test_commands_run_in_a_fork_with_the_same_output_and_exit_codes(project):
                                 stderr=subprocess.PIPE, text=True)
     first = follower.stderr.readline()
     assert "following experiment 1" in first, first
-    assert len(forks()) == 2  # the warm process, and the follow forked from it
+    # the warm process, and the follow forked from it (the fork of the command before may still be exiting: it
+    # sent its exit code, which ended its caller, before it exited itself)
+    wait_for(lambda: len(forks()) == 2, timeout=10, what="the follow as the only fork")
     follower.send_signal(signal.SIGINT)  # Ctrl-C reaches the command through its caller
     out, err = follower.communicate(timeout=30)
     assert follower.returncode == 0 and "stopped following (the run goes on)" in err, err
