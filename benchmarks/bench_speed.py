@@ -441,6 +441,11 @@ def main() -> None:
     from tests.integration.conftest import Testbed
     from tests.testbed import lxc, torchsite
 
+    import compileall
+
+    # orch's bytecode, as a wheel install has it (pip compiles it as it installs): with PYTHONDONTWRITEBYTECODE
+    # set, every `orch` of a checkout would otherwise compile the modules it loads before it hands the command on
+    compileall.compile_dir(REPO / "orchestrator", quiet=2)
     work = Path(tempfile.mkdtemp(prefix="orch-bench-speed-"))
     os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="orch-rt-")  # keepers of this benchmark only
     (work / "bed").mkdir()

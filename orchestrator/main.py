@@ -43,8 +43,10 @@ def main() -> None:
         from .warm import client as warm_client
 
         code = warm_client.run(argv)
-        if code is not None:
-            sys.exit(code)
+        if code is not None:  # nothing of this process's own to tidy up: it ends without Python's finalization
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code & 0xFF)
     from .cli.main import main as cli_main
 
     try:

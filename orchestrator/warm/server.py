@@ -127,6 +127,12 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
                 stream.flush()
             except OSError:
                 pass
+        # the caller's terminal or pipes let go before the code is sent: whoever reads them sees their end as the
+        # caller exits, not once this big process has finished exiting
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
         conn.sendall(pack(code))
     finally:
         os._exit(code)

@@ -158,10 +158,17 @@ def test_help_builds_no_sub_command_and_a_call_builds_only_its_own():
 FRONT = """\
 import json, os, sys
 from orchestrator.main import main
+def write():
+    open(os.environ["LEAN_MODULES"], "w").write(json.dumps(sorted(sys.modules)))
+end = os._exit
+def ended(code):  # a command the warm process ran ends this process with os._exit
+    write()
+    end(code)
+os._exit = ended
 try:
     main()
 finally:
-    open(os.environ["LEAN_MODULES"], "w").write(json.dumps(sorted(sys.modules)))
+    write()
 """
 FRONT_ONLY = "the process that hands a command to the warm process imports only what sends it"
 
