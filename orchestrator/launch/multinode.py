@@ -300,11 +300,12 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
                                 for n in stuck)
                 raise type(stuck[0].error)(f"{why}; nothing was started on any node",  # type: ignore[misc]
                                            hint=stuck[0].error.hint)  # type: ignore[union-attr]
-        exp = registry.create(launcher=guard, **fields)
-        key = registry.run_registry(exp.id)  # the run folders are runs/<registry id>-<id>, like a single run's
-        rid = registry.registry_id  # who stopped a run: read here, the registry belongs to this thread
-        runs = plan_runs(launch, nodes, exp.id)
-        exp = registry.update(exp.id, nodes=_records(nodes, runs, []))  # an interrupted launch knows its nodes
+        with registry.batch():  # the row and its nodes in one transaction: an interrupted launch knows its nodes
+            exp = registry.create(launcher=guard, **fields)
+            key = registry.run_registry(exp.id)  # the run folders are runs/<registry id>-<id>, like a single run's
+            rid = registry.registry_id  # who stopped a run: read here, the registry belongs to this thread
+            runs = plan_runs(launch, nodes, exp.id)
+            exp = registry.update(exp.id, nodes=_records(nodes, runs, []))
         started: dict = {}  # every node at once: a node that fails is seen with the others' starts done
         _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key, rid)}), nodes)
         if shell is not None:

@@ -38,9 +38,15 @@ def save(state_dir: Path, name: str | None, ct: int | None, nodes: list[dict] | 
     ``nodes`` (``[{"ct": 200}, {"target": "gpu-b"}]``) records a job's nodes named by repeated flags.
     """
     data = {"nodes": nodes} if nodes else {"target": name} if name else {"ct": ct}
+    text = json.dumps(data) + "\n"
+    try:
+        if (state_dir / FILE).read_text(encoding="utf-8") == text:
+            return  # the target of the last launch again: the file says it already (no write, no disk sync)
+    except (OSError, ValueError):
+        pass
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(state_dir / FILE, json.dumps(data) + "\n")
+        atomic_write(state_dir / FILE, text)
     except OSError as exc:
         raise OrchError(f"cannot record the current target in {state_dir / FILE}: {exc.strerror or exc}",
                         hint=f"free space in (or fix the permissions of) {state_dir}") from None

@@ -35,7 +35,11 @@ PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.st
            "pydantic.type_adapter", "rich.console", "rich.table", "sqlite3", "tomllib",
            # what every status reads with, and status --all's threads
            "orchestrator.watch.gpu_use", "orchestrator.watch.logparse", "orchestrator.records.side_by_side",
-           "concurrent.futures.thread")
+           "concurrent.futures.thread",
+           # a job's commands (deploy, status, stop over several nodes), and a CT named by its id (not the Proxmox
+           # client's libraries: those load only when the API is really asked)
+           "orchestrator.launch.multinode", "orchestrator.launch.distributed", "orchestrator.records.job_settle",
+           "orchestrator.watch.job_progress", "orchestrator.reach.ct_cache", "orchestrator.reach.proxmox")
 
 PREPARED = ("deploy", "restart", "stop", "status", "logs", "checkpoints", "experiments")  # their command lines read
 
