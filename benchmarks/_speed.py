@@ -74,6 +74,25 @@ def tree(roots: set[int]) -> set[int]:
     return found
 
 
+def cpu_ms(pids: set[int]) -> float:
+    """CPU time the processes ``pids`` have used (user and system, their reaped children's too), in ms."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def busy_ms() -> float:
+    """CPU time this machine has spent busy (every CPU, every process), in ms."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = \
+        (int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
+    return (user + nice + system + irq + softirq + steal) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 class PeakWatch:
     """Samples, every 20 ms until ``stop``, the largest VmHWM of any process ``pids()`` names."""
 
@@ -106,6 +125,7 @@ class Case:
     ms_bar: float | None = None  # a bar on orch's own time, too
     rss_mib: tuple[int, int] | None = None  # peak RSS, controller side and target side
     rss_bar: int | None = None
+    notes: tuple[str, ...] = ()  # what else was measured, printed under the table
 
     @property
     def ratio(self) -> float:
@@ -141,3 +161,6 @@ def print_table(cases: list[Case], title: str) -> None:
         rss = f"{c.rss_mib[0]} / {c.rss_mib[1]} MiB" if c.rss_mib else ""
         print(f"| {c.name} | {_time(c.orch_s)} | {_time(c.base_s)} ({c.baseline}) | {c.ratio:.2f}x | {c.bar()} | "
               f"{'met' if c.met else 'not met'} | {rss} |")
+    for c in cases:
+        for note in c.notes:
+            print(f"{c.name}: {note}")

@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _speed import Case, PeakWatch, check, pairs, print_table, tree, wall  # noqa: E402
+from _speed import Case, PeakWatch, busy_ms, check, cpu_ms, pairs, print_table, tree, wall  # noqa: E402
 from tests.testbed.procs import pids_running  # noqa: E402
 
 CASES = ("cold", "warm", "push", "job", "status", "nanogpt")
@@ -315,6 +315,7 @@ def case_status(b: Bench) -> Case:
         if missing:
             raise SystemExit(f"status --all did not show {missing}:\n{shown}")
         mine, base = all_and_slowest(b, proj, names)
+        split = cpu_split(b, proj, {sshd.proc.pid for sshd in hosts if sshd.proc is not None})
         for name in names:
             b.orch(proj, "stop", "--target", name)
     finally:
@@ -322,7 +323,22 @@ def case_status(b: Bench) -> Case:
             socket = "orch-" + hashlib.sha256(str(fleet / f"root{n:02d}").encode()).hexdigest()[:8]
             subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
             sshd.__exit__(None, None, None)
-    return Case(f"status --all, {count} SSH targets", mine, base, "slowest single target", 1.5)
+    return Case(f"status --all, {count} SSH targets", mine, base, "slowest single target", 1.5, notes=(split,))
+
+
+def cpu_split(b: Bench, proj: Path, sshds: set[int]) -> str:
+    """Where one `status --all` spends CPU here, where the targets' sshd and agents share this machine's cores
+    with orch: the targets' side (every process below the fleet's sshds) and the rest (orch's front process, warm
+    process, keeper), per command, over --runs commands."""
+    runs = max(5, b.runs)
+    targets, total = cpu_ms(tree(sshds)), busy_ms()
+    for _ in range(runs):
+        b.orch(proj, "status", "--all")
+    targets, total = (cpu_ms(tree(sshds)) - targets) / runs, (busy_ms() - total) / runs
+    return (f"CPU per command: {targets:.0f} ms on the targets' side (sshd, resident agents), {total - targets:.0f} ms "
+            f"for the rest (orch and its keeper, on the controller); on {os.cpu_count()} shared CPUs the targets' "
+            f"side alone takes {targets / (os.cpu_count() or 1):.0f} ms of wall time that a fleet spends on its own "
+            f"machines")
 
 
 def all_and_slowest(b: Bench, proj: Path, names: list[str]) -> tuple[float, float]:

@@ -126,6 +126,8 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
                 traceback.print_exc()
             except OSError:
                 pass
+        # the command is over: a Ctrl-C from now on changes nothing, and the code it ended with is what goes back
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
