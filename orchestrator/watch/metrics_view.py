@@ -62,9 +62,14 @@ def is_complete(stored: dict | None, key: str | None = None) -> bool:
 
 def reading_key(settings: Settings, exp: Experiment) -> str:
     """How ``exp``'s log is read now: the parser's version and the patterns that apply to it."""
+    return _key_of(as_recorded(settings, exp))
+
+
+def _key_of(recorded: Settings) -> str:
+    """``reading_key`` from the settings ``as_recorded`` made already."""
     from .logparse import parser_key
 
-    return parser_key(as_recorded(settings, exp).metrics.patterns)
+    return parser_key(recorded.metrics.patterns)
 
 
 def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict) -> None:
@@ -191,7 +196,7 @@ def first_read(settings: Settings, registry: Registry, exp: Experiment) -> Op:
     in a call made anyway, its answer is given to ``refresh`` as ``ahead``."""
     stored = registry.metrics(exp.id)
     offset, _, state = _state(stored)
-    if state.get("parser") != reading_key(as_recorded(settings, exp), exp):
+    if state.get("parser") != reading_key(settings, exp):
         offset, state = 0, {}
     return _log_read(registry, exp, offset, state.get("identity"))
 
@@ -215,7 +220,7 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
     from ..records.reconcile import sync
 
     base, settings = settings, as_recorded(settings, exp)
-    key = reading_key(settings, exp)
+    key = _key_of(settings)
     stored = registry.metrics(exp.id)
     offset, series, state = _state(stored)
     if state.get("parser") != key:  # read with other patterns or an older parser: read it again

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 from ... import sockets
@@ -16,7 +17,15 @@ MODULE = "orchestrator.reach.keeper"  # what a keeper runs: python -m MODULE SOC
 
 
 def code_digest() -> str:
-    """A short hash of the keeper's and the SSH transport's code: a changed orch gets a keeper of its own."""
+    """A short hash of the keeper's and the SSH transport's code: a changed orch gets a keeper of its own. Made
+    once a process (the threads of `status --all` all ask at once: one makes it, the others wait for it)."""
+    if "digest" in _CACHE:
+        return _CACHE["digest"]
+    with _LOCK:
+        return _digest()
+
+
+def _digest() -> str:
     if "digest" not in _CACHE:
         pkg = Path(__file__).resolve().parent.parent
         h = hashlib.sha256(sys.prefix.encode())  # the installation: its python and its SSH libraries
@@ -29,6 +38,7 @@ def code_digest() -> str:
 
 
 _CACHE: dict[str, str] = {}
+_LOCK = threading.Lock()
 
 
 def socket_path() -> Path:
