@@ -57,9 +57,6 @@ def _preload() -> None:
     from orchestrator.reach.agent_client import agent_zip
 
     agent_zip()  # built once here: every command's agent calls name it by its hash
-    from orchestrator.reach.keeper import place
-
-    place.code_digest()  # the keeper's socket name, hashed over its code once here, not by every command
     for name in playbooks.builtin_names():  # parsed and checked once here: a deploy reads only the file
         playbooks.load_file(playbooks.builtin_dir() / f"{name}.yaml")
     root_command(prepare=PREPARED)

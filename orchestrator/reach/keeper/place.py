@@ -39,6 +39,10 @@ def _digest() -> str:
 
 _CACHE: dict[str, str] = {}
 _LOCK = threading.Lock()
+try:
+    code_digest()  # made as the module loads: a process that loads it ahead of its commands pays for it once
+except OSError:
+    pass  # said by the first command that needs it
 
 
 def socket_path() -> Path:
