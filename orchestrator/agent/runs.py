@@ -239,7 +239,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(project)
     if not busy:
-        _kill_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
+        _retire_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
     piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     sender = handover.Sender(run_dir, piped) if piped else None
@@ -276,6 +276,19 @@ def _kill_session(server, name: str) -> None:
 
     said = " ".join(server.cmd("kill-session", "-t", f"={name}").stderr)
     if said and not any(words in said for words in GONE) and server.has_session(name):
+        raise LibTmuxException(said)
+
+
+def _retire_session(server, name: str) -> None:
+    """Make way for a new session ``name``: one left there is renamed out of the way (one quick tmux call) and
+    killed without waiting, under its new name, which no other session ever has."""
+    from libtmux.exc import LibTmuxException
+
+    retired = f"orch~gone-{os.getpid()}-{time.monotonic_ns()}"
+    said = " ".join(server.cmd("rename-session", "-t", f"={name}", retired).stderr)
+    if not said:
+        standby.tmux_later(server, "kill-session", "-t", f"={retired}")
+    elif not any(words in said for words in GONE) and server.has_session(name):
         raise LibTmuxException(said)
 
 

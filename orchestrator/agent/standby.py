@@ -104,10 +104,10 @@ def leave(server, layout: Layout, agent_path: str, alive: Alive) -> None:
     if isinstance(record, dict) and server.has_session(SESSION):  # another agent's standby: replaced
         _tmux_ok(server, "kill-session", "-t", f"={SESSION}")
     command = shlex.join([sys.executable, agent_path, "standby", layout.root])
-    _tmux_later(server, "new-session", "-d", "-s", SESSION, "-n", "standby", "-c", layout.root, command)
+    tmux_later(server, "new-session", "-d", "-s", SESSION, "-n", "standby", "-c", layout.root, command)
 
 
-def _tmux_later(server, *args: str) -> None:
+def tmux_later(server, *args: str) -> None:
     """A tmux command started and not waited for: the next subprocess this process starts reaps it (or init does,
     once this process has exited)."""
     import shutil
