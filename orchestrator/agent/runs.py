@@ -238,12 +238,12 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                 "notify": {k: v for k, v in notify.items() if k != "url"} if notify else None})
     server = libtmux.Server(socket_name=socket_name(layout))
     name = session_name(project)
-    if not busy:
-        _retire_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
     piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     sender = handover.Sender(run_dir, piped) if piped else None
     try:
+        if not busy:
+            _retire_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
         # a window opened in the session (orch attach, then tmux's new-window) sees the run's env first too
         shown = {k: run_env[k] for k in ("VIRTUAL_ENV", "PATH") if run_env.get("VIRTUAL_ENV")}
         # beside a live run: a window in its session; else the standby supervisor, if one waits; else tmux starts one
@@ -282,14 +282,12 @@ def _kill_session(server, name: str) -> None:
 def _retire_session(server, name: str) -> None:
     """Make way for a new session ``name``: one left there is renamed out of the way (one quick tmux call) and
     killed without waiting, under its new name, which no other session ever has."""
-    from libtmux.exc import LibTmuxException
-
     retired = f"orch~gone-{os.getpid()}-{time.monotonic_ns()}"
     said = " ".join(server.cmd("rename-session", "-t", f"={name}", retired).stderr)
     if not said:
         standby.tmux_later(server, "kill-session", "-t", f"={retired}")
-    elif not any(words in said for words in GONE) and server.has_session(name):
-        raise LibTmuxException(said)
+    elif not any(words in said for words in GONE):
+        _kill_session(server, name)  # tmux would not rename it: killed where it is
 
 
 def not_started(run_dir: str, why: str) -> None:

@@ -20,8 +20,11 @@ def state(project) -> tuple[dict, list]:
 
 
 def test_dry_run_changes_nothing(project):
+    from tests.cli.test_standby import standby_ready
+
     project.configure(steps=100000, sleep=0.01)
     assert project.cli("deploy").exit_code == 0
+    standby_ready(project)  # the next start's supervisor, which the start leaves coming up: it writes its record
     before = state(project)
     for args in (("deploy", "--dry-run"), ("deploy", "--dry-run", "--clean-checkpoints"),
                  ("restart", "--dry-run", "--clean-checkpoints", "--purge"), ("stop", "--dry-run")):
