@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import threading
 from pathlib import Path
 
 from ... import sockets
@@ -18,14 +17,7 @@ MODULE = "orchestrator.reach.keeper"  # what a keeper runs: python -m MODULE SOC
 
 def code_digest() -> str:
     """A short hash of the keeper's and the SSH transport's code: a changed orch gets a keeper of its own. Made
-    once a process (the threads of `status --all` all ask at once: one makes it, the others wait for it)."""
-    if "digest" in _CACHE:
-        return _CACHE["digest"]
-    with _LOCK:
-        return _digest()
-
-
-def _digest() -> str:
+    once a process, as this module loads (so the threads of `status --all` never each hash it again)."""
     if "digest" not in _CACHE:
         pkg = Path(__file__).resolve().parent.parent
         h = hashlib.sha256(sys.prefix.encode())  # the installation: its python and its SSH libraries
@@ -38,9 +30,8 @@ def _digest() -> str:
 
 
 _CACHE: dict[str, str] = {}
-_LOCK = threading.Lock()
 try:
-    code_digest()  # made as the module loads: a process that loads it ahead of its commands pays for it once
+    code_digest()  # a process that loads this module ahead of its commands pays for it once
 except OSError:
     pass  # said by the first command that needs it
 
