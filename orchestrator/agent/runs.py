@@ -242,13 +242,16 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     sender = handover.Sender(run_dir, piped) if piped else None
     try:
-        if not busy:
-            _retire_session(server, name)  # only dead runs can be left in it: alive_runs() was empty
         # a window opened in the session (orch attach, then tmux's new-window) sees the run's env first too
         shown = {k: run_env[k] for k in ("VIRTUAL_ENV", "PATH") if run_env.get("VIRTUAL_ENV")}
-        # beside a live run: a window in its session; else the standby supervisor, if one waits; else tmux starts one
+        # beside a live run: a window in its session; else the standby supervisor, if one waits, which takes the
+        # project's session name in the tmux call that kills a session left under it (only ended runs can be left
+        # in it: alive_runs() was empty); else tmux starts one
         started = (windows.beside(server, name, f"exp{exp_id}", work, command, shown) if busy else
-                   standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown, _alive))
+                   standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown, _alive,
+                                     replace=True))
+        if not started and not busy:
+            _retire_session(server, name)
         if not started:
             server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False, start_directory=work,
                                window_command=command, **({"environment": shown} if shown else {}))

@@ -18,6 +18,7 @@ import select
 import shlex
 import sys
 import time
+import re
 from typing import Callable
 
 from . import procstat
@@ -30,6 +31,7 @@ RECORD = "standby.json"
 IDLE_S = 600.0
 TAKE_S = 30.0  # how long a start waits for the standby's supervisor to write its pid file
 POLL_S = 0.002
+PLAIN = re.compile(r"[\w-]+")  # a session name (orch-<project>) that a tmux format and command string take as it is
 
 Alive = Callable[[object, object], bool]
 
@@ -58,8 +60,10 @@ def _tmux_ok(server, *args: str) -> bool:
 
 
 def hand_over(server, layout: Layout, agent_path: str, run_dir: str, session: str, window: str, shown: dict,
-              alive: Alive) -> bool:
-    """Start the run in ``run_dir`` with the standby as its supervisor; False (nothing started) if none takes it."""
+              alive: Alive, replace: bool = False) -> bool:
+    """Start the run in ``run_dir`` with the standby as its supervisor; False (nothing started) if none takes it.
+    ``replace``: a session already named ``session`` (only ended runs are left in it) is killed in the same tmux
+    call; where that call fails, it may still be there."""
     _folder, fifo, record_path = _paths(layout.root)
     record = read_json(record_path)
     if not _usable(record, agent_path, alive):
@@ -68,6 +72,9 @@ def hand_over(server, layout: Layout, agent_path: str, run_dir: str, session: st
     # one tmux call: the session and window named for the run, and what a window opened later in the session
     # sees (as new_session's environment gives it); tmux stops at the first command that fails
     commands = ["rename-session", "-t", f"={SESSION}", session, ";", "rename-window", "-t", f"={session}:", window]
+    if replace and PLAIN.fullmatch(session):  # the name goes into a tmux format and a command tmux parses
+        commands = ["if-shell", "-F", f"#{{S:#{{?#{{==:#{{session_name}},{session}}},1,}}}}",
+                    f"kill-session -t ={session}", ";", *commands]
     for key, value in shown.items():
         commands += [";", "set-environment", "-t", f"={session}", key, value]
     if not _tmux_ok(server, *commands):

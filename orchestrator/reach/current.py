@@ -46,7 +46,9 @@ def save(state_dir: Path, name: str | None, ct: int | None, nodes: list[dict] | 
         pass
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(state_dir / FILE, text)
+        # whole or not at all, never synced: after a crash of the machine the file may be the one before (or
+        # gone: bare commands then act on the default target, and the next --ct/--target records it again)
+        atomic_write(state_dir / FILE, text, durable=False)
     except OSError as exc:
         raise OrchError(f"cannot record the current target in {state_dir / FILE}: {exc.strerror or exc}",
                         hint=f"free space in (or fix the permissions of) {state_dir}") from None
