@@ -133,3 +133,31 @@ def test_a_standby_of_another_agent_is_never_used(project):
         assert time.monotonic() < deadline, cmdline(waiting["pid"])
         time.sleep(0.05)
     assert project.run("stop").returncode == 0
+
+
+def test_a_tmux_that_refuses_the_one_call_handover_still_starts_the_run_in_a_fresh_session(project, tmp_path):
+    """The hand-over kills a session left under the project's name in the same tmux call (a tmux format picks it);
+    where tmux refuses that call (as an old one would), the start clears the session and tmux starts the
+    supervisor, as without a standby."""
+    import os
+    import shutil
+    import stat
+
+    project.configure(steps=100000, sleep=0.05)
+    assert project.run("deploy").returncode == 0
+    waiting = standby_ready(project)
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    wrapper = folder / "tmux"
+    wrapper.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = if-shell ] && {{ echo "unknown command: if-shell" >&2; '
+                       f'exit 1; }}; done\nexec {shutil.which("tmux")} "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    res = project.run("deploy", env={"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"})
+    assert res.returncode == 0, res.stderr
+    took = supervisor(project, 2)
+    assert took != waiting["pid"] and cmdline(took)[-2] == "supervise"  # tmux started this one
+    assert pane(project, SESSION) == (took, "exp2")  # in the project's session, run 1's gone
+    listed = tmux(project, "list-sessions", "-F", "#{session_name}").stdout.split()
+    assert listed.count(SESSION) == 1 and not [s for s in listed if s.startswith("orch~gone")], listed
+    assert record(project)["pid"] == waiting["pid"]  # the standby still waits, for the next start
+    assert project.run("stop").returncode == 0
