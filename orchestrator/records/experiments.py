@@ -539,6 +539,15 @@ class Registry:
             sql += f" LIMIT {int(limit)}"
         return [self._from_row(r) for r in self._exec(sql, args, fetch="all")]
 
+    def latest_by_place(self, window: int = 500) -> list[Experiment]:
+        """The newest experiment of each machine (a row from before machines: of each target name) among the newest
+        ``window`` rows, ordered by that name: only the rows shown are decoded, however long the history."""
+        rows = self._exec("SELECT * FROM experiments WHERE id IN (SELECT MAX(id) FROM (SELECT id, "
+                          "COALESCE(NULLIF(machine, ''), target) AS place FROM experiments ORDER BY id DESC LIMIT ?) "
+                          "GROUP BY place)", (int(window),), fetch="all")
+        found = [self._from_row(r) for r in rows]
+        return sorted(found, key=lambda e: e.machine or e.target)
+
     def latest(self, machine: str, target: str | None = None) -> Experiment | None:
         """The newest experiment on ``machine`` that reached it (failed or still launching ones do not count).
 

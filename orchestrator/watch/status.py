@@ -154,10 +154,7 @@ def read_all(settings: Settings, open_registry: OpenRegistry,
     from concurrent.futures import ThreadPoolExecutor
 
     with open_registry() as reg:
-        latest: dict = {}
-        for exp in reg.list(limit=500):
-            latest.setdefault(exp.machine or exp.target, exp)
-        exps = [exp for _, exp in sorted(latest.items())]
+        exps = reg.latest_by_place(window=500)
         readings = [_Reading(exp) for exp in exps if not exp.nodes]
         with ThreadPoolExecutor(max_workers=max(1, min(MAX_AT_ONCE, len(exps)))) as pool:
             jobs = {exp.id: pool.submit(_read_job, settings, exp, open_registry, read_job) for exp in exps
