@@ -45,6 +45,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_metrics.py
 	$(BIN)/python benchmarks/bench_workdir.py
 	$(BIN)/python benchmarks/bench_mlflow.py
+	$(BIN)/python benchmarks/bench_history.py
 	$(BIN)/python benchmarks/bench_speed.py
 
 clean:

@@ -106,7 +106,24 @@ MIGRATIONS: list[str] = [
     ALTER TABLE experiments ADD COLUMN sweep TEXT;
     CREATE INDEX experiments_sweep ON experiments(sweep, id);
     """,
+    # a machine's experiments by state, which every status and deploy looks up (``_on_machine``): answered from
+    # this index alone, however long the project's history
+    """
+    CREATE INDEX experiments_machine_status ON experiments(machine, status, id);
+    """,
 ]
+
+# the ids of the experiments on machine ?1 (rows from before machines: named by target ?2) in the states that follow,
+# each half from experiments_machine_status (``+target``: not from experiments_target, which holds every row of
+# that name); ``_on_machine`` fills in the states
+_ON_MACHINE = ("SELECT id FROM experiments WHERE machine = ?1 AND status {op} {states} UNION ALL "
+               "SELECT id FROM experiments WHERE machine IS NULL AND +target = ?2 AND status {op} {states}")
+
+
+def _on_machine(op: str, states: int, first: int = 3) -> str:
+    """``_ON_MACHINE`` for ``states`` states, bound as ?first, ?first+1...: ``op`` "=" (one), "IN" or "NOT IN"."""
+    marks = ", ".join(f"?{first + i}" for i in range(states))
+    return _ON_MACHINE.format(op=op, states=marks if op == "=" else f"({marks})")
 
 
 def command_line(command: str | list[str]) -> str:
@@ -555,16 +572,15 @@ class Registry:
         so the higher id can be the one the other replaced. Rows recorded before machines were
         (``machine`` NULL) match by their ``target`` name.
         """
-        row = self._exec("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
-                         "AND status NOT IN ('failed', 'launching', 'queued') ORDER BY status = 'running' DESC, id DESC "
-                         "LIMIT 1", (machine, target), fetch="one")
+        row = self._exec(f"SELECT * FROM experiments WHERE id = COALESCE((SELECT MAX(id) FROM ({_on_machine('=', 1)})), "
+                         f"(SELECT MAX(id) FROM ({_on_machine('NOT IN', 3, first=4)})))",
+                         (machine, target, "running", "failed", "launching", "queued"), fetch="one")
         return self._from_row(row) if row else None
 
     def orphans(self, machine: str, target: str | None, project: str) -> list[Experiment]:
         """``launching`` experiments of ``project`` on ``machine`` whose launching process is gone."""
-        rows = self._exec("SELECT id FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
-                          "AND project = ? AND status = 'launching' ORDER BY id", (machine, target, project),
-                          fetch="all")
+        rows = self._exec(f"SELECT id FROM experiments WHERE id IN ({_on_machine('=', 1)}) AND project = ?4 "
+                          "ORDER BY id", (machine, target, "launching", project), fetch="all")
         found = []
         for (exp_id,) in rows:
             if not launcher_alive(self.path.parent, exp_id):
@@ -576,9 +592,9 @@ class Registry:
     def unsettled(self, machine: str, target: str | None, project: str) -> list[Experiment]:
         """Every experiment of ``project`` on ``machine`` whose record can still change (launching, queued, running,
         lost)."""
-        rows = self._exec("SELECT * FROM experiments WHERE (machine = ? OR (machine IS NULL AND target = ?)) "
-                          "AND project = ? AND status IN ('launching', 'queued', 'running', 'lost') ORDER BY id",
-                          (machine, target, project), fetch="all")
+        rows = self._exec(f"SELECT * FROM experiments WHERE id IN ({_on_machine('IN', 4)}) AND project = ?7 "
+                          "ORDER BY id", (machine, target, "launching", "queued", "running", "lost", project),
+                          fetch="all")
         return [self._from_row(r) for r in rows]
 
     def orphaned(self, exp: Experiment) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from orchestrator.records.experiments import Registry
+from orchestrator.records.experiments import Registry, _on_machine
 
 
 def _by_hand(reg: Registry, window: int) -> list[int]:
@@ -36,3 +36,36 @@ def test_the_newest_row_of_each_machine_or_old_target_name_in_the_window(tmp_pat
 def test_an_empty_registry_lists_nothing(tmp_path):
     with Registry(tmp_path / "r.db") as reg:
         assert reg.latest_by_place() == []
+
+
+def test_a_machines_lookups_answer_as_the_plain_queries_do(tmp_path):
+    """``latest``, ``unsettled`` and ``orphans`` (read from an index of machine and state) against the same
+    questions asked plainly of every row, on a registry with rows from before machines (no machine, named by
+    target), several machines, projects and states."""
+    rng = random.Random(11)
+    states = ["launching", "queued", "running", "lost", "finished", "crashed", "stopped", "failed"]
+    with Registry(tmp_path / "r.db") as reg:
+        for _ in range(300):
+            reg.create(project=rng.choice(["p", "q"]), target=rng.choice(["a", "b"]),
+                       machine=rng.choice(["pve1/ct200", "gpu-b", None]), revision="r", command=["true"],
+                       status=rng.choice(states))
+        where = "(machine = ? OR (machine IS NULL AND target = ?))"
+        for machine, target in (("pve1/ct200", "a"), ("gpu-b", "b"), ("gpu-b", "a"), ("nowhere", "b")):
+            plain = reg.db.execute(f"SELECT id FROM experiments WHERE {where} AND status NOT IN ('failed', "
+                                   "'launching', 'queued') ORDER BY status = 'running' DESC, id DESC LIMIT 1",
+                                   (machine, target)).fetchone()
+            got = reg.latest(machine, target)
+            assert (got.id if got else None) == (plain[0] if plain else None)
+            for project in ("p", "q"):
+                plain_ids = [r[0] for r in reg.db.execute(
+                    f"SELECT id FROM experiments WHERE {where} AND project = ? AND status IN ('launching', 'queued', "
+                    "'running', 'lost') ORDER BY id", (machine, target, project))]
+                assert [e.id for e in reg.unsettled(machine, target, project)] == plain_ids
+                launching = [r[0] for r in reg.db.execute(
+                    f"SELECT id FROM experiments WHERE {where} AND project = ? AND status = 'launching' ORDER BY id",
+                    (machine, target, project))]
+                assert [e.id for e in reg.orphans(machine, target, project)] == launching  # no launcher alive
+        for op, states in (("=", ["running"]), ("IN", ["queued", "lost"]), ("NOT IN", ["failed", "queued"])):
+            plan = " ".join(str(tuple(r)) for r in reg.db.execute(
+                f"EXPLAIN QUERY PLAN {_on_machine(op, len(states))}", ("m", "t", *states)))
+            assert plan.count("experiments_machine_status") == 2, plan  # never a walk over every row of a name
