@@ -19,17 +19,15 @@ def runs_by_ct(settings: Settings, registry: Registry) -> dict[int, list[int]]:
     """This project's experiment ids per CT of this cluster, newest first."""
     cluster = settings.proxmox.host if settings.proxmox else ""
     out: dict[int, list[int]] = {}
-    for exp in registry.list():
-        if exp.project != settings.project.name:
-            continue
-        match = MACHINE.match(exp.machine or "")
+    for exp_id, machine, target in registry.places(settings.project.name):
+        match = MACHINE.match(machine or "")
         if match and match["cluster"] == cluster:
             ct = int(match["ct"])
-        elif not exp.machine and exp.target in settings.targets and settings.targets[exp.target].ct is not None:
-            ct = int(settings.targets[exp.target].ct or 0)
+        elif not machine and target in settings.targets and settings.targets[target].ct is not None:
+            ct = int(settings.targets[target].ct or 0)
         else:
             continue
-        out.setdefault(ct, []).append(exp.id)
+        out.setdefault(ct, []).append(exp_id)
     return out
 
 

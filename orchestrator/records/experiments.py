@@ -556,6 +556,11 @@ class Registry:
             sql += f" LIMIT {int(limit)}"
         return [self._from_row(r) for r in self._exec(sql, args, fetch="all")]
 
+    def places(self, project: str) -> list[tuple[int, str | None, str]]:
+        """(id, machine, target) of every experiment of ``project``, newest first, read without decoding the rows."""
+        return [(r["id"], r["machine"], r["target"]) for r in self._exec(
+            "SELECT id, machine, target FROM experiments WHERE project = ? ORDER BY id DESC", (project,), fetch="all")]
+
     def latest_by_place(self, window: int = 500) -> list[Experiment]:
         """The newest experiment of each machine (a row from before machines: of each target name) among the newest
         ``window`` rows, ordered by that name: only the rows shown are decoded, however long the history."""

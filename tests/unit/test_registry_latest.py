@@ -69,3 +69,13 @@ def test_a_machines_lookups_answer_as_the_plain_queries_do(tmp_path):
             plan = " ".join(str(tuple(r)) for r in reg.db.execute(
                 f"EXPLAIN QUERY PLAN {_on_machine(op, len(states))}", ("m", "t", *states)))
             assert plan.count("experiments_machine_status") == 2, plan  # never a walk over every row of a name
+
+
+def test_places_are_a_projects_rows_newest_first_as_the_rows_say(tmp_path):
+    with Registry(tmp_path / "r.db") as reg:
+        for i in range(12):
+            reg.create(project="p" if i % 3 else "q", target=f"t{i % 2}", machine=None if i % 4 == 0 else f"m{i}",
+                       revision="r", command=["true"], status="finished")
+        want = [(e.id, e.machine, e.target) for e in reg.list() if e.project == "p"]
+        assert reg.places("p") == want and [i for i, *_ in want] == sorted((i for i, *_ in want), reverse=True)
+        assert reg.places("nobody") == []
