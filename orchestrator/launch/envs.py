@@ -296,8 +296,5 @@ def listing(settings: Settings, target: Target, registry) -> list[dict]:
         found = client.one("env_list")["envs"]
     finally:
         client.transport.close()
-    users: dict = {}
-    for exp in registry.list(machine=target.machine):
-        if exp.env and exp.env.get("hash"):
-            users.setdefault(exp.env["hash"], []).append(exp.id)
-    return [{**e, "experiments": sorted(users.get(e["hash"], []))} for e in found]
+    users = registry.env_users(target.machine)
+    return [{**e, "experiments": users.get(e["hash"], [])} for e in found]

@@ -561,6 +561,16 @@ class Registry:
         return [(r["id"], r["machine"], r["target"]) for r in self._exec(
             "SELECT id, machine, target FROM experiments WHERE project = ? ORDER BY id DESC", (project,), fetch="all")]
 
+    def env_users(self, machine: str) -> dict[str, list[int]]:
+        """The experiments on ``machine`` by the hash of the environment each ran in, reading only that column."""
+        out: dict[str, list[int]] = {}
+        for row in self._exec("SELECT id, env FROM experiments WHERE machine = ? AND env IS NOT NULL ORDER BY id",
+                              (machine,), fetch="all"):
+            env = json.loads(row["env"])
+            if isinstance(env, dict) and env.get("hash"):
+                out.setdefault(env["hash"], []).append(row["id"])
+        return out
+
     def latest_by_place(self, window: int = 500) -> list[Experiment]:
         """The newest experiment of each machine (a row from before machines: of each target name) among the newest
         ``window`` rows, ordered by that name: only the rows shown are decoded, however long the history."""

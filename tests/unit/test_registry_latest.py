@@ -79,3 +79,16 @@ def test_places_are_a_projects_rows_newest_first_as_the_rows_say(tmp_path):
         want = [(e.id, e.machine, e.target) for e in reg.list() if e.project == "p"]
         assert reg.places("p") == want and [i for i, *_ in want] == sorted((i for i, *_ in want), reverse=True)
         assert reg.places("nobody") == []
+
+
+def test_env_users_are_the_experiments_of_each_environment_on_the_machine(tmp_path):
+    with Registry(tmp_path / "r.db") as reg:
+        for i in range(10):
+            reg.create(project="p", target="t", machine="m" if i % 5 else "other", revision="r", command=["true"],
+                       status="finished", env={"hash": f"h{i % 2}", "spec": {}} if i % 3 else None)
+        want: dict = {}
+        for e in sorted(reg.list(machine="m"), key=lambda e: e.id):
+            if e.env and e.env.get("hash"):
+                want.setdefault(e.env["hash"], []).append(e.id)
+        assert reg.env_users("m") == want and set(want) == {"h0", "h1"}
+        assert reg.env_users("nowhere") == {}
