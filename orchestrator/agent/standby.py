@@ -14,11 +14,11 @@ A standby that hears nothing for ``IDLE_S`` exits, and its session with it.
 from __future__ import annotations
 
 import os
+import re
 import select
 import shlex
 import sys
 import time
-import re
 from typing import Callable
 
 from . import procstat

@@ -587,8 +587,9 @@ class Registry:
         so the higher id can be the one the other replaced. Rows recorded before machines were
         (``machine`` NULL) match by their ``target`` name.
         """
-        row = self._exec(f"SELECT * FROM experiments WHERE id = COALESCE((SELECT MAX(id) FROM ({_on_machine('=', 1)})), "
-                         f"(SELECT MAX(id) FROM ({_on_machine('NOT IN', 3, first=4)})))",
+        running, reached = _on_machine("=", 1), _on_machine("NOT IN", 3, first=4)
+        row = self._exec(f"SELECT * FROM experiments WHERE id = COALESCE((SELECT MAX(id) FROM ({running})), "
+                         f"(SELECT MAX(id) FROM ({reached})))",
                          (machine, target, "running", "failed", "launching", "queued"), fetch="one")
         return self._from_row(row) if row else None
 
