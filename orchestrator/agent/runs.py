@@ -251,7 +251,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                    standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown, _alive,
                                      replace=True))
         if not started and not busy:
-            _retire_session(server, name)
+            _kill_session(server, name)  # no standby took the run: a session left under its name goes first
         if not started:
             server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False, start_directory=work,
                                window_command=command, **({"environment": shown} if shown else {}))
@@ -280,17 +280,6 @@ def _kill_session(server, name: str) -> None:
     said = " ".join(server.cmd("kill-session", "-t", f"={name}").stderr)
     if said and not any(words in said for words in GONE) and server.has_session(name):
         raise LibTmuxException(said)
-
-
-def _retire_session(server, name: str) -> None:
-    """Make way for a new session ``name``: one left there is renamed out of the way (one quick tmux call) and
-    killed without waiting, under its new name, which no other session ever has."""
-    retired = f"orch~gone-{os.getpid()}-{time.monotonic_ns()}"
-    said = " ".join(server.cmd("rename-session", "-t", f"={name}", retired).stderr)
-    if not said:
-        standby.tmux_later(server, "kill-session", "-t", f"={retired}")
-    elif not any(words in said for words in GONE):
-        _kill_session(server, name)  # tmux would not rename it: killed where it is
 
 
 def not_started(run_dir: str, why: str) -> None:
