@@ -1,12 +1,16 @@
-"""`orch status --all` on a project with a long history: its cost must not grow with the experiments recorded.
+"""`orch status --all` and `orch deploy` on a project with a long history: their cost must not grow with the
+experiments recorded, nor with the run folders the target keeps.
 
 One project on the built-in local target, a run deployed there; then --rows finished experiments are added to its
-registry (as months of deploys leave them) and a run deployed again. In the same run, against the fresh project:
-  - the command: `orch status --all` (a fresh process each time), medians of --runs;
-  - its registry reads alone, each against how it was read before: the newest row of each machine
+registry and as many finished run folders to the target (as months of deploys leave them), and a run deployed
+again. In the same run, against the fresh project:
+  - the commands: `orch status --all` and `orch deploy` (a fresh process each time), medians of --runs;
+  - the registry's reads alone, each against how it was read before: the newest row of each machine
     (``Registry.latest_by_place``; before, the newest 500 rows decoded and the first of each machine kept) and a
     machine's latest experiment (``Registry.latest``, from an index of machine and state; before, a query that read
-    every row of the machine).
+    every row of the machine);
+  - the agent's lookups over the run folders alone, each against reading every folder's state (as before): the
+    project's live runs (every launch asks, several times) and its newest 20 runs (every status and probe).
 Prints one table; asserts nothing about time.
 Run: python benchmarks/bench_history.py [--rows 2000] [--runs 7]
 """
@@ -70,6 +74,68 @@ def read_ms(db: Path, runs: int) -> dict[str, tuple[float, float]]:
                 (median(lambda: reg.latest(exp.machine, exp.target)), median(lambda: plain_latest(reg, exp)))}
 
 
+def folders_ms(root: Path, runs: int) -> dict[str, tuple[float, float]]:
+    """The agent's lookups over the run folders, as they read now and as every folder's state was read before."""
+    from orchestrator.agent import runs as agent_runs
+    from orchestrator.agent.layout import Layout
+
+    layout = Layout(str(root))
+
+    def project_folders() -> list[str]:
+        """Every folder's record read for its project, oldest first (how the lookups found them before)."""
+        found = []
+        for d in (root / "runs").iterdir():
+            if (agent_runs.read_json(str(d / "experiment.json"), {}) or {}).get("project") == "history":
+                found.append(((d / "experiment.json").stat().st_mtime, str(d)))
+        return [d for _, d in sorted(found)]
+
+    def every() -> list[dict]:
+        return [agent_runs.run_state(d) for d in project_folders()]
+
+    def median(read) -> float:
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            read()
+            times.append((time.perf_counter() - t) * 1000)
+        return statistics.median(times)
+
+    return {"the project's live runs (before: every folder's state read)":
+            (median(lambda: agent_runs.alive_runs(layout, "history")),
+             median(lambda: [s for s in every() if s["state"] in ("running", "launching")])),
+            "the project's newest 20 runs (before: every folder's record read)":
+            (median(lambda: agent_runs.status(layout, "history", tail=False)),
+             median(lambda: [agent_runs.run_state(d) for d in project_folders()[-20:]]))}
+
+
+def old_folders(root: Path, count: int) -> None:
+    """``count`` finished run folders of the project, copies of the first run's records, as old deploys leave them."""
+    import shutil
+
+    runs_dir = root / "runs"
+    first = sorted(runs_dir.iterdir())[0]
+    key = first.name.rpartition("-")[0]
+    for n in range(10_000, 10_000 + count):
+        d = runs_dir / f"{key}-{n}"
+        d.mkdir()
+        for name in ("experiment.json", "launch.json", "pid.json"):
+            if (first / name).exists():
+                shutil.copyfile(first / name, d / name)
+        (d / "exit.json").write_text('{"exit_code": 0, "ended": 1700000000.0, "signal": null}\n')
+        (d / "train.log").write_text("step 1 loss 2.0\n")
+
+
+def deploy_ms(work: Path, runs: int) -> float:
+    times = []
+    for i in range(runs):
+        (work / "train.py").write_text(TRAIN + f"# {i}\n")
+        times.append(orch(work, "deploy"))
+    return statistics.median(times)
+
+
+TRAIN = "import time\nprint('step 1 loss 2.0', flush=True)\ntime.sleep(600)\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2000)
@@ -77,7 +143,7 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="orch-bench-history-"))
     root = work / "target"
-    (work / "train.py").write_text("import time\nprint('step 1 loss 2.0', flush=True)\ntime.sleep(600)\n")
+    (work / "train.py").write_text(TRAIN)
     (work / "orch.toml").write_text(
         f'[project]\nname = "history"\nsources = ["train.py"]\ncommand = "python3 train.py"\n'
         f'[run]\nstop_timeout = 2\n[targets.local]\nkind = "local"\nroot = "{root}"\n'
@@ -86,7 +152,8 @@ def main() -> None:
     try:
         orch(work, "deploy")
         fresh = status_all_ms(work, a.runs)
-        fresh_read = read_ms(db, a.runs)
+        fresh_read = read_ms(db, a.runs) | folders_ms(root, a.runs)
+        fresh_deploy = deploy_ms(work, a.runs)
         with Registry(db) as reg:
             first = reg.get(1)
             with reg.batch():
@@ -95,24 +162,29 @@ def main() -> None:
                                machine=first.machine, revision=first.revision, command=first.command,
                                config=first.config, status="finished", exit_code=0, started=first.created,
                                ended=first.created + 60, message=f"run {i} of an old sweep")
+        old_folders(root, a.rows)
         orch(work, "deploy")
         long = status_all_ms(work, a.runs)
-        long_read = read_ms(db, a.runs)
+        long_read = read_ms(db, a.runs) | folders_ms(root, a.runs)
+        long_deploy = deploy_ms(work, a.runs)
     finally:
         subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "stop"], cwd=work, capture_output=True,
                        env={**os.environ, "ORCH_WARM": "0"})
         subprocess.run(["tmux", "-L", f"orch-{__import__('hashlib').sha256(str(root).encode()).hexdigest()[:8]}",
                         "kill-server"], capture_output=True)
-    print(f"\nstatus --all on the local target; medians of {a.runs}")
-    print(f"| what | 1 experiment | {a.rows + 2} experiments | ratio |")
+    print(f"\nthe local target; medians of {a.runs}; a fresh project against one with {a.rows} more experiments "
+          "and run folders")
+    print(f"| what | fresh | {a.rows} more | ratio |")
     print("| --- | ---: | ---: | ---: |")
     print(f"| orch status --all (a fresh process) | {fresh:.0f} ms | {long:.0f} ms | {long / fresh:.2f}x |")
+    print(f"| orch deploy of a one-line change (a fresh process) | {fresh_deploy:.0f} ms | {long_deploy:.0f} ms | "
+          f"{long_deploy / fresh_deploy:.2f}x |")
     for what, (now, before) in long_read.items():
         was_now, was_before = fresh_read[what]
         print(f"| {what}: now | {was_now:.2f} ms | {now:.2f} ms | {now / was_now:.2f}x |")
         print(f"| {what}: before | {was_before:.2f} ms | {before:.2f} ms | {before / was_before:.2f}x |")
     for what, (now, before) in long_read.items():
-        print(f"with {a.rows + 2} experiments, {what.split(' (')[0]}: before / now = {before / now:.0f}x")
+        print(f"with {a.rows} more, {what.split(' (')[0]}: before / now = {before / now:.0f}x")
 
 if __name__ == "__main__":
     main()

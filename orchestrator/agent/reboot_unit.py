@@ -64,6 +64,14 @@ def installed(run_dir: str, units: str = UNITS) -> bool:
     return os.path.exists(_paths(run_dir, units)[0])
 
 
+def installed_names(units: str = UNITS) -> set[str]:
+    """The names of every orch unit installed (runs' and queues'): one listing of the units folder."""
+    try:
+        return {name for name in os.listdir(units) if name.startswith("orch-resume-")}
+    except OSError:
+        return set()
+
+
 def remove(run_dir: str, units: str = UNITS) -> None:
     for path in reversed(_paths(run_dir, units)):
         try:

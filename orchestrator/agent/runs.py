@@ -109,9 +109,15 @@ def run_state(run_dir: str) -> dict:
 
 
 def _runs(layout: Layout, project: str | None = None, ids: list | None = None,
-          registry: str | None = None) -> list[tuple[float, int, str]]:
+          registry: str | None = None, *, live: bool = False,
+          newest: int | None = None) -> list[tuple[float, int, str]]:
     """This project's run folders, oldest first: every clone's, or with ``registry`` that registry's and
-    those from before registry keys. ``ids`` are experiment numbers (of any registry: the caller matches)."""
+    those from before registry keys. ``ids`` are experiment numbers (of any registry: the caller matches).
+
+    A target keeps every run folder, so this costs a stat per folder and, for ``project``, a read of the records
+    it keeps: ``live`` passes over runs with an exit record (written once, last, never removed: that run is over),
+    and ``newest`` keeps the project's newest N, reading records from the newest folder back until it has them.
+    """
     try:
         names = os.listdir(layout.runs)
     except FileNotFoundError:
@@ -122,27 +128,33 @@ def _runs(layout: Layout, project: str | None = None, ids: list | None = None,
         if key is None or (ids is not None and key[1] not in ids) or (registry and key[0] not in (None, registry)):
             continue
         run_dir = os.path.join(layout.runs, name)
-        if project is not None:
-            exp = read_json(os.path.join(run_dir, "experiment.json"), {}) or {}
-            if exp.get("project") != project:
-                continue
+        if live and os.path.exists(os.path.join(run_dir, "exit.json")):
+            continue
         try:  # written once at the start: the order runs were started in, whichever clone started them
             born = os.stat(os.path.join(run_dir, "experiment.json")).st_mtime
         except OSError:
             born = 0.0
         found.append((born, key[1], run_dir))
-    return sorted(found)
+    found.sort()
+    if project is None:
+        return found[-newest:] if newest else found
+    mine = []
+    for item in reversed(found):
+        if newest and len(mine) >= newest:
+            break
+        if (read_json(os.path.join(item[2], "experiment.json"), {}) or {}).get("project") == project:
+            mine.append(item)
+    return mine[::-1]
 
 
 def alive_runs(layout: Layout, project: str | None = None) -> list[dict]:
-    return [s for *_, d in _runs(layout, project) if (s := run_state(d))["state"] in ("running", "launching")]
+    return [s for *_, d in _runs(layout, project, live=True)
+            if (s := run_state(d))["state"] in ("running", "launching")]
 
 
 def status(layout: Layout, project: str | None = None, ids: list | None = None, last: int = 20,
            tail: bool = True, registry: str | None = None) -> dict:
-    runs = _runs(layout, project, ids, registry)
-    if ids is None:
-        runs = runs[-last:]
+    runs = _runs(layout, project, ids, registry, newest=last if ids is None else None)
     out = []
     for *_, run_dir in runs:
         state = run_state(run_dir)
@@ -198,8 +210,10 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     if busy and not beside:
         raise AgentFailure("conflict", f"experiment {busy[0]['id']} of project {project} is still running",
                            "stop it first (orch stop) or use orch restart")
-    for *_, other in [] if beside else _runs(layout, project):
-        reboot_unit.remove(other)  # a new run replaces the project's lost ones: none comes back at boot
+    units = set() if beside else reboot_unit.installed_names()  # most targets have none: no folder is read
+    for *_, other in _runs(layout, project) if units else []:
+        if reboot_unit.unit_name(other) in units:
+            reboot_unit.remove(other)  # a new run replaces the project's lost ones: none comes back at boot
     run_dir = layout.run_dir(exp_id, registry)
     experiment = {**experiment, "registry": registry}
     if os.path.lexists(run_dir) and not journal.only_launch(run_dir):  # the journal of this launch may be there
@@ -571,7 +585,7 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
     """
     import libtmux
 
-    targets = [run_state(d) | {"dir": d} for *_, d in _runs(layout, project, ids, registry)]
+    targets = [run_state(d) | {"dir": d} for *_, d in _runs(layout, project, ids, registry, live=True)]
     stopped = []
     for state in targets:
         reboot_unit.remove(state["dir"])  # a stopped (or lost) run is never resumed at the next boot
