@@ -21,6 +21,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from . import faults
+from .. import after_answer
 from ..errors import ConflictError, DiskFull, InputError, NotFoundError, OrchError, RegistryCorrupt
 from .launch_guard import LaunchGuard, forget, launcher_alive
 
@@ -346,7 +347,7 @@ class Registry:
         except Exception as exc:  # a mirror never fails the command that changed the record
             self.notice(f"orch: warning: experiment(s) {', '.join(map(str, changed))} not mirrored: {exc}")
         finally:
-            self.db.close()
+            after_answer.park(self.db.close)  # its checkpoint after the answer, where a warm process runs it
 
     @classmethod
     def write_new(cls, path: Path, registry_id: str, keyed_from: int, rows: list[dict]) -> None:

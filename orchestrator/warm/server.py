@@ -72,14 +72,18 @@ def _streams() -> None:
                                   line_buffering=True)
 
 
+ANSWERED = threading.Event()  # the child's exit code went back: the caller may go, upkeep goes on
+
+
 def _watch_caller(conn: socket.socket) -> None:
-    """The caller never closes first: if it does, it was killed, and so is this command."""
+    """The caller never closes before its answer: if it does, it was killed, and so is this command."""
     try:
         while conn.recv(64):
             pass
     except OSError:
         pass
-    os.kill(os.getpid(), signal.SIGKILL)
+    if not ANSWERED.is_set():
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
@@ -96,6 +100,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
         os.environ.update(request["env"])
         _streams()
         sys.argv = ["orch", *request["argv"]]
+        from orchestrator import after_answer
         from orchestrator.cli.main import main
 
         def interrupted_while_starting(_signum: int, _frame: object) -> None:
@@ -111,6 +116,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
         signal.signal(signal.SIGINT, interrupted_while_starting)
         conn.sendall(pack(os.getpid()))
         threading.Thread(target=_watch_caller, args=(conn,), daemon=True).start()
+        after_answer.hold()  # the registry's checkpoint waits for the answer
 
         try:
             main(request["argv"])
@@ -139,7 +145,9 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         os.close(null)
+        ANSWERED.set()
         conn.sendall(pack(code))
+        after_answer.finish()
     finally:
         os._exit(code)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -190,3 +191,17 @@ def test_a_command_run_here_starts_the_warm_process_once_it_is_done(project):
     assert follower.returncode == 0, err
     wait_for(lambda: os.path.exists(warm_client.socket_path()) and forks(), timeout=30, what="the warm process")
     assert orch(project, "stop").returncode == 0
+
+
+def test_the_registry_is_checkpointed_after_the_answer_by_the_command_that_wrote_it(project):
+    """A command in the warm process closes its registry after its exit code went back (the checkpoint that folds the
+    write-ahead log into the file is upkeep): the caller has gone by then, and the command still finishes it."""
+    warm_up(project)
+    wal = project.path / ".orch" / "experiments.db-wal"
+    for args in (["deploy", "-m", "parked"], ["status"], ["stop"]):
+        done = orch(project, *args)
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: not wal.exists() and len(forks()) == 1, timeout=30,
+                 what=f"{args[0]}'s registry closed and checkpointed, and its process gone")
+    with sqlite3.connect(project.path / ".orch" / "experiments.db") as db:
+        assert db.execute("SELECT status, message FROM experiments").fetchall() == [("stopped", "parked")]

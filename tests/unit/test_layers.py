@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parents[2] / "orchestrator"
 # alone, so they sit beside everything else and import only themselves (and batching, for the agent).
 LAYERS = [
     {"errors"},
-    {"config", "secrets", "signals", "files", "sockets"},
+    {"config", "secrets", "signals", "files", "sockets", "after_answer"},
     {"reach", "warm.client"},  # the warm client only finds and talks to the warm process
     {"records"},
     {"watch"},
