@@ -44,6 +44,15 @@ def status_all_ms(work: Path, runs: int) -> float:
     return statistics.median(orch(work, "status", "--all") for _ in range(runs))
 
 
+def median_ms(read, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        read()
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
 def read_ms(db: Path, runs: int) -> dict[str, tuple[float, float]]:
     """Each registry read of the command, as it reads now and as it was read before: medians in ms."""
     def by_window(reg: Registry) -> list:
@@ -59,12 +68,7 @@ def read_ms(db: Path, runs: int) -> dict[str, tuple[float, float]]:
         return reg._from_row(row)
 
     def median(read) -> float:
-        times = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            read()
-            times.append((time.perf_counter() - t) * 1000)
-        return statistics.median(times)
+        return median_ms(read, runs)
 
     with Registry(db) as reg:
         exp = reg.list(limit=1)[0]
@@ -93,12 +97,7 @@ def folders_ms(root: Path, runs: int) -> dict[str, tuple[float, float]]:
         return [agent_runs.run_state(d) for d in project_folders()]
 
     def median(read) -> float:
-        times = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            read()
-            times.append((time.perf_counter() - t) * 1000)
-        return statistics.median(times)
+        return median_ms(read, runs)
 
     return {"the project's live runs (before: every folder's state read)":
             (median(lambda: agent_runs.alive_runs(layout, "history")),

@@ -39,6 +39,12 @@ def forks() -> list[int]:
     return out
 
 
+def settled() -> None:
+    """Only the warm process left: the forks of the commands before have exited (a fork sends its exit code, which
+    ends its caller, then closes its registry before it exits itself)."""
+    wait_for(lambda: len(forks()) == 1, timeout=30, what="the forks of the commands before gone")
+
+
 def warm_up(project) -> None:
     assert orch(project, "experiments", "list").returncode == 0
     wait_for(lambda: os.path.exists(warm_client.socket_path()) and forks(), timeout=30, what="the warm process")
@@ -57,12 +63,11 @@ def test_commands_run_in_a_fork_with_the_same_output_and_exit_codes(project):
         else:
             assert warm.returncode == 0, warm.stderr
     assert orch(project, "status", "-t", "nope").returncode == 2
+    settled()
     follower = subprocess.Popen([ORCH, "logs", "--follow"], cwd=project.path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     first = follower.stderr.readline()
     assert "following experiment 1" in first, first
-    # the warm process, and the follow forked from it (the fork of the command before may still be exiting: it
-    # sent its exit code, which ended its caller, before it exited itself)
     wait_for(lambda: len(forks()) == 2, timeout=10, what="the follow as the only fork")
     follower.send_signal(signal.SIGINT)  # Ctrl-C reaches the command through its caller
     out, err = follower.communicate(timeout=30)
@@ -77,6 +82,7 @@ def test_a_prompt_on_a_terminal_and_a_killed_caller(project):
     wait_for(lambda: any(project.checkpoints.glob("ckpt-*")), timeout=60, what="a checkpoint")
     code, screen = run_on_pty([ORCH, "restart", "--clean-checkpoints"], project.path, {"[y/N]": "y"})
     assert code == 0 and "[y/N]:" in screen and "moved to" in screen and "experiment 2: started" in screen, screen
+    settled()
     follower = subprocess.Popen([ORCH, "logs", "--follow"], cwd=project.path, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     wait_for(lambda: len(forks()) == 2, timeout=30, what="the follow running in a fork")
@@ -129,6 +135,7 @@ def test_a_command_whose_warm_process_is_killed_ends_with_an_error_and_a_hint(pr
     warm_up(project)
     server = forks()[0]
     assert orch(project, "deploy").returncode == 0
+    settled()
     follower = subprocess.Popen([ORCH, "logs", "--follow"], cwd=project.path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     wait_for(lambda: len(forks()) == 2, timeout=30, what="the follow running in a fork")
@@ -201,7 +208,7 @@ def test_the_registry_is_checkpointed_after_the_answer_by_the_command_that_wrote
     for args in (["deploy", "-m", "parked"], ["status"], ["stop"]):
         done = orch(project, *args)
         assert done.returncode == 0, done.stderr
-        wait_for(lambda: not wal.exists() and len(forks()) == 1, timeout=30,
-                 what=f"{args[0]}'s registry closed and checkpointed, and its process gone")
+        settled()
+        wait_for(lambda: not wal.exists(), timeout=30, what=f"{args[0]}'s registry closed and checkpointed")
     with sqlite3.connect(project.path / ".orch" / "experiments.db") as db:
         assert db.execute("SELECT status, message FROM experiments").fetchall() == [("stopped", "parked")]
