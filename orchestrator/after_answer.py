@@ -2,14 +2,17 @@
 
 The registry's SQLite file is the case: the last connection to close checkpoints its write-ahead log into the
 file (two syncs and a delete: 2-15 ms on a busy disk) though everything the command wrote was committed already.
-In a warm orch process's child, which runs one command and exits, the first registry closed is parked here
-instead, still open; while it is, any other connection to the same file closes at once (it is not the last),
-and the parked one is closed after the exit code has gone back to the caller::
+In a warm orch process's child, which runs one command and exits, the first close of the command's own registry
+(``Registry(park=True)``) is parked here instead, still open; while it is, any other connection to the same file
+closes at once (it is not the last), and the parked one is closed after the exit code has gone back to the caller::
 
     after_answer.hold()                # the warm child, before the command
     ...  after_answer.park(db.close)   # Registry.close in the main thread: parked (or, not holding: closed now)
     ...  send the exit code
     after_answer.finish()              # closed here: the checkpoint runs while the caller's prompt is back
+
+A registry file that the command goes on to move (a rebuilt one) is never parked: it must be whole, its log folded
+in, when its close returns.
 
 Only the main thread parks (an SQLite connection is closed in the thread that opened it). Anywhere else (``orch``
 run in its own process, a thread) a closer runs at once, as before.

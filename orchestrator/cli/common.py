@@ -90,7 +90,7 @@ def registry(settings):
         def mirror(reg, ids):
             to_mlflow(settings, reg, ids, notice=render.say)
     return Registry(settings.state_dir / "experiments.db", notice=render.say, mirror=mirror,
-                    lock_wait=settings.run.registry_timeout)
+                    lock_wait=settings.run.registry_timeout, park=True)
 
 
 def for_plan(resolve, *, dry_run: bool, start: bool, trust: bool, where: str):

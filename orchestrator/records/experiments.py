@@ -202,13 +202,15 @@ class Registry:
     skipped with a warning (the target's run folders keep the truth; the next command records it), and a new
     launch is refused. A lock held by another process is waited for, with a message, up to ``lock_wait`` s.
     ``mirror`` (``[mlflow] mirror``) is given, when the registry closes, the ids of the experiments whose record
-    or metrics this command wrote; it must not raise.
+    or metrics this command wrote; it must not raise. ``park``: the command's own registry, whose closing checkpoint
+    may wait until the command's answer is out (``after_answer``).
     """
 
     def __init__(self, path: Path, notice: Callable[[str], None] | None = None,
                  mirror: Callable[["Registry", list[int]], None] | None = None,
-                 lock_wait: float = LOCK_WAIT) -> None:
+                 lock_wait: float = LOCK_WAIT, park: bool = False) -> None:
         self.path = Path(path)
+        self.park = park  # the command's own registry: closed after its answer (``after_answer``) where it can be
         self.lock_wait = lock_wait
         self.notice = notice or (lambda line: print(line, file=sys.stderr, flush=True))
         self.mirror = mirror
@@ -347,7 +349,10 @@ class Registry:
         except Exception as exc:  # a mirror never fails the command that changed the record
             self.notice(f"orch: warning: experiment(s) {', '.join(map(str, changed))} not mirrored: {exc}")
         finally:
-            after_answer.park(self.db.close)  # its checkpoint after the answer, where a warm process runs it
+            if self.park:  # its checkpoint after the answer, where a warm process runs the command
+                after_answer.park(self.db.close)
+            else:  # a file made or moved by the caller next (a rebuilt registry) is whole when this returns
+                self.db.close()
 
     @classmethod
     def write_new(cls, path: Path, registry_id: str, keyed_from: int, rows: list[dict]) -> None:

@@ -50,10 +50,10 @@ def test_a_parked_registry_keeps_what_was_written_and_is_checkpointed_when_it_cl
     path = tmp_path / ".orch" / "experiments.db"
     wal = Path(f"{path}-wal")
     after_answer.hold()
-    with Registry(path) as reg:
+    with Registry(path, park=True) as reg:
         exp = reg.create(project="p", target="local", revision="abc", command="python3 train.py")
     assert wal.exists()  # parked: still open, so the log is not folded in yet
-    with Registry(path) as reg:  # another connection while one is parked closes at once
+    with Registry(path, park=True) as reg:  # another connection while one is parked closes at once
         assert reg.get(exp.id).revision == "abc"
         reg.update(exp.id, status="running")
     assert wal.exists()
@@ -62,3 +62,15 @@ def test_a_parked_registry_keeps_what_was_written_and_is_checkpointed_when_it_cl
     db.close()
     after_answer.finish()
     assert not wal.exists()  # the last close folded the log into the file and removed it
+
+
+def test_a_registry_made_to_be_moved_is_whole_when_it_closes_even_while_holding(tmp_path: Path):
+    """``experiments rebuild`` writes a new file and renames it over the registry: nothing of it may be left in a
+    write-ahead log beside the old name."""
+    new = tmp_path / ".experiments.db.rebuild-1"
+    after_answer.hold()
+    Registry.write_new(new, "0123456789ab", 1, [])
+    assert [p.name for p in tmp_path.iterdir()] == [new.name]
+    with Registry(tmp_path / "other.db") as reg:  # not the command's own (no park): closed at once too
+        reg.create(project="p", target="local", revision="abc", command="python3 train.py")
+    assert not Path(f"{tmp_path / 'other.db'}-wal").exists()
