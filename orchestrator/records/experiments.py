@@ -220,7 +220,9 @@ class Registry:
         self._stuck: ConflictError | None = None  # why this command gave up writing (the registry stayed locked)
         self._told_unwritten = False
         self._meta_values: dict[str, str] = {}
-        self._decoded: dict[int, Experiment] | None = None  # in a batch: rows read, by id (no other writer)
+        # rows decoded, by id, with the values they held: a row read again unchanged is not decoded again (a row
+        # another process or a rolled-back write changed holds other values, and is decoded anew)
+        self._decoded: dict[int, tuple[tuple, Experiment]] = {}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(self.path), timeout=1.0, isolation_level=None)
@@ -311,8 +313,6 @@ class Registry:
                                 "the target (orch stop and orch status still work)")
 
     def _unwritten(self, what: str, why: str | None = None) -> None:
-        if self._decoded:
-            self._decoded.clear()  # a failed write may have ended the batch's transaction: read the rows again
         if not self._told_unwritten:
             self._told_unwritten = True
             self.notice(f"orch: warning: {what} is not recorded in {self.path} ("
@@ -385,9 +385,8 @@ class Registry:
     @contextmanager
     def batch(self) -> Iterator[None]:
         """The writes inside it in one transaction, committed at its end (one sync of the file for a command that
-        records what many targets said, or a launch's results; a row read again in it is not decoded again). Where the registry cannot
-        be written, or stays locked past ``LOCK_WAIT``, the writes are skipped with their warning, as each would
-        be alone."""
+        records what many targets said, or a launch's results). Where the registry cannot be written, or stays
+        locked past ``LOCK_WAIT``, the writes are skipped with their warning, as each would be alone."""
         if not self.writable or self._stuck is not None or self.db.in_transaction:
             yield
             return
@@ -401,7 +400,6 @@ class Registry:
             self._stuck = exc
             yield
             return
-        self._decoded = {}  # the write lock is this command's: a row changes only by its own update()
         before = set(self.changed)
         try:
             yield
@@ -409,8 +407,6 @@ class Registry:
             if self.db.in_transaction:
                 self.db.rollback()
             raise
-        finally:
-            self._decoded = None
         if not self.db.in_transaction:  # SQLite ended it on an error a write was told
             return
         try:
@@ -434,8 +430,6 @@ class Registry:
             if nested and self.db.in_transaction:
                 self.db.execute("ROLLBACK TO own")
                 self.db.execute("RELEASE own")
-                if self._decoded:
-                    self._decoded.clear()  # rows it changed are back as they were: read them again
             elif self.db.in_transaction:
                 self.db.rollback()
             raise
@@ -504,8 +498,6 @@ class Registry:
             raise ValueError(f"bad status {fields['status']!r}")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
         sets = ", ".join(f"{k} = ?" for k in row)
-        if self._decoded is not None:
-            self._decoded.pop(exp_id, None)
         if self.writable and self._stuck is None:
             try:
                 self._exec(f"UPDATE experiments SET {sets} WHERE id = ?", [*row.values(), exp_id])
@@ -521,8 +513,10 @@ class Registry:
         return self.get(exp_id).model_copy(update=fields)
 
     def _from_row(self, row: sqlite3.Row) -> Experiment:
-        if self._decoded is not None and (known := self._decoded.get(row["id"])) is not None:
-            return known
+        values = tuple(row)
+        known = self._decoded.get(row["id"])
+        if known is not None and known[0] == values:
+            return known[1]
         data = dict(row)
         for k in (*_JSON_FIELDS, "command"):
             if data.get(k) is not None:
@@ -530,8 +524,7 @@ class Registry:
         if data.get("git_dirty") is not None:
             data["git_dirty"] = bool(data["git_dirty"])
         exp = Experiment.model_validate(data)
-        if self._decoded is not None:
-            self._decoded[exp.id] = exp
+        self._decoded[exp.id] = (values, exp)
         return exp
 
     def get(self, exp_id: int) -> Experiment:
