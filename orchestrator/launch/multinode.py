@@ -315,14 +315,16 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
             found = _record_stopped(launch, registry, nodes, exp.id)
             if stopped is not None:
                 stopped.extend(found)
-            _parallel(lambda n: _stop_one(n, exp.id, key), [n for n in nodes if n.rank in started])
             why = "; ".join(_failure(n, n.error, "start") for n in failed)  # type: ignore[arg-type]
+            unstopped = _stop_everywhere(nodes, exp.id, key)
+            why += "".join(f"; {_failure(n, err, 'its part may have started and could not be stopped')}"
+                           for n, err in unstopped)
             why += "".join(f"; node {n.rank}'s checkpoints were moved to {n.trash['entry_path']} (orch checkpoints "
                            f"restore {n.trash['entry']} --ct/--target of that node brings them back)"
                            for n in nodes if n.trash and n.trash.get("entry_path"))
             registry.update(exp.id, status="failed", ended=time.time(), error=why[:2000],
                             nodes=_records(nodes, runs, [started.get(n.rank) for n in nodes]))
-            raise type(failed[0].error)(f"{why}; the nodes that had started were stopped",
+            raise type(failed[0].error)(f"{why}; the job was stopped on every node that answered",
                                         hint=failed[0].error.hint)  # type: ignore[union-attr]
         states = [started[n.rank] for n in nodes]
         records = _records(nodes, runs, states)
@@ -420,6 +422,21 @@ def _node_recovery(settings, run: distributed.NodeRun, key: str | None) -> dict:
     rendezvous that has gone."""
     job = {**run.job, "id": f"{run.job['id']}/{key or ''}"} if run.job else None
     return {**settings.run.recovery(), "restarts": 0, "resume_after_reboot": False, "job": job}
+
+
+def _stop_everywhere(nodes: list[Node], exp_id: int, key: str | None) -> list[tuple[Node, OrchError]]:
+    """A failed start's part stopped on every node, those whose start failed too: a start whose answer was lost (its
+    agent killed, the link cut) may have started the run all the same, and where nothing started there is nothing
+    to stop. Each node keeps the error of its start; the nodes that could not be stopped, with why, are returned."""
+    kept = {n.rank: n.error for n in nodes}
+    for n in nodes:
+        n.error = None
+    try:
+        _parallel(lambda n: _stop_one(n, exp_id, key), nodes)
+        return [(n, n.error) for n in nodes if n.error is not None]
+    finally:
+        for n in nodes:
+            n.error = kept[n.rank]
 
 
 def _stop_one(node: Node, exp_id: int, key: str | None) -> dict:

@@ -116,6 +116,43 @@ def test_a_node_failing_preflight_starts_nothing_anywhere(remote, testbed, ct201
     assert on_ct(testbed, 200, "sh", "-c", "ls /workspace/orch/runs 2>/dev/null || true").strip() == ""
 
 
+AFTER_START = """name: deploy
+steps:
+  - step: preflight
+  - step: push_revision
+  - step: stop_run
+  - step: checkpoints
+  - step: record
+  - step: start_run
+  - step: shell
+    argv: ["sh", "-c", "test ! -e /etc/orch-test-fail-after-start"]
+  - step: verify_started
+"""
+
+
+def test_a_node_whose_start_fails_after_its_run_started_has_that_run_stopped_too(remote, testbed, ct201):  # noqa: F811
+    """Node 1's locked call fails after its run started (as when its answer is lost): the job is failed, and its
+    run is stopped on both nodes, that node's too, never left running beside a failed row."""
+    _job_project(remote, "sleep 600", 'OMP_NUM_THREADS = "1"', extra='\n[distributed]\nlauncher = "none"\n')
+    (remote.path / "playbooks").mkdir(exist_ok=True)
+    (remote.path / "playbooks" / "deploy.yaml").write_text(AFTER_START)
+    ct201.attach("touch", "/etc/orch-test-fail-after-start")
+    try:
+        res = remote.run("deploy", "--ct", "200", "--ct", "201")
+    finally:
+        ct201.attach("rm", "-f", "/etc/orch-test-fail-after-start")
+    assert res.returncode != 0, res.stdout
+    exp = remote.registry().get(1)
+    assert exp.status == "failed" and "node 1 (CT 201" in exp.error
+    for vmid in (200, 201):  # each node's run folder holds a started run, and it has ended
+        run_dir = f"/workspace/orch/runs/{remote.run_key(1)}"
+        assert on_ct(testbed, vmid, "sh", "-c", f"test -e {run_dir}/pid.json && test -e {run_dir}/exit.json && "
+                                                 "echo ended || echo live").strip() == "ended", vmid
+    assert on_ct(testbed, 201, "sh", "-c", "pgrep -af '[s]leep 600' || true").strip() == ""
+    assert "node 1 (CT 201" in res.stderr and "the job was stopped on every node that answered" in res.stderr, \
+        res.stderr
+
+
 def _until_steps(testbed, nodes: list[dict], step: int, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     logs = [_on_host(testbed, n["ct"], f"{n['run_dir']}/train.log") for n in nodes]
