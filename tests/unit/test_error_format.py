@@ -240,3 +240,35 @@ def test_an_unresolvable_node_names_the_setting_to_change(role, setting):
     with pytest.raises(TransportError, match="cannot resolve host name") as info:
         transport.run(["true"])
     assert setting in (info.value.hint or "")
+
+
+# what pydantic-core raised when a Ctrl-C came while it built a model's schema (seen by interrupting imports)
+INTERRUPTED_SCHEMA = ('Error building "function-after" validator:\n  SchemaError: Error building "model" validator:\n'
+                      '  SchemaError: Field "overlong":\n  SchemaError: Error building "literal" validator:\n'
+                      '  KeyboardInterrupt: ')
+
+
+@pytest.mark.parametrize("raised", ["schema", "chained", "other"])
+def test_a_ctrl_c_wrapped_by_a_library_reads_as_interrupted(raised, tmp_path, monkeypatch):
+    from pydantic_core import SchemaError
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.main import app
+
+    def command(*_a, **_k):
+        if raised == "schema":
+            raise SchemaError(INTERRUPTED_SCHEMA)
+        if raised == "chained":
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as exc:
+                raise RuntimeError("wrapped") from exc
+        raise SchemaError('Error building "literal" validator:\n  ValueError: no')
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("orchestrator.cli.common.settings", command)
+    res = CliRunner().invoke(app, ["targets"], prog_name="orch")
+    if raised == "other":  # a real bug still shows as one
+        assert res.exit_code == 1 and isinstance(res.exception, SchemaError), res.output
+    else:
+        assert res.exit_code == 130 and res.output.strip() == "interrupted", res.output
