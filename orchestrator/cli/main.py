@@ -167,23 +167,15 @@ class OrchGroup(TyperGroup):
         except Exception as exc:
             if not _interrupted(exc):
                 raise
-            typer.echo("interrupted", err=True)  # a Ctrl-C that a library caught and wrapped in its own error
+            typer.echo("interrupted", err=True)  # a Ctrl-C that a library caught and raised as its own error
             raise typer.Exit(130) from None
 
 
 def _interrupted(exc: BaseException) -> bool:
-    """Whether a Ctrl-C is behind ``exc``: chained to it, or named last in a pydantic-core ``SchemaError`` (which
-    it raises, with the interrupt only in its text, when a Ctrl-C comes while it builds a model's schema, as a
-    module loads on first use)."""
-    seen: set[int] = set()
-    at: BaseException | None = exc
-    while at is not None and id(at) not in seen:
-        if isinstance(at, KeyboardInterrupt) or (
-                type(at).__name__ == "SchemaError" and str(at).rstrip().endswith("KeyboardInterrupt:")):
-            return True
-        seen.add(id(at))
-        at = at.__cause__ or at.__context__
-    return False
+    """Whether ``exc`` is a Ctrl-C in disguise: pydantic-core, interrupted while it builds a model's schema (as a
+    module loads on first use), raises a ``SchemaError`` that names the ``KeyboardInterrupt`` last in its text,
+    with nothing chained. (A ``typer.Exit`` raised while a Ctrl-C is handled is a command's own answer.)"""
+    return type(exc).__name__ == "SchemaError" and str(exc).rstrip().endswith("KeyboardInterrupt:")
 
 
 app = typer.Typer(cls=OrchGroup, help="Deploy, watch and compare training runs on Proxmox LXC containers.",
