@@ -428,15 +428,16 @@ def _stop_everywhere(nodes: list[Node], exp_id: int, key: str | None) -> list[tu
     """A failed start's part stopped on every node, those whose start failed too: a start whose answer was lost (its
     agent killed, the link cut) may have started the run all the same, and where nothing started there is nothing
     to stop. Each node keeps the error of its start; the nodes that could not be stopped, with why, are returned."""
-    kept = {n.rank: n.error for n in nodes}
-    for n in nodes:
-        n.error = None
-    try:
-        _parallel(lambda n: _stop_one(n, exp_id, key), nodes)
-        return [(n, n.error) for n in nodes if n.error is not None]
-    finally:
-        for n in nodes:
-            n.error = kept[n.rank]
+    unstopped: dict[int, OrchError] = {}
+
+    def stop(node: Node) -> None:
+        try:
+            _stop_one(node, exp_id, key)
+        except OrchError as exc:
+            unstopped[node.rank] = exc
+
+    _parallel(stop, nodes)
+    return [(n, unstopped[n.rank]) for n in nodes if n.rank in unstopped]
 
 
 def _stop_one(node: Node, exp_id: int, key: str | None) -> dict:
