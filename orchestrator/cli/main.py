@@ -111,6 +111,7 @@ class LazyCommands(MutableMapping):
 
 
 _INVOKED = [False]  # a command started: from then on a Ctrl-C says what was done (OrchGroup.invoke)
+_MAIN = [False]  # this process is running one orch command (main()), not a program or test calling the app
 
 
 class OrchGroup(TyperGroup):
@@ -140,6 +141,13 @@ class OrchGroup(TyperGroup):
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         _INVOKED[0] = True
+        try:
+            return self._invoke(ctx)
+        finally:
+            if _MAIN[0]:  # the command has said what it did: a Ctrl-C from now on would only hide its exit code
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def _invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
         except click.ClickException as exc:
@@ -292,14 +300,23 @@ def root_command(prepare: tuple[str, ...] = ()) -> click_core.Command:
     return root
 
 
+def _typers_own_ctrl_c(exc: SystemExit) -> bool:
+    """Whether typer ended the command for a Ctrl-C it caught itself (``Exit(130) from`` the KeyboardInterrupt):
+    one while the command line was parsed, or one that came between a command's last word and its exit. orch's
+    own exits for a Ctrl-C have said what was done already, and chain nothing."""
+    ctx = exc.__context__
+    return exc.code == 130 and isinstance(ctx, typer.Exit) and isinstance(ctx.__cause__, KeyboardInterrupt)
+
+
 def main(argv: list[str] | None = None) -> None:
     command = root_command()
+    _MAIN[0] = True
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C says what was done
     try:
         command.main(args=argv if argv is not None else sys.argv[1:], prog_name="orch")
     except SystemExit as exc:
-        if exc.code == 130 and not _INVOKED[0]:  # a Ctrl-C while the command line was parsed: typer says nothing
-            os.write(2, b"interrupted: nothing was done\n")
+        if _typers_own_ctrl_c(exc):  # exit 130 without a word: say it
+            os.write(2, b"interrupted\n" if _INVOKED[0] else b"interrupted: nothing was done\n")
         raise
     except OrchError as exc:  # raised outside a group's invoke (e.g. in a callback)
         typer.echo(f"error: {exc.message}", err=True)

@@ -62,3 +62,39 @@ def test_a_ctrl_c_while_the_orch_script_loads_or_hands_its_command_on_says_nothi
     assert all("interrupted" in err for err in interrupted), [err for err in interrupted if "interrupted" not in err]
     orchs = [err for _code, err in seen if "Traceback" in err and "/orchestrator/" in err]
     assert not orchs, orchs
+
+
+AFTER_THE_COMMAND = """
+import os, signal, sys
+from orchestrator.cli import main as cli
+
+exit_ = cli.click_core.Context.exit
+
+def exit(ctx, code=0):  # typer's exit after the command returned: a Ctrl-C lands here
+    if HOW == "signal":
+        os.kill(os.getpid(), signal.SIGINT)
+    else:
+        raise KeyboardInterrupt
+    return exit_(ctx, code)
+
+HOW = sys.argv.pop(1)
+cli.click_core.Context.exit = exit
+cli.run_as_main()
+"""
+
+
+def _after_the_command(project, how: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", AFTER_THE_COMMAND, how, "experiments", "list"], cwd=project.path,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_ctrl_c_after_the_command_said_what_it_did_keeps_its_exit_code(project):
+    res = _after_the_command(project, "signal")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert res.stdout == "no experiments yet (orch deploy starts one)\n" and res.stderr == "", res
+
+
+def test_a_ctrl_c_typer_catches_after_the_command_says_interrupted(project):
+    """One that slips in before the command is over (here raised where typer ends it) still says so."""
+    res = _after_the_command(project, "raise")
+    assert res.returncode == 130 and res.stderr == "interrupted\n", (res.stdout, res.stderr)
