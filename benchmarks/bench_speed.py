@@ -13,6 +13,10 @@ pair) and prints one table (case, orch, baseline, ratio, bar, met or not, peak R
            the controller (the CLI, its keepers and warm processes, and their children) and of the agent in the CT;
   job      `orch deploy --ct 200 --ct 201` (examples/ddp, a 2-node job) vs `orch deploy --ct 200`, both warm
            (revision on every node, keepers up); each run is stopped after it, untimed;
+  jobidle  the same with `sleep 100000` as the command, run as it is on each node (launcher "none"): the job case's
+           two nodes each start torchrun and its worker (four torch imports on the CTs' shared CPUs) where the one
+           node starts train.py alone; here no run takes CPU as the deploy answers, so what is left is orch's own
+           work for the second node;
   status   `orch status --all` over 20 SSH targets (5 with --quick; each a real sshd on a loopback port, as
            tests/loopback_sshd.py starts them, with an orch root and a running run of its own) vs the slowest
            single target: the largest of the targets' medians of `orch status --target NAME`, each round asking
@@ -29,7 +33,7 @@ then runs prepare.py on the controller. nanoGPT's .gitignore drops *.bin and *.p
 re-includes them. torch comes from the testbed's torch site folder (tests/testbed/torchsite.py: installed once by
 pip, CPU wheel, into the testbed cache outside the repository), bind-mounted read-only into the CTs.
 Never asserts on time. Run as root:
-    python benchmarks/bench_speed.py [--runs 5] [--cases cold,warm,push,job,status,nanogpt] [--quick]
+    python benchmarks/bench_speed.py [--runs 5] [--cases cold,warm,push,job,jobidle,status,nanogpt] [--quick]
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _speed import Case, PeakWatch, busy_ms, check, cpu_ms, pairs, print_table, tree, wall  # noqa: E402
 from tests.testbed.procs import pids_running  # noqa: E402
 
-CASES = ("cold", "warm", "push", "job", "status", "nanogpt")
+CASES = ("cold", "warm", "push", "job", "jobidle", "status", "nanogpt")
 TORCH_CASES = {"job", "nanogpt"}
 TRAIN = "import time\n# revision {n}\nwhile True:\n    time.sleep(1)\n"
 NANOGPT = REPO / "benchmarks" / "nanogpt"
@@ -265,6 +269,21 @@ def case_job(b: Bench) -> Case:
                      targets="", default=None)
     for name in ("train.py", "synthetic.py"):
         shutil.copy(DDP / name, proj / name)
+    mine, base = job_pairs(b, proj)
+    return Case("2-node job deploy, warm", mine, base, "1-node deploy, warm", 1.3)
+
+
+def case_jobidle(b: Bench) -> Case:
+    """The job case with a command that takes no CPU as it starts, run as it is (no torchrun in front of it on two
+    nodes): the CTs' CPUs are orch's alone."""
+    proj = b.project("jobidle", ["train.py"], "sleep 100000", targets="", default=None,
+                     extra='[run]\nstop_timeout = 5\nterm_timeout = 3\n[distributed]\nlauncher = "none"')
+    (proj / "train.py").write_text(TRAIN.format(n=0))
+    mine, base = job_pairs(b, proj)
+    return Case("2-node job deploy, warm, `sleep` as the command", mine, base, "1-node deploy, the same", 1.3)
+
+
+def job_pairs(b: Bench, proj: Path) -> tuple[list[float], list[float]]:
     two, one = ("--ct", "200", "--ct", "201"), ("--ct", "200")
     for cts in (two, one):  # warm: the revision is on every node
         b.orch(proj, "deploy", *cts)
@@ -276,8 +295,7 @@ def case_job(b: Bench) -> Case:
         b.orch(proj, "stop")
         return took
 
-    mine, base = pairs(lambda i: deploy(two), lambda i: deploy(one), b.runs)
-    return Case("2-node job deploy, warm", mine, base, "1-node deploy, warm", 1.3)
+    return pairs(lambda i: deploy(two), lambda i: deploy(one), b.runs)
 
 
 # status --all over many SSH targets
@@ -440,8 +458,8 @@ def case_nanogpt(b: Bench) -> Case:
     return Case("deploy -> nanoGPT iter 0 (CPU config)", mine, hand, "scp -r + ssh tmux", 1.1)
 
 
-RUNNERS = {"cold": case_cold, "warm": case_warm, "push": case_push, "job": case_job, "status": case_status,
-           "nanogpt": case_nanogpt}
+RUNNERS = {"cold": case_cold, "warm": case_warm, "push": case_push, "job": case_job, "jobidle": case_jobidle,
+           "status": case_status, "nanogpt": case_nanogpt}
 
 
 def main() -> None:

@@ -83,7 +83,7 @@ def test_secrets_reach_only_the_runs_environment(project):
     wait_status(project, 1, ("running",))
     run_dir = project.run_dir(1)
     deadline = time.monotonic() + 30
-    while "HF_TOKEN" not in (run_dir / "train.log").read_text():
+    while "step=1" not in (run_dir / "train.log").read_text():  # after both hashes (orch's own line names them first)
         assert time.monotonic() < deadline, "the run never printed its secrets' hashes"
         time.sleep(0.1)
     cmdlines = every_cmdline()  # while the run, its supervisor and tmux are alive
@@ -103,7 +103,7 @@ def test_secrets_reach_only_the_runs_environment(project):
     orch("restart", "-m", "second")
     wait_status(project, 2, ("running",))
     deadline = time.monotonic() + 30
-    while "HF_TOKEN" not in (project.run_dir(2) / "train.log").read_text():
+    while "step=1" not in (project.run_dir(2) / "train.log").read_text():
         assert time.monotonic() < deadline
         time.sleep(0.1)
     cmdlines += every_cmdline()

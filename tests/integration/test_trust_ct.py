@@ -49,7 +49,7 @@ def test_a_secret_reaches_only_the_runs_environment_in_the_ct(remote, testbed):
         exp_id = max(rows(remote))
         log_path = f"{ROOT}/runs/{remote.run_key(exp_id)}/train.log"
         deadline = time.monotonic() + 30
-        while "HF_TOKEN" not in (log := on_ct(testbed, vmid, "cat", log_path)):
+        while "step=1" not in (log := on_ct(testbed, vmid, "cat", log_path)):  # after both lines (and orch's own)
             assert time.monotonic() < deadline, log
             time.sleep(0.2)
         assert f"WANDB_API_KEY {hashlib.sha256(key.encode()).hexdigest()}" in log
