@@ -472,7 +472,7 @@ def _records(nodes: list[Node], runs: list | None, states: list) -> list[dict]:
 def job(registry: Registry, group: Group) -> Experiment:
     """The group's latest job: the newest row on node 0's machine that has a record for every node."""
     want = [m.machine for m in group.members]
-    for exp in registry.list(machine=group.members[0].machine, limit=50):
+    for exp in registry.newest(machine=group.members[0].machine, limit=50):
         if exp.nodes and [n.get("machine") for n in exp.nodes] == want and exp.status != "failed":
             return exp
     raise NotFoundError(f"no job on {group.label}", hint="start one with orch deploy naming these nodes")

@@ -537,6 +537,12 @@ class Registry:
 
     def list(self, target: str | None = None, status: str | None = None, limit: int | None = None,
              machine: str | None = None, sweep: str | None = None) -> list[Experiment]:
+        return list(self.newest(target, status, limit, machine, sweep))
+
+    def newest(self, target: str | None = None, status: str | None = None, limit: int | None = None,
+               machine: str | None = None, sweep: str | None = None) -> Iterator[Experiment]:
+        """``list``'s experiments, newest first, each decoded when it is reached: a search that stops at the first
+        match decodes no more rows."""
         sql, args = "SELECT * FROM experiments WHERE 1=1", []
         if sweep:
             sql += " AND sweep = ?"
@@ -553,7 +559,8 @@ class Registry:
         sql += " ORDER BY id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [self._from_row(r) for r in self._exec(sql, args, fetch="all")]
+        for row in self._exec(sql, args, fetch="all"):
+            yield self._from_row(row)
 
     def places(self, project: str) -> list[tuple[int, str | None, str]]:
         """(id, machine, target) of every experiment of ``project``, newest first, read without decoding the rows."""

@@ -4,6 +4,7 @@ back by a rolled-back write) is read as it is now."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,3 +44,27 @@ def test_a_rolled_back_write_leaves_the_row_as_it_was(tmp_path: Path):
                 raise ConflictError("the launch failed")
         again = reg.get(exp.id)
         assert (again.status, again.message) == ("launching", None)
+
+
+def test_a_search_of_the_newest_rows_decodes_only_those_it_reaches(tmp_path: Path):
+    """How a job's latest row is found (``multinode.job``): newest first, stopping at the first match."""
+    from orchestrator.launch import multinode
+
+    with Registry(tmp_path / "e.db") as reg:
+        job = reg.create(project="p", target="job", machine="ssh:a", revision="abc", command="python3 train.py",
+                         target_info={"kind": "ssh"}, nodes=[{"rank": 0, "machine": "ssh:a"},
+                                                             {"rank": 1, "machine": "ssh:b"}])
+        for _ in range(30):  # single-node runs on node 0's machine, before and after
+            reg.create(project="p", target="a", machine="ssh:a", revision="abc", command="python3 train.py",
+                       target_info={"kind": "ssh"})
+        last = reg.create(project="p", target="a", machine="ssh:a", revision="abc", command="python3 train.py",
+                          target_info={"kind": "ssh"})
+        newest = reg.create(project="p", target="job", machine="ssh:a", revision="abc",
+                            command="python3 train.py", target_info={"kind": "ssh"},
+                            nodes=[{"rank": 0, "machine": "ssh:a"}, {"rank": 1, "machine": "ssh:b"}])
+        reg._decoded.clear()
+        group = multinode.Group(name="a+b", members=[SimpleNamespace(machine=m) for m in ("ssh:a", "ssh:b")])
+        assert multinode.job(reg, group).id == newest.id
+        assert set(reg._decoded) == {newest.id}  # the 31 older rows were never decoded
+        assert [e.id for e in reg.newest(machine="ssh:a", limit=3)] == [newest.id, last.id, last.id - 1]
+        assert [e.id for e in reg.list(machine="ssh:a")][-1] == job.id
