@@ -318,6 +318,9 @@ def main(argv: list[str] | None = None) -> None:
         if _typers_own_ctrl_c(exc):  # exit 130 without a word: say it
             os.write(2, b"interrupted\n" if _INVOKED[0] else b"interrupted: nothing was done\n")
         raise
+    except KeyboardInterrupt:  # before typer's own handling (its shell-completion check reads the environment)
+        os.write(2, b"interrupted\n" if _INVOKED[0] else b"interrupted: nothing was done\n")
+        sys.exit(130)
     except OrchError as exc:  # raised outside a group's invoke (e.g. in a callback)
         typer.echo(f"error: {exc.message}", err=True)
         if exc.hint:

@@ -77,8 +77,15 @@ def exit(ctx, code=0):  # typer's exit after the command returned: a Ctrl-C land
         raise KeyboardInterrupt
     return exit_(ctx, code)
 
+
+def early(self, *args, **kwargs):  # typer's first step, before its own Ctrl-C handling
+    raise KeyboardInterrupt
+
 HOW = sys.argv.pop(1)
-cli.click_core.Context.exit = exit
+if HOW == "early":
+    cli.OrchGroup._main_shell_completion = early
+else:
+    cli.click_core.Context.exit = exit
 cli.run_as_main()
 """
 
@@ -98,3 +105,9 @@ def test_a_ctrl_c_typer_catches_after_the_command_says_interrupted(project):
     """One that slips in before the command is over (here raised where typer ends it) still says so."""
     res = _after_the_command(project, "raise")
     assert res.returncode == 130 and res.stderr == "interrupted\n", (res.stdout, res.stderr)
+
+
+def test_a_ctrl_c_before_typer_handles_them_says_nothing_was_done(project):
+    """One that lands in typer's first step (its shell-completion check), before its own Ctrl-C handling."""
+    res = _after_the_command(project, "early")
+    assert res.returncode == 130 and res.stderr == "interrupted: nothing was done\n", (res.stdout, res.stderr)
