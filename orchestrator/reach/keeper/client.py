@@ -50,6 +50,7 @@ class KeptTransport(Transport):
         self.persist = persist
         self._make_direct = direct
         self._direct: Transport | None = None
+        self._residents: Any = None  # the resident agents on the direct connection (resident.Residents)
         user, host, port = spec.get("user"), spec["host"], spec.get("port")
         self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
 
@@ -149,15 +150,15 @@ class KeptTransport(Transport):
              output: Output) -> Result:
         if not argv:
             raise errors.InputError("empty command", hint="pass the program and its arguments as a list")
-        if self._direct is not None:
-            return self._direct.run(argv, input=input, timeout=timeout, stall=stall, output=output)
         limit = timeout if timeout is not None else (self.command_timeout if stall is None else None)
+        if self._direct is not None:
+            return self._run_direct(op, argv, input, timeout, stall, output, limit)
         request = {"op": op, "spec": self.spec, "argv": list(argv), "timeout": limit, "stall": stall,
                    "stream": output is not None}
         try:
             answer = self._request(request, input, output, limit)
         except _NoKeeper:
-            return self.direct().run(argv, input=input, timeout=timeout, stall=stall, output=output)
+            return self._run_direct(op, argv, input, timeout, stall, output, limit)
         self.stats.commands += 1
         self.stats.connections += answer.get("connections", 0)
         if answer.get("resident"):
@@ -165,6 +166,26 @@ class KeptTransport(Transport):
         stderr = base64.b64decode(answer.get("stderr", ""))
         self.stats.bytes_received += len(answer["stdout"]) + len(stderr)
         return Result(list(argv), int(answer["exit_code"]), answer["stdout"], stderr)
+
+    def _run_direct(self, op: str, argv: list[str], input: Input, timeout: float | None, stall: float | None,
+                    output: Output, limit: float | None) -> Result:
+        """On this process's own connection; an agent call on a resident agent there, as the keeper would."""
+        direct = self.direct()
+        if op == "agent":
+            from .resident import Residents, on_resident
+
+            if self._residents is None:
+                self._residents = Residents()
+            out = bytearray()
+            rest = on_resident(self._residents, direct, list(argv), pieces(input), output or out.extend, limit, stall,
+                               None)
+            if rest is None:
+                self.stats.commands += 1
+                self.stats.extra["resident"] = self.stats.extra.get("resident", 0) + 1
+                self.stats.bytes_received += len(out)
+                return Result(list(argv), 0, bytes(out), b"")
+            input = rest
+        return direct.run(argv, input=input, timeout=timeout, stall=stall, output=output)
 
     def run_bulk(self, argv: list[str], *, open: Callable[[], Input], stall: float | None = None) -> Result:
         """On a connection of this process, never relayed byte by byte through the keeper; one made for the stream

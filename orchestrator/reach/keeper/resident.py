@@ -1,12 +1,16 @@
 """Resident agents: ``agent.pyz serve`` on a held connection, answering one request after another.
 
     pool = Residents()
-    stdout = pool.call(held_transport, ["python3", ".../agent-<hash>.pyz"], stdin, output, limit, stall, cancel)
+    served = pool.call(held_transport, ["python3", ".../agent-<hash>.pyz"], stdin, output, limit, stall, cancel)
+    rest = on_resident(pool, held_transport, argv, stdin, output, limit, stall, cancel)  # None: answered
 
-``call`` returns None when no resident could be started there (the agent file is missing, python refuses):
-the caller then runs the request as a one-shot command, which reports why as it always has. A request that
-times out, stalls, or is abandoned by its orch command hangs up its resident's channel: the agent notices
-like a one-shot call would (no further step starts) and exits, and the next request starts a new one.
+``call`` returns False when no resident could be started there (the agent file is missing, python refuses):
+the caller then runs the request as a one-shot command, which reports why as it always has; ``on_resident``
+hands back the request's whole stdin for that run. The keeper keeps a pool for the connections it holds; a
+command that found no keeper keeps one for its own connection, so its second agent call skips the agent's
+start-up on the target. A request that times out, stalls, or is abandoned by its orch command hangs up its
+resident's channel: the agent notices like a one-shot call would (no further step starts) and exits, and the next
+request starts a new one.
 """
 
 from __future__ import annotations
@@ -43,7 +47,10 @@ class Resident:
         return not self.chan.closed and not self.chan.exit_status_ready()
 
     def close(self) -> None:
-        self.chan.close()
+        try:
+            self.chan.close()
+        except Exception:  # noqa: BLE001 (paramiko says the close to a connection that is gone: nothing to hang up)
+            pass
 
     def _answer(self, output: Callable[[bytes], None], limit: float | None, stall: float | None,
                 cancel: threading.Event | None, what: str, sent: list[float]) -> None:
@@ -98,6 +105,8 @@ class Resident:
                 if not self.chan.get_transport().is_active():
                     raise _Gone() from None
                 continue
+            except (EOFError, OSError):  # paramiko's window adjust, sent from recv, met a dead connection
+                raise _Gone() from None
             if not chunk:
                 raise _Gone()
             progressed = heard[0] = time.monotonic()
@@ -137,7 +146,7 @@ class Resident:
                     sent[0] = time.monotonic()
             except OrchError as exc:
                 failed.append(exc)
-                self.chan.close()
+                self.close()
             except Exception:
                 return
 
@@ -146,11 +155,11 @@ class Resident:
         try:
             self._answer(output, limit, stall, cancel, what, sent)
         except Stale:
-            self.chan.close()
+            self.close()
             feeder.join(30)  # its next send fails: the caller may read the rest of stdin itself
             raise
         except BaseException:
-            self.chan.close()  # hang up: the agent starts no further step, and exits
+            self.close()  # hang up: the agent starts no further step, and exits
             if failed:
                 raise failed[0] from None
             raise
@@ -225,6 +234,11 @@ class Residents:
                     pool.remove(resident)
             raise
         except _Gone:
+            if not transport.alive():  # the connection went, not just the agent: as a one-shot command says it
+                transport.close()  # the next request connects afresh
+                raise TransportError(f"connection to {transport.description} lost while {argv[0]} ran; the request "
+                                     "may or may not have run", hint="check the target's state before running it "
+                                     "again") from None
             raise TransportError(f"the agent on {transport.description} went away while it answered; the request "
                                  "may or may not have run", hint="check the target's state before running it again"
                                  ) from None
@@ -242,3 +256,55 @@ class Residents:
             pool = self.pools.pop(id(transport), [])
         for resident in pool:
             resident.close()
+
+
+class Replay:
+    """A command's stdin that can be read once more from the start (what a request sends is small; a big push
+    is not kept, and then cannot be replayed)."""
+
+    LIMIT = 1 << 20
+
+    def __init__(self, source: Iterator[bytes]) -> None:
+        self.source = source
+        self.kept: list[bytes] | None = []
+        self.size = 0
+        self.started = False
+
+    def _keep(self, piece: bytes) -> None:
+        if self.kept is not None:
+            self.size += len(piece)
+            if self.size <= self.LIMIT:
+                self.kept.append(bytes(piece))
+            else:
+                self.kept = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.started = True
+        for piece in self.source:
+            self._keep(piece)
+            yield piece
+
+    def again(self) -> Iterator[bytes]:
+        """Everything the command sends, from the start: what was read already and the rest."""
+        if not self.started:
+            return self.source  # nothing read yet: streamed as it comes
+        for piece in self.source:
+            self._keep(piece)
+        if self.kept is None:
+            raise TransportError("the agent's files on the target changed while a large request was sent to it; "
+                                 "nothing was run", hint="run the command again")
+        return iter(self.kept)
+
+
+def on_resident(pool: Residents, transport: Any, argv: list[str], stdin: Iterator[bytes],
+                output: Callable[[bytes], None], limit: float | None, stall: float | None,
+                cancel: threading.Event | None) -> Iterator[bytes] | None:
+    """Run an agent request on a resident of ``pool``; None once it answered, else the request's stdin from its
+    start for a one-shot run (none serves there, or the one that took it found its files changed and ran
+    nothing)."""
+    replay = Replay(stdin)
+    try:
+        served = pool.call(transport, argv, replay, output, limit, stall, cancel)
+    except Stale:
+        return replay.again()
+    return None if served else replay.again()

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from ... import sockets
 from ...errors import OrchError, TransportError
 from . import wire
-from .resident import Residents, Stale
+from .resident import Residents, on_resident
 
 TRUST_FILES = ("~/.ssh/config", "/etc/ssh/ssh_config")
 
@@ -171,14 +171,10 @@ class Keeper:
         stream = bool(request.get("stream"))
         output = (lambda chunk: wire.send(conn, b"O", chunk)) if stream else out.extend
         before = held.transport.stats.connections
-        stdin = Replay(_stdin(conn, cancel))
-        try:
-            served = self.residents.call(held.transport, request["argv"], stdin, output, request.get("timeout"),
-                                         request.get("stall"), cancel)
-        except Stale:  # it ran nothing: the same request one-shot, which pushes the agent again if it is gone
-            return self._serve_run(conn, request, stdin.again(), cancel)
-        if not served:
-            return self._serve_run(conn, request, stdin.again(), cancel)
+        rest = on_resident(self.residents, held.transport, request["argv"], _stdin(conn, cancel), output,
+                           request.get("timeout"), request.get("stall"), cancel)
+        if rest is not None:  # the same request one-shot, which pushes the agent again if it is gone
+            return self._serve_run(conn, request, rest, cancel)
         for start in range(0, len(out), 1 << 20):
             wire.send(conn, b"O", memoryview(out)[start:start + (1 << 20)])
         wire.send_json(conn, b"R", {"exit_code": 0, "stderr": "", "resident": True,
@@ -221,44 +217,6 @@ class Keeper:
             server.close()
             self.close(None)
         return 0
-
-
-class Replay:
-    """A command's stdin that can be read once more from the start (what a request sends is small; a big push
-    is not kept, and then cannot be replayed)."""
-
-    LIMIT = 1 << 20
-
-    def __init__(self, source: Iterator[bytes]) -> None:
-        self.source = source
-        self.kept: list[bytes] | None = []
-        self.size = 0
-        self.started = False
-
-    def _keep(self, piece: bytes) -> None:
-        if self.kept is not None:
-            self.size += len(piece)
-            if self.size <= self.LIMIT:
-                self.kept.append(bytes(piece))
-            else:
-                self.kept = None
-
-    def __iter__(self) -> Iterator[bytes]:
-        self.started = True
-        for piece in self.source:
-            self._keep(piece)
-            yield piece
-
-    def again(self) -> Iterator[bytes]:
-        """Everything the command sends, from the start: what was read already and the rest."""
-        if not self.started:
-            return self.source  # nothing read yet: streamed as it comes
-        for piece in self.source:
-            self._keep(piece)
-        if self.kept is None:
-            raise TransportError("the agent's files on the target changed while a large request was sent to it; "
-                                 "nothing was run", hint="run the command again")
-        return iter(self.kept)
 
 
 def _stdin(conn: socket.socket, cancel: threading.Event | None) -> Iterator[bytes]:

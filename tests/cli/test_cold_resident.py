@@ -1,0 +1,67 @@
+"""A command that finds no connection keeper (the first of the day, or one after the keeper idled out) sends its
+agent calls to one resident agent on its own connection, as the keeper would: its second call does not start the
+agent again on the target. Seen from the target: its python is a wrapper that logs every agent process started."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_bulk_push import sshd  # noqa: F401  (the fixture)
+from tests.loopback_sshd import SSHD
+
+pytestmark = pytest.mark.skipif(shutil.which("ssh") is None or not SSHD.exists(), reason="needs OpenSSH (ssh, sshd)")
+
+
+def _logged_target(project, sshd, tmp_path: Path) -> Path:
+    """Target ``box`` on the loopback sshd, its python a wrapper that logs each agent process; the log's path."""
+    log = tmp_path / "agents.log"
+    wrapper = tmp_path / "python3"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("python3")} "$@"\n')
+    wrapper.chmod(0o755)
+    project.configure(extra=f'\n[targets.box]\nkind = "ssh"\nhost = "127.0.0.1"\nport = {sshd.port}\n'
+                            f'user = "root"\nroot = "{sshd.state / "root"}"\npython = "{wrapper}"\n\n'
+                            f'[ssh]\nknown_hosts = ["{sshd.known_hosts}"]\nidentity_file = "{sshd.key}"\n'
+                            'connect_retries = 0\n')
+    return log
+
+
+def _close_keepers() -> None:
+    from orchestrator.reach.keeper import client
+
+    client.close(None)
+
+
+def test_a_deploy_that_finds_no_keeper_starts_the_agent_once_for_all_its_calls(project, sshd, tmp_path):  # noqa: F811
+    log = _logged_target(project, sshd, tmp_path)
+    for args in (["deploy", "-t", "box"], ["stop", "-t", "box"]):  # the agent is on the target now
+        res = project.run(*args)
+        assert res.returncode == 0, res.stderr
+    _close_keepers()
+    log.unlink()
+    (project.path / "train.py").write_text((project.path / "train.py").read_text() + "\n# one line changed\n")
+
+    res = project.run("deploy", "-t", "box")
+    assert res.returncode == 0, res.stderr
+    started = log.read_text().splitlines()
+    assert len(started) == 1 and started[0].endswith(".pyz serve"), started  # probe, push and start: one agent
+    with project.registry() as reg:
+        assert reg.get(2).status == "running"
+    assert project.run("stop", "-t", "box").returncode == 0
+    _close_keepers()
+    assert len(log.read_text().splitlines()) == 2  # the stop's own agent
+
+
+def test_a_resident_that_cannot_start_leaves_the_call_to_a_one_shot_agent(project, sshd, tmp_path):  # noqa: F811
+    """The first deploy to a target: no agent there yet. The resident's start fails, the one-shot call says the
+    file is missing, the agent is pushed, and the calls go on on a resident."""
+    log = _logged_target(project, sshd, tmp_path)
+    res = project.run("deploy", "-t", "box")
+    assert res.returncode == 0, res.stderr
+    started = [line.rsplit("/", 1)[-1] for line in log.read_text().splitlines()]
+    name = started[-1].split()[0]
+    assert started == [f"{name} serve", name, f"{name} serve"], started
+    assert (sshd.state / "root" / "agent" / name).is_file()
+    assert project.run("stop", "-t", "box").returncode == 0
