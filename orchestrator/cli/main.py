@@ -308,6 +308,10 @@ def _typers_own_ctrl_c(exc: SystemExit) -> bool:
     return exc.code == 130 and isinstance(ctx, typer.Exit) and isinstance(ctx.__cause__, KeyboardInterrupt)
 
 
+def _say_interrupted() -> None:
+    os.write(2, b"interrupted\n" if _INVOKED[0] else b"interrupted: nothing was done\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     command = root_command()
     _MAIN[0] = True
@@ -316,10 +320,10 @@ def main(argv: list[str] | None = None) -> None:
         command.main(args=argv if argv is not None else sys.argv[1:], prog_name="orch")
     except SystemExit as exc:
         if _typers_own_ctrl_c(exc):  # exit 130 without a word: say it
-            os.write(2, b"interrupted\n" if _INVOKED[0] else b"interrupted: nothing was done\n")
+            _say_interrupted()
         raise
     except KeyboardInterrupt:  # before typer's own handling (its shell-completion check reads the environment)
-        os.write(2, b"interrupted\n" if _INVOKED[0] else b"interrupted: nothing was done\n")
+        _say_interrupted()
         sys.exit(130)
     except OrchError as exc:  # raised outside a group's invoke (e.g. in a callback)
         typer.echo(f"error: {exc.message}", err=True)

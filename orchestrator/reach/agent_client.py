@@ -9,6 +9,7 @@ file", the zip is pushed and the call repeated, so an up-to-date target costs no
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import itertools
@@ -26,10 +27,7 @@ from .transport.local import LocalTransport
 
 _KIND_TO_ERROR = {"input": InputError, "safety": SafetyError, "conflict": ConflictError,
                   "notfound": NotFoundError, "agent": AgentError}
-_ZIP_CACHE: dict[str, tuple[str, bytes]] = {}
-_DIGEST: dict[str, str] = {}
-_FILES: dict[str, list[tuple[str, bytes]]] = {}
-_ZIP_LOCK = threading.Lock()
+_ZIP_LOCK = threading.Lock()  # the agent's files are read, hashed and zipped once, by one thread
 
 
 def _package_files() -> list[tuple[str, Path]]:
@@ -57,17 +55,7 @@ def agent_zip() -> tuple[str, bytes]:
     """(content hash, zip bytes) of the agent; deterministic, built once per process (threads asking many
     targets at once wait for the one build, rather than each compressing the agent again)."""
     with _ZIP_LOCK:
-        digest = _agent_digest()
-        if "zip" not in _ZIP_CACHE:
-            buf = io.BytesIO()
-            with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-                for name, data in _agent_files():
-                    info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
-                    info.external_attr = 0o644 << 16
-                    info.compress_type = zipfile.ZIP_DEFLATED
-                    zf.writestr(info, data)
-            _ZIP_CACHE["zip"] = (digest, buf.getvalue())
-        return _ZIP_CACHE["zip"]
+        return _agent_digest(), _agent_zip_bytes()
 
 
 def agent_digest() -> str:
@@ -77,22 +65,32 @@ def agent_digest() -> str:
         return _agent_digest()
 
 
-def _agent_digest() -> str:
-    if "digest" not in _DIGEST:
-        h = hashlib.sha256()
+@functools.cache
+def _agent_zip_bytes() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in _agent_files():
-            h.update(f"{name}\0{len(data)}\0".encode())
-            h.update(data)
-        _DIGEST["digest"] = h.hexdigest()[:16]
-    return _DIGEST["digest"]
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    return buf.getvalue()
 
 
-def _agent_files() -> list[tuple[str, bytes]]:
+@functools.cache
+def _agent_digest() -> str:
+    h = hashlib.sha256()
+    for name, data in _agent_files():
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def _agent_files() -> tuple[tuple[str, bytes], ...]:
     """(name in zip, bytes) of the agent, read once per process."""
-    if "files" not in _FILES:
-        boot = Path(__file__).resolve().parents[1] / "agent" / "bootstrap.py"
-        _FILES["files"] = [(name, path.read_bytes()) for name, path in [("__main__.py", boot), *_package_files()]]
-    return _FILES["files"]
+    boot = Path(__file__).resolve().parents[1] / "agent" / "bootstrap.py"
+    return tuple((name, path.read_bytes()) for name, path in [("__main__.py", boot), *_package_files()])
 
 
 @dataclass

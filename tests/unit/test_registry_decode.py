@@ -51,17 +51,16 @@ def test_a_search_of_the_newest_rows_decodes_only_those_it_reaches(tmp_path: Pat
     from orchestrator.launch import multinode
 
     with Registry(tmp_path / "e.db") as reg:
-        job = reg.create(project="p", target="job", machine="ssh:a", revision="abc", command="python3 train.py",
-                         target_info={"kind": "ssh"}, nodes=[{"rank": 0, "machine": "ssh:a"},
-                                                             {"rank": 1, "machine": "ssh:b"}])
-        for _ in range(30):  # single-node runs on node 0's machine, before and after
-            reg.create(project="p", target="a", machine="ssh:a", revision="abc", command="python3 train.py",
-                       target_info={"kind": "ssh"})
-        last = reg.create(project="p", target="a", machine="ssh:a", revision="abc", command="python3 train.py",
-                          target_info={"kind": "ssh"})
-        newest = reg.create(project="p", target="job", machine="ssh:a", revision="abc",
-                            command="python3 train.py", target_info={"kind": "ssh"},
-                            nodes=[{"rank": 0, "machine": "ssh:a"}, {"rank": 1, "machine": "ssh:b"}])
+        def row(nodes=None):
+            return reg.create(project="p", target="t", machine="ssh:a", revision="abc", command="python3 train.py",
+                              target_info={"kind": "ssh"}, nodes=nodes)
+
+        two = [{"rank": 0, "machine": "ssh:a"}, {"rank": 1, "machine": "ssh:b"}]
+        job = row(two)
+        for _ in range(30):  # single-node runs on node 0's machine, between the two jobs
+            row()
+        last = row()
+        newest = row(two)
         reg._decoded.clear()
         group = multinode.Group(name="a+b", members=[SimpleNamespace(machine=m) for m in ("ssh:a", "ssh:b")])
         assert multinode.job(reg, group).id == newest.id

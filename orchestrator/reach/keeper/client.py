@@ -21,6 +21,7 @@ from ... import errors, sockets
 from ...errors import OrchError, TransportError
 from ..transport.base import Input, Output, Result, Transport, pieces
 from . import place, wire
+from .resident import Residents, on_resident
 
 
 def keeper(persist: float) -> socket.socket | None:
@@ -50,7 +51,7 @@ class KeptTransport(Transport):
         self.persist = persist
         self._make_direct = direct
         self._direct: Transport | None = None
-        self._residents: Any = None  # the resident agents on the direct connection (resident.Residents)
+        self._residents = Residents()  # the resident agents on the direct connection, when it is used
         user, host, port = spec.get("user"), spec["host"], spec.get("port")
         self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
 
@@ -172,10 +173,6 @@ class KeptTransport(Transport):
         """On this process's own connection; an agent call on a resident agent there, as the keeper would."""
         direct = self.direct()
         if op == "agent":
-            from .resident import Residents, on_resident
-
-            if self._residents is None:
-                self._residents = Residents()
             out = bytearray()
             rest = on_resident(self._residents, direct, list(argv), pieces(input), output or out.extend, limit, stall,
                                None)
