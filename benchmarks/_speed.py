@@ -29,16 +29,27 @@ def wall(fn: Callable[[int], object]) -> Callable[[int], float]:
 
 def pairs(orch: Callable[[int], float], base: Callable[[int], float], runs: int) -> tuple[float, float]:
     """Medians of ``runs`` pairs, orch and its baseline one after the other, the order swapped every pair (so
-    neither always runs right after the other's work)."""
+    neither always runs right after the other's work), each begun on a quiet machine (``quiet``)."""
     mine, theirs = [], []
     for i in range(runs):
-        if i % 2:
-            mine.append(orch(i))
-            theirs.append(base(i))
-        else:
-            theirs.append(base(i))
-            mine.append(orch(i))
+        for fn, into in ((orch, mine), (base, theirs))[::1 if i % 2 else -1]:
+            quiet()
+            into.append(fn(i))
     return statistics.median(mine), statistics.median(theirs)
+
+
+def quiet(share: float = 0.05, window: float = 0.2, limit: float = 5.0) -> bool:
+    """Wait (at most ``limit`` s) for a ``window`` in which this machine's CPUs were busy less than ``share`` of
+    the time: what the last sample left behind (a stopped run's exit, a standby supervisor's start, the page cache
+    written back) has settled before the next one is timed. False when it never did."""
+    deadline = time.monotonic() + limit
+    cpus = os.cpu_count() or 1
+    while time.monotonic() < deadline:
+        before = busy_ms()
+        time.sleep(window)
+        if busy_ms() - before < share * window * 1000 * cpus:
+            return True
+    return False
 
 
 def check(argv: list[str], **kw) -> subprocess.CompletedProcess:

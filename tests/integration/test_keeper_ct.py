@@ -70,7 +70,7 @@ def test_later_commands_share_one_held_connection_and_a_resident_agent(remote, t
     traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "orchestrator.cli.main", "status", "--target",
                              "ct200"], cwd=remote.path, capture_output=True, text=True, timeout=60)
     assert traced.returncode == 0 and "orchestrator.reach.keeper.client" in traced.stderr, traced.stderr[-2000:]
-    assert "paramiko" not in traced.stderr and "fabric" not in traced.stderr  # the keeper holds those
+    assert "paramiko" not in traced.stderr and "invoke" not in traced.stderr  # the keeper holds those
     listing = ok(remote, "connections", "list")
     assert "root@10.77.0.200:22" in listing and str(conn["pid"]) in listing
 

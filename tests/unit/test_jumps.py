@@ -11,7 +11,7 @@ from orchestrator.reach.transport.jumps import MAX_JUMPS, Hop, Route, describe_j
 
 
 def lookup_of(text: str):
-    """A real paramiko SSHConfig lookup (the one fabric hands orch), from ssh_config text."""
+    """A real paramiko SSHConfig lookup (the one orch reads the SSH config with), from ssh_config text."""
     from paramiko import SSHConfig
 
     config = SSHConfig()

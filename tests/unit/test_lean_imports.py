@@ -34,7 +34,7 @@ TMUX = "libtmux runs on the target, inside the agent, never in the controller"
 PLOT = "matplotlib loads only for `orch experiments plot`"
 TOML_W = "tomlkit loads only to rewrite orch.toml (`orch init`, `orch use`)"
 NEVER = {
-    "paramiko": SSH, "fabric": SSH, "invoke": SSH, "cryptography": SSH, "nacl": SSH, "bcrypt": SSH,
+    "paramiko": SSH, "invoke": SSH, "cryptography": SSH, "nacl": SSH, "bcrypt": SSH,
     "orchestrator.reach.transport.ssh": SSH, "orchestrator.reach.transport.hostkeys": SSH,
     "proxmoxer": PVE, "requests": PVE, "urllib3": PVE, "orchestrator.reach.proxmox": PVE,
     "numpy": NUMPY, "orchestrator.batching": NUMPY,

@@ -3,7 +3,7 @@
     t = KeptTransport(spec, command_timeout=300, persist=600, direct=lambda: SshTransport(**spec))
     t.run(["uname"])   # through the keeper; the first time, directly while a keeper starts
 
-Nothing here imports paramiko or fabric. When no keeper listens (the first command, no private runtime folder,
+Nothing here imports paramiko. When no keeper listens (the first command, no private runtime folder,
 a keeper that cannot start), commands go over a direct connection, exactly as with ``[ssh] persist = 0``.
 """
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import HostKeyError
+from . import sshlib
 
 
 def fingerprint(key_blob: bytes) -> str:
@@ -35,6 +36,7 @@ class KnownEntry:
 
 def find_known_entries(files: list[str], name: str) -> list[KnownEntry]:
     """Every line of ``files`` naming ``name`` (plain or hashed), for messages that say what to fix."""
+    sshlib.paramiko()
     from paramiko.hostkeys import HostKeyEntry, HostKeys
 
     found = []
@@ -76,7 +78,7 @@ class KnownHosts:
 
     def install(self, client: Any, label: str | None = None) -> None:
         """Load every file into a paramiko ``SSHClient``; unknown keys go to ``unknown``, never auto-added."""
-        import paramiko
+        paramiko = sshlib.paramiko()
 
         keys = client.get_host_keys()
         for path in self.files:

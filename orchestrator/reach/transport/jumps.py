@@ -68,7 +68,7 @@ def parse_proxy_jump(value: str | None) -> list[Hop]:
 def plan_route(alias: str, lookup: Lookup) -> Route:
     """How to reach ``alias``: its ``ProxyJump`` hops, preceded by the way to the first of them.
 
-    A host whose ``ProxyJump`` names itself (``Host *`` blocks) is reached directly, as fabric does; a
+    A host whose ``ProxyJump`` names itself (``Host *`` blocks) is reached directly, not through itself; a
     longer loop, or more than ``MAX_JUMPS`` hops, is an input error.
     """
     return _route(alias, lookup, (alias,))

@@ -1,12 +1,12 @@
 """The SSH target: one strictly host-key-checked connection per transport, reused for every call.
 
-This module and its known_hosts policy (``hostkeys.py``) are the only ones that import fabric or
-paramiko, always inside functions, so that ``orch --help`` never pays for them. Every paramiko/socket
+This module, its known_hosts policy (``hostkeys.py``) and the SSH config's reading (``sshconfig.py``) are
+the only ones that use paramiko, loaded in functions through ``sshlib``, so that ``orch --help`` never pays for them. Every paramiko/socket
 exception is translated here:
 
     unknown host key            -> HostKeyError (with the SHA256 fingerprint; --trust-new-host records it)
     changed host key            -> HostKeyError (always; names the known_hosts file and line)
-    (both for every hop: each ProxyJump jump host is opened here, never by fabric's AutoAddPolicy)
+    (both for every hop: each ProxyJump jump host is opened here, with the same strict policy)
     refused / unreachable       -> TransportError (retried with backoff, connecting only)
     no banner / no answer       -> TransportTimeout (within the connect timeout, not retried)
     bad key or user             -> TransportError
@@ -30,6 +30,7 @@ from typing import Any, Callable
 from ...errors import HostKeyError, InputError, OrchError, TransportError, TransportTimeout
 from .base import Input, Output, Result, Transport, pieces
 from .hostkeys import KnownHosts, known_hosts_name
+from . import sshconfig, sshlib
 from .jumps import describe_jump, plan_route
 
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.config/orch/known_hosts")
@@ -94,7 +95,7 @@ class SshTransport(Transport):
     # -- connecting -------------------------------------------------------------------------------
 
     def _connection(self) -> Any:
-        """The open fabric Connection to the destination, opening every hop (with retries) on first use."""
+        """The open connection to the destination, opening every hop (with retries) on first use."""
         with self._lock:
             if self._conn is not None and self._conn.transport is not None and self._conn.transport.is_active():
                 return self._conn
@@ -126,34 +127,25 @@ class SshTransport(Transport):
 
     def _new_route(self) -> list[_Leg]:
         """One unopened Connection per hop, first hop first: the jump hosts of ``ProxyJump``, then the
-        destination. fabric would build jump hosts itself with paramiko's AutoAddPolicy; here every hop
-        gets the same strict host-key policy, timeouts and key."""
-        from fabric import Config, Connection
-
+        destination. Every hop gets the same strict host-key policy, timeouts and key."""
         # paramiko logs every failed handshake with a traceback; our errors already say it all.
         logging.getLogger("paramiko").addHandler(_NULL_HANDLER)
 
-        try:
-            path = os.path.expanduser(self.ssh_config_file) if self.ssh_config_file else None
-            config = Config(runtime_ssh_path=path) if path else Config()
-        except FileNotFoundError as exc:
-            raise InputError(f"SSH config file {self.ssh_config_file} does not exist",
-                             hint="fix the path or leave it unset to use ~/.ssh/config") from exc
-        route = plan_route(self.host, config.base_ssh_config.lookup)
-        dest = Connection(self.host, user=self.user, port=self.port, config=config, gateway=False)
+        settings = sshconfig.lookup(sshconfig.load(self.ssh_config_file))
+        route = plan_route(self.host, settings)
+        dest = sshconfig.Connection(self.host, settings, user=self.user, port=self.port)
         self._timeout = self.connect_timeout if self.connect_timeout is not None else \
             float(dest.connect_timeout or DEFAULT_CONNECT_TIMEOUT)
         legs = []
         for hop in route.hops:
-            conn = Connection(hop.alias, user=hop.user, port=hop.port, config=config, gateway=False)
+            conn = sshconfig.Connection(hop.alias, settings, user=hop.user, port=hop.port)
             legs.append(self._prepare(conn, describe_jump(hop.alias, conn.host, conn.port)))
         legs.append(self._prepare(dest, f"{self.role} ({dest.host}:{dest.port})" if self.role else None))
         legs[0].proxy_command = route.proxy_command
         self.description = f"{dest.user}@{dest.host}:{dest.port}"
         return legs
 
-    def _prepare(self, conn: Any, label: str | None) -> _Leg:
-        conn.connect_timeout = None
+    def _prepare(self, conn: sshconfig.Connection, label: str | None) -> _Leg:
         kwargs = dict(conn.connect_kwargs)
         if self.identity_file:
             kwargs["key_filename"] = [os.path.expanduser(self.identity_file), *(kwargs.get("key_filename") or [])]
@@ -166,7 +158,7 @@ class SshTransport(Transport):
 
     def _channel(self, via: _Leg, leg: _Leg) -> Any:
         """A direct-tcpip channel from the previous hop to this one's address (what ``ssh -W`` does)."""
-        import paramiko
+        paramiko = sshlib.paramiko()
 
         conn, where = leg.conn, f"{leg.conn.host}:{leg.conn.port}"
         try:
@@ -209,7 +201,7 @@ class SshTransport(Transport):
 
     def _handshake(self, leg: _Leg, sock: Any) -> None:
         """One SSH handshake, with every failure translated; retryable ones wrapped in _Retryable."""
-        import paramiko
+        paramiko = sshlib.paramiko()
         from paramiko.ssh_exception import NoValidConnectionsError
 
         conn = leg.conn
@@ -541,7 +533,7 @@ class SshTransport(Transport):
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         """Write through SFTP on the same connection: mkdir -p, temp file beside, chmod, posix-rename."""
-        import paramiko
+        paramiko = sshlib.paramiko()
 
         conn = self._connection()
         parent = posixpath.dirname(path) or "."
@@ -645,6 +637,7 @@ def _start_proxy_command(command: str, timeout: float) -> Any:
     """
     import select
 
+    sshlib.paramiko()
     from paramiko.proxy import ProxyCommand
 
     class Proxy(ProxyCommand):
@@ -677,7 +670,7 @@ def _aead_first(sock: Any, **kwargs: Any) -> Any:
     """A paramiko Transport that prefers AES-GCM: one authenticated-encryption call per packet instead of
     a cipher and a separate MAC, which roughly doubles bulk throughput (pushes) at no cost in security.
     Servers without it negotiate the usual CTR + HMAC."""
-    import paramiko
+    paramiko = sshlib.paramiko()
 
     transport = paramiko.Transport(sock, **kwargs)
     options = transport.get_security_options()

@@ -1,0 +1,114 @@
+"""One SSH hop as the SSH config describes it, and its paramiko client.
+
+The config is the one file ``[ssh] config_file`` names, else the user's ``~/.ssh/config`` then the system's
+``/etc/ssh/ssh_config`` (for each option the first value found wins, as with OpenSSH), read by paramiko's own
+parser. A hop resolves as OpenSSH does: ``HostName``, then ``User`` (else the local user), ``Port`` (else 22),
+``IdentityFile`` and ``ConnectTimeout``; a user or port given to orch wins.
+
+Nothing here imports fabric: a hop needs only what paramiko reads, and fabric with invoke costs ~0.1 s of
+every process that connects (``sshlib``: paramiko itself loads without invoke until a ``Match exec`` needs it).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from typing import Any, Callable
+
+from ...errors import InputError
+from . import sshlib
+
+USER_CONFIG = "~/.ssh/config"
+SYSTEM_CONFIG = "/etc/ssh/ssh_config"
+
+
+def load(path: str | None) -> Any:
+    """A paramiko ``SSHConfig`` of ``path`` (which must exist), else of the user's and the system's files."""
+    config = sshlib.paramiko().SSHConfig()
+    if path is not None:
+        path = os.path.expanduser(path)
+        if not os.path.exists(path):
+            raise InputError(f"SSH config file {path} does not exist",
+                             hint="fix the path or leave it unset to use ~/.ssh/config")
+        files = [path]
+    else:
+        files = [f for f in (os.path.expanduser(USER_CONFIG), SYSTEM_CONFIG) if os.path.isfile(f)]
+    for name in files:
+        try:
+            with open(name, encoding="utf-8", errors="replace") as fh:
+                config.parse(fh)
+        except OSError as exc:
+            raise InputError(f"cannot read the SSH config file {name}: {exc.strerror}",
+                             hint="fix its permissions, or name another with [ssh] config_file") from None
+    return config
+
+
+def lookup(config: Any) -> Callable[[str], dict]:
+    """``config``'s settings for a host alias, a ``Match exec`` that cannot run said as an input error."""
+
+    def settings(alias: str) -> dict:
+        try:
+            return dict(config.lookup(alias))
+        except ImportError:  # a Match exec line: paramiko runs it through invoke, loaded only now
+            pass
+        if not sshlib.with_invoke():
+            raise InputError(f"the SSH config uses `Match exec` for {alias}, which paramiko runs through the invoke "
+                             "package, and it is not installed", hint="install it beside orch (pip install invoke), "
+                                                                      "or drop the Match exec block for this host")
+        return dict(config.lookup(alias))
+
+    return settings
+
+
+class Connection:
+    """One hop: where the SSH config says ``alias`` is, the arguments for ``SSHClient.connect``
+    (``connect_kwargs``: key files, timeouts, the socket), and once ``open``, its client and transport."""
+
+    def __init__(self, alias: str, settings: Callable[[str], dict], *, user: str | None = None,
+                 port: int | None = None) -> None:
+        alias, user, port = _shorthand(alias, user, port)
+        found = settings(alias)
+        self.original_host = alias
+        self.host: str = found.get("hostname") or alias
+        self.user: str = user or found.get("user") or getpass.getuser()
+        self.port: int = int(port or found.get("port") or 22)
+        timeout = found.get("connecttimeout")
+        self.connect_timeout: float | None = float(timeout) if timeout not in (None, "") else None
+        keys = found.get("identityfile") or []
+        self.connect_kwargs: dict[str, Any] = {"key_filename": list(keys)} if keys else {}
+        self.client = sshlib.paramiko().SSHClient()  # its host-key policy is orch's (hostkeys.install), set before open
+        self.transport: Any = None
+
+    def open(self) -> None:
+        kwargs = dict(self.connect_kwargs, hostname=self.host, port=self.port, username=self.user)
+        if not kwargs.get("key_filename"):
+            kwargs.pop("key_filename", None)
+        self.client.connect(**kwargs)
+        self.transport = self.client.get_transport()
+
+    def close(self) -> None:
+        """The connection closed, a half-open one too (its handshake or login failed): no thread is left."""
+        self.client.close()
+
+
+def _shorthand(host: str, user: str | None, port: int | None) -> tuple[str, str | None, int | None]:
+    """``user@host:port`` split as ssh reads it (one colon only: an IPv6 address keeps its own); a user or port
+    named twice is an input error."""
+    where = host
+    if "@" in host:
+        named, host = host.rsplit("@", 1)
+        if user is not None and user != named:
+            raise InputError(f"{where}: the user is named twice ({named} and {user})",
+                             hint="give the user once, in user = or in host =")
+        user = named
+    if host.count(":") == 1:
+        host, text = host.split(":")
+        try:
+            named_port = int(text)
+        except ValueError:
+            raise InputError(f"{where}: {text!r} is not a port number", hint="write host = \"name\" and port = N")
+        if port is not None and int(port) != named_port:
+            raise InputError(f"{where}: the port is named twice ({named_port} and {port})",
+                             hint="give the port once, in port = or in host =")
+        port = named_port
+    return host, user, port

@@ -1,0 +1,54 @@
+"""paramiko, loaded once per process without invoke.
+
+paramiko's ``config`` module imports invoke as it loads (``try: import invoke``), though it uses it only to run a
+``Match exec`` line of an SSH config; invoke pulls in ``unittest.mock``, ``asyncio`` and its own YAML: about a third
+of paramiko's import time, paid by every process that connects (the first command after a quiet spell, each
+connection keeper). Every paramiko import in orch goes through ``paramiko()`` first, so paramiko loads with invoke
+held back; ``with_invoke()`` gives paramiko invoke when an SSH config really has a ``Match exec``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def paramiko() -> Any:
+    """The paramiko module, loaded without invoke when this process has not loaded invoke already."""
+    loaded = sys.modules.get("paramiko")
+    if loaded is not None:
+        return loaded
+    held = "invoke" not in sys.modules
+    if held:
+        sys.modules["invoke"] = None  # type: ignore[assignment]  # an ImportError for ``import invoke``
+    try:
+        import paramiko as module
+    except ImportError:
+        if not held:
+            raise
+        _forget("paramiko")  # a paramiko that needs invoke as it loads: load it as it is
+        del sys.modules["invoke"]
+        held = False
+        import paramiko as module
+    finally:
+        if held and sys.modules.get("invoke", False) is None:
+            del sys.modules["invoke"]
+    return module
+
+
+def with_invoke() -> bool:
+    """paramiko's SSH config parser given invoke (for ``Match exec``); False when invoke is not installed."""
+    paramiko()
+    try:
+        import invoke
+    except ImportError:
+        return False
+    from paramiko import config
+
+    config.invoke = invoke
+    return True
+
+
+def _forget(package: str) -> None:
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        del sys.modules[name]
