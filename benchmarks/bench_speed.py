@@ -4,8 +4,10 @@ Stands up the test suite's LXC testbed once (root and LXC; the base image is cac
 session lock), mounts the torch site folder into CTs 200 and 201 when a case needs torch, then runs the cases
 (medians of --runs pairs; in each pair orch and its baseline run one after the other, the order swapped every
 pair) and prints one table (case, orch, baseline, ratio, bar, met or not, peak RSS for the push):
-  cold     `orch deploy` of a one-line change with no connection keeper up (each run closes them first)
-           vs the hand-typed `scp train.py ct: && ssh ct "tmux kill-session; tmux new -d ..."`;
+  cold     `orch deploy` of a one-line change with no connection keeper and no warm orch process up (each run
+           closes them first) vs the hand-typed `scp train.py ct: && ssh ct "tmux kill-session; tmux new -d ..."`;
+  coldconn the same deploy after a break: no connection held (the keeper idles out after [ssh] persist, 10
+           minutes), the warm orch process up (it idles out after an hour), vs the same hand-typed pair;
   warm     the same deploy with the keeper, its resident agent and the warm orch process up
            vs the same hand-typed pair with an OpenSSH ControlMaster held;
   push     first deploy of a 1 GiB tree (64 MiB shards of random bytes plus 200 small files; 256 MiB with
@@ -33,7 +35,7 @@ then runs prepare.py on the controller. nanoGPT's .gitignore drops *.bin and *.p
 re-includes them. torch comes from the testbed's torch site folder (tests/testbed/torchsite.py: installed once by
 pip, CPU wheel, into the testbed cache outside the repository), bind-mounted read-only into the CTs.
 Never asserts on time. Run as root:
-    python benchmarks/bench_speed.py [--runs 5] [--cases cold,warm,push,job,jobidle,status,nanogpt] [--quick]
+    python benchmarks/bench_speed.py [--runs 5] [--cases cold,coldconn,warm,push,job,jobidle,status,nanogpt] [--quick]
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _speed import Case, PeakWatch, busy_ms, check, cpu_ms, pairs, print_table, tree, wall  # noqa: E402
 from tests.testbed.procs import pids_running  # noqa: E402
 
-CASES = ("cold", "warm", "push", "job", "jobidle", "status", "nanogpt")
+CASES = ("cold", "coldconn", "warm", "push", "job", "jobidle", "status", "nanogpt")
 TORCH_CASES = {"job", "nanogpt"}
 TRAIN = "import time\n# revision {n}\nwhile True:\n    time.sleep(1)\n"
 NANOGPT = REPO / "benchmarks" / "nanogpt"
@@ -127,6 +129,17 @@ checkpoints = "{root}-checkpoints"
             time.sleep(0.05)
         self.orch(proj, "status")  # its connection and resident agent are up now
 
+    def warm_up(self, proj: Path) -> None:
+        """A warm orch process listening (a command that connects to nothing starts one as it ends)."""
+        from orchestrator.warm import client as warm_client
+
+        deadline = time.monotonic() + 30
+        while not warm_client.processes():
+            if time.monotonic() > deadline:
+                raise SystemExit("no warm orch process came up")
+            self.orch(proj, "experiments", "list")
+            time.sleep(0.2)
+
     def hand_pair(self, proj: Path, i: int, extra: list[str] = ()) -> None:
         """What a user types: copy the edited file, restart it in tmux."""
         (proj / "train.py").write_text(TRAIN.format(n=1000 + i))
@@ -166,6 +179,24 @@ def case_cold(b: Bench) -> Case:
     mine, hand = pairs(cold, wall(lambda i: b.hand_pair(proj, i)), b.runs)
     b.ssh("tmux kill-server")
     return Case("cold deploy, 1 line changed", mine, hand, "scp + ssh tmux", 0.8)
+
+
+def case_coldconn(b: Bench) -> Case:
+    """The first deploy after a break: the connection keeper has idled out ([ssh] persist, 10 minutes), the warm orch
+    process (an hour) has not; the same hand-typed pair as the cold case."""
+    from orchestrator.reach.keeper import client
+
+    proj = deploy_project(b)
+    b.hold_tmux()
+
+    def after_a_break(i: int) -> float:
+        b.warm_up(proj)
+        client.close(None)
+        return b.changed_deploy(proj)
+
+    mine, hand = pairs(after_a_break, wall(lambda i: b.hand_pair(proj, i)), b.runs)
+    b.ssh("tmux kill-server")
+    return Case("deploy after a break, 1 line changed", mine, hand, "scp + ssh tmux", 0.8)
 
 
 def case_warm(b: Bench) -> Case:
@@ -458,7 +489,7 @@ def case_nanogpt(b: Bench) -> Case:
     return Case("deploy -> nanoGPT iter 0 (CPU config)", mine, hand, "scp -r + ssh tmux", 1.1)
 
 
-RUNNERS = {"cold": case_cold, "warm": case_warm, "push": case_push, "job": case_job, "jobidle": case_jobidle,
+RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "warm": case_warm, "push": case_push, "job": case_job, "jobidle": case_jobidle,
            "status": case_status, "nanogpt": case_nanogpt}
 
 

@@ -19,7 +19,10 @@ from ..errors import OrchError
 
 CODE_SIZE = 4  # a pid or an exit code: 4 bytes, big-endian, signed (the server's ``struct`` ">i")
 MODULE = "orchestrator.warm.server"  # what a warm process runs: python -m MODULE SOCKET IDLE_SECONDS
-IDLE = 600.0  # s a warm process waits for the next command before it exits
+# s a warm process waits for the next command before it exits: longer than a connection keeper ([ssh] persist,
+# 10 min), since it holds no connection, lock or open file, only memory; so the first deploy after a break pays
+# for a new connection, not for loading orch again (~0.5 s here)
+IDLE = 3600.0
 
 
 def pack(value: int) -> bytes:

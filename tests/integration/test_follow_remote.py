@@ -20,7 +20,7 @@ for i in range(30000):
     sys.stdout.write(f"step={i} loss={1 + (i % 7) / 10:.4f} tok/s={1000 + i % 13} pad={'x' * (i % 50)}\\n")
     if i % 300 == 0:
         sys.stdout.flush()
-        time.sleep(0.05)
+        time.sleep(0.1)  # ~10 s of writing: the cuts fall while it runs
 """
 
 
@@ -47,7 +47,10 @@ def test_follow_survives_a_cut_connection_byte_for_byte(cut_project, testbed):
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: follower.stdout.read(65536), b"")))
     reader.start()  # drain stdout as it comes, so the follower is never blocked writing
-    time.sleep(1.5)
+    deadline = time.monotonic() + 60
+    while not chunks and time.monotonic() < deadline:  # following (a loaded machine starts Python slowly)
+        time.sleep(0.05)
+    time.sleep(0.5)
     for _ in range(2):  # cut it twice while the run is writing fast, once mid-call (stalled first)
         proxy.stall()
         time.sleep(0.8)

@@ -10,15 +10,26 @@ held back; ``with_invoke()`` gives paramiko invoke when an SSH config really has
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
+
+_LOCK = threading.Lock()
+_LOADED: list[Any] = []  # paramiko, once loaded
 
 
 def paramiko() -> Any:
-    """The paramiko module, loaded without invoke when this process has not loaded invoke already."""
-    loaded = sys.modules.get("paramiko")
-    if loaded is not None:
-        return loaded
-    held = "invoke" not in sys.modules
+    """The paramiko module, loaded without invoke when this process has not loaded invoke already. Threads that
+    connect at once (a job's nodes, ``status --all``) wait for the one load: none sees a half-loaded paramiko."""
+    if _LOADED:
+        return _LOADED[0]
+    with _LOCK:
+        if not _LOADED:
+            _LOADED.append(_load())
+    return _LOADED[0]
+
+
+def _load() -> Any:
+    held = "paramiko" not in sys.modules and "invoke" not in sys.modules
     if held:
         sys.modules["invoke"] = None  # type: ignore[assignment]  # an ImportError for ``import invoke``
     try:
