@@ -489,8 +489,8 @@ def case_nanogpt(b: Bench) -> Case:
     return Case("deploy -> nanoGPT iter 0 (CPU config)", mine, hand, "scp -r + ssh tmux", 1.1)
 
 
-RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "warm": case_warm, "push": case_push, "job": case_job, "jobidle": case_jobidle,
-           "status": case_status, "nanogpt": case_nanogpt}
+RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "warm": case_warm, "push": case_push, "job": case_job,
+           "jobidle": case_jobidle, "status": case_status, "nanogpt": case_nanogpt}
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InputError
-from orchestrator.reach.transport.sshconfig import _shorthand
+from orchestrator.reach.transport.sshconfig import split_host
 from tests.loopback_sshd import SSHD, LoopbackSshd
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None or not SSHD.exists(), reason="needs OpenSSH (sshd)")
@@ -65,8 +65,9 @@ def test_a_connecting_process_loads_paramiko_without_invoke_or_fabric(sshd):
 
 
 def test_a_match_exec_block_applies_and_loads_invoke_then(sshd):
-    config = (f"Match host box exec \"test -d /\"\n    HostName 127.0.0.1\n    Port {sshd.port}\n"
-              f"Match host box exec \"false\"\n    Port 1\n"
+    # the block whose command fails comes first: taken, its Port 1 would win and the connection fail
+    config = (f"Match host box exec \"false\"\n    Port 1\n"
+              f"Match host box exec \"test -d /\"\n    HostName 127.0.0.1\n    Port {sshd.port}\n"
               f"Host box\n    IdentityFile {sshd.key}\n")
     got = connect(sshd, "box", config, key=False)
     assert got["description"] == f"{me()}@127.0.0.1:{sshd.port}" and got["user"] == me()
@@ -78,13 +79,38 @@ def test_user_and_port_in_the_host_read_as_ssh_reads_them(sshd):
     assert got["description"] == f"{me()}@127.0.0.1:{sshd.port}" and got["user"] == me()
 
 
+# a ProxyCommand: relays its stdin and stdout to host:port, and leaves a mark that it ran
+RELAY = textwrap.dedent("""\
+    import os, socket, sys, threading
+    open(sys.argv[3], "w").write("relayed")
+    sock = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+    def up():
+        while data := os.read(0, 65536):
+            sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    threading.Thread(target=up, daemon=True).start()
+    while data := sock.recv(65536):
+        os.write(1, data)
+""")
+
+
+def test_a_user_in_the_host_still_finds_the_hosts_proxy_command(sshd):
+    relay, mark = sshd.state / "relay.py", sshd.state / "relayed"
+    relay.write_text(RELAY)
+    config = (f"Host box\n    HostName 127.0.0.1\n    Port {sshd.port}\n    IdentityFile {sshd.key}\n"
+              f"    ProxyCommand {sys.executable} {relay} %h %p {mark}\n")
+    got = connect(sshd, f"{me()}@box", config, key=False)
+    assert got["user"] == me() and got["description"] == f"{me()}@127.0.0.1:{sshd.port}"
+    assert mark.read_text() == "relayed"  # the route came from `Host box`, not from a host named "user@box"
+
+
 def test_a_user_or_port_named_twice_is_an_input_error():
-    assert _shorthand("root@gpu1:2222", None, None) == ("gpu1", "root", 2222)
-    assert _shorthand("fe80::1", None, 22) == ("fe80::1", None, 22)  # an IPv6 address keeps its colons
-    assert _shorthand("root@gpu1", "root", None) == ("gpu1", "root", None)  # the same user twice is one user
+    assert split_host("root@gpu1:2222", None, None) == ("gpu1", "root", 2222)
+    assert split_host("fe80::1", None, 22) == ("fe80::1", None, 22)  # an IPv6 address keeps its colons
+    assert split_host("root@gpu1", "root", None) == ("gpu1", "root", None)  # the same user twice is one user
     with pytest.raises(InputError, match="user is named twice"):
-        _shorthand("root@gpu1", "ubuntu", None)
+        split_host("root@gpu1", "ubuntu", None)
     with pytest.raises(InputError, match="port is named twice"):
-        _shorthand("gpu1:2222", None, 22)
+        split_host("gpu1:2222", None, 22)
     with pytest.raises(InputError, match="not a port number"):
-        _shorthand("gpu1:ssh", None, None)
+        split_host("gpu1:ssh", None, None)

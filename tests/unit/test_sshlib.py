@@ -26,7 +26,8 @@ def connect():
 threads = [threading.Thread(target=connect) for _ in range(8)]
 [t.start() for t in threads]
 [t.join() for t in threads]
-print(json.dumps({"errors": errors, "invoke": "invoke" in sys.modules, "same": sshlib.paramiko() is sys.modules["paramiko"]}))
+print(json.dumps({"errors": errors, "invoke": "invoke" in sys.modules,
+                  "same": sshlib.paramiko() is sys.modules["paramiko"]}))
 """
 
 

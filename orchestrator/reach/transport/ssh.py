@@ -1,8 +1,8 @@
 """The SSH target: one strictly host-key-checked connection per transport, reused for every call.
 
 This module, its known_hosts policy (``hostkeys.py``) and the SSH config's reading (``sshconfig.py``) are
-the only ones that use paramiko, loaded in functions through ``sshlib``, so that ``orch --help`` never pays for them. Every paramiko/socket
-exception is translated here:
+the only ones that use paramiko, loaded in functions through ``sshlib``, so that ``orch --help`` never pays for
+them. Every paramiko/socket exception is translated here:
 
     unknown host key            -> HostKeyError (with the SHA256 fingerprint; --trust-new-host records it)
     changed host key            -> HostKeyError (always; names the known_hosts file and line)
@@ -132,8 +132,9 @@ class SshTransport(Transport):
         logging.getLogger("paramiko").addHandler(_NULL_HANDLER)
 
         settings = sshconfig.lookup(sshconfig.load(self.ssh_config_file))
-        route = plan_route(self.host, settings)
-        dest = sshconfig.Connection(self.host, settings, user=self.user, port=self.port)
+        host, user, port = sshconfig.split_host(self.host, self.user, self.port)
+        route = plan_route(host, settings)
+        dest = sshconfig.Connection(host, settings, user=user, port=port)
         self._timeout = self.connect_timeout if self.connect_timeout is not None else \
             float(dest.connect_timeout or DEFAULT_CONNECT_TIMEOUT)
         legs = []

@@ -5,8 +5,8 @@ The config is the one file ``[ssh] config_file`` names, else the user's ``~/.ssh
 parser. A hop resolves as OpenSSH does: ``HostName``, then ``User`` (else the local user), ``Port`` (else 22),
 ``IdentityFile`` and ``ConnectTimeout``; a user or port given to orch wins.
 
-Nothing here imports fabric: a hop needs only what paramiko reads, and fabric with invoke costs ~0.1 s of
-every process that connects (``sshlib``: paramiko itself loads without invoke until a ``Match exec`` needs it).
+Nothing here imports fabric: a hop needs only what paramiko reads, and fabric with invoke costs
+every process that connects, about 0.15 s here (``sshlib``: paramiko itself loads without invoke until a ``Match exec`` needs it).
 """
 
 from __future__ import annotations
@@ -61,14 +61,13 @@ def lookup(config: Any) -> Callable[[str], dict]:
 
 
 class Connection:
-    """One hop: where the SSH config says ``alias`` is, the arguments for ``SSHClient.connect``
-    (``connect_kwargs``: key files, timeouts, the socket), and once ``open``, its client and transport."""
+    """One hop: where the SSH config says ``alias`` (a bare host: ``split_host``) is, the arguments for
+    ``SSHClient.connect`` (``connect_kwargs``: key files, timeouts, the socket), and once ``open``, its client and
+    transport."""
 
     def __init__(self, alias: str, settings: Callable[[str], dict], *, user: str | None = None,
                  port: int | None = None) -> None:
-        alias, user, port = _shorthand(alias, user, port)
         found = settings(alias)
-        self.original_host = alias
         self.host: str = found.get("hostname") or alias
         self.user: str = user or found.get("user") or getpass.getuser()
         self.port: int = int(port or found.get("port") or 22)
@@ -91,9 +90,10 @@ class Connection:
         self.client.close()
 
 
-def _shorthand(host: str, user: str | None, port: int | None) -> tuple[str, str | None, int | None]:
-    """``user@host:port`` split as ssh reads it (one colon only: an IPv6 address keeps its own); a user or port
-    named twice is an input error."""
+def split_host(host: str, user: str | None, port: int | None) -> tuple[str, str | None, int | None]:
+    """(host, user, port) of a host given as ``user@host:port``, split as ssh reads it (one colon only: an IPv6
+    address keeps its own), before the SSH config is asked about the host; a user or port named twice is an input
+    error."""
     where = host
     if "@" in host:
         named, host = host.rsplit("@", 1)
