@@ -226,13 +226,10 @@ def _doc(cls: type) -> str:
 
 
 def _table(rows: list[tuple[str, Any, str]]) -> list[str]:
-    out = ["| key | type | default | environment variable | meaning |", "| --- | --- | --- | --- | --- |"]
+    out = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     for key, field, meaning in rows:
-        env = "ORCH_" + "__".join(key.split(".", 1)).upper() if "." in key else ""
-        if "NAME" in key.split("."):
-            env = ""
         out.append(f"| {_code(key)} | {_cell(_type_name(field.annotation))} | {_code(_default(field))} | "
-                   f"{_code(env) if env else ''} | {_cell(meaning)} |")
+                   f"{_cell(meaning)} |")
     return out
 
 
@@ -250,7 +247,7 @@ def config_reference() -> str:
              "Generated from the settings' own definitions (`orchestrator/config.py`) each time the site is "
              "built: every key orch reads, its type, its default and what it means. How the settings are "
              "found and merged is in [Configuration](../configuration.md).", "",
-             "```text", _precedence(config.__doc__ or ""), "```", "",
+             "Precedence, lowest first: " + html.escape(" ".join(_precedence(config.__doc__ or "").split())) + ".", "",
              "A key is written `section.key` on the command line (`--set run.stop_timeout=60`) and "
              "`ORCH_SECTION__KEY` in the environment (`ORCH_RUN__STOP_TIMEOUT=60`).", ""]
     top: list[tuple[str, Any, str]] = []
@@ -345,7 +342,8 @@ def _params(command: Any, ctx: Any) -> list[str]:
         panels.setdefault(panel, []).append(f"| {_code(names)} | {_cell(meaning)} |")
     out: list[str] = []
     for panel, rows in panels.items():
-        out += [f"**{html.escape(panel)}**", "", "| | |", "| --- | --- |", *rows, ""]
+        first = "argument" if panel == "Arguments" else "option"
+        out += [f"**{html.escape(panel)}**", "", f"| {first} | meaning |", "| --- | --- |", *rows, ""]
     return out
 
 
