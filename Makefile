@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 ORCH := $(CURDIR)/$(BIN)/orch
 DEMO := examples/tinylm
 
-.PHONY: setup system demo test test-fast bench clean
+.PHONY: setup system demo test test-fast docs bench clean
 
 # The editable install in compat mode: the checkout's folder on sys.path, as a wheel's site-packages is, with no
 # import hook loaded by every Python start (the default editable finder imports pathlib and importlib.util before
@@ -38,6 +38,9 @@ test: setup
 test-fast: setup
 	$(BIN)/pytest -q -m "not testbed"
 
+docs: setup
+	$(BIN)/mkdocs build --strict
+
 bench: setup
 	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_deploy_local.py
@@ -49,4 +52,4 @@ bench: setup
 	$(BIN)/python benchmarks/bench_speed.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

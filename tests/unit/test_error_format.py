@@ -1,4 +1,4 @@
-"""One error format: ``error:``/``hint:`` lines, the README's exit codes, and hints that point somewhere real.
+"""One error format: ``error:``/``hint:`` lines, the exit codes the docs give, and hints that point somewhere real.
 
 The hint walk reads every hint in ``orchestrator/`` (``hint=`` arguments, the hint argument of an error class or
 ``AgentFailure``, ``"hint"`` dict values, ``hint = ...`` assignments, ``"hint: ..."`` lines) and checks that each
@@ -168,9 +168,9 @@ def test_the_walk_would_catch_a_wrong_setting_and_a_wrong_flag():
 
 
 def _readme_exit_codes() -> dict[int, str]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "commands.md").read_text()
     table = re.search(r"Exit codes: (.*?)\.", text, re.S)
-    assert table, "README has no exit code table"
+    assert table, "docs/commands.md has no exit code table"
     return {int(code): words.strip() for code, words in re.findall(r"(\d+) (.*?)(?=,\s+\d+ |$)",
                                                                      " ".join(table.group(1).split()))}
 
@@ -182,7 +182,7 @@ def _readme_exit_codes() -> dict[int, str]:
     (errors.NotFoundError, "not found"), (errors.Interrupted, "interrupted")])
 def test_each_error_family_exits_with_the_readme_code(cls, words):
     table = _readme_exit_codes()
-    assert words in table[cls.exit_code], f"{cls.__name__} exits {cls.exit_code}: README says {table}"
+    assert words in table[cls.exit_code], f"{cls.__name__} exits {cls.exit_code}: docs/commands.md says {table}"
 
 
 def test_the_error_tree_drawing_matches_the_codes():
@@ -225,7 +225,7 @@ def test_an_orch_error_prints_error_and_hint(tmp_path, monkeypatch):
 def test_every_node_ssh_key_is_documented():
     from orchestrator.config import NodeSsh
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "targets.md").read_text()
     section = text[text.index("[proxmox] node_ssh`, an inline table"):]
     assert all(f"| `{key}` |" in section for key in NodeSsh.model_fields), list(NodeSsh.model_fields)
 
