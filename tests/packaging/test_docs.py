@@ -142,9 +142,6 @@ def test_the_tutorial_runs_as_written(tmp_path):
     second = next(row for row in rows if row["id"] == 2)
     assert second["parent"] == 1 and second["checkpoints_action"] == "moved", second
     assert any((root / "checkpoints").rglob("step-*.json")), "the tutorial's run left no checkpoint"
-    # the output the tutorial shows names the revision its train.py really makes
-    shown = set(re.findall(r"revision ([0-9a-f]{16})", TUTORIAL.read_text(encoding="utf-8")))
-    assert shown == {second["revision"][:16]}, (shown, second["revision"])
 
 
 def test_the_readme_is_a_guide_whose_links_lead_somewhere():
