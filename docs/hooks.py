@@ -348,8 +348,31 @@ def _params(command: Any, ctx: Any) -> list[str]:
     return out
 
 
+def _sections(command: Any, ctx: Any) -> list[tuple[str, list[str]]]:
+    """The sections a group's ``--help`` lists its commands under (``Run: deploy, restart``), read from the
+    group's own ``format_commands`` through click's formatter, so any grouping the CLI draws is followed."""
+    from orchestrator.cli.main import click_core
+
+    found: list[tuple[str, list[str]]] = []
+
+    class Recorder(click_core.HelpFormatter):
+        def section(self, name):  # type: ignore[override]
+            found.append((name, []))
+            return super().section(name)
+
+        def write_dl(self, rows, *args, **kwargs):  # type: ignore[override]
+            rows = list(rows)
+            if found:
+                found[-1][1].extend(first.split()[0] for first, _ in rows if first.strip())
+            return super().write_dl(rows, *args, **kwargs)
+
+    command.format_commands(ctx, Recorder())
+    return [(name, names) for name, names in found if names]
+
+
 def commands_reference() -> str:
-    """Markdown: every command of ``orch``, with its help, usage and options, from the click command tree."""
+    """Markdown: every command of ``orch``, with its help, usage and options, from the click command tree, under
+    the sections ``orch --help`` groups them in."""
     from orchestrator.cli.main import click_core, root_command
 
     root = root_command()
@@ -358,15 +381,32 @@ def commands_reference() -> str:
              "Generated from the CLI itself each time the site is built: every command, as `orch COMMAND "
              "--help` shows it. Exit codes and the `error:`/`hint:` lines are described in "
              "[Commands](../commands.md).", ""]
-    for command, ctx in _walk(root, top):
-        path = ctx.command_path
-        depth = len(path.split()) - 1
-        lines += [f"{'#' * min(depth + 1, 4)} `{path}`" if depth else "## `orch` (global options)", ""]
-        if depth:
-            lines += [_help_text(command.help or command.short_help), ""]
-        usage = " ".join([path, *command.collect_usage_pieces(ctx)])
-        lines += ["```text", usage, "```", "", *_params(command, ctx)]
+    lines += _command(root, top, 1)
+    order = {name: i for i, name in enumerate(root.list_commands(top))}
+    sections = _sections(root, top)
+    listed = {name for _, names in sections for name in names}
+    rest = [name for name in order if name not in listed]
+    if rest:
+        sections.append(("Other commands" if sections else "Commands", rest))
+    for title, names in sections:
+        lines += [f"## {html.escape(title)}", ""]
+        for name in names:
+            sub = root.get_command(top, name)
+            if sub is None or getattr(sub, "hidden", False):
+                continue
+            for command, ctx in _walk(sub, click_core.Context(sub, info_name=name, parent=top)):
+                lines += _command(command, ctx, len(ctx.command_path.split()) + 1)
     return "\n".join(lines)
+
+
+def _command(command: Any, ctx: Any, level: int) -> list[str]:
+    """One command's heading, help, usage and options."""
+    path = ctx.command_path
+    lines = [f"{'#' * min(level, 5)} `{path}`" if ctx.parent else "## Global options", ""]
+    if ctx.parent:
+        lines += [_help_text(command.help or command.short_help), ""]
+    usage = " ".join([path, *command.collect_usage_pieces(ctx)])
+    return lines + ["```text", usage, "```", "", *_params(command, ctx)]
 
 
 def command_paths() -> list[str]:
