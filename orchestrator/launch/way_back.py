@@ -8,7 +8,8 @@ fails after the old run was stopped and its checkpoints moved into a trash entry
 
 puts the entry back (``checkpoints.put_back``, which never overwrites), records each stopped run as
 stopped by this experiment, and returns the sentence to add to the error: what was stopped, and where the
-checkpoints are now (with the ``orch checkpoints restore`` command when they could not be put back).
+checkpoints are now (with the ``orch checkpoints restore`` command when they could not be put back), and the
+command that starts the stopped run again (``go_back``: ``orch restart -e 9``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ def record_stopped(launch: Launch, registry: Registry, stop: dict | None, by: in
     return runs
 
 
+def go_back(stopped: list[dict], started: bool) -> str:
+    """The command that starts the one run a launch stopped again (this registry's): ``to go back: orch restart
+    -e 9`` once the new run started, ``to start it again: …`` when it did not; "" when there is none to give."""
+    if len(stopped) != 1 or not stopped[0].get("mine"):
+        return ""
+    return f"{'to go back' if started else 'to start it again'}: orch restart -e {stopped[0]['id']}"
+
+
 def after_failed_start(launch: Launch, client: AgentClient, registry: Registry, exp: Experiment | None,
                        done: dict[str, Any], failed: str | None) -> tuple[str, dict]:
     """(sentence for the error, registry fields for the new experiment) once the apply failed.
@@ -59,4 +68,6 @@ def after_failed_start(launch: Launch, client: AgentClient, registry: Registry, 
                                     moved=trash.get("moved", 0), action=trash["action"])
         fields.update(back.fields)
         parts.append(back.said)
+    if failed in START_OPS and (again := go_back(stopped, started=False)):
+        parts.append(again)
     return "; ".join(parts), fields
