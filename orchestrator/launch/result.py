@@ -139,8 +139,6 @@ def settle_interrupted(launch: Launch, registry: Registry, probe: dict, exp: Exp
         done.append("nothing was changed on the target")
     if new is None and exp is not None:
         done.append(f"new run {exp.id} not started")
-    from .way_back import go_back
-
     started = new is not None and new["state"] != "failed"
     if (back := go_back(out.stopped, started)):
         done.append(back)
@@ -170,6 +168,14 @@ def _moved(launch: Launch, registry: Registry, exp: Experiment, out: Outcome, en
         return back.said
     out.experiment = registry.update(exp.id, checkpoints_action="moved", checkpoints_entry=path)
     return f"checkpoints moved to {path} (orch checkpoints restore {entry['name']})"
+
+
+def go_back(stopped: list[dict], started: bool) -> str:
+    """The command that starts the one run a launch stopped again (this registry's): ``to go back: orch restart
+    -e 9`` once the new run started, ``to start it again: …`` when it did not; "" when there is none to give."""
+    if len(stopped) != 1 or not stopped[0].get("mine"):
+        return ""
+    return f"{'to go back' if started else 'to start it again'}: orch restart -e {stopped[0]['id']}"
 
 
 def update_quietly(registry: Registry, run: dict, launch: Launch, **fields: Any) -> None:

@@ -9,7 +9,7 @@ fails after the old run was stopped and its checkpoints moved into a trash entry
 puts the entry back (``checkpoints.put_back``, which never overwrites), records each stopped run as
 stopped by this experiment, and returns the sentence to add to the error: what was stopped, and where the
 checkpoints are now (with the ``orch checkpoints restore`` command when they could not be put back), and the
-command that starts the stopped run again (``go_back``: ``orch restart -e 9``).
+command that starts the stopped run again (``result.go_back``: ``orch restart -e 9``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from .. import checkpoints
 from ..reach.agent_client import AgentClient
 from ..records.end_reason import stopped_by
-from .result import update_quietly
+from .result import go_back, update_quietly
 from ..records.experiments import Experiment, Registry
 from .model import Launch
 
@@ -35,14 +35,6 @@ def record_stopped(launch: Launch, registry: Registry, stop: dict | None, by: in
         update_quietly(registry, run, launch, status=run["state"], exit_code=run["exit_code"],
                        ended=run.get("ended") or time.time(), end_reason=stopped_by({"experiment": by}, why=why))
     return runs
-
-
-def go_back(stopped: list[dict], started: bool) -> str:
-    """The command that starts the one run a launch stopped again (this registry's): ``to go back: orch restart
-    -e 9`` once the new run started, ``to start it again: …`` when it did not; "" when there is none to give."""
-    if len(stopped) != 1 or not stopped[0].get("mine"):
-        return ""
-    return f"{'to go back' if started else 'to start it again'}: orch restart -e {stopped[0]['id']}"
 
 
 def after_failed_start(launch: Launch, client: AgentClient, registry: Registry, exp: Experiment | None,
