@@ -32,6 +32,11 @@ def ct_cat(testbed, path: str) -> str:
     return on_ct(testbed, 200, "sh", "-c", f"cat {path} 2>/dev/null || true")
 
 
+def units(testbed) -> str:
+    """The units the CT's systemd starts at its next boot."""
+    return on_ct(testbed, 200, "sh", "-c", "ls /etc/systemd/system/multi-user.target.wants 2>/dev/null || true")
+
+
 def wait_until(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while not (got := predicate()):
@@ -89,6 +94,7 @@ def test_a_faster_run_passes_in_the_ct_and_the_parents_checkpoints_stay_in_the_t
     write_job(parent, 0.02)
     res = parent.cli("deploy", *CT, *SETS, "--guard", "--yes", "--wait=90")
     assert res.exit_code == 0 and "guard: passed after" in res.stdout, res.output
+    assert "orch-resume-" not in units(testbed)  # the window's boot unit went with it ([run] resume_after_reboot off)
     trash = on_ct(testbed, 200, "sh", "-c", f"ls {CKPT}.trash/*-exp1")
     assert trash.split() == ["ckpt-000010.txt", "ckpt-000020.txt", "ckpt-000030.txt"], trash
     assert "guard: passed" in parent.cli("status", *CT).stdout
@@ -155,9 +161,11 @@ def test_a_hard_stop_inside_the_guard_window_ends_with_the_parent_back_by_the_bo
     assert res.exit_code == 0, res.output
     guard = f"{ROOT}/runs/{parent.run_key(2)}/guard.json"
     wait_until(lambda: _step(ct_cat(testbed, guard)) >= 3, 60, "the watch")
+    assert "orch-resume-" in units(testbed)  # the window's, though [run] resume_after_reboot is off
     testbed.stop(200)
     testbed.start(200)
     wait_until(lambda: '"rolled back"' in ct_cat(testbed, guard), 60, "the rollback, started by the boot")
+    assert "orch-resume-" not in units(testbed)
     assert "python3 job.py" in on_ct(testbed, 200, "ps", "-eo", "args")  # the parent's, put back
     status = parent.cli("status", *CT)
     assert "experiment 3 running" in status.stdout and \
