@@ -349,7 +349,7 @@ def supervise(run_dir: str) -> int:
             signal.signal(sig, forward)
         _reserve_exit(run_dir)
         resumes = policy.resume_after_reboot
-        # a boot inside the guard's window fails the guard and rolls back (``resume``), with no orch connected
+        # a boot inside the guard's window fails the guard and rolls back (``rollback.at_boot``), no orch needed
         watching = guarded is not None and guarded.open and guarded.spec.on_fail == "rollback"
         if resumes or watching:
             why = reboot_unit.install(run_dir, sys.executable, os.path.abspath(sys.argv[0]))
@@ -454,7 +454,9 @@ def _interrupted(run_dir: str, cause: str, log, resumes: bool, code: int, guarde
     write_json(path, (read_json(path, {}) or {}) | {"interrupted": {"cause": cause, "time": time.time()}})
     after = "it resumes at the next boot" if resumes else "orch restart resumes it from its newest checkpoint"
     if guarded is not None and guarded.open:
-        after = f"its guard fails at the next boot or orch call ({guarded.spec.on_fail})"
+        after = "its guard fails at the next boot or orch call" + (
+            f", and the rollback puts experiment {guarded.spec.parent.get('id')} back"
+            if guarded.spec.on_fail == "rollback" else "")
     log.write(f"[orch] {cause}: {after}\n".encode())
     return code
 

@@ -15,8 +15,9 @@ failed at the start, after the old run was stopped, the checkpoints it moved are
 If it is interrupted (Ctrl-C, SIGTERM, SIGHUP, a dropped link), the agent finishes the step in progress
 and stops at the next one, unless the old run is already stopped: then the new run's start goes on to its
 end, so that one of them runs. orch then asks the target what was done, records that, and says it in one
-line (``Interrupted``), with the command that puts the old run back (``orch restart -e 9``). If orch itself is killed (SIGKILL), the row's launch lock (``launch_guard``) is
-dropped by the kernel and the next command that reaches the target settles it (``status.reconcile``).
+line (``Interrupted``), with the command that puts the old run back (``orch restart -e 9``). If orch itself
+is killed (SIGKILL), the row's launch lock (``launch_guard``) is dropped by the kernel and the next command
+that reaches the target settles it (``status.reconcile``).
 With ``wait`` the run is watched until its first metric line, its end, or the time.
 """
 

@@ -152,9 +152,11 @@ def test_a_ct_reboot_in_the_middle_of_a_rollback_ends_with_the_parent_back(paren
     assert events[0] == "failed" and events[-1] == "end"
 
 
-def test_a_hard_stop_inside_the_guard_window_ends_with_the_parent_back_by_the_boot_alone(parent, testbed):
-    """``lxc-stop -k`` before any verdict, then ``lxc-start``: the new run is lost, its guard fails as a crash's
-    would, and its boot unit rolls back with no orch call; the parent's training runs, and status says so."""
+@pytest.mark.parametrize("graceful", [False, True], ids=["lxc-stop -k", "lxc-stop"])
+def test_a_stop_inside_the_guard_window_ends_with_the_parent_back_by_the_boot_alone(parent, testbed, graceful):
+    """``lxc-stop -k`` (or a clean shutdown) before any verdict, then ``lxc-start``: the new run is lost, its guard
+    fails as a crash's would, and its boot unit rolls back with no orch call; the parent's training runs, and
+    status says so."""
     before = ct_files(testbed)
     write_job(parent, 0.1)
     res = parent.cli("deploy", *CT, *SETS[:-2], "--set", "guard.steps=100", "--guard", "--yes")
@@ -162,7 +164,7 @@ def test_a_hard_stop_inside_the_guard_window_ends_with_the_parent_back_by_the_bo
     guard = f"{ROOT}/runs/{parent.run_key(2)}/guard.json"
     wait_until(lambda: _step(ct_cat(testbed, guard)) >= 3, 60, "the watch")
     assert "orch-resume-" in units(testbed)  # the window's, though [run] resume_after_reboot is off
-    testbed.stop(200)
+    testbed.shutdown(200) if graceful else testbed.stop(200)
     testbed.start(200)
     wait_until(lambda: '"rolled back"' in ct_cat(testbed, guard), 60, "the rollback, started by the boot")
     assert "orch-resume-" not in units(testbed)
@@ -172,6 +174,7 @@ def test_a_hard_stop_inside_the_guard_window_ends_with_the_parent_back_by_the_bo
         "restored from exp 1 after the guard of exp 2 failed" in status.stdout, status.stdout
     told = parent.cli("status", *CT, "-e", "2").stdout
     assert "experiment 2 lost (rolled back: lost at step " in told and "guard: step" not in told and \
-        "(the container stopped); rolled back (experiment 3)" in told, told
+        ("(interrupted by the container's shutdown)" if graceful else "(the container stopped)") + \
+        "; rolled back (experiment 3)" in told, told
     assert parent.registry().get(2).end_reason.startswith("rolled back: lost at step ")
     assert ct_files(testbed) == before
