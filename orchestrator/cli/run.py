@@ -350,7 +350,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     from ..launch import prepare
     from . import job
 
-    settings = common.settings(ctx)
+    settings = common.settings(ctx, lenient=True)
     grp = None if dry_run or experiment is not None else job.group(settings, target, ct, False, trust_new_host, False)
     if grp is not None:
         return job.stop(settings, grp, as_json)
