@@ -90,7 +90,7 @@ def help_rows(command: Any, ctx: Any) -> tuple[list[tuple[str, str]], list[tuple
         if record is None:
             continue
         label, text = record
-        text = _UPPER_RANGE.sub(r"x>=\1", text)
+        text = _UPPER_RANGE.sub(r"x>=\1", text).replace("\\[", "[")  # older typers escape it for rich
         if param.param_type_name == "argument":
             args.append((param.metavar or param.name.upper(), text))
         else:

@@ -125,3 +125,13 @@ def test_a_value_is_named_for_what_to_type():
     show = subprocess.run([orch, "experiments", "show", "--help"], capture_output=True, text=True, env=env,
                           timeout=60).stdout
     assert "ID  [x>=1; required]" in show
+
+
+def test_python_dash_m_orchestrator_is_orch(tmp_path):
+    env = dict(os.environ, ORCH_WARM="0")
+    shown = subprocess.run([sys.executable, "-m", "orchestrator", "--help"], capture_output=True, text=True,
+                           env=env, timeout=60, cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.startswith("Usage: orch [OPTIONS] COMMAND")
+    wrong = subprocess.run([sys.executable, "-m", "orchestrator", "compare"], capture_output=True, text=True,
+                           env=env, timeout=60, cwd=tmp_path)
+    assert wrong.returncode == 2 and "experiments compare" in wrong.stderr
