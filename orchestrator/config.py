@@ -221,7 +221,7 @@ class ProxmoxSection(_Section):
             return data
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"host = {host!r}: {port!r} is not a port (host = \"NAME\" or \"NAME:PORT\")")
-        if "port" in data and data["port"] != int(port):
+        if "port" in data and str(data["port"]).strip() != str(int(port)):  # an ORCH_ variable's is text
             raise ValueError(f"host = {host!r} names port {port}, but port = {data['port']!r}: keep one")
         return {**data, "host": name.strip("[]") if bracketed else name, "port": int(port)}
 

@@ -49,3 +49,24 @@ def test_a_typo_in_the_config_warns_status_and_stop_and_refuses_a_deploy(project
     assert stopped.returncode == 0, stopped.stderr
     assert "warning: invalid configuration" in stopped.stderr
     assert "running" not in project.run("status").stdout
+
+
+def test_global_options_move_before_the_command_unless_it_owns_them():
+    from orchestrator.cli.main import root_command
+    from orchestrator.cli.parsing import hoisted
+
+    root = root_command()
+    ctx = root.context_class(root, info_name="orch", **root.context_settings)
+    cases = {
+        ("deploy", "--config", "x", "-m", "hi"): ("--config", "x", "deploy", "-m", "hi"),
+        ("experiments", "show", "1", "--verbose"): ("--verbose", "experiments", "show", "1"),
+        ("--verbose", "stop", "--config=x"): ("--verbose", "--config=x", "stop"),
+        # after --, and after exec's first free word, the words are the command's own
+        ("exec", "--config", "x", "--", "ls", "--config", "y"): ("--config", "x", "exec", "--", "ls", "--config", "y"),
+        ("exec", "ls", "--config", "y"): ("exec", "ls", "--config", "y"),
+        ("batching", "plan", "--config", "x"): ("batching", "plan", "--config", "x"),  # its own --config
+        ("deploy", "-m", "--config"): ("deploy", "-m", "--config"),  # a message that reads --config
+        ("nosuch", "--config", "x"): ("nosuch", "--config", "x"),
+    }
+    for given, read in cases.items():
+        assert tuple(hoisted(root, ctx, list(given))) == read, given
