@@ -151,9 +151,11 @@ class OrchGroup(TyperGroup):
         try:
             return super().resolve_command(ctx, args)
         except click.UsageError as exc:
-            meant = parsing.suggestion(self, args[0]) if args and ctx.parent is None else None
-            if meant and "Did you mean" not in exc.message:
-                exc.message = f"{exc.message.rstrip('.')}. Did you mean `orch {meant}`?"
+            meant, exact = parsing.suggestions(self, args[0]) if args and ctx.parent is None else ([], False)
+            if meant and (exact or "Did you mean" not in exc.message):  # a group's own word beats a near one
+                head = exc.message.split(". Did you mean", 1)[0].rstrip(".")
+                named = [f"`orch {m}`" for m in meant]
+                exc.message = f"{head}. Did you mean {', '.join(named[:-1]) + ' or ' if named[1:] else ''}{named[-1]}?"
             raise
 
     def make_context(self, *args, **kwargs):  # type: ignore[override]

@@ -74,15 +74,14 @@ def hoisted(root: Any, ctx: Any, args: list[str]) -> list[str]:
     return args[:start] + front + args[start:start + used] + rest
 
 
-def suggestion(root: Any, typo: str) -> str | None:
-    """The command a mistyped top-level word means: a group's sub-command of that name (``compare`` ->
-    ``experiments compare``), else the closest ``group sub-command``."""
-    nested: dict[str, str] = {}
+def suggestions(root: Any, typo: str) -> tuple[list[str], bool]:
+    """The commands a mistyped top-level word may mean, and whether they are exact: the groups' sub-commands of
+    that name (``restore`` -> ``checkpoints restore``), else the closest ``group sub-command``."""
+    nested: dict[str, list[str]] = {}
     for name in list(root.commands):
-        command = root.commands[name]
-        for sub in getattr(command, "commands", {}) or {}:
-            nested.setdefault(sub, f"{name} {sub}")
+        for sub in getattr(root.commands[name], "commands", {}) or {}:
+            nested.setdefault(sub, []).append(f"{name} {sub}")
     if typo in nested:
-        return nested[typo]
+        return nested[typo], True
     close = get_close_matches(typo, list(nested), n=1, cutoff=0.8)
-    return nested[close[0]] if close else None
+    return (nested[close[0]] if close else []), False

@@ -28,6 +28,10 @@ def test_a_command_of_a_group_typed_alone_is_pointed_at(project):
     assert shown.returncode == 2
     assert "did you mean `orch experiments compare`?" in shown.stderr.lower()
     assert "did you mean 'status'" in project.run("statsu").stderr.lower()  # typer's own, still there
+    # a group's sub-command of that very name beats typer's near top-level one (restore ~ restart)
+    assert "Did you mean `orch checkpoints restore`?" in project.run("restore").stderr
+    several = project.run("show").stderr
+    assert "Did you mean `orch experiments show`, " in several and " or `orch sweep show`" in several
 
 
 def test_a_typo_in_the_config_warns_status_and_stop_and_refuses_a_deploy(project):
