@@ -229,8 +229,12 @@ def px_project(b: Bench, name: str, access: str) -> Path:
         targets = f'[targets.px200]\nkind = "proxmox"\nct = 200\naccess = "{access}"\nuser = "root"\n'
         proj = b.project(name, ["train.py"], "python3 train.py", targets=targets, default="px200",
                          root=f"/workspace/orch-{name}")
+        node = b.bed.node
+        config = proj / "orch.toml"
+        config.write_text(config.read_text().replace(
+            "[ssh]\n", f'node_ssh = {{ user = "root", host = "{node.address}", port = {node.port} }}\n[ssh]\n', 1))
         (proj / "train.py").write_text(TRAIN.format(n=0))
-        b.orch(proj, "deploy", "--trust-new-host") if access == "pct" else b.orch(proj, "deploy")
+        b.orch(proj, "deploy")
     return proj
 
 

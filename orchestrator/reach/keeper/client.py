@@ -24,14 +24,24 @@ from . import place, wire
 from .resident import Residents, on_resident
 
 
-def keeper(persist: float) -> socket.socket | None:
-    """A connection to this user's keeper. When none listens, one is started in the background for the next
-    commands and None returned: this command connects directly rather than wait for it."""
+STARTING_WAIT = 2.0  # s a command waits for a keeper another command started a moment ago
+
+
+def keeper(persist: float, ready: dict | None = None) -> socket.socket | None:
+    """A connection to this user's keeper. When none listens, one is started in the background, given ``ready``
+    (the connection, and the agent there, to open at once for the next commands), and None returned: this command
+    connects directly rather than wait for it. A keeper another command started a moment ago is waited for: it is
+    opening that connection already."""
     try:
         path = place.socket_path()
     except OrchError:
         return None
-    return sockets.connect_or_spawn(path, place.MODULE, str(persist))
+    sock = sockets.connect(path)
+    if sock is not None:
+        return sock
+    started = sockets.spawn(path, place.MODULE, str(persist),
+                            stdin=json.dumps(ready).encode() if ready is not None else b"")
+    return None if started is not None else sockets.wait_for(path, STARTING_WAIT)
 
 
 SMALL_INPUT = 1 << 16  # bytes of input sent behind the request itself; a larger one is streamed by a thread
@@ -63,8 +73,9 @@ class KeptTransport(Transport):
 
     def _request(self, request: dict, data: Input, output: Output, limit: float | None) -> dict:
         """Send ``request`` and ``data`` to the keeper; stdout pieces go to ``output``; the final answer."""
+        ready = {"spec": self.spec, "agent": request["argv"] if request.get("op") == "agent" else None}
         for _ in range(2):
-            sock = keeper(self.persist)
+            sock = keeper(self.persist, ready)
             if sock is None:
                 raise _NoKeeper()
             try:
