@@ -27,21 +27,24 @@ from .resident import Residents, on_resident
 STARTING_WAIT = 2.0  # s a command waits for a keeper another command started a moment ago
 
 
-def keeper(persist: float, ready: dict | None = None) -> socket.socket | None:
-    """A connection to this user's keeper. When none listens, one is started in the background, given ``ready``
-    (the connection, and the agent there, to open at once for the next commands), and None returned: this command
-    connects directly rather than wait for it. A keeper another command started a moment ago is waited for: it is
-    opening that connection already."""
+def keeper(persist: float) -> socket.socket | None:
+    """A connection to this user's keeper. When none listens, one is started in the background for the next
+    commands and None returned: this command connects directly rather than wait for it. A keeper that another
+    command started a moment ago is waited for (it is readying that command's connection)."""
     try:
         path = place.socket_path()
     except OrchError:
         return None
     sock = sockets.connect(path)
-    if sock is not None:
-        return sock
-    started = sockets.spawn(path, place.MODULE, str(persist),
-                            stdin=json.dumps(ready).encode() if ready is not None else b"")
-    return None if started is not None else sockets.wait_for(path, STARTING_WAIT)
+    if sock is not None or path in _STARTED:
+        return sock  # the one this command started: it goes on on its own connection
+    if sockets.spawn(path, place.MODULE, str(persist)) is not None:
+        _STARTED.add(path)
+        return None
+    return sockets.wait_for(path, STARTING_WAIT)
+
+
+_STARTED: set = set()  # the keepers this process started
 
 
 SMALL_INPUT = 1 << 16  # bytes of input sent behind the request itself; a larger one is streamed by a thread
@@ -62,6 +65,7 @@ class KeptTransport(Transport):
         self._make_direct = direct
         self._direct: Transport | None = None
         self._residents = Residents()  # the resident agents on the direct connection, when it is used
+        self._reached: list[str] | None = None  # the agent this command ran on its own connection (None: none)
         user, host, port = spec.get("user"), spec["host"], spec.get("port")
         self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
 
@@ -73,9 +77,8 @@ class KeptTransport(Transport):
 
     def _request(self, request: dict, data: Input, output: Output, limit: float | None) -> dict:
         """Send ``request`` and ``data`` to the keeper; stdout pieces go to ``output``; the final answer."""
-        ready = {"spec": self.spec, "agent": request["argv"] if request.get("op") == "agent" else None}
         for _ in range(2):
-            sock = keeper(self.persist, ready)
+            sock = keeper(self.persist)
             if sock is None:
                 raise _NoKeeper()
             try:
@@ -170,7 +173,9 @@ class KeptTransport(Transport):
         try:
             answer = self._request(request, input, output, limit)
         except _NoKeeper:
-            return self._run_direct(op, argv, input, timeout, stall, output, limit)
+            result = self._run_direct(op, argv, input, timeout, stall, output, limit)
+            self._ready_keeper(list(argv) if op == "agent" else [])
+            return result
         self.stats.commands += 1
         self.stats.connections += answer.get("connections", 0)
         if answer.get("resident"):
@@ -178,6 +183,16 @@ class KeptTransport(Transport):
         stderr = base64.b64decode(answer.get("stderr", ""))
         self.stats.bytes_received += len(answer["stdout"]) + len(stderr)
         return Result(list(argv), int(answer["exit_code"]), answer["stdout"], stderr)
+
+    def _ready_keeper(self, agent: list[str]) -> None:
+        """This command reached the target on its own connection (no keeper listened: one is starting). Once its
+        answer is out (in a warm orch process's child; elsewhere not at all), the keeper is asked to open that
+        connection and start the agent there, so that the next command finds both up."""
+        first, self._reached = self._reached is None, agent or self._reached or []
+        if first:
+            from ... import after_answer
+
+            after_answer.later(lambda: _ready(self.spec, self._reached))
 
     def _run_direct(self, op: str, argv: list[str], input: Input, timeout: float | None, stall: float | None,
                     output: Output, limit: float | None) -> Result:
@@ -258,6 +273,26 @@ def ask(sock: socket.socket, request: dict) -> Any:
     if kind != b"R":
         raise wire.Closed("no answer")
     return json.loads(body)
+
+
+def _ready(spec: dict, agent: list[str] | None, wait: float = 5.0) -> None:
+    """Ask this home's keeper (started a moment ago: it may not listen yet) to ready ``spec``'s connection and the
+    agent ``agent`` there."""
+    try:
+        path = place.socket_path()
+    except OrchError:
+        return
+    deadline = time.monotonic() + wait
+    while (sock := sockets.connect(path)) is None:
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+    try:
+        ask(sock, {"op": "ready", "spec": spec, "agent": agent or None})
+    except (wire.Closed, OSError, ValueError):
+        pass
+    finally:
+        sock.close()
 
 
 def keepers() -> list[dict]:

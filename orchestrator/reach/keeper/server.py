@@ -141,6 +141,9 @@ class Keeper:
             self._serve_run(conn, request)
         elif op == "agent":
             self._serve_agent(conn, request)
+        elif op == "ready":
+            wire.send_json(conn, b"R", {})  # the asker does not wait for it
+            self.ready(request["spec"], request.get("agent"))
         elif op == "put":
             data = b"".join(_stdin(conn, None))
             held = self._held(request["spec"])
@@ -206,12 +209,8 @@ class Keeper:
 
     def ready(self, spec: dict, agent: list[str] | None) -> None:
         """Open the connection ``spec`` names and start a resident agent ``agent`` there, waiting idle: what the
-        command that started this keeper used, so that the next command finds both up. At a lower priority than
-        that command, which is still running on the same machine."""
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # this thread (and those it starts)
-        except OSError:
-            pass
+        command that started this keeper used (asked once its answer is out), so that the next command finds
+        both up."""
         try:
             held = self._held(spec)
             held.commands -= 1  # readied, not used
@@ -222,15 +221,13 @@ class Keeper:
         except Exception:  # noqa: BLE001 (the next command opens it itself and says what fails)
             pass
 
-    def serve(self, ready: dict | None = None) -> int:
+    def serve(self) -> int:
         server = sockets.Server(self.path)
         if not server.claim():
             return 0  # another keeper took this socket a moment ago
         self.server = server
         try:
             server.bind()
-            if ready and isinstance(ready.get("spec"), dict):
-                threading.Thread(target=self.ready, args=(ready["spec"], ready.get("agent")), daemon=True).start()
             for conn in server.connections(self.idle, busy=lambda: self.active > 0, stop=self.stopping):
                 threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
         finally:
@@ -269,13 +266,8 @@ def _watch(conn: socket.socket, cancel: threading.Event) -> None:
 def main(argv: list[str]) -> int:
     import logging
 
-    import sys
-
     path, idle = Path(argv[0]), float(argv[1])
-    try:  # what the command that started it asks it to open at once (keeper.client.keeper)
-        ready = json.loads(sys.stdin.buffer.read() or b"null")
-    except (OSError, ValueError):
-        ready = None
+
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
-    return Keeper(path, idle).serve(ready if isinstance(ready, dict) else None)
+    return Keeper(path, idle).serve()
 
