@@ -186,8 +186,8 @@ class KeptTransport(Transport):
 
     def _ready_keeper(self, agent: list[str]) -> None:
         """This command reached the target on its own connection (no keeper listened: one is starting). Once its
-        answer is out (in a warm orch process's child; elsewhere not at all), the keeper is asked to open that
-        connection and start the agent there, so that the next command finds both up."""
+        answer is out (``after_answer.later``: where a command outlives its answer), the keeper is asked to open
+        that connection and start the agent there, so that the next command finds both up."""
         first, self._reached = self._reached is None, agent or self._reached or []
         if first:
             from ... import after_answer
