@@ -122,9 +122,10 @@ def starting(path: Path | str) -> bool:
     return recent and pid > 0 and state not in (b"Z", b"X")
 
 
-def spawn(path: Path | str, module: str, *args: str) -> int | None:
+def spawn(path: Path | str, module: str, *args: str, stdin: int | None = None) -> int | None:
     """Start ``python -m module PATH ARGS…`` in a session of its own (Ctrl-C in this terminal does not reach it),
-    stderr to ``X.log``, unless one started for ``path`` is still coming up; its pid (None: none started).
+    stderr to ``X.log``, ``stdin`` (a descriptor) its standard input, unless one started for ``path`` is still
+    coming up; its pid (None: none started).
     Commands that find no server at the same moment take turns on the start marker: one starts it."""
     import subprocess  # here: every command imports this module, few start a server
 
@@ -140,8 +141,8 @@ def spawn(path: Path | str, module: str, *args: str) -> int | None:
         log = os.open(f"{stem}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             pid = subprocess.Popen([sys.executable, "-m", module, str(path), *args], cwd="/",
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                   start_new_session=True, close_fds=True).pid
+                                   stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.DEVNULL,
+                                   stderr=log, start_new_session=True, close_fds=True).pid
         finally:
             os.close(log)
         os.ftruncate(marker, 0)

@@ -30,7 +30,7 @@ STARTING_WAIT = 2.0  # s a command waits for a keeper another command started a 
 def keeper(persist: float) -> socket.socket | None:
     """A connection to this user's keeper. When none listens, one is started in the background for the next
     commands and None returned: this command connects directly rather than wait for it. A keeper that another
-    command started a moment ago is waited for (it is readying that command's connection)."""
+    command started a moment ago is waited for (it is readying that command's connection: ``ready``)."""
     try:
         path = place.socket_path()
     except OrchError:
@@ -38,13 +38,36 @@ def keeper(persist: float) -> socket.socket | None:
     sock = sockets.connect(path)
     if sock is not None or path in _STARTED:
         return sock  # the one this command started: it goes on on its own connection
-    if sockets.spawn(path, place.MODULE, str(persist)) is not None:
-        _STARTED.add(path)
-        return None
-    return sockets.wait_for(path, STARTING_WAIT)
+    told, tell = os.pipe()
+    try:
+        started = sockets.spawn(path, place.MODULE, str(persist), stdin=told)
+    finally:
+        os.close(told)
+    if started is None:
+        os.close(tell)
+        return sockets.wait_for(path, STARTING_WAIT)
+    _STARTED[path] = tell
+    return None
 
 
-_STARTED: set = set()  # the keepers this process started
+_STARTED: dict = {}  # socket path -> the pipe to the keeper this process started (-1 once told)
+
+
+def ready(spec: dict, agent: list[str] | None) -> None:
+    """Tell the keeper this process started (if it did) to open ``spec``'s connection and start the agent ``agent``
+    there now: this command has reached the target on its own connection, so the keeper's login is one that works,
+    and the next command finds both up. A command that never reached its target tells nothing (its keeper sees the
+    pipe close and opens nothing)."""
+    for path, tell in list(_STARTED.items()):
+        if tell < 0:
+            continue
+        _STARTED[path] = -1
+        try:
+            os.write(tell, json.dumps({"spec": spec, "agent": agent or None}).encode() + b"\n")
+        except OSError:
+            pass
+        finally:
+            os.close(tell)
 
 
 SMALL_INPUT = 1 << 16  # bytes of input sent behind the request itself; a larger one is streamed by a thread
@@ -65,7 +88,6 @@ class KeptTransport(Transport):
         self._make_direct = direct
         self._direct: Transport | None = None
         self._residents = Residents()  # the resident agents on the direct connection, when it is used
-        self._reached: list[str] | None = None  # the agent this command ran on its own connection (None: none)
         user, host, port = spec.get("user"), spec["host"], spec.get("port")
         self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
 
@@ -174,7 +196,8 @@ class KeptTransport(Transport):
             answer = self._request(request, input, output, limit)
         except _NoKeeper:
             result = self._run_direct(op, argv, input, timeout, stall, output, limit)
-            self._ready_keeper(list(argv) if op == "agent" else [])
+            if op == "agent":
+                ready(self.spec, list(argv))
             return result
         self.stats.commands += 1
         self.stats.connections += answer.get("connections", 0)
@@ -183,16 +206,6 @@ class KeptTransport(Transport):
         stderr = base64.b64decode(answer.get("stderr", ""))
         self.stats.bytes_received += len(answer["stdout"]) + len(stderr)
         return Result(list(argv), int(answer["exit_code"]), answer["stdout"], stderr)
-
-    def _ready_keeper(self, agent: list[str]) -> None:
-        """This command reached the target on its own connection (no keeper listened: one is starting). Once its
-        answer is out (``after_answer.later``: where a command outlives its answer), the keeper is asked to open
-        that connection and start the agent there, so that the next command finds both up."""
-        first, self._reached = self._reached is None, agent or self._reached or []
-        if first:
-            from ... import after_answer
-
-            after_answer.later(lambda: _ready(self.spec, self._reached))
 
     def _run_direct(self, op: str, argv: list[str], input: Input, timeout: float | None, stall: float | None,
                     output: Output, limit: float | None) -> Result:
@@ -273,26 +286,6 @@ def ask(sock: socket.socket, request: dict) -> Any:
     if kind != b"R":
         raise wire.Closed("no answer")
     return json.loads(body)
-
-
-def _ready(spec: dict, agent: list[str] | None, wait: float = 5.0) -> None:
-    """Ask this home's keeper (started a moment ago: it may not listen yet) to ready ``spec``'s connection and the
-    agent ``agent`` there."""
-    try:
-        path = place.socket_path()
-    except OrchError:
-        return
-    deadline = time.monotonic() + wait
-    while (sock := sockets.connect(path)) is None:
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.05)
-    try:
-        ask(sock, {"op": "ready", "spec": spec, "agent": agent or None})
-    except (wire.Closed, OSError, ValueError):
-        pass
-    finally:
-        sock.close()
 
 
 def keepers() -> list[dict]:
