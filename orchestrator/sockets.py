@@ -109,6 +109,15 @@ def server_pid(path: Path | str) -> int | None:
     return pid if serves and state not in (b"Z", b"X") else None
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` lives (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
 def starting(path: Path | str) -> bool:
     """Whether a server started for ``path`` a moment ago is still coming up: commands meanwhile start no more."""
     try:

@@ -36,8 +36,10 @@ def keeper(persist: float) -> socket.socket | None:
     except OrchError:
         return None
     sock = sockets.connect(path)
-    if sock is not None or path in _STARTED:
-        return sock  # the one this command started: it goes on on its own connection
+    if sock is not None:
+        return sock
+    if path in _STARTED and sockets.alive(_STARTED[path][0]):
+        return None  # the one this command started, still coming up: it goes on on its own connection
     told, tell = os.pipe()
     try:
         started = sockets.spawn(path, place.MODULE, str(persist), stdin=told)
@@ -46,11 +48,27 @@ def keeper(persist: float) -> socket.socket | None:
     if started is None:
         os.close(tell)
         return sockets.wait_for(path, STARTING_WAIT)
-    _STARTED[path] = tell
+    _tell(path, None)
+    _STARTED[path] = (started, tell)
     return None
 
 
-_STARTED: dict = {}  # socket path -> the pipe to the keeper this process started (-1 once told)
+_STARTED: dict = {}  # socket path -> (pid, the pipe to it: -1 once told) of the keeper this process started
+
+
+def _tell(path, asked: dict | None) -> None:
+    """Send ``asked`` (None: nothing) down the pipe to the keeper this process started for ``path``, and close it."""
+    pid, tell = _STARTED.get(path, (0, -1))
+    if tell < 0:
+        return
+    _STARTED[path] = (pid, -1)
+    try:
+        if asked is not None:
+            os.write(tell, json.dumps(asked).encode() + b"\n")
+    except OSError:
+        pass
+    finally:
+        os.close(tell)
 
 
 def ready(spec: dict, agent: list[str] | None) -> None:
@@ -58,16 +76,8 @@ def ready(spec: dict, agent: list[str] | None) -> None:
     there now: this command has reached the target on its own connection, so the keeper's login is one that works,
     and the next command finds both up. A command that never reached its target tells nothing (its keeper sees the
     pipe close and opens nothing)."""
-    for path, tell in list(_STARTED.items()):
-        if tell < 0:
-            continue
-        _STARTED[path] = -1
-        try:
-            os.write(tell, json.dumps({"spec": spec, "agent": agent or None}).encode() + b"\n")
-        except OSError:
-            pass
-        finally:
-            os.close(tell)
+    for path in list(_STARTED):
+        _tell(path, {"spec": spec, "agent": agent or None})
 
 
 SMALL_INPUT = 1 << 16  # bytes of input sent behind the request itself; a larger one is streamed by a thread
