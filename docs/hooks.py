@@ -113,7 +113,10 @@ def on_files(files, config):  # noqa: ANN001 (mkdocs' hook signature)
 
 def _cell(text: str) -> str:
     """Text for one cell of a Markdown table: HTML-escaped, its pipes kept from splitting the row."""
-    return html.escape(" ".join(str(text).split())).replace("|", "&#124;")
+    text = html.escape(" ".join(str(text).split()))
+    for char in "|_*`[]\\":  # as entities: Markdown reads none of them as markup (``__main__`` is not bold)
+        text = text.replace(char, f"&#{ord(char)};")
+    return text
 
 
 def _code(text: str) -> str:
@@ -320,7 +323,7 @@ def _help_text(text: str | None) -> str:
         if para.startswith("\b"):
             out.append("```text\n" + para[1:].strip("\n") + "\n```")
         else:
-            out.append(html.escape(" ".join(para.split()), quote=False))
+            out.append(f"<p>{_cell(para)}</p>")
     return "\n\n".join(out)
 
 
