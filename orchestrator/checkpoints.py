@@ -132,6 +132,19 @@ def clean_now_op(target: Target, settings: Settings, inv: dict, writer: Writer |
                              **retention(settings), "retention_allowed": doomed(inv)})
 
 
+def move_op(target: Target) -> Op:
+    """In a launch's locked call, after the runs it replaces stopped: an older orch's variant folders nested in
+    the folder go where the variants' own folders are now (``agent/ckpt_move``)."""
+    return Op("ckpt_move", folder(target))
+
+
+def variant_folder(target: Target, inv: dict | None, exp_id: int) -> str:
+    """The checkpoint folder of a run beside the lineage (a sweep's variant, ``--beside``): where the target's
+    inventory says the folder's variants go (``agent/ckpt_layout``), else beside the folder."""
+    start = (inv or {}).get("variant_prefix") or target.checkpoints.rstrip("/") + "@"
+    return f"{start}exp{int(exp_id)}"
+
+
 def restore_op(target: Target, name: str) -> Op:
     return Op("ckpt_restore", {**folder(target), "name": name})
 
