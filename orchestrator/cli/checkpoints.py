@@ -47,6 +47,8 @@ def _list_one(ctx: typer.Context, target: str | None, ct: int | None, as_json: b
         return inv
     render.out(f"{inv['path']} on {inv['target_label']}: {inv['files']} file(s), {render.size(inv['bytes'])}, "
                f"newest {inv['newest'] or '-'}")
+    for v in inv.get("variants") or []:  # a sweep's variants, --beside runs: folders of their own, beside it
+        render.out(f"experiment {v['exp']}'s own: {v['path']}: {v['files']} file(s), {render.size(v['bytes'])}")
     where = ", ".join(inv.get("trash_dirs") or [inv["trash"]])
     if not inv["entries"]:
         render.out(f"trash ({where}): empty")
