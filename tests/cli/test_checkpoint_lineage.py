@@ -100,3 +100,91 @@ def test_a_plain_run_after_a_sweep_and_a_beside_run_resumes_from_its_own_lineage
         (n, str(_own(p, n)), 1) for n in (2, 3, 4)]
     shown = p.run("checkpoints", "list").stdout
     assert f"experiment 3's own: {_own(p, 3)}: 1 file(s)" in shown, shown
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+def _nest(p, exp_id: int) -> dict[str, bytes]:
+    """Experiment ``exp_id``'s own folder and trash put back in an older orch's shape: inside the lineage's folder,
+    named so by its records on the target and its row here. What the folder and its trash hold."""
+    old, own = p.checkpoints / f"exp{exp_id}", _own(p, exp_id)
+    (own.with_name(own.name + ".trash") / "20260101T000000Z-exp9").mkdir(parents=True)
+    (own.with_name(own.name + ".trash") / "20260101T000000Z-exp9" / "old.bin").write_text("trashed")
+    (own / "sub").mkdir()
+    (own / "sub" / "ckpt-0001.bin").write_text("nested")
+    held = {**{f"{exp_id}/{k}": v for k, v in _files(own).items()},
+            **{f"{exp_id}.trash/{k}": v for k, v in _files(own.with_name(own.name + ".trash")).items()}}
+    os.rename(own, old)
+    os.rename(own.with_name(own.name + ".trash"), old.with_name(old.name + ".trash"))
+    run = p.run_dir(exp_id)
+    for name, change in (("experiment.json", lambda d: {**d, "checkpoints": str(old)}),
+                         ("launch.json", lambda d: {**d, "env": {**d["env"], "ORCH_CHECKPOINT_DIR": str(old)}})):
+        (run / name).write_text(json.dumps(change(json.loads((run / name).read_text()))))
+    with p.registry() as reg:
+        reg.update(exp_id, checkpoints=str(old))
+    return held
+
+
+def test_the_next_launch_moves_an_older_orchs_nested_folders_with_every_file(lineage):
+    p = lineage
+    assert p.run("deploy", "--gpus", "1").returncode == 0
+    wait_for(lambda: (p.checkpoints / "ckpt-exp1.bin").exists(), what="experiment 1's checkpoint")
+    assert p.run("deploy", "--gpus", "1", "--beside").returncode == 0
+    wait_for(lambda: (_own(p, 2) / "ckpt-exp2.bin").exists(), what="experiment 2's checkpoint")
+    assert p.run("stop", "-e", "2").returncode == 0 and p.run("stop", "-e", "1").returncode == 0
+    held = _nest(p, 2)
+    assert sorted(os.listdir(p.checkpoints)) == ["ckpt-exp1.bin", "exp2", "exp2.trash"]
+    listed = json.loads(p.run("checkpoints", "list", "--json").stdout)
+    assert (listed["files"], listed["newest"]) == (1, "ckpt-exp1.bin")  # read before the move: passed over
+
+    res = p.run("deploy")
+    assert res.returncode == 0, res.stderr
+    assert "holds 1 file(s)" in res.stderr and "newest ckpt-exp1.bin, written by experiment 1" in res.stderr
+    assert [a["resume"] for a in _lines(p, 3)] == [str(p.checkpoints / "ckpt-exp1.bin")]
+    own = _own(p, 2)
+    now = {**{f"2/{k}": v for k, v in _files(own).items()},
+           **{f"2.trash/{k}": v for k, v in _files(own.with_name(own.name + ".trash")).items()}}
+    assert now == held  # every file, byte for byte, where the new readers look
+    assert not (p.checkpoints / "exp2").exists() and not (p.checkpoints / "exp2.trash").exists()
+    run = p.run_dir(2)
+    assert json.loads((run / "experiment.json").read_text())["checkpoints"] == str(own)
+    assert json.loads((run / "launch.json").read_text())["env"]["ORCH_CHECKPOINT_DIR"] == str(own)
+    with p.registry() as reg:
+        assert reg.get(2).checkpoints == str(own)
+    steps = [(e["event"], e.get("step")) for e in map(json.loads, (p.root / "checkpoint-moves.jsonl").open())]
+    assert steps == [("begin", None), ("done", "folder"), ("done", "trash"), ("done", "records"), ("end", None)]
+    listed = json.loads(p.run("checkpoints", "list", "--json").stdout)
+    assert [(v["exp"], v["files"]) for v in listed["variants"]] == [(2, 2)]
+
+
+def test_a_move_cut_short_is_finished_by_the_next_call(tmp_path):
+    """The folder was renamed, the journal says so, the cut came before the trash and the records: the next
+    ``ckpt_move`` finishes them, and moves nothing twice."""
+    from orchestrator.agent import ckpt_move
+    from orchestrator.agent.layout import Layout
+
+    layout = Layout(str(tmp_path / "root"))
+    layout.ensure()
+    ck = tmp_path / "ck"
+    (ck / "exp7.trash" / "e").mkdir(parents=True)
+    (ck / "exp7.trash" / "e" / "t.bin").write_text("t")
+    (ck.with_name("ck@exp7")).mkdir()
+    (ck.with_name("ck@exp7") / "w.bin").write_text("w")
+    run = Path(layout.run_dir(7, "0123456789ab"))
+    run.mkdir(parents=True)
+    (run / "experiment.json").write_text(json.dumps({"project": "p", "checkpoints": str(ck / "exp7")}))
+    (run / "launch.json").write_text(json.dumps({"env": {"ORCH_CHECKPOINT_DIR": str(ck / "exp7")}}))
+    (run / "exit.json").write_text("{}")
+    log = Path(layout.root) / ckpt_move.JOURNAL
+    log.write_text(json.dumps({"event": "begin", "id": "1-exp7", "from": str(ck / "exp7"), "to": str(ck) + "@exp7"})
+                   + "\n" + json.dumps({"event": "done", "id": "1-exp7", "step": "folder"}) + "\n")
+
+    done = ckpt_move.move(layout, str(ck), str(ck))
+    assert done["moved"] == [{"exp_id": 7, "registry": "0123456789ab", "from": str(ck / "exp7"),
+                              "to": str(ck) + "@exp7"}] and done["left"] == []
+    assert (tmp_path / "ck@exp7" / "w.bin").read_text() == "w"
+    assert (tmp_path / "ck@exp7.trash" / "e" / "t.bin").read_text() == "t" and os.listdir(ck) == []
+    assert json.loads((run / "experiment.json").read_text())["checkpoints"] == str(ck) + "@exp7"
+    assert ckpt_move.move(layout, str(ck), str(ck)) == {"moved": [], "left": []}
