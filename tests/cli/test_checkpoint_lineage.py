@@ -138,6 +138,9 @@ def test_the_next_launch_moves_an_older_orchs_nested_folders_with_every_file(lin
     assert sorted(os.listdir(p.checkpoints)) == ["ckpt-exp1.bin", "exp2", "exp2.trash"]
     listed = json.loads(p.run("checkpoints", "list", "--json").stdout)
     assert (listed["files"], listed["newest"]) == (1, "ckpt-exp1.bin")  # read before the move: passed over
+    res = p.run("checkpoints", "list", "-e", "2")
+    assert res.returncode == 2 and "where an older orch put them (inside the project's folder)" in res.stderr
+    assert f"hint: the next launch on local moves them beside it ({_own(p, 2)})" in res.stderr, res.stderr
 
     res = p.run("deploy")
     assert res.returncode == 0, res.stderr
@@ -188,3 +191,50 @@ def test_a_move_cut_short_is_finished_by_the_next_call(tmp_path):
     assert (tmp_path / "ck@exp7.trash" / "e" / "t.bin").read_text() == "t" and os.listdir(ck) == []
     assert json.loads((run / "experiment.json").read_text())["checkpoints"] == str(ck) + "@exp7"
     assert ckpt_move.move(layout, str(ck), str(ck)) == {"moved": [], "left": []}
+
+    # an experiment's own folder is cleaned, listed and restored by -e; the lineage's clean leaves it alone
+    assert p.run("stop", "-e", "5").returncode == 0
+    res = p.run("checkpoints", "clean", "-e", "3", "--yes")
+    assert res.returncode == 0, res.stderr
+    trash = _own(p, 3).with_name(_own(p, 3).name + ".trash")
+    [entry] = os.listdir(trash)
+    assert entry.endswith("-exp3") and sorted(os.listdir(trash / entry)) == [".orch-trash.json", "ckpt-exp3.bin"]
+    assert os.listdir(_own(p, 3)) == [] and sorted(os.listdir(p.checkpoints)) == ["ckpt-exp1.bin", "ckpt-exp5.bin"]
+    mine = json.loads(p.run("checkpoints", "list", "-e", "3", "--json").stdout)
+    assert (mine["path"], mine["files"], [e["name"] for e in mine["entries"]]) == (str(_own(p, 3)), 0, [entry])
+    assert p.run("checkpoints", "restore", "-e", "3", entry).returncode == 0
+    assert os.listdir(_own(p, 3)) == ["ckpt-exp3.bin"]
+    res = p.run("checkpoints", "clean", "--yes")
+    assert res.returncode == 0, res.stderr
+    assert os.listdir(p.checkpoints) == [] and os.listdir(_own(p, 2)) == ["ckpt-exp2.bin"]
+    assert os.listdir(_own(p, 3)) == ["ckpt-exp3.bin"] and os.listdir(_own(p, 4)) == ["ckpt-exp4.bin"]
+
+
+def test_a_nested_folder_whose_run_waits_in_the_queue_stays_and_no_reader_of_the_lineage_sees_it(tmp_path):
+    from orchestrator.agent import attempts, checkpoints, ckpt_layout, ckpt_move
+    from orchestrator.agent.layout import Layout
+
+    layout = Layout(str(tmp_path / "root"))
+    layout.ensure()
+    ck = tmp_path / "ck"
+    (ck / "exp8").mkdir(parents=True)
+    (ck / "exp8" / "w.bin").write_text("variant")
+    (ck / "exp9").mkdir()  # the lineage's own folder of that name: no record names it
+    (ck / "exp9" / "mine.bin").write_text("lineage")
+    (ck / "ckpt-1.bin").write_text("lineage")
+    os.utime(ck / "ckpt-1.bin", (1, 1))
+    os.utime(ck / "exp9", (2, 2))
+    os.utime(ck / "exp8", (3, 3))  # the variant's folder is the newest entry
+    queue = Path(layout.root) / "queue" / "p"
+    queue.mkdir(parents=True)
+    (queue / "1-0123456789ab-8.json").write_text(json.dumps({"experiment": {"checkpoints": str(ck / "exp8")}}))
+
+    assert ckpt_move.move(layout, str(ck), str(ck)) == {"moved": [], "left": [{"from": str(ck / "exp8"),
+                                                                              "why": "queued"}]}
+    assert (ck / "exp8" / "w.bin").read_text() == "variant"
+    inv = checkpoints.inventory(layout, str(ck), str(ck))
+    assert sorted(f["path"] for f in inv["listing"]) == ["ckpt-1.bin", "exp9/mine.bin"]
+    skip = ckpt_layout.legacy_names(layout, str(ck))
+    assert skip == {"exp8"} and attempts.newest_checkpoint(str(ck), None, skip) == str(ck / "exp9")
+    moved = checkpoints.move_to_trash(layout, str(ck), str(ck), label="exp1")
+    assert moved["moved"] == 2 and sorted(os.listdir(ck)) == ["exp8"]
