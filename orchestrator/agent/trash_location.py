@@ -3,8 +3,8 @@
 A plain folder ``/w/checkpoints`` keeps its trash beside it, in ``/w/checkpoints.trash/``. A folder that
 is a mount point of its own (a Proxmox ``mpN`` volume, NFS, a bind mount) cannot: ``rename(2)`` out of it
 fails with EXDEV. Its trash is a hidden folder inside it, ``/w/checkpoints/.orch-trash/``, which is
-never part of the folder's contents (nor are the variants' folders kept there, ``.orch-exp/``); nor is the ``lost+found`` an ext4 volume has at its root (fsck's
-folder, not a checkpoint). Listing, restoring and purging look in both places, so entries made before
+never part of the folder's contents (nor are the experiments' own folders kept there, ``.orch-exp/``:
+``ckpt_layout``); nor is the ``lost+found`` an ext4 volume has at its root (fsck's folder, not a checkpoint). Listing, restoring and purging look in both places, so entries made before
 the folder became a mount point are still found.
 """
 

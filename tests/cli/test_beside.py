@@ -111,7 +111,8 @@ def test_status_lists_both_and_bare_logs_and_stop_act_on_the_latest(side):
     assert note in res.stderr, res.stderr
     assert "local: experiment 2 running" in res.stdout, res.stdout
     assert "2 runs side by side here:" in res.stdout
-    assert f"experiment 2 running on GPU 1, revision" in res.stdout and f"checkpoints {p.checkpoints}@exp2" in res.stdout
+    assert f"experiment 2 running on GPU 1, revision" in res.stdout
+    assert f"checkpoints {p.checkpoints}@exp2" in res.stdout, res.stdout
     assert f"experiment 1 running on GPU 0, revision" in res.stdout
     data = json.loads(p.run("status", "--json", "--no-metrics").stdout)
     assert data["experiment"] == 2 and [(r["experiment"], r["gpus"]) for r in data["live"]] == [(2, [1]), (1, [0])]

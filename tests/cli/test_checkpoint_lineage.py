@@ -19,7 +19,8 @@ from tests.conftest import wait_for
 TRAIN = """\
 import os, signal, sys, time
 CRASH = False
-ckpt, exp, attempt = os.environ["ORCH_CHECKPOINT_DIR"], os.environ["ORCH_EXPERIMENT_ID"], os.environ.get("ORCH_ATTEMPT", "0")
+ckpt, exp = os.environ["ORCH_CHECKPOINT_DIR"], os.environ["ORCH_EXPERIMENT_ID"]
+attempt = os.environ.get("ORCH_ATTEMPT", "0")
 print(f"attempt={attempt} resume={os.environ.get('ORCH_RESUME_FROM', '')} ckpt={ckpt}", flush=True)
 if CRASH and attempt == "0":
     sys.exit(3)
