@@ -101,6 +101,22 @@ def test_a_plain_run_after_a_sweep_and_a_beside_run_resumes_from_its_own_lineage
         (n, str(_own(p, n)), 1) for n in (2, 3, 4)]
     shown = p.run("checkpoints", "list").stdout
     assert f"experiment 3's own: {_own(p, 3)}: 1 file(s)" in shown, shown
+    # an experiment's own folder is cleaned, listed and restored by -e; the lineage's clean leaves it alone
+    assert p.run("stop", "-e", "5").returncode == 0
+    res = p.run("checkpoints", "clean", "-e", "3", "--yes")
+    assert res.returncode == 0, res.stderr
+    trash = _own(p, 3).with_name(_own(p, 3).name + ".trash")
+    [entry] = os.listdir(trash)
+    assert entry.endswith("-exp3") and sorted(os.listdir(trash / entry)) == [".orch-trash.json", "ckpt-exp3.bin"]
+    assert os.listdir(_own(p, 3)) == [] and sorted(os.listdir(p.checkpoints)) == ["ckpt-exp1.bin", "ckpt-exp5.bin"]
+    mine = json.loads(p.run("checkpoints", "list", "-e", "3", "--json").stdout)
+    assert (mine["path"], mine["files"], [e["name"] for e in mine["entries"]]) == (str(_own(p, 3)), 0, [entry])
+    assert p.run("checkpoints", "restore", "-e", "3", entry).returncode == 0
+    assert os.listdir(_own(p, 3)) == ["ckpt-exp3.bin"]
+    res = p.run("checkpoints", "clean", "--yes")
+    assert res.returncode == 0, res.stderr
+    assert os.listdir(p.checkpoints) == [] and os.listdir(_own(p, 2)) == ["ckpt-exp2.bin"]
+    assert os.listdir(_own(p, 3)) == ["ckpt-exp3.bin"] and os.listdir(_own(p, 4)) == ["ckpt-exp4.bin"]
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -193,22 +209,6 @@ def test_a_move_cut_short_is_finished_by_the_next_call(tmp_path):
     assert json.loads((run / "experiment.json").read_text())["checkpoints"] == str(ck) + "@exp7"
     assert ckpt_move.move(layout, str(ck), str(ck)) == {"moved": [], "left": []}
 
-    # an experiment's own folder is cleaned, listed and restored by -e; the lineage's clean leaves it alone
-    assert p.run("stop", "-e", "5").returncode == 0
-    res = p.run("checkpoints", "clean", "-e", "3", "--yes")
-    assert res.returncode == 0, res.stderr
-    trash = _own(p, 3).with_name(_own(p, 3).name + ".trash")
-    [entry] = os.listdir(trash)
-    assert entry.endswith("-exp3") and sorted(os.listdir(trash / entry)) == [".orch-trash.json", "ckpt-exp3.bin"]
-    assert os.listdir(_own(p, 3)) == [] and sorted(os.listdir(p.checkpoints)) == ["ckpt-exp1.bin", "ckpt-exp5.bin"]
-    mine = json.loads(p.run("checkpoints", "list", "-e", "3", "--json").stdout)
-    assert (mine["path"], mine["files"], [e["name"] for e in mine["entries"]]) == (str(_own(p, 3)), 0, [entry])
-    assert p.run("checkpoints", "restore", "-e", "3", entry).returncode == 0
-    assert os.listdir(_own(p, 3)) == ["ckpt-exp3.bin"]
-    res = p.run("checkpoints", "clean", "--yes")
-    assert res.returncode == 0, res.stderr
-    assert os.listdir(p.checkpoints) == [] and os.listdir(_own(p, 2)) == ["ckpt-exp2.bin"]
-    assert os.listdir(_own(p, 3)) == ["ckpt-exp3.bin"] and os.listdir(_own(p, 4)) == ["ckpt-exp4.bin"]
 
 
 def test_a_nested_folder_whose_run_waits_in_the_queue_stays_and_no_reader_of_the_lineage_sees_it(tmp_path):
