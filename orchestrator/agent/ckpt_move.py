@@ -25,6 +25,7 @@ import time
 from . import ckpt_layout, journal
 from .checkpoints import check_path
 from .layout import Layout, parse_run_key, read_json, write_json
+from .protocol import AgentFailure
 from .runs import run_state
 
 JOURNAL = "checkpoint-moves.jsonl"
@@ -108,7 +109,10 @@ def _moved(runs: list[str], src: str, dst: str) -> list[dict]:
 def move(layout: Layout, path: str, configured: str) -> dict:
     """Finish the moves a cut left, then move every nested variant folder of ``path`` whose runs are over.
     ``moved``: the runs whose folder moved (their records on the target say so now); ``left``: what stays, why."""
-    norm = check_path(layout, path, configured, busy_check=False)
+    try:
+        norm = check_path(layout, path, configured, busy_check=False)
+    except AgentFailure as exc:  # a launch past its stop still starts its run: this only tidies the layout
+        return {"moved": [], "left": [], "skipped": exc.message}
     log = os.path.join(layout.root, JOURNAL)
     entries = journal.read_lines(log)
     moved: list[dict] = []

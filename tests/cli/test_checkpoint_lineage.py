@@ -208,6 +208,8 @@ def test_a_move_cut_short_is_finished_by_the_next_call(tmp_path):
     assert (tmp_path / "ck@exp7.trash" / "e" / "t.bin").read_text() == "t" and os.listdir(ck) == []
     assert json.loads((run / "experiment.json").read_text())["checkpoints"] == str(ck) + "@exp7"
     assert ckpt_move.move(layout, str(ck), str(ck)) == {"moved": [], "left": []}
+    refused = ckpt_move.move(layout, "/etc", "/etc")  # never fails the launch it is part of: moves nothing
+    assert refused["moved"] == [] and "system folder" in refused["skipped"]
 
 
 
