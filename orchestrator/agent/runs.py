@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
-from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, procstat, reboot_unit,
-               standby, watchdog, windows, workdir)
+from . import (attempts, budget, causes, ckpt_layout, diskspace, grace, guard, handover, heartbeat, journal, procstat,
+               reboot_unit, standby, watchdog, windows, workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
@@ -399,7 +399,10 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
              guarded: guard.Watch | None = None) -> tuple[int, int | None, str] | int:
     """One attempt: mark it in the log, start the command, watch it; (code, signal, reason), or 127 if not started."""
     attempt = len(history.items)
-    resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""), policy.checkpoint_glob)
+    folder = launch["env"].get("ORCH_CHECKPOINT_DIR", "")
+    others = ckpt_layout.legacy_names(Layout(os.path.dirname(os.path.dirname(run_dir))), os.path.normpath(folder)) \
+        if folder else frozenset()  # its own lineage's newest, never a variant's folder an older orch nested there
+    resume_from = attempts.newest_checkpoint(folder, policy.checkpoint_glob, others)
     log.write(attempts.marker(attempt, history.data["max"], history.items[-1] if history.items else None,
                               resume_from).encode())
     env.pop("ORCH_RESUME", None)

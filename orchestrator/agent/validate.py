@@ -352,6 +352,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                    "moved_by": _optional(exp_id), "retention_allowed": _optional(lambda v, n: _list(v, n, name_part)),
                    "purge_only": _optional(lambda v, n: _list(v, n, _dict))},
     "ckpt_restore": {"path": _str, "configured": _str, "name": trash_name},
+    "ckpt_move": {"path": _str, "configured": _str},
     "ckpt_purge": {"path": _str, "configured": _str, "names": lambda v, n: _list(v, n, trash_name)},
     "shell": {"argv": _STRINGS, "cwd": _optional(_str), "timeout": _num, "check": _bool, "run": _optional(run_of)},
     "gc": {"project": project, "keep": lambda v, n: _int(v, n, 0, 1 << 20),

@@ -80,7 +80,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         if action != "keep":
             checkpoints.confirm_launch(probe["inventory"], action, target.label, writer, yes=launch.yes,
                                        confirm=launch.confirm, echo=launch.echo)
-        elif launch.has(StartRun) and not launch.beside:  # a run beside others gets a folder of its own
+        elif launch.has(StartRun) and not (launch.beside or launch.sweep):  # those get a folder of their own
             _notice_checkpoints(launch, probe.get("inventory"), writer)
         _push(launch, client, probe, out)
         build_env(launch, client, probe)
@@ -90,7 +90,8 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
                 # numbered by this registry alone: its runs' folders on the target carry its id (runs/<id>-<n>)
                 exp = registry.create(launcher=guard, **_record_fields(launch, probe))
                 if launch.sweep or launch.beside:  # runs side by side never share each other's checkpoints
-                    exp = registry.update(exp.id, checkpoints=f"{target.checkpoints.rstrip('/')}/exp{exp.id}")
+                    exp = registry.update(exp.id, checkpoints=checkpoints.variant_folder(
+                        target, probe.get("inventory"), exp.id))
                 out.experiment = exp
                 if parent is not None:
                     out.guard = guarded.spec(launch, registry, exp, parent)
@@ -366,6 +367,10 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
             keys.append("verify")
     if exp is not None and "start" in keys:
         _check_start_first(launch, exp, key, ops, keys, spare_jobs=start.alone)
+    if "start" in keys or "queue" in keys or action != "keep":  # after the stop: the runs it replaces are over
+        first = next((i for i, k in enumerate(keys) if k in ("trash", "shell", "queue", "start")), len(keys))
+        ops.insert(first, checkpoints.move_op(target))
+        keys.insert(first, "ckpt_move")
     return ops, keys
 
 
@@ -445,6 +450,19 @@ def _check_start_first(launch: Launch, exp: Experiment, key: str | None, ops: li
     keys.insert(first, "start_check")
 
 
+def _record_moved(registry: Registry, value: dict) -> None:
+    """This registry's rows whose checkpoint folder ``ckpt_move`` moved name where it is now."""
+    for m in value.get("moved") or []:
+        if m.get("registry") not in (None, registry.registry_id):
+            continue
+        try:
+            row = registry.get(m["exp_id"])
+        except OrchError:
+            continue  # another clone's run, from before registry keys
+        if (row.checkpoints or "").rstrip("/") == m["from"]:
+            registry.update(row.id, checkpoints=m["to"])
+
+
 def _record_results(launch: Launch, registry: Registry, results: list[tuple[str, Any]], out: Outcome) -> None:
     now = time.time()
     for key, value in results:
@@ -455,6 +473,8 @@ def _record_results(launch: Launch, registry: Registry, results: list[tuple[str,
             out.checkpoints = value
         elif key == "shell":
             out.shell.append(value)
+        elif key == "ckpt_move":
+            _record_moved(registry, value)
         elif key == "queue" and out.experiment is not None:
             fields = {"status": value["status"]}
             if value["status"] == "running":
