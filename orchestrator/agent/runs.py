@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
-from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, procstat, reboot_unit,
-               standby, watchdog, windows, workdir)
+from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, launch_env, procstat,
+               reboot_unit, standby, watchdog, windows, workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
@@ -189,13 +189,16 @@ def _last_line(path: str) -> str | None:
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
           experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None,
           registry: str | None = None, recovery: dict | None = None, notify: dict | None = None,
-          beside: bool = False) -> dict:
+          beside: bool = False, launch: dict | None = None) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session (``beside``: next to
     the project's live runs, on GPUs none of them was given: checked by ``start_check``/``runqueue`` under the same
-    lock, with ``gpu_share``)."""
+    lock, with ``gpu_share``). ``launch``: what the command that launched it had (``launch_env``: the local
+    target's ``orch`` command sends its own); without it, this agent's own, as the target gave it."""
     import libtmux
 
     secrets = handover.check(secrets or {})
+    inherited = launch_env.check(launch) if launch is not None else launch_env.own()
+    base = inherited["env"]
     if notify is not None:  # its URL goes with the secrets, through the pipe
         notify = notices.check(notify)
     if (recovery or {}).get("job") is not None:
@@ -239,13 +242,14 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     lib = unpacked if os.path.isdir(unpacked) else agent_path  # orchestrator.batching for training scripts
     # the user's folders first ([project] env, then the target's own), orch's batching library last
     run_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(env.get("PYTHONPATH", "")), os.environ.get("PYTHONPATH", ""), lib) if p)
+        p for p in (str(env.get("PYTHONPATH", "")), base.get("PYTHONPATH", ""), lib) if p)
     if run_env.get("VIRTUAL_ENV"):  # the run's environment (envs.py): its python first on the PATH
         run_env["PATH"] = os.pathsep.join(p for p in (os.path.join(run_env["VIRTUAL_ENV"], "bin"),
-                                                       str(env.get("PATH") or os.environ.get("PATH", ""))) if p)
+                                                       str(env.get("PATH") or base.get("PATH", ""))) if p)
     if experiment.get("checkpoints"):
         os.makedirs(experiment["checkpoints"], exist_ok=True)
     write_json(os.path.join(run_dir, "experiment.json"), experiment)
+    launch_env.write(run_dir, inherited, secrets)  # 0600, before launch.json: the supervisor reads both
     write_json(os.path.join(run_dir, "launch.json"),
                {"argv": list(argv), "cwd": work, "revision": revision, "env": run_env, "secrets": sorted(secrets),
                 "created": time.time(), "recovery": recovery or {},
@@ -309,7 +313,8 @@ def supervise(run_dir: str) -> int:
         return 0  # too late: its start was already given up (``not_started``)
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)
-    env = dict(os.environ)
+    # the launch's variables, umask and limits (never this process's: a standby's, the tmux server's)
+    env, missed = launch_env.apply(launch_env.read(run_dir))
     secrets = handover.receive(run_dir) if launch.get("secrets") or launch.get("notify") else {}
     url = (secrets or {}).pop(notices.URL_KEY, None)
     if secrets is None and not launch.get("secrets"):
@@ -332,6 +337,9 @@ def supervise(run_dir: str) -> int:
             why = "its secrets did not arrive from the agent"
             log.write(f"orch: not started: {why} ({', '.join(launch['secrets'])})\n".encode())
             return _record_exit(run_dir, 127, None, error=why)
+        if missed:
+            log.write(f"orch: the launch's hard limits of {', '.join(missed)} are above the supervisor's, which the "
+                      "run keeps\n".encode())
         if launch.get("secrets"):
             log.write(f"orch: secrets in the environment: {', '.join(launch['secrets'])}\n".encode())
         stopping: list = []  # a SIGINT/SIGTERM/SIGHUP to the supervisor: the run is being stopped

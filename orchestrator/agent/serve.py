@@ -66,8 +66,10 @@ def own_files() -> list[str]:
 
 
 def serve() -> int:
+    from . import launch_env
     from .__main__ import respond
 
+    launch_env.remember()  # as sshd gave it: the runs this resident starts begin from it, as a one-shot's would
     os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
     os.environ.pop("LANGUAGE", None)
     sys.stdout.flush()

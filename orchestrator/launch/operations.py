@@ -349,7 +349,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "experiment": start.experiment, "batching": exp.batching,
                                         "recovery": start.recovery, "start_idle": step.start_idle}
-                          | ({"beside": launch.beside} if launch.beside else {})))
+                          | ({"beside": launch.beside} if launch.beside else {}) | _inherited(launch)))
             keys.append("queue")
         elif isinstance(step, StartRun):
             assert exp is not None and start is not None
@@ -357,7 +357,8 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "secrets": dict(launch.secrets), "experiment": start.experiment,
                                         "batching": exp.batching, "recovery": start.recovery}
-                          | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})))
+                          | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})
+                          | _inherited(launch)))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
             ops.append(Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": step.wait}))
@@ -365,6 +366,16 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
     if exp is not None and "start" in keys:
         _check_start_first(launch, exp, key, ops, keys, spare_jobs=start.alone)
     return ops, keys
+
+
+def _inherited(launch: Launch) -> dict:
+    """On the local target the run starts with this command's environment, umask and limits, as if the user had
+    typed its command here (``agent/launch_env``); a remote target's agent gives it the login environment there."""
+    if launch.target.spec.kind != "local":
+        return {}
+    from ..agent import launch_env
+
+    return {"launch": launch_env.capture()}
 
 
 def _notify_arg(launch: Launch, exp: Experiment) -> dict:
