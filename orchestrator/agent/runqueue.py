@@ -35,7 +35,7 @@ from .protocol import AgentFailure
 
 FOLDER = "queue"
 START_ARGS = ("exp_id", "project", "revision", "argv", "env", "experiment", "batching", "registry", "recovery",
-              "launch")
+              "launch", "use_standby")
 LOCK_WAIT = 600.0  # s the process that starts the next entry waits for another operation's lock
 PARENT_WAIT = 10.0  # s it waits for the supervisor that spawned it to exit (its tmux session is replaced)
 
@@ -75,7 +75,7 @@ def _unit_key(layout: Layout, project: str) -> str:
 
 def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict, experiment: dict,
         batching: dict, registry: str | None = None, recovery: dict | None = None, start_idle: bool = True,
-        beside: dict | None = None, launch: dict | None = None) -> dict:
+        beside: dict | None = None, launch: dict | None = None, use_standby: bool = True) -> dict:
     """Queue a launch (under the target's lock); with ``start_idle``, start the queue at once when nothing of the
     project runs (a sweep queues every variant first, so that none competes with the queueing of the rest).
     ``beside`` (``{"gpus": N, "total": M}``): it starts next to the live runs once N GPUs are free (``gpu_share``).
@@ -93,7 +93,8 @@ def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, en
     entry = {"exp_id": exp_id, "project": project, "revision": revision, "argv": list(argv), "env": dict(env),
              "experiment": dict(experiment), "batching": dict(batching), "registry": registry,
              "recovery": recovery or {}, "queued": time.time(),
-             "launch": launch_env.check(launch) if launch is not None else launch_env.own()} \
+             "launch": launch_env.check(launch) if launch is not None else launch_env.own(),
+             "use_standby": use_standby} \
         | ({"beside": dict(beside)} if beside else {})
     write_atomic(os.path.join(folder(layout, project), f"{time.time_ns():020d}-{key}.json"),
                  (json.dumps(entry, indent=2, sort_keys=True) + "\n").encode(), 0o600)  # the user's variables
@@ -187,7 +188,7 @@ def _started(started: list[dict]) -> dict:
 def _start_args(layout: Layout, entry: dict) -> tuple[dict, str | None]:
     """``runs.start``'s arguments for the entry, or why it must wait: a run of the project is alive, or (an entry
     queued ``beside``) fewer GPUs are free than it wants; it then gets the free ones."""
-    args = {k: entry.get(k) for k in START_ARGS}
+    args = {k: entry.get(k) for k in START_ARGS if k in entry}  # an older orch's entry has fewer
     wanted = entry.get("beside")
     if not isinstance(wanted, dict):
         busy = runs.alive_runs(layout, str(entry.get("project")))

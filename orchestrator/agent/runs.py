@@ -189,11 +189,12 @@ def _last_line(path: str) -> str | None:
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
           experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None,
           registry: str | None = None, recovery: dict | None = None, notify: dict | None = None,
-          beside: bool = False, launch: dict | None = None) -> dict:
+          beside: bool = False, launch: dict | None = None, use_standby: bool = True) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session (``beside``: next to
     the project's live runs, on GPUs none of them was given: checked by ``start_check``/``runqueue`` under the same
     lock, with ``gpu_share``). ``launch``: what the command that launched it had (``launch_env``: the local
-    target's ``orch`` command sends its own); without it, this agent's own, as the target gave it."""
+    target's ``orch`` command sends its own); without it, this agent's own, as the target gave it. ``use_standby``
+    False (``[run] standby``): tmux starts the supervisor afresh, and no standby is left for the next start."""
     import libtmux
 
     secrets = handover.check(secrets or {})
@@ -266,8 +267,8 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         # project's session name in the tmux call that kills a session left under it (only ended runs can be left
         # in it: alive_runs() was empty); else tmux starts one
         started = (windows.beside(server, name, f"exp{exp_id}", work, command, shown) if busy else
-                   standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown, _alive,
-                                     replace=True))
+                   use_standby and standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown,
+                                                  _alive, replace=True))
         if not started and not busy:
             _kill_session(server, name)  # no standby took the run: a session left under its name goes first
         if not started:
@@ -282,7 +283,10 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         if sender is not None:
             sender.close()
     try:
-        standby.leave(server, layout, agent_path, _alive)  # the next start's supervisor, imported meanwhile
+        if use_standby:
+            standby.leave(server, layout, agent_path, _alive)  # the next start's supervisor, imported meanwhile
+        else:
+            standby.dismiss(server, layout)
     except Exception:  # noqa: BLE001 (the run has started: without a standby the next start is only slower)
         pass
     return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}

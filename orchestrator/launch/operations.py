@@ -349,7 +349,8 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "experiment": start.experiment, "batching": exp.batching,
                                         "recovery": start.recovery, "start_idle": step.start_idle}
-                          | ({"beside": launch.beside} if launch.beside else {}) | _inherited(launch)))
+                          | ({"beside": launch.beside} if launch.beside else {})
+                          | ({} if settings.run.standby else {"use_standby": False}) | _inherited(launch)))
             keys.append("queue")
         elif isinstance(step, StartRun):
             assert exp is not None and start is not None
@@ -358,7 +359,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "secrets": dict(launch.secrets), "experiment": start.experiment,
                                         "batching": exp.batching, "recovery": start.recovery}
                           | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})
-                          | _inherited(launch)))
+                          | ({} if settings.run.standby else {"use_standby": False}) | _inherited(launch)))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
             ops.append(Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": step.wait}))
