@@ -376,7 +376,9 @@ def _inherited(launch: Launch) -> dict:
         return {}
     from ..agent import launch_env
 
-    return {"launch": launch_env.capture()}
+    found = launch_env.capture()
+    found["env"] = {k: v for k, v in found["env"].items() if k not in launch.secrets}  # they go as secrets do
+    return {"launch": found}
 
 
 def _notify_arg(launch: Launch, exp: Experiment) -> dict:
