@@ -45,6 +45,7 @@ checkpoints = "{root}/ckpt-{name}"
 [run]
 stop_timeout = 2
 term_timeout = 2
+{run}
 [targets.local]
 kind = "local"
 root = "{root}"
@@ -52,10 +53,10 @@ checkpoints = "{root}/ckpt-{name}"
 """
 
 
-def make_project(folder: Path, name: str, root: Path) -> Path:
+def make_project(folder: Path, name: str, root: Path, run: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "probe.py").write_text(PROBE)
-    (folder / "orch.toml").write_text(CONFIG.format(name=name, root=root))
+    (folder / "orch.toml").write_text(CONFIG.format(name=name, root=root, run=run))
     return folder
 
 
@@ -88,15 +89,16 @@ def orch(cwd: Path, env: dict, *args: str, limits: dict | None = None, umask: in
     return done
 
 
-def probe_of(run_dir: Path) -> dict:
-    """What the run printed of itself (its first attempt's line)."""
+def probe_of(run_dir: Path, count: int = 1) -> dict:
+    """What the run printed of itself (its ``count``-th attempt's line)."""
     log = run_dir / "train.log"
 
     def line():
         text = log.read_text() if log.exists() else ""
-        return next((ln for ln in text.splitlines() if ln.startswith("PROBE ")), None)
+        found = [ln for ln in text.splitlines() if ln.startswith("PROBE ")]
+        return found[count - 1] if len(found) >= count else None
 
-    return json.loads(wait_for(line, timeout=60, what=f"the probe line in {log}")[len("PROBE "):])
+    return json.loads(wait_for(line, timeout=60, what=f"probe line {count} in {log}")[len("PROBE "):])
 
 
 def newest_run(root: Path, project: str) -> Path:
@@ -191,6 +193,9 @@ def launches(base: Path, fast: bool) -> dict:
             waiting = standby_pid(root)
             done = orch(folder, env, *args, **typed)
             said.append((args[0], done.stdout, done.stderr))
+            if "--queue" in args:  # the entry holds the launch's variables until it starts: the user's alone
+                recorded = [stat.S_IMODE(p.stat().st_mode) for p in (root / "queue" / "same").glob("*.json")]
+                assert recorded == [0o600]
             if args[0] in ("deploy", "restart") and "--queue" not in args:
                 pids = json.loads((newest_run(root, "same") / "pid.json").read_text())
                 taken.append(waiting is not None and pids["supervisor"] == waiting)
@@ -200,10 +205,11 @@ def launches(base: Path, fast: bool) -> dict:
                      "import os, sys; print(os.environ['MARKER'], sys.executable)", **typed)
         said.append(("exec", shown.stdout, shown.stderr))
         said.append(("stop", *orch(folder, env, "stop").stdout.split("\n", 1)))
-        recorded = [stat.S_IMODE((root / "runs" / f"{key}-{i}" / "launch-env.json").stat().st_mode) for i in (2, 3)]
+        recorded = [stat.S_IMODE((root / "runs" / f"{key}-{i}" / "launch-env.json").stat().st_mode)
+                    for i in (2, 3, 4)]
     finally:
         subprocess.run(["tmux", "-L", tmux_socket(str(root)), "kill-server"], capture_output=True)
-    assert recorded == [0o600, 0o600]  # the user's variables: theirs alone
+    assert recorded == [0o600] * 3  # the user's variables: theirs alone
     assert taken == [fast, fast]  # the fast path's starts went to the standby, the plain path's never
     return {"env": env, "runs": runs, "said": said, "roots": [root, venv.parent, base], "venv": venv}
 
@@ -231,3 +237,31 @@ def test_the_warm_process_and_the_standby_change_nothing_a_run_gets_or_a_command
         return json.loads(normalised(json.dumps([runs, got["said"]]), got["roots"]))
 
     assert comparable(results["fast"]) == comparable(results["plain"])
+
+
+def test_a_restart_by_the_supervisor_and_a_resume_after_a_reboot_keep_the_launchs_environment(project, tmp_path):
+    """The second attempt, and the attempt a reboot unit starts (``agent resume``, from an environment of its own),
+    get what the launch had, not what the process that starts them has."""
+    root = project.root
+    folder = make_project(project.path, "one", root, run='restarts = 1\nrestart_on = "always"\nbackoff = [0]\n'
+                                                       "resume_after_reboot = true")
+    bin_dir = venv_like(tmp_path / "venv")
+    orch(folder, shell("A", bin_dir, False, PROBE_SLEEP="0.2"), "deploy", umask=0o027)
+    run_dir = newest_run(root, "one")
+    first, second = probe_of(run_dir), probe_of(run_dir, 2)
+    assert first["env"]["ORCH_ATTEMPT"] == "0" and second["env"]["ORCH_ATTEMPT"] == "1"
+    for got in (first, second):
+        assert (got["env"]["MARKER"], got["exe"], got["umask"]) == ("A", str(bin_dir / "python3"), "0027")
+    wait_for(lambda: (run_dir / "exit.json").exists(), timeout=60, what="the run's end")
+    # the machine went down under a run: no exit recorded, nothing alive; its unit resumes it at boot
+    (run_dir / "exit.json").unlink()
+    (run_dir / "train.log").write_text("")
+    subprocess.run(["tmux", "-L", tmux_socket(str(root)), "kill-server"], capture_output=True)
+    agent = json.loads((run_dir / "launch.json").read_text())["env"]["PYTHONPATH"].split(os.pathsep)[-1]
+    agent = agent[:-2] + ".pyz" if agent.endswith(".d") else agent
+    boot = {**os.environ, "MARKER": "the-units-own"}
+    done = subprocess.run([sys.executable, agent, "resume", str(run_dir)], capture_output=True, text=True,
+                          timeout=60, env=boot)
+    assert done.returncode == 0, done.stderr
+    resumed = probe_of(run_dir)
+    assert (resumed["env"]["MARKER"], resumed["exe"], resumed["umask"]) == ("A", str(bin_dir / "python3"), "0027")
