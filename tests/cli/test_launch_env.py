@@ -167,9 +167,9 @@ def standby_pid(root: Path) -> int | None:
 
 
 def launches(base: Path, fast: bool) -> dict:
-    """A stale launch from another shell, then deploy, restart, a queued deploy (started by the restart's end) and
-    exec, each from a shell with its own marker, venv, umask, open-file limit and locale: what each run got of itself
-    and what each command printed."""
+    """A stale launch from another shell, then deploy, restart, a queued deploy (started as the restart's run ends)
+    and exec, from shells with their own marker, venv, umask, open-file limit and locale: what each run got of
+    itself, the shell it was launched from, and what each command printed."""
     root = base / "target"
     folder = make_project(base / "proj", "same", root)
     venv = venv_like(base / "venv")
@@ -181,26 +181,29 @@ def launches(base: Path, fast: bool) -> dict:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     typed = {"limits": {resource.RLIMIT_NOFILE: (min(soft, 512), hard)}, "umask": 0o027}
     said = []
+    # each launch from a shell of its own: the second ends by itself (the queued third starts then), the third is
+    # queued from a shell that has its own marker
+    shells = [env, env | {"PROBE_SLEEP": "6"}, env | {"MARKER": "queued"}]
     try:
         # the tmux server, and the standby on the fast path, start with this shell's: no later run may see it
         orch(folder, stale, "deploy", "-m", "stale", limits={resource.RLIMIT_NOFILE: (min(soft, 256), hard)},
              umask=0o002)
         taken = []  # whether a standby supervisor took each started run
-        for args in (["deploy", "-m", "first"], ["restart", "-m", "second"], ["deploy", "--queue", "-m", "third"],
-                     ["stop"]):
-            if fast and args[0] != "stop":  # a start before the standby is up goes the plain way
+        for args, typing in zip((["deploy", "-m", "first"], ["restart", "-m", "second"],
+                                 ["deploy", "--queue", "-m", "third"]), shells):
+            if fast:  # a start before the standby is up goes the plain way
                 wait_for(lambda: standby_pid(root), timeout=30, what="the standby left by the start before")
             waiting = standby_pid(root)
-            done = orch(folder, env, *args, **typed)
+            done = orch(folder, typing, *args, **typed)
             said.append((args[0], done.stdout, done.stderr))
             if "--queue" in args:  # the entry holds the launch's variables until it starts: the user's alone
                 recorded = [stat.S_IMODE(p.stat().st_mode) for p in (root / "queue" / "same").glob("*.json")]
                 assert recorded == [0o600]
-            if args[0] in ("deploy", "restart") and "--queue" not in args:
+            else:
                 pids = json.loads((newest_run(root, "same") / "pid.json").read_text())
                 taken.append(waiting is not None and pids["supervisor"] == waiting)
         key = newest_run(root, "same").name.rsplit("-", 1)[0]
-        runs = [probe_of(root / "runs" / f"{key}-{i}") for i in (2, 3, 4)]
+        runs = [(probe_of(root / "runs" / f"{key}-{i}"), typing) for i, typing in zip((2, 3, 4), shells)]
         shown = orch(folder, env, "exec", "--", "python3", "-c",
                      "import os, sys; print(os.environ['MARKER'], sys.executable)", **typed)
         said.append(("exec", shown.stdout, shown.stderr))
@@ -221,8 +224,7 @@ def test_the_warm_process_and_the_standby_change_nothing_a_run_gets_or_a_command
     the same."""
     results = {path: launches(tmp_path / path, path == "fast") for path in ("fast", "plain")}
     for path, got in results.items():
-        env = got["env"]
-        for run in got["runs"]:
+        for run, env in got["runs"]:
             assert run["cwd"] == run["env"]["ORCH_WORK_DIR"] == run["env"]["PWD"]  # the command's shell sets PWD
             mine = {k: v for k, v in run["env"].items() if k not in PANE and k != "PWD"}
             assert set(mine) - set(env) == ADDED - set(env), path
@@ -230,10 +232,10 @@ def test_the_warm_process_and_the_standby_change_nothing_a_run_gets_or_a_command
                 {k: v for k, v in env.items() if k not in ADDED and k != "PWD"}, path
             assert (run["umask"], run["exe"], run["locale"]) == ("0027", str(got["venv"] / "python3"), "C.UTF-8")
             assert any(re.match(r"Max open files\s+512\s", line) for line in run["limits"]), run["limits"]
-        assert got["said"][4][1].split() == ["marker", str(got["venv"] / "python3")]  # exec agrees with the runs
+        assert got["said"][3][1].split() == ["marker", str(got["venv"] / "python3")]  # exec agrees with the runs
 
     def comparable(got: dict) -> list:
-        runs = [{**r, "env": {k: v for k, v in r["env"].items() if k not in PANE + CHOOSING}} for r in got["runs"]]
+        runs = [{**r, "env": {k: v for k, v in r["env"].items() if k not in PANE + CHOOSING}} for r, _ in got["runs"]]
         return json.loads(normalised(json.dumps([runs, got["said"]]), got["roots"]))
 
     assert comparable(results["fast"]) == comparable(results["plain"])
