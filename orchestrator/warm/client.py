@@ -5,8 +5,8 @@
 
 ``run`` is all the ``orch`` process does when a warm process takes the command, so it loads only what Python's
 start-up has loaded already and a few small built-in modules (``_socket``, ``_signal``, ``marshal``, ``array``,
-Python's own sha256, ``resource`` for the limits): no ``socket``, ``signal`` or ``enum``, no ``json`` (and its ``re``), no ``hashlib``
-(OpenSSL's), no ``struct``.
+Python's own sha256, ``resource`` for the limits): no ``socket``, ``signal`` or ``enum``, no ``json`` (and its
+``re``), no ``hashlib`` (OpenSSL's), no ``struct``.
 """
 
 from __future__ import annotations
