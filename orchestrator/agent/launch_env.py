@@ -14,6 +14,9 @@ keeps it in its queue entry, 0600 as well, until it starts.
     ctx = capture()                 # {"env": {...}, "umask": 18, "limits": {"nofile": [1024, 1048576], ...}}
     write(run_dir, ctx, secrets)    # 0600, the secrets' names left out
     env = apply(read(run_dir))      # this process takes the umask and limits; the variables for the command
+
+A window the user opens in the run's tmux session (``orch attach``, then tmux's new-window) is a shell with what the
+run has (``window``, the session's ``default-command``), not the tmux server's environment.
 """
 
 from __future__ import annotations
@@ -142,3 +145,22 @@ def apply(ctx: dict | None) -> tuple[dict, list[str]]:
     env = dict(ctx["env"])
     env.update({k: os.environ[k] for k in PANE if k in os.environ})
     return env, missed
+
+
+def window(run_dir: str) -> int:
+    """``agent.pyz window RUN_DIR``: an interactive shell in the run's work folder with the run's environment (its
+    launch's, [project] env and orch's variables; never its secrets), its umask and limits."""
+    env, _missed = apply(read(run_dir))
+    launch = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
+    env.update({str(k): str(v) for k, v in (launch.get("env") or {}).items()})
+    try:
+        os.chdir(str(launch.get("cwd") or run_dir))
+    except OSError:
+        pass
+    for shell in (env.get("SHELL"), "/bin/sh"):
+        if shell:
+            try:
+                os.execve(shell, [shell, "-i"], env)
+            except OSError:
+                continue
+    return 127

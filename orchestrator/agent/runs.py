@@ -282,6 +282,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     finally:
         if sender is not None:
             sender.close()
+    _window_command(server, name, agent_path, run_dir)
     try:
         if use_standby:
             standby.leave(server, layout, agent_path, _alive)  # the next start's supervisor, imported meanwhile
@@ -290,6 +291,13 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     except Exception:  # noqa: BLE001 (the run has started: without a standby the next start is only slower)
         pass
     return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}
+
+
+def _window_command(server, name: str, agent_path: str, run_dir: str) -> None:
+    """A window the user opens in the run's session (orch attach, then new-window) is a shell with the run's
+    environment (``launch_env.window``), not the tmux server's; asked of tmux without waiting for it."""
+    standby.tmux_later(server, "set-option", "-t", f"={name}:", "default-command",
+                       shlex.join([sys.executable, agent_path, "window", run_dir]))
 
 
 GONE = ("can't find session", "no server running", "error connecting to")  # what tmux says of no such session
@@ -557,6 +565,7 @@ def resume(run_dir: str) -> int:
     _kill_session(server, name)
     server.new_session(session_name=name, window_name=f"exp{state['id']}", attach=False,
                        start_directory=cwd, window_command=command)
+    _window_command(server, name, os.path.abspath(sys.argv[0]), run_dir)
     return 0
 
 

@@ -95,7 +95,7 @@ def probe_of(run_dir: Path, count: int = 1) -> dict:
 
     def line():
         text = log.read_text() if log.exists() else ""
-        found = [ln for ln in text.splitlines() if ln.startswith("PROBE ")]
+        found = [ln for ln in text.split("\n")[:-1] if ln.startswith("PROBE ")]  # whole lines only
         return found[count - 1] if len(found) >= count else None
 
     return json.loads(wait_for(line, timeout=60, what=f"probe line {count} in {log}")[len("PROBE "):])
@@ -128,14 +128,29 @@ def test_each_run_has_its_own_launchs_marker_and_venv(project, tmp_path, warm):
              ("A", one, "restart")]
     seen = []
     for marker, folder, command in steps:
-        orch(folder, shell(marker, bins[marker], warm), command)
+        orch(folder, shell(marker, bins[marker], warm, SHELL="/bin/sh"), command)
         got = probe_of(newest_run(root, "one" if folder == one else "two"))
         seen.append((got["env"]["MARKER"], got["env"]["PATH"].split(os.pathsep)[0], got["exe"]))
     assert seen == [(m, str(bins[m]), str(bins[m] / "python3")) for m, _f, _c in steps]
-    if warm:  # the commands went through the warm process, and the standby took runs
+    if warm:  # the commands went through the warm process
         assert warm_client.processes()
+    # a window opened in a session after attach is a shell with its run's environment, not the tmux server's (the
+    # first launch's: A)
+    assert window_sees(root, "two", tmp_path) == f"B {bins['B'] / 'python3'} 2"
     for folder in (one, two):
         orch(folder, shell("A", bins["A"], warm), "stop")
+
+
+def window_sees(root: Path, project: str, tmp_path: Path) -> str:
+    """What a shell in a new window of the project's session (tmux's new-window, as after orch attach) says of its
+    MARKER, python3 and experiment."""
+    out = tmp_path / f"window-{project}.txt"
+    tmux = ["tmux", "-L", tmux_socket(str(root))]
+    made = subprocess.run([*tmux, "new-window", "-d", "-P", "-F", "#{window_id}", "-t", f"=orch-{project}:"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    line = f'printf "%s %s %s" "$MARKER" "$(command -v python3)" "$ORCH_EXPERIMENT_ID" > {out}; exit'
+    subprocess.run([*tmux, "send-keys", "-t", made, line, "Enter"], check=True)
+    return wait_for(lambda: out.exists() and out.read_text(), timeout=30, what="the new window's shell")
 
 
 def normalised(text: str, roots: list[Path]) -> str:

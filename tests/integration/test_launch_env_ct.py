@@ -35,7 +35,7 @@ def probe_on_ct(testbed, key: str) -> dict:
 
     def line():
         text = on_ct(testbed, 200, "sh", "-c", f"cat {path} 2>/dev/null || true")
-        return next((ln for ln in text.splitlines() if ln.startswith("PROBE ")), None)
+        return next((ln for ln in text.split("\n")[:-1] if ln.startswith("PROBE ")), None)  # whole lines only
 
     return json.loads(wait_for(line, timeout=60, what=f"the probe line in {path}")[len("PROBE "):])
 
