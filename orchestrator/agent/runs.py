@@ -1,7 +1,9 @@
 """Runs in tmux: start, supervise, stop gracefully, and discover how they ended.
 
 Every run lives in ``runs/<id>/``: ``experiment.json`` (the record), ``launch.json`` (argv, cwd,
-env, the names of its secrets: their values pass through a pipe, see ``handover.py``), ``train.log``
+env, the names of its secrets: their values pass through a pipe, see ``handover.py``), ``launch-env.json`` (0600: the
+variables, umask and limits of the command that launched it, which every attempt starts from: ``launch_env.py``),
+``train.log``
 (all output), ``pid.json`` and ``exit.json`` (written by the supervisor, because tmux 3.3a loses dead
 panes' exit statuses) and ``work/`` (its working folder: the revision's files and what the run writes beside
 them, its modules' ``__pycache__/`` included; see ``workdir.py``). The tmux pane runs the supervisor, never a
