@@ -33,10 +33,10 @@ LOG = "train.log"
 WRITE_EVERY_S = 0.5  # how often the progress is written while it changes
 READ_LIMIT = 16 << 20  # a parent's log is read from its end at most this far back (then: its latest rate)
 
-def parse_line(line: str) -> dict | None:
+def parse_line(line: str, reader: "metric_lines.Reader | None" = None) -> dict | None:
     """A log line's ``step``, ``loss`` and rate (``tok_s``, or ``steps_s``), read as the notifications read it
-    (``metric_lines``); None when it has no step."""
-    found = metric_lines.parse(line)
+    (``metric_lines``; ``reader``: the one reading this log); None when it has no step."""
+    found = metric_lines.parse(line, reader)
     if "step" not in found:
         return None
     out: dict = {"step": int(found["step"])}
@@ -56,8 +56,9 @@ def read_points(path: str) -> list[dict]:
             data = fh.read()
     except OSError:
         return []
+    reader = metric_lines.Reader()
     return [p for raw in data.decode("utf-8", "replace").replace("\r", "\n").splitlines()
-            if (p := parse_line(raw)) is not None]
+            if (p := parse_line(raw, reader)) is not None]
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class Watch:
         self.points: list[dict] = []
         self.offset = 0
         self.partial = b""
+        self.reader = metric_lines.Reader()
         self.first: int | None = None
         self.written = 0.0
         self.spawned = False
@@ -170,7 +172,7 @@ class Watch:
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
         for raw in lines:
-            point = parse_line(raw.decode("utf-8", "replace").rsplit("\r", 1)[-1])
+            point = parse_line(raw.decode("utf-8", "replace").rsplit("\r", 1)[-1], self.reader)
             if point is not None:
                 self.points.append(point)
                 if self.first is None:

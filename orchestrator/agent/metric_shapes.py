@@ -1,0 +1,360 @@
+"""The general metric reader: the shapes training code prints, whatever prints them (stdlib only, no I/O).
+
+One line (one ``\\r`` update, colour codes already gone) in, ``{metric: value}`` out, with the names made
+canonical. Shapes, each as some project prints it:
+
+    key=value, key: value            step=12 loss=3.21 lr=3e-4        Train Epoch: 1 [...]  Loss: 0.336354
+    key value between | or tabs      | epoch   1 |   200/ 2983 batches | lr 20.00 | ms/batch 11.27 | loss  7.62 |
+    meters, Key value (average)      Loss 6.9077e+00 (6.9088e+00)     loss: 6.9 (6.9)
+    progress N/M, [N/M], N / M       [  10/5005]   [38400/60000 (64%)]   100 / 1101   step  10/5000
+    value first, with its unit       123.45 ms | 45.6% bf16 MFU | 123456 tok/s     5s 10ms/step    207.45/s
+    dicts and JSON                   {'loss': 1.2, 'learning_rate': 5e-05}    {"epoch": 1, "valid_loss": "9.8"}
+
+Names: lower case, words joined by ``_``, ``@`` dropped (``Acc@1`` -> ``acc1``); a ``train``/``training`` word
+goes (``train loss``, ``loss/train``, ``train_loss`` -> ``loss``); ``lr``/``learning_rate`` -> ``lr``; rates are
+``tok_s`` (tokens, words), ``samples_s`` (samples, images) and ``steps_s`` (it/s, updates); a time per step
+(``time``, ``ms/batch``, ``10ms/step``) becomes ``steps_s`` when the line gives no step rate. Only names of
+metrics are read (losses, accuracies, perplexity, lr, norms, rates, counters; ``*_loss``, ``*_acc``): ``line 120``
+of a traceback or ``max_epochs=2`` are not metrics.
+
+Evaluation metrics keep their own names: ``val_<name>`` for val/valid/validation/eval/dev, ``test_<name>`` for
+test, whether the word is in the key (``valid loss``, ``eval_loss``) or opens the line (``Test set: Average loss``);
+a summary line (``end of epoch``, ``End of training``, fairseq's ``| train |``, HF's ``***** train metrics *****``)
+keeps its metrics as ``summary_<name>``. So an eval or a summary never overwrites the training loss. Counters
+(``step``, ``epoch``, ``total_steps``, ``total_epochs``, ``tokens``) keep their names everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+Event = dict[str, float]
+
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf)"
+_VALUE = rf"(?:\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?(?!\d)|{NUMBER})"
+_KEY = r"[A-Za-z][\w@.\-/]*"
+# a key (up to three words), '=', ':' or spaces, a value (maybe [in brackets], /total, a unit stuck to it)
+_ITEM = re.compile(
+    rf"(?<![\w@.\-])(?P<key>{_KEY}(?: {_KEY}){{0,2}}?)['\"]?(?P<sep>\s*[=:]\s*|\s+)(?P<open>\[\s*)?"
+    rf"(?P<num>{_VALUE})(?:\s*/\s*(?P<total>\d+)(?![\d/]))?(?P<unit>%|/[A-Za-z]+|[A-Za-z]+(?:/[A-Za-z]+)?)?"
+    r"(?P<close>\s*\])?(?![\w.])(?!:\d)")
+# value first: "123.45 ms", "10ms/step", "123456 tok/s", "207.45/s", "45.6% bf16 MFU"
+_FIRST = re.compile(
+    rf"(?<![\w.\-/])(?P<num>{NUMBER})(?:(?P<unit>/s|\s?[A-Za-z]+/[A-Za-z]+|\s?ms)(?![\w/])"
+    r"|%\s+(?:\w+\s+)?(?P<name>[A-Za-z]\w*))")
+_PROGRESS = re.compile(r"(?<![\w.:/\-])\[?\s*(\d+)\s*/\s*(\d+)(?![\d/.])\s*\]?")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SPLIT = re.compile(r"[^a-z0-9]+")
+_SUFFIX = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "m": 1e6}
+
+_EVAL_WORDS = {"val": "val", "valid": "val", "validation": "val", "eval": "val", "evaluation": "val",
+               "dev": "val", "test": "test", "testing": "test"}
+_TRAIN_WORDS = {"train", "training"}
+_FILLER = {"average", "avg", "mean", "running", "current", "curr", "cur", "end", "of", "the", "batch", "set"}
+STRUCTURAL = {"step", "epoch", "total_steps", "total_epochs", "tokens", "total_tokens", "t"}
+RATES = {"tok_s", "steps_s", "samples_s"}
+
+# joined name -> (canonical, scale)
+_NAMES: dict[str, tuple[str, float]] = {}
+for _names, _canon, _scale in (
+    (("step", "steps", "iter", "iteration", "it_num", "global_step", "num_updates", "updates"), "step", 1.0),
+    (("epoch", "ep", "train"), "epoch", 1.0),  # timm: "Train: 3 [ 10/5004 ...]"
+    (("total_steps", "max_steps", "num_steps"), "total_steps", 1.0),
+    (("tokens", "tokens_seen", "ntokens", "consumed_tokens"), "tokens", 1.0),
+    (("total_tokens", "target_tokens", "train_tokens"), "total_tokens", 1.0),
+    (("loss", "lm_loss", "loss_value"), "loss", 1.0),
+    (("ppl", "perplexity"), "ppl", 1.0),
+    (("acc", "accuracy"), "acc", 1.0),
+    (("acc1", "top1", "top_1", "acc_1", "prec1"), "acc1", 1.0),
+    (("acc5", "top5", "top_5", "acc_5", "prec5"), "acc5", 1.0),
+    (("lr", "learning_rate", "learning_rate_0", "lr_0"), "lr", 1.0),
+    (("grad_norm", "gnorm", "grad_norm_total", "norm", "gradient_norm"), "grad_norm", 1.0),
+    (("mfu",), "mfu", 1.0), (("tflops",), "tflops", 1.0),
+    (("tok_s", "tok_sec", "tokens_s", "tokens_sec", "tokens_per_sec", "tokens_per_s", "tokens_per_second", "tps",
+      "wps", "words_s", "tokens_per_sec_per_gpu"), "tok_s", 1.0),
+    (("ktok_s", "ktok_sec", "ktokens_s"), "tok_s", 1e3),
+    (("mtok_s", "mtokens_s"), "tok_s", 1e6),
+    (("it_s", "steps_s", "steps_sec", "steps_per_second", "steps_per_sec", "ups", "iters_s", "updates_s"),
+     "steps_s", 1.0),
+    (("samples_s", "samples_sec", "samples_per_second", "samples_per_sec", "img_s", "imgs_s", "images_s",
+      "images_sec", "ex_s", "examples_s", "examples_sec", "examples_per_sec", "sentences_s"), "samples_s", 1.0),
+):
+    for _n in _names:
+        _NAMES[_n] = (_canon, _scale)
+_OTHER = {"f1", "bleu", "wer", "cer", "auc", "map", "miou", "iou", "precision", "recall", "bpb", "bpc", "nll",
+          "kl", "reward", "score", "mae", "mse", "rmse", "psnr", "dice", "top1_err", "top5_err", "error", "err"}
+_ENDINGS = ("_loss", "_acc", "_accuracy", "_ppl", "_f1", "_error", "_reward")
+# a time per step, in seconds: name -> scale to seconds
+_TIMES = {"time": 1.0, "batch_time": 1.0, "step_time": 1.0, "iter_time": 1.0, "dt": 1.0, "time_per_step": 1.0,
+          "time_per_iter": 1.0, "s_it": 1.0, "sec_it": 1.0, "s_step": 1.0, "s_iter": 1.0, "ms_batch": 1e-3,
+          "ms_step": 1e-3, "ms_it": 1e-3, "ms_iter": 1e-3, "time_ms": 1e-3, "step_time_ms": 1e-3, "ms": 1e-3,
+          "iter_time_ms": 1e-3}
+_TIME_UNITS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "us": 1e-6}
+_SIZES = {"GiB", "GB", "MiB", "MB", "KiB", "KB", "TB"}
+_UNIT_RATES = {"it/s": "steps_s", "steps/s": "steps_s", "tok/s": "tok_s", "tokens/s": "tok_s", "/s": "samples_s",
+               "samples/s": "samples_s", "img/s": "samples_s", "ex/s": "samples_s", "s/it": "s_it",
+               "ms/step": "ms_step", "ms/batch": "ms_batch", "ms/it": "ms_it", "s/step": "s_step"}
+_SUMMARY = re.compile(r"(?i)\bend of (?:epoch|training)\b|\bsummary\b|\bfinal\b|\baveraged stats\b|\btotal time\b"
+                      r"|^\s*\*\s")
+_EVAL_OPEN = re.compile(r"(?i)^\W*(?:(?P<test>test(?:ing)?)|(?P<val>val(?:id(?:ation|ate)?)?|eval(?:uation|uating)?|dev))"
+                        r"(?: set)?\s*(?:[:\[|(]|-\s|on\b|results?\b|metrics?\b|$)")
+_SEGMENT_EVAL = re.compile(r"\|\s*(valid|val|test|eval)\s*\||\bvalid on '")
+_SEGMENT_TRAIN = re.compile(r"\|\s*train\s*\|")
+_HF_SECTION = re.compile(r"\*{3,}\s*(\w+) metrics\s*\*{3,}")
+_DICT_ITEM = re.compile(rf"""['"]([^'"]+)['"]\s*:\s*(?:(?:np|numpy)\.\w+\(|tensor\()?['"]?({NUMBER})['"]?\)?\s*(?=[,}}])""")
+_JSON_TIME_KEYS = ("time", "timestamp", "ts")
+
+
+def name_of(key: str) -> tuple[str, str, float] | None:
+    """``(split, canonical, scale)`` for a key as printed, None when it names no metric: ``"valid loss"`` ->
+    ``("val", "loss", 1.0)``; split is ``""`` (training), ``"val"``, ``"test"``, or ``"time"`` (a time per step,
+    scale to seconds)."""
+    text = _CAMEL.sub("_", key.replace("@", "")).lower() if not key.islower() else key.replace("@", "")
+    words = [w for w in _SPLIT.split(text) if w]
+    split = ""
+    if len(words) > 1 and words[0] in _EVAL_WORDS:
+        split = _EVAL_WORDS[words.pop(0)]
+    elif len(words) > 1 and words[-1] in _EVAL_WORDS:
+        split = _EVAL_WORDS[words.pop()]
+    if len(words) > 1 and words[0] in _TRAIN_WORDS:
+        words.pop(0)
+    elif len(words) > 1 and words[-1] in _TRAIN_WORDS:
+        words.pop()
+    kept = [w for w in words if w not in _FILLER]
+    if kept:
+        words = kept
+    joined = "_".join(words)
+    known = _NAMES.get(joined)
+    if known is not None:
+        return split, known[0], known[1]
+    if joined in _TIMES:
+        return (split or "time"), joined, _TIMES[joined]
+    if joined in _OTHER or joined.endswith(_ENDINGS):
+        return split, joined, 1.0
+    return None
+
+
+def kind_of(text: str, before: str = "") -> str:
+    """``val``/``test`` for an evaluation line, ``summary`` for a summary line, else ``""``; ``before`` is the kind of
+    the previous metric line (ImageNet's `` * Acc@1`` line closes its evaluation)."""
+    m = _EVAL_OPEN.match(text)
+    if m is not None:
+        return "test" if m["test"] else "val"
+    if "|" in text or "valid on" in text:
+        s = _SEGMENT_EVAL.search(text)
+        if s is not None:
+            return "test" if s[1] == "test" else "val"
+        if _SEGMENT_TRAIN.search(text):
+            return "summary"
+    if _SUMMARY.search(text):
+        return before if before in ("val", "test") and text.lstrip().startswith("*") else "summary"
+    return ""
+
+
+def section(text: str) -> str | None:
+    """Hugging Face's ``***** eval metrics *****`` header: the kind of the ``  key = value`` lines under it."""
+    m = _HF_SECTION.search(text)
+    if m is None:
+        return None
+    word = m[1].lower()
+    return "summary" if word in _TRAIN_WORDS else "test" if word in ("test", "predict") else "val"
+
+
+def _value(num: str, unit: str | None) -> float:
+    value = float(num.replace(",", "")) if "," in num else float(num)
+    if unit and unit in _SUFFIX:
+        value *= _SUFFIX[unit]
+    return value
+
+
+class Found:
+    """The items of one line, gathered before they become an event."""
+
+    __slots__ = ("values", "times", "progress", "epoch_total", "step_total", "keyed_step", "strong")
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, str], float] = {}  # (split, canonical) -> value
+        self.times: list[float] = []  # seconds per step
+        self.progress: tuple[float, float] | None = None  # (n, per epoch or total) of a counter without a name
+        self.epoch_total: float | None = None
+        self.step_total: float | None = None
+        self.keyed_step = False
+        self.strong: set[tuple[str, str]] = set()
+
+    def put(self, split: str, name: str, value: float, *, weak: bool = False) -> None:
+        """A value given as ``key: value`` or ``key=value`` wins over one given as ``key value``; else the first."""
+        key = (split, name)
+        if key in self.values and (weak or key in self.strong):
+            return
+        self.values[key] = value
+        if not weak:
+            self.strong.add(key)
+
+
+def scan(text: str) -> Found:
+    """Every item of ``text``: keyed values, values given with their unit, counters."""
+    found = Found()
+    blank = list(text) if ("/" in text or "ms" in text or "%" in text) else None
+    for m in _ITEM.finditer(text):
+        named = _named(m["key"])
+        if named is None:
+            continue
+        split, name, scale = named
+        unit = m["unit"]
+        spaced = m["sep"].strip() == ""
+        if unit is not None and unit not in _SUFFIX and unit != "%":
+            rate, rate_scale = _UNIT_RATES.get(unit), 1.0
+            if rate is None and "/" in unit and (named_unit := name_of(unit)) is not None:
+                rate, rate_scale = named_unit[1], named_unit[2]  # "speed: 31.8Ktok/s"
+            if split != "time" and rate in RATES:  # "speed: 3.5it/s"
+                found.put("", rate, float(m["num"].replace(",", "")) * rate_scale)
+                _blank(blank, m)
+                continue
+            if split == "time" and unit in _TIME_UNITS:
+                scale = _TIME_UNITS[unit]
+            elif unit not in _SIZES:
+                _blank(blank, m)
+                continue  # "loss=3ms": a unit that does not fit the name
+        try:
+            value = _value(m["num"], unit if unit in _SUFFIX else None) * scale
+        except ValueError:
+            continue
+        _blank(blank, m)
+        if split == "time":
+            if value > 0:
+                found.times.append(value)
+            continue
+        if m["total"] is not None:
+            total = float(m["total"])
+            if name == "epoch":
+                found.epoch_total = total
+            elif name == "step":
+                found.step_total = total
+                found.keyed_step = True
+            elif name not in STRUCTURAL:
+                value = value / total if total else value  # "Accuracy: 9800/10000" is a fraction
+        found.put(split, name, value, weak=spaced)
+    rest = "".join(blank) if blank is not None else text
+    if blank is not None:
+        for m in _FIRST.finditer(rest):
+            if m["name"]:
+                named = name_of(m["name"])
+                if named is not None and not named[0]:
+                    found.put("", named[1], float(m["num"]), weak=True)
+                continue
+            unit = m["unit"].strip()
+            rate, scale = _UNIT_RATES.get(unit, unit), 1.0
+            if rate not in RATES and rate not in _TIMES:
+                named = name_of(unit)  # "31.8 Ktok/s"
+                if named is not None and named[1] in RATES:
+                    rate, scale = named[1], named[2]
+            if rate in RATES:
+                found.put("", rate, float(m["num"]) * scale, weak=True)
+            elif rate in _TIMES and float(m["num"]) > 0:
+                found.times.append(float(m["num"]) * _TIMES[rate])
+        if found.progress is None:
+            m = _PROGRESS.search(rest)
+            if m is not None and int(m[2]) > 0:
+                found.progress = (float(m[1]), float(m[2]))
+    return found
+
+
+def _named(key: str) -> tuple[str, str, float] | None:
+    """``name_of`` a key of several words, else of its last words (``INFO loss`` is ``loss``)."""
+    named = name_of(key)
+    if named is not None or " " not in key:
+        return named
+    words = key.split(" ")
+    for i in range(1, len(words)):
+        named = name_of(" ".join(words[i:]))
+        if named is not None:
+            return named
+    return None
+
+
+def event(found: Found, kind: str = "") -> Event:
+    """The event of a line of ``kind``: evaluation metrics as ``val_``/``test_<name>``, a summary's as
+    ``summary_<name>``; a time per step becomes ``steps_s`` on a training line that gives no step rate. Rates
+    and times of evaluations and summaries are left out: they are not the training's."""
+    out: Event = {}
+    for (split, name), value in found.values.items():
+        if name in STRUCTURAL:
+            out[name] = value
+            continue
+        split = split or (kind if kind in ("val", "test") else "")
+        if split:
+            if name not in RATES:
+                out[f"{split}_{name}"] = value
+        elif kind == "summary":
+            if name not in RATES:
+                out[f"summary_{name}"] = value
+        else:
+            out[name] = value
+    if not kind and found.times and "steps_s" not in out:
+        out["steps_s"] = 1.0 / found.times[0]
+    return out
+
+
+def pairs(text: str) -> Event | None:
+    """The training metrics of ``text`` as pairs alone (a progress bar's postfix), no counters read."""
+    out = event(scan(text))
+    return out or None
+
+
+def _blank(blank: list[str] | None, m: re.Match[str]) -> None:
+    if blank is not None:
+        blank[m.start():m.end()] = " " * (m.end() - m.start())
+
+
+def dict_items(text: str) -> list[tuple[str, float]] | None:
+    """The numeric items of a JSON object or a Python dict's repr (HF's ``{'loss': 1.2, ...}``, numbers as numbers,
+    as quoted strings or as ``np.float64(...)``); None when ``text`` is not one. Nested objects are flattened
+    (``{"train": {"loss": 1}}`` -> ``train/loss``)."""
+    if not text.endswith("}"):
+        return None
+    if text.startswith('{"'):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            out: list[tuple[str, float]] = []
+            _flatten("", obj, out)
+            return out
+    if text.startswith(("{'", '{"')):
+        items = [(k, float(v)) for k, v in _DICT_ITEM.findall(text)]
+        return items
+    return None
+
+
+def _flatten(prefix: str, obj: dict, out: list[tuple[str, float]]) -> None:
+    for key, value in obj.items():
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            _flatten(name, value, out)
+        elif isinstance(value, list) and value and isinstance(value[0], (int, float)) \
+                and not isinstance(value[0], bool):
+            out.append((name, float(value[0])))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append((name, float(value)))
+        elif isinstance(value, str):
+            try:
+                out.append((name, float(value)))
+            except ValueError:
+                pass
+
+
+def dict_found(items: list[tuple[str, float]]) -> Found:
+    """The items of a dict line as ``Found``: its ``time`` is a timestamp (``t``), not a time per step."""
+    found = Found()
+    for key, value in items:
+        if key.lower() in _JSON_TIME_KEYS:
+            found.put("", "t", value)
+            continue
+        named = name_of(key)
+        if named is None or named[0] == "time":
+            continue
+        split, name, scale = named
+        found.put(split, name, value * scale)
+    return found
