@@ -52,6 +52,8 @@ class MetricLines:
         from .logparse import Parser
 
         self.parser = Parser(patterns or None)
+        self.patterns = patterns
+        self.sample: list[str] = []
         self.emit = emit
         self.buf = bytearray()
         self.lines = self.events = 0
@@ -68,6 +70,8 @@ class MetricLines:
             if not line.strip():
                 continue
             self.lines += 1
+            if not self.events and len(self.sample) < 50:
+                self.sample.append(line[:300])
             for ev in self.parser.events(line):
                 self.events += 1
                 self.emit("  ".join(f"{k}={v:g}" for k, v in ev.items()))
@@ -81,5 +85,5 @@ class MetricLines:
         if self.lines and not self.events:
             from .metrics_view import no_metrics_note
 
-            return no_metrics_note(self.lines)
+            return no_metrics_note(self.lines, self.sample, self.patterns or None)
         return None

@@ -142,3 +142,32 @@ def _compile_pattern(name: str, source: object) -> re.Pattern[str]:
         raise ConfigError(f"metrics pattern {name!r} has {rx.groups} groups, needs exactly 1",
                           f"in {where} capture only the number, e.g. 'L=([0-9.]+)'; use (?:...) elsewhere")
     return rx
+
+
+_CANDIDATE = re.compile(r"(?<![\w])([A-Za-z][\w/@.-]*)(\W{0,3}?)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
+_WANTED = ("loss", "lr", "acc", "ppl")
+NUMBER_GROUP = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+
+
+def propose(lines: Iterable[str]) -> tuple[str, str, int] | None:
+    """A ``[metrics] patterns`` entry built from a log's own lines, checked against them: ``(name, regex,
+    lines it reads)`` for the word nearest a number among loss, lr, acc, ppl (loss first), None when no line
+    has one. ``L=0.25`` gives ``("loss", "L=" + NUMBER_GROUP, n)`` only as ``loss`` is named in it, so the
+    proposal never guesses which number a line's loss is."""
+    sample = [plain(line) for line in lines if line.strip()][:200]
+    best: tuple[int, str, str] | None = None
+    for line in sample:
+        for m in _CANDIDATE.finditer(line):
+            word = m[1].lower()
+            rank = next((i for i, w in enumerate(_WANTED) if w in word), None)
+            if rank is None or (best is not None and best[0] <= rank):
+                continue
+            sep = m[2]
+            between = r"\s*" + re.escape(sep) + r"\s*" if sep.strip() else r"\s+"
+            source = re.escape(m[1]) + between + NUMBER_GROUP
+            best = (rank, _WANTED[rank], source)
+    if best is None:
+        return None
+    rx = re.compile(best[2])
+    reads = sum(1 for line in sample if (m := rx.search(line)) is not None and _number(m.group(1)) is not None)
+    return (best[1], best[2], reads) if reads else None

@@ -261,7 +261,27 @@ def test_status_summarizes_a_parsed_log() -> None:
 def test_status_of_a_log_without_metrics() -> None:
     s = _status_summary(["hello", "world"], started_s_ago=10.0)
     assert s["step"] is None and "spikes" not in s and "eta_s" not in s
-    assert any(n.startswith("no metric line recognised in 2 lines") for n in s["notes"])
+    assert not s["notes"]  # a running run's first lines (its set-up) are no reason for a note yet
+    s = _status_summary(["hello", "world"] * 10, started_s_ago=10.0)
+    assert any(n.startswith("no metric line recognised in 20 lines") for n in s["notes"])
+
+
+def test_the_note_proposes_a_pattern_that_reads_the_runs_own_lines() -> None:
+    from orchestrator.watch.logparse import Parser
+
+    lines = ["Using device: cpu"] + [f"#{i} :: Loss => {4 - i / 10:.3f} !!" for i in range(24)]
+    note = next(n for n in _status_summary(lines, started_s_ago=10.0)["notes"] if n.startswith("no metric"))
+    source = note.split("patterns = { loss = '")[1].split("' }")[0]
+    assert "(it reads 24 of the 25 lines seen)" in note
+    assert Parser({"loss": source}).parse_line(lines[5]) == {"loss": 3.6}  # the user's first edit works
+
+
+def test_the_note_says_which_configured_pattern_matched() -> None:
+    from orchestrator.watch.metrics_view import no_metrics_note
+
+    note = no_metrics_note(3, ["Using device: cpu", "#1 :: Loss => 2.5", "#2 :: Loss => 2.4"],
+                           {"loss": r"loss ([0-9.]+)", "acc": r"Loss => ([0-9.]+)"})
+    assert "[metrics] patterns matched: loss 0 of 3 lines, acc 2 of 3 lines" in note
 
 
 def test_status_says_stalled_past_the_stall_setting_and_only_notes_a_quiet_run_without_it() -> None:
