@@ -26,6 +26,7 @@ keeps its metrics as ``summary_<name>``. So an eval or a summary never overwrite
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -106,6 +107,7 @@ _DICT_ITEM = re.compile(rf"""['"]([^'"]+)['"]\s*:\s*(?:(?:np|numpy)\.\w+\(|tenso
 _JSON_TIME_KEYS = ("time", "timestamp", "ts")
 
 
+@functools.lru_cache(maxsize=4096)
 def name_of(key: str) -> tuple[str, str, float] | None:
     """``(split, canonical, scale)`` for a key as printed, None when it names no metric: ``"valid loss"`` ->
     ``("val", "loss", 1.0)``; split is ``""`` (training), ``"val"``, ``"test"``, or ``"time"`` (a time per step,
@@ -141,13 +143,15 @@ def kind_of(text: str, before: str = "") -> str:
     m = _EVAL_OPEN.match(text)
     if m is not None:
         return "test" if m["test"] else "val"
-    if "|" in text or "valid on" in text:
+    if "|" in text:
         s = _SEGMENT_EVAL.search(text)
         if s is not None:
             return "test" if s[1] == "test" else "val"
         if _SEGMENT_TRAIN.search(text):
             return "summary"
-    if _SUMMARY.search(text):
+    low = text.lower()
+    if ("*" in text or "end of" in low or "summary" in low or "final" in low or "averaged" in low
+            or "total time" in low) and _SUMMARY.search(text):
         return before if before in ("val", "test") and text.lstrip().startswith("*") else "summary"
     return ""
 
@@ -195,7 +199,7 @@ class Found:
 def scan(text: str) -> Found:
     """Every item of ``text``: keyed values, values given with their unit, counters."""
     found = Found()
-    blank = list(text) if ("/" in text or "ms" in text or "%" in text) else None
+    blank: list[tuple[int, int]] | None = [] if ("/" in text or "ms" in text or "%" in text) else None
     for m in _ITEM.finditer(text):
         named = _named(m["key"])
         if named is None:
@@ -235,8 +239,12 @@ def scan(text: str) -> Found:
             elif name not in STRUCTURAL:
                 value = value / total if total else value  # "Accuracy: 9800/10000" is a fraction
         found.put(split, name, value, weak=spaced)
-    rest = "".join(blank) if blank is not None else text
     if blank is not None:
+        rest, at = [], 0
+        for start, end in blank:
+            rest += [text[at:start], " " * (end - start)]
+            at = end
+        rest = "".join(rest) + text[at:] if blank else text
         for m in _FIRST.finditer(rest):
             if m["name"]:
                 named = name_of(m["name"])
@@ -253,13 +261,14 @@ def scan(text: str) -> Found:
                 found.put("", rate, float(m["num"]) * scale, weak=True)
             elif rate in _TIMES and float(m["num"]) > 0:
                 found.times.append(float(m["num"]) * _TIMES[rate])
-        if found.progress is None:
+        if found.progress is None and "/" in rest:
             m = _PROGRESS.search(rest)
             if m is not None and int(m[2]) > 0:
                 found.progress = (float(m[1]), float(m[2]))
     return found
 
 
+@functools.lru_cache(maxsize=4096)
 def _named(key: str) -> tuple[str, str, float] | None:
     """``name_of`` a key of several words, else of its last words (``INFO loss`` is ``loss``)."""
     named = name_of(key)
@@ -302,9 +311,9 @@ def pairs(text: str) -> Event | None:
     return out or None
 
 
-def _blank(blank: list[str] | None, m: re.Match[str]) -> None:
+def _blank(blank: list[tuple[int, int]] | None, m: re.Match[str]) -> None:
     if blank is not None:
-        blank[m.start():m.end()] = " " * (m.end() - m.start())
+        blank.append(m.span())
 
 
 def dict_items(text: str) -> list[tuple[str, float]] | None:

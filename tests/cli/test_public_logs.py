@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mlflow import MlflowClient
 
 from tests.cli.test_metric_formats import deploy, status_json
@@ -71,6 +73,13 @@ def test_word_language_model_end_to_end(project):
     assert {"lr": 20.0, "ppl": 181.27, "val_loss": 4.0, "val_ppl": 54.6, "test_loss": 3.9,
             "test_ppl": 49.4}.items() <= metrics["metrics"].items()
     assert "unrecognised_lines" not in metrics
+    res = project.run("logs", "--metrics", "--json", "-e", str(exp_id), "-n", "1000")
+    assert res.returncode == 0, res.stderr
+    events = [json.loads(line) for line in res.stdout.splitlines()]
+    assert events[0] == pytest.approx({"epoch": 1, "lr": 20.0, "loss": 6.8, "ppl": 897.85, "steps_s": 1000 / 11.27,
+                                       "step": 200})
+    assert {"epoch": 1, "val_loss": 5.0, "val_ppl": 148.41} in events and events[-1] == {"test_loss": 3.9,
+                                                                                       "test_ppl": 49.4}
     summary = status_json(project)["summary"]
     assert summary["loss"] == 5.2 and summary["eval_loss"] == 4.0
     assert "val_loss=4" in project.cli("status").stdout
