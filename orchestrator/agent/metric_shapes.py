@@ -367,3 +367,13 @@ def dict_found(items: list[tuple[str, float]]) -> Found:
         split, name, scale = named
         found.put(split, name, value * scale)
     return found
+
+
+def kind_of_metric(name: str) -> str:
+    """``train``, ``eval`` (``val_*``, ``test_*``) or ``summary`` (``summary_*``, Hugging Face's ``mean_loss`` and
+    ``runtime_s``): which kind of line a kept metric came from."""
+    if name.startswith(("val_", "test_")):
+        return "eval"
+    if name.startswith("summary_") or name in ("mean_loss", "runtime_s"):
+        return "summary"
+    return "train"

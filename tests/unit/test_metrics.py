@@ -361,3 +361,18 @@ def test_an_experiment_recorded_before_the_renames_is_read_with_its_own_stall_se
     exp = Experiment(id=1, project="p", created=0.0, target="local", revision="r", command=["x"], config=old)
     settings = as_recorded(Settings(), exp)
     assert settings.run.stall_after == 60.0 and settings.metrics.patterns == {"loss": "L=([0-9.]+)"}
+
+
+def test_every_metric_of_an_experiment_as_series_train_then_eval() -> None:
+    from orchestrator.config import Settings
+    from orchestrator.watch.metrics import series_of
+    from orchestrator.watch.metrics_view import ingest
+
+    lines = ["| epoch   1 |   200/ 2983 batches | lr 20.00 | ms/batch 11.27 | loss  7.62 | ppl  2040.91",
+             "| end of epoch   1 | time: 35.12s | valid loss  5.61 | valid ppl   273.39",
+             "| End of training | test loss  5.00 | test ppl   148.41"]
+    series: dict = {}
+    ingest(Settings(), lines, series, {})
+    got = series_of({"series": series})
+    assert list(got) == ["loss", "lr", "ppl", "steps_s", "test_loss", "test_ppl", "val_loss", "val_ppl"]
+    assert got["val_loss"] == {"kind": "eval", "points": [(200.0, 5.61)]} and got["loss"]["kind"] == "train"
