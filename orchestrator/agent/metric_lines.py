@@ -7,7 +7,7 @@ general shapes (``metric_shapes``, which says how names are made: ``loss``, ``va
 ``tok_s``)::
 
     >>> Reader().read("| epoch   1 |   200/ 2983 batches | lr 20.00 | ms/batch 11.27 | loss  7.62 | ppl  2040.91")
-    {'epoch': 1.0, 'lr': 20.0, 'loss': 7.62, 'ppl': 2040.91, 'steps_s': 88.73114463176575, 'step': 200.0}
+    {'epoch': 1.0, 'lr': 20.0, 'loss': 7.62, 'ppl': 2040.91, 'steps_s': 88.73114463176574, 'step': 200.0}
     >>> Reader().read("Test set: Average loss: 0.0500, Accuracy: 9800/10000 (98%)")
     {'test_loss': 0.05, 'test_acc': 0.98}
 
@@ -107,12 +107,12 @@ class Reader:
             if len(out) == 1:  # a header ("Epoch 1/10"): the epoch of the lines that follow
                 self.epoch = out["epoch"]
         if kind:  # an evaluation's or a summary's counters count its batches, not training steps
-            if found.keyed_step or (found.progress and "step" in out and found.step_total):
+            if found.step_total:
                 out.pop("step", None)
             return
         epoch = out.get("epoch", self.epoch)
         progress = None
-        if found.keyed_step and found.step_total and epoch is not None:
+        if found.step_total and epoch is not None and "step" in out:
             progress = (out["step"], found.step_total)  # "Epoch [1/5], Step [100/600]"
         elif found.progress is not None and "step" not in out and len(set(out) - STRUCTURAL) > 0:
             progress = found.progress

@@ -175,15 +175,14 @@ def _value(num: str, unit: str | None) -> float:
 class Found:
     """The items of one line, gathered before they become an event."""
 
-    __slots__ = ("values", "times", "progress", "epoch_total", "step_total", "keyed_step", "strong")
+    __slots__ = ("values", "times", "progress", "epoch_total", "step_total", "strong")
 
     def __init__(self) -> None:
         self.values: dict[tuple[str, str], float] = {}  # (split, canonical) -> value
         self.times: list[float] = []  # seconds per step
         self.progress: tuple[float, float] | None = None  # (n, per epoch or total) of a counter without a name
         self.epoch_total: float | None = None
-        self.step_total: float | None = None
-        self.keyed_step = False
+        self.step_total: float | None = None  # "step 10/5000", "Step [100/600]"
         self.strong: set[tuple[str, str]] = set()
 
     def put(self, split: str, name: str, value: float, *, weak: bool = False) -> None:
@@ -235,16 +234,15 @@ def scan(text: str) -> Found:
                 found.epoch_total = total
             elif name == "step":
                 found.step_total = total
-                found.keyed_step = True
             elif name not in STRUCTURAL:
                 value = value / total if total else value  # "Accuracy: 9800/10000" is a fraction
         found.put(split, name, value, weak=spaced)
     if blank is not None:
-        rest, at = [], 0
-        for start, end in blank:
-            rest += [text[at:start], " " * (end - start)]
+        pieces, at = [], 0
+        for start, end in blank:  # the line without its keyed items: what is left is read value first
+            pieces += [text[at:start], " " * (end - start)]
             at = end
-        rest = "".join(rest) + text[at:] if blank else text
+        rest = "".join(pieces) + text[at:] if blank else text
         for m in _FIRST.finditer(rest):
             if m["name"]:
                 named = name_of(m["name"])
