@@ -40,6 +40,16 @@ _ITEM = re.compile(
     rf"(?<![\w@.\-])(?P<key>{_KEY}(?: {_KEY}){{0,2}}?)['\"]?(?P<sep>\s*[=:]\s*|\s+)(?P<open>\[\s*)?"
     rf"(?P<num>{_VALUE})(?:\s*/\s*(?P<total>\d+)(?![\d/]))?(?P<unit>%|/[A-Za-z]+|[A-Za-z]+(?:/[A-Za-z]+)?)?"
     r"(?P<close>\s*\])?(?![\w.])(?!:\d)")
+# the common case first, cheaper to find: one or two words, '=' or ':', a value ("loss=2.3", "valid loss: 2.3")
+_PAIR = re.compile(
+    rf"(?<![\w@.\-])(?P<key>(?:[A-Za-z]+[ _])?{_KEY})['\"]?(?P<sep>\s*[=:]\s*)(?P<open>\[\s*)?"
+    rf"(?P<num>{_VALUE})(?:\s*/\s*(?P<total>\d+)(?![\d/]))?(?P<unit>%|/[A-Za-z]+|[A-Za-z]+(?:/[A-Za-z]+)?)?"
+    r"(?P<close>\s*\])?(?![\w.])(?!:\d)")
+_DIGIT = re.compile(r"\d")
+# a number as the items read one (never inside a name: acc1, bf16): lines alike but for these read alike
+_TOKEN = re.compile(rf"(?<![A-Za-z_@\d.,])(?:{_VALUE})")
+_PLANS: dict[str, list | None] = {}  # a line's shape -> how its numbers become items (None: read it in full)
+PLANS_MAX = 1024
 # value first: "123.45 ms", "10ms/step", "123456 tok/s", "207.45/s", "45.6% bf16 MFU"
 _FIRST = re.compile(
     rf"(?<![\w.\-/])(?P<num>{NUMBER})(?:(?P<unit>/s|\s?[A-Za-z]+/[A-Za-z]+|\s?ms)(?![\w/])"
@@ -175,7 +185,7 @@ def _value(num: str, unit: str | None) -> float:
 class Found:
     """The items of one line, gathered before they become an event."""
 
-    __slots__ = ("values", "times", "progress", "epoch_total", "step_total", "strong")
+    __slots__ = ("values", "times", "progress", "epoch_total", "step_total", "strong", "recorded")
 
     def __init__(self) -> None:
         self.values: dict[tuple[str, str], float] = {}  # (split, canonical) -> value
@@ -184,6 +194,7 @@ class Found:
         self.epoch_total: float | None = None
         self.step_total: float | None = None  # "step 10/5000", "Step [100/600]"
         self.strong: set[tuple[str, str]] = set()
+        self.recorded: list | None = None
 
     def put(self, split: str, name: str, value: float, *, weak: bool = False) -> None:
         """A value given as ``key: value`` or ``key=value`` wins over one given as ``key value``; else the first."""
@@ -196,10 +207,98 @@ class Found:
 
 
 def scan(text: str) -> Found:
-    """Every item of ``text``: keyed values, values given with their unit, counters."""
+    """Every item of ``text``: keyed values (``key=value`` and ``key: value`` first, then the rest: ``key value``,
+    keys of three words), values given with their unit, counters.
+
+    Training logs print the same few shapes again and again with other numbers: the first line of a shape is read
+    in full, and what it took from which number is kept (``_PLANS``); the next lines of that shape only have their
+    numbers read into the same places."""
+    shape, count = _TOKEN.subn("\0", text)
+    if not count:
+        return Found()
+    plan = _PLANS.get(shape, False)
+    if plan is not False:
+        return _replay(plan, _TOKEN.findall(text)) if plan is not None else _scan(text, None)
+    spans = [m.span() for m in _TOKEN.finditer(text)]
+    found = _scan(text, Recorder({start: (i, end) for i, (start, end) in enumerate(spans)}))
+    if len(_PLANS) >= PLANS_MAX:
+        _PLANS.clear()
+    _PLANS[shape] = found.recorded
+    return found
+
+
+class Recorder:
+    """What a full read took from which number of the line (by its index): the plan of its shape, or None when
+    some item's number is not one of the line's numbers as the tokens cut them."""
+
+    __slots__ = ("at", "ops")
+
+    def __init__(self, at: dict[int, tuple[int, int]]) -> None:
+        self.at, self.ops = at, []
+
+    def index(self, m: re.Match[str], group: str | int) -> int | None:
+        start, end = m.span(group)
+        found = self.at.get(start)
+        return found[0] if found is not None and found[1] == end else None
+
+    def add(self, op: tuple, *indices: int | None) -> None:
+        if self.ops is not None:
+            self.ops = None if any(i is None for i in indices) else self.ops + [op]
+
+
+def _replay(plan: list, tokens: list[str]) -> Found:
     found = Found()
-    blank: list[tuple[int, int]] | None = [] if ("/" in text or "ms" in text or "%" in text) else None
-    for m in _ITEM.finditer(text):
+    for op in plan:
+        kind = op[0]
+        if kind == "put":
+            _, split, name, factor, weak, i, total = op
+            value = _value(tokens[i], None) * factor
+            if total is not None:
+                whole = float(tokens[total])
+                value = value / whole if whole else value
+            found.put(split, name, value, weak=weak)
+        elif kind == "time":
+            value = _value(tokens[op[2]], None) * op[1]
+            if value > 0:
+                found.times.append(value)
+        elif kind == "epoch_total":
+            found.epoch_total = float(tokens[op[1]])
+        elif kind == "step_total":
+            found.step_total = float(tokens[op[1]])
+        elif kind == "progress" and found.progress is None and int(float(tokens[op[2]])) > 0:
+            found.progress = (float(tokens[op[1]]), float(tokens[op[2]]))
+    return found
+
+
+def _scan(text: str, rec: Recorder | None) -> Found:
+    found = Found()
+    found.recorded = None
+    blank: list[tuple[int, int]] = []
+    _items(_PAIR, text, found, blank, rec)
+    rest = _without(text, blank)
+    if _DIGIT.search(rest):
+        _items(_ITEM, rest, found, blank, rec)
+        rest = _without(text, blank)
+        if ("/" in rest or "ms" in rest or "%" in rest) and _DIGIT.search(rest):
+            _value_first(rest, found, rec)
+    if rec is not None:
+        found.recorded = rec.ops
+    return found
+
+
+def _without(text: str, blank: list[tuple[int, int]]) -> str:
+    """``text`` with the spans already read blanked out."""
+    if not blank:
+        return text
+    pieces, at = [], 0
+    for start, end in sorted(blank):
+        pieces += [text[at:start], " " * (end - start)]
+        at = end
+    return "".join(pieces) + text[at:]
+
+
+def _items(rx: re.Pattern[str], text: str, found: Found, blank: list[tuple[int, int]], rec: Recorder | None) -> None:
+    for m in rx.finditer(text):
         named = _named(m["key"])
         if named is None:
             continue
@@ -212,6 +311,8 @@ def scan(text: str) -> Found:
                 rate, rate_scale = named_unit[1], named_unit[2]  # "speed: 31.8Ktok/s"
             if split != "time" and rate in RATES:  # "speed: 3.5it/s"
                 found.put("", rate, float(m["num"].replace(",", "")) * rate_scale)
+                if rec is not None:
+                    rec.add(("put", "", rate, rate_scale, False, rec.index(m, "num"), None), rec.index(m, "num"))
                 _blank(blank, m)
                 continue
             if split == "time" and unit in _TIME_UNITS:
@@ -220,50 +321,74 @@ def scan(text: str) -> Found:
                 _blank(blank, m)
                 continue  # "loss=3ms": a unit that does not fit the name
         try:
-            value = _value(m["num"], unit if unit in _SUFFIX else None) * scale
+            factor = scale * (_SUFFIX[unit] if unit in _SUFFIX else 1.0)
+            value = _value(m["num"], None) * factor
         except ValueError:
             continue
         _blank(blank, m)
+        i = rec.index(m, "num") if rec is not None else None
         if split == "time":
             if value > 0:
                 found.times.append(value)
+            if rec is not None:
+                rec.add(("time", factor, i), i)
             continue
+        fraction = None
         if m["total"] is not None:
             total = float(m["total"])
+            t = rec.index(m, "total") if rec is not None else None
             if name == "epoch":
                 found.epoch_total = total
+                if rec is not None:
+                    rec.add(("epoch_total", t), t)
             elif name == "step":
                 found.step_total = total
+                if rec is not None:
+                    rec.add(("step_total", t), t)
             elif name not in STRUCTURAL:
                 value = value / total if total else value  # "Accuracy: 9800/10000" is a fraction
+                fraction = t if rec is not None else None
+                if rec is not None:
+                    rec.add(("check",), t)
         found.put(split, name, value, weak=spaced)
-    if blank is not None:
-        pieces, at = [], 0
-        for start, end in blank:  # the line without its keyed items: what is left is read value first
-            pieces += [text[at:start], " " * (end - start)]
-            at = end
-        rest = "".join(pieces) + text[at:] if blank else text
-        for m in _FIRST.finditer(rest):
-            if m["name"]:
-                named = name_of(m["name"])
-                if named is not None and not named[0]:
-                    found.put("", named[1], float(m["num"]), weak=True)
-                continue
-            unit = m["unit"].strip()
-            rate, scale = _UNIT_RATES.get(unit, unit), 1.0
-            if rate not in RATES and rate not in _TIMES:
-                named = name_of(unit)  # "31.8 Ktok/s"
-                if named is not None and named[1] in RATES:
-                    rate, scale = named[1], named[2]
-            if rate in RATES:
-                found.put("", rate, float(m["num"]) * scale, weak=True)
-            elif rate in _TIMES and float(m["num"]) > 0:
+        if rec is not None:
+            rec.add(("put", split, name, factor, spaced, i, fraction), i)
+
+
+def _value_first(rest: str, found: Found, rec: Recorder | None) -> None:
+    """What is left of a line once its keyed items are read: values given with their unit, a bare counter."""
+    for m in _FIRST.finditer(rest):
+        i = rec.index(m, "num") if rec is not None else None
+        if m["name"]:
+            named = name_of(m["name"])
+            if named is not None and not named[0]:
+                found.put("", named[1], float(m["num"]), weak=True)
+                if rec is not None:
+                    rec.add(("put", "", named[1], 1.0, True, i, None), i)
+            continue
+        unit = m["unit"].strip()
+        rate, scale = _UNIT_RATES.get(unit, unit), 1.0
+        if rate not in RATES and rate not in _TIMES:
+            named = name_of(unit)  # "31.8 Ktok/s"
+            if named is not None and named[1] in RATES:
+                rate, scale = named[1], named[2]
+        if rate in RATES:
+            found.put("", rate, float(m["num"]) * scale, weak=True)
+            if rec is not None:
+                rec.add(("put", "", rate, scale, True, i, None), i)
+        elif rate in _TIMES:
+            if float(m["num"]) > 0:
                 found.times.append(float(m["num"]) * _TIMES[rate])
-        if found.progress is None and "/" in rest:
-            m = _PROGRESS.search(rest)
-            if m is not None and int(m[2]) > 0:
+            if rec is not None:
+                rec.add(("time", _TIMES[rate], i), i)
+    if found.progress is None and "/" in rest:
+        m = _PROGRESS.search(rest)
+        if m is not None:
+            if int(m[2]) > 0:
                 found.progress = (float(m[1]), float(m[2]))
-    return found
+            if rec is not None:
+                n, total = rec.index(m, 1), rec.index(m, 2)
+                rec.add(("progress", n, total), n, total)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -309,9 +434,8 @@ def pairs(text: str) -> Event | None:
     return out or None
 
 
-def _blank(blank: list[tuple[int, int]] | None, m: re.Match[str]) -> None:
-    if blank is not None:
-        blank.append(m.span())
+def _blank(blank: list[tuple[int, int]], m: re.Match[str]) -> None:
+    blank.append(m.span())
 
 
 def dict_items(text: str) -> list[tuple[str, float]] | None:
