@@ -213,18 +213,25 @@ def scan(text: str) -> Found:
     Training logs print the same few shapes again and again with other numbers: the first line of a shape is read
     in full, and what it took from which number is kept (``_PLANS``); the next lines of that shape only have their
     numbers read into the same places."""
-    shape, count = _TOKEN.subn("\0", text)
-    if not count:
+    tokens = _TOKEN.findall(text)
+    if not tokens:
         return Found()
+    shape = _TOKEN.sub(_mark, text)
     plan = _PLANS.get(shape, False)
     if plan is not False:
-        return _replay(plan, _TOKEN.findall(text)) if plan is not None else _scan(text, None)
+        return _replay(plan, tokens) if plan is not None else _scan(text, None)
     spans = [m.span() for m in _TOKEN.finditer(text)]
     found = _scan(text, Recorder({start: (i, end) for i, (start, end) in enumerate(spans)}))
     if len(_PLANS) >= PLANS_MAX:
         _PLANS.clear()
     _PLANS[shape] = found.recorded
     return found
+
+
+def _mark(m: re.Match[str]) -> str:
+    """A number's place in its line's shape, by its kind: the patterns read 12, 1.5 and 1,234 differently."""
+    token = m.group()
+    return "\0" if token.isdigit() else "\2" if "," in token else "\1"
 
 
 class Recorder:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.agent import metric_lines
 from orchestrator.watch.logparse import Parser
@@ -287,3 +289,24 @@ def test_a_readers_memory_carries_over_between_reads_of_one_log() -> None:
     first.parse_line("Epoch 1/10")
     again = Parser(state=first.state())  # the next refresh reads on from where this one stopped
     assert again.parse_line("469/469 [====] - 5s 10ms/step - loss: 0.2")["total_steps"] == 4690
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 10**6), st.floats(0, 1e4, allow_nan=False).map(lambda v: round(v, 4)),
+                          st.floats(1e-9, 1e-3).map(lambda v: f"{v:.3e}")), min_size=6, max_size=6),
+       st.sampled_from([
+           "| epoch {} | {}/ {} batches | lr {} | ms/batch {} | loss {} |",
+           "Train Epoch: {} [{}/{} ({}%)]\tLoss: {} acc: {}",
+           "step {}/{} | loss {} (+{}z)| norm {} | lr {} | 12.3 ms | 4 tok/s",
+           "Epoch: [{}]  [{}/{}]  lr: {}  loss: {} ({})",
+           "epoch {}:  {} / {} loss={}, ppl={}, num_updates={}",
+           "iter {} | step: {}/{} | train_loss: {} | Accuracy: {}/{}",
+       ]))
+def test_a_line_read_by_its_shapes_plan_reads_as_a_full_read(numbers: list, form: str) -> None:
+    from orchestrator.agent import metric_shapes
+
+    line = form.format(*numbers)
+    metric_shapes.scan(line)  # its shape's plan is made (or it was made by an earlier example)
+    planned, full = metric_shapes.scan(line), metric_shapes._scan(line, None)
+    assert (planned.values, planned.times, planned.progress, planned.epoch_total, planned.step_total) == \
+        (full.values, full.times, full.progress, full.epoch_total, full.step_total)
