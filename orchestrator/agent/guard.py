@@ -11,8 +11,9 @@ same reading as the new run's, so both sides are measured alike::
 The guard fails when the run crashes (after its restarts) or stalls, or, once the window is over, when its
 throughput over the window (its first tenth left out: compilation, data loading) is below ``min_throughput`` ×
 the parent's over the same steps, or its mean loss (``[guard] loss``: the training loss, or an evaluation's,
-``val_loss``) over the steps both logged is above ``max_loss_ratio`` × the parent's. ``guard.json`` in the run folder says where it stands (what ``status`` shows); the decision and every
-step of the rollback after it are journalled in ``guard.jsonl`` (``rollback.py`` carries them out).
+``val_loss``) over the steps both logged is above ``max_loss_ratio`` × the parent's. ``guard.json`` in the run
+folder says where it stands (what ``status`` shows); the decision and every step of the rollback after it are
+journalled in ``guard.jsonl`` (``rollback.py`` carries them out).
 """
 
 from __future__ import annotations

@@ -10,12 +10,11 @@ canonical. Shapes, each as some project prints it:
     value first, with its unit       123.45 ms | 45.6% bf16 MFU | 123456 tok/s     5s 10ms/step    207.45/s
     dicts and JSON                   {'loss': 1.2, 'learning_rate': 5e-05}    {"epoch": 1, "valid_loss": "9.8"}
 
-Names: lower case, words joined by ``_``, ``@`` dropped (``Acc@1`` -> ``acc1``); a ``train``/``training`` word
-goes (``train loss``, ``loss/train``, ``train_loss`` -> ``loss``); ``lr``/``learning_rate`` -> ``lr``; rates are
-``tok_s`` (tokens, words), ``samples_s`` (samples, images) and ``steps_s`` (it/s, updates); a time per step
+Names (``metric_names``): lower case, words joined by ``_``, ``@`` dropped (``Acc@1`` -> ``acc1``); a ``train``
+word goes (``train loss``, ``loss/train``, ``train_loss`` -> ``loss``); ``lr``/``learning_rate`` -> ``lr``; rates
+are ``tok_s`` (tokens, words), ``samples_s`` (samples, images) and ``steps_s`` (it/s, updates); a time per step
 (``time``, ``ms/batch``, ``10ms/step``) becomes ``steps_s`` when the line gives no step rate. Only names of
-metrics are read (losses, accuracies, perplexity, lr, norms, rates, counters; ``*_loss``, ``*_acc``): ``line 120``
-of a traceback or ``max_epochs=2`` are not metrics.
+metrics are read: ``line 120`` of a traceback or ``max_epochs=2`` are not metrics.
 
 Evaluation metrics keep their own names: ``val_<name>`` for val/valid/validation/eval/dev, ``test_<name>`` for
 test, whether the word is in the key (``valid loss``, ``eval_loss``) or opens the line (``Test set: Average loss``);
@@ -26,9 +25,10 @@ keeps its metrics as ``summary_<name>``. So an eval or a summary never overwrite
 
 from __future__ import annotations
 
-import functools
 import json
 import re
+
+from .metric_names import RATES, STRUCTURAL, TIMES, TRAIN_WORDS, key_name, name_of
 
 Event = dict[str, float]
 
@@ -55,52 +55,8 @@ _FIRST = re.compile(
     rf"(?<![\w.\-/])(?P<num>{NUMBER})(?:(?P<unit>/s|\s?[A-Za-z]+/[A-Za-z]+|\s?ms)(?![\w/])"
     r"|%\s+(?:\w+\s+)?(?P<name>[A-Za-z]\w*))")
 _PROGRESS = re.compile(r"(?<![\w.:/\-])\[?\s*(\d+)\s*/\s*(\d+)(?![\d/.])\s*\]?")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_SPLIT = re.compile(r"[^a-z0-9]+")
 _SUFFIX = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "m": 1e6}
 
-_EVAL_WORDS = {"val": "val", "valid": "val", "validation": "val", "eval": "val", "evaluation": "val",
-               "dev": "val", "test": "test", "testing": "test"}
-_TRAIN_WORDS = {"train", "training"}
-_FILLER = {"average", "avg", "mean", "running", "current", "curr", "cur", "end", "of", "the", "batch", "set"}
-STRUCTURAL = {"step", "epoch", "total_steps", "total_epochs", "tokens", "total_tokens", "t"}
-RATES = {"tok_s", "steps_s", "samples_s"}
-
-# joined name -> (canonical, scale)
-_NAMES: dict[str, tuple[str, float]] = {}
-for _names, _canon, _scale in (
-    (("step", "steps", "iter", "iteration", "it_num", "global_step", "num_updates", "updates"), "step", 1.0),
-    (("epoch", "ep", "train"), "epoch", 1.0),  # timm: "Train: 3 [ 10/5004 ...]"
-    (("total_steps", "max_steps", "num_steps"), "total_steps", 1.0),
-    (("tokens", "tokens_seen", "ntokens", "consumed_tokens"), "tokens", 1.0),
-    (("total_tokens", "target_tokens", "train_tokens"), "total_tokens", 1.0),
-    (("loss", "lm_loss", "loss_value"), "loss", 1.0),
-    (("ppl", "perplexity"), "ppl", 1.0),
-    (("acc", "accuracy"), "acc", 1.0),
-    (("acc1", "top1", "top_1", "acc_1", "prec1"), "acc1", 1.0),
-    (("acc5", "top5", "top_5", "acc_5", "prec5"), "acc5", 1.0),
-    (("lr", "learning_rate", "learning_rate_0", "lr_0"), "lr", 1.0),
-    (("grad_norm", "gnorm", "grad_norm_total", "norm", "gradient_norm"), "grad_norm", 1.0),
-    (("mfu",), "mfu", 1.0), (("tflops",), "tflops", 1.0),
-    (("tok_s", "tok_sec", "tokens_s", "tokens_sec", "tokens_per_sec", "tokens_per_s", "tokens_per_second", "tps",
-      "wps", "words_s", "tokens_per_sec_per_gpu"), "tok_s", 1.0),
-    (("ktok_s", "ktok_sec", "ktokens_s"), "tok_s", 1e3),
-    (("mtok_s", "mtokens_s"), "tok_s", 1e6),
-    (("it_s", "steps_s", "steps_sec", "steps_per_second", "steps_per_sec", "ups", "iters_s", "updates_s"),
-     "steps_s", 1.0),
-    (("samples_s", "samples_sec", "samples_per_second", "samples_per_sec", "img_s", "imgs_s", "images_s",
-      "images_sec", "ex_s", "examples_s", "examples_sec", "examples_per_sec", "sentences_s"), "samples_s", 1.0),
-):
-    for _n in _names:
-        _NAMES[_n] = (_canon, _scale)
-_OTHER = {"f1", "bleu", "wer", "cer", "auc", "map", "miou", "iou", "precision", "recall", "bpb", "bpc", "nll",
-          "kl", "reward", "score", "mae", "mse", "rmse", "psnr", "dice", "top1_err", "top5_err", "error", "err"}
-_ENDINGS = ("_loss", "_acc", "_accuracy", "_ppl", "_f1", "_error", "_reward")
-# a time per step, in seconds: name -> scale to seconds
-_TIMES = {"time": 1.0, "batch_time": 1.0, "step_time": 1.0, "iter_time": 1.0, "dt": 1.0, "time_per_step": 1.0,
-          "time_per_iter": 1.0, "s_it": 1.0, "sec_it": 1.0, "s_step": 1.0, "s_iter": 1.0, "ms_batch": 1e-3,
-          "ms_step": 1e-3, "ms_it": 1e-3, "ms_iter": 1e-3, "time_ms": 1e-3, "step_time_ms": 1e-3, "ms": 1e-3,
-          "iter_time_ms": 1e-3}
 _TIME_UNITS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "us": 1e-6}
 _SIZES = {"GiB", "GB", "MiB", "MB", "KiB", "KB", "TB"}
 _UNIT_RATES = {"it/s": "steps_s", "steps/s": "steps_s", "tok/s": "tok_s", "tokens/s": "tok_s", "/s": "samples_s",
@@ -108,43 +64,15 @@ _UNIT_RATES = {"it/s": "steps_s", "steps/s": "steps_s", "tok/s": "tok_s", "token
                "ms/step": "ms_step", "ms/batch": "ms_batch", "ms/it": "ms_it", "s/step": "s_step"}
 _SUMMARY = re.compile(r"(?i)\bend of (?:epoch|training)\b|\bsummary\b|\bfinal\b|\baveraged stats\b|\btotal time\b"
                       r"|^\s*\*\s")
-_EVAL_OPEN = re.compile(r"(?i)^\W*(?:(?P<test>test(?:ing)?)|(?P<val>val(?:id(?:ation|ate)?)?|eval(?:uation|uating)?|dev))"
+_EVAL_OPEN = re.compile(r"(?i)^\W*(?:(?P<test>test(?:ing)?)"
+                        r"|(?P<val>val(?:id(?:ation|ate)?)?|eval(?:uation|uating)?|dev))"
                         r"(?: set)?\s*(?:[:\[|(]|-\s|on\b|results?\b|metrics?\b|$)")
 _SEGMENT_EVAL = re.compile(r"\|\s*(valid|val|test|eval)\s*\||\bvalid on '")
 _SEGMENT_TRAIN = re.compile(r"\|\s*train\s*\|")
 _HF_SECTION = re.compile(r"\*{3,}\s*(\w+) metrics\s*\*{3,}")
-_DICT_ITEM = re.compile(rf"""['"]([^'"]+)['"]\s*:\s*(?:(?:np|numpy)\.\w+\(|tensor\()?['"]?({NUMBER})['"]?\)?\s*(?=[,}}])""")
+_DICT_ITEM = re.compile(rf"""['"]([^'"]+)['"]\s*:\s*(?:(?:np|numpy)\.\w+\(|tensor\()?['"]?({NUMBER})['"]?\)?"""
+                        r"\s*(?=[,}])")
 _JSON_TIME_KEYS = ("time", "timestamp", "ts")
-
-
-@functools.lru_cache(maxsize=4096)
-def name_of(key: str) -> tuple[str, str, float] | None:
-    """``(split, canonical, scale)`` for a key as printed, None when it names no metric: ``"valid loss"`` ->
-    ``("val", "loss", 1.0)``; split is ``""`` (training), ``"val"``, ``"test"``, or ``"time"`` (a time per step,
-    scale to seconds)."""
-    text = _CAMEL.sub("_", key.replace("@", "")).lower() if not key.islower() else key.replace("@", "")
-    words = [w for w in _SPLIT.split(text) if w]
-    split = ""
-    if len(words) > 1 and words[0] in _EVAL_WORDS:
-        split = _EVAL_WORDS[words.pop(0)]
-    elif len(words) > 1 and words[-1] in _EVAL_WORDS:
-        split = _EVAL_WORDS[words.pop()]
-    if len(words) > 1 and words[0] in _TRAIN_WORDS:
-        words.pop(0)
-    elif len(words) > 1 and words[-1] in _TRAIN_WORDS:
-        words.pop()
-    kept = [w for w in words if w not in _FILLER]
-    if kept:
-        words = kept
-    joined = "_".join(words)
-    known = _NAMES.get(joined)
-    if known is not None:
-        return split, known[0], known[1]
-    if joined in _TIMES:
-        return (split or "time"), joined, _TIMES[joined]
-    if joined in _OTHER or joined.endswith(_ENDINGS):
-        return split, joined, 1.0
-    return None
 
 
 def kind_of(text: str, before: str = "") -> str:
@@ -172,7 +100,7 @@ def section(text: str) -> str | None:
     if m is None:
         return None
     word = m[1].lower()
-    return "summary" if word in _TRAIN_WORDS else "test" if word in ("test", "predict") else "val"
+    return "summary" if word in TRAIN_WORDS else "test" if word in ("test", "predict") else "val"
 
 
 def _value(num: str, unit: str | None) -> float:
@@ -306,7 +234,7 @@ def _without(text: str, blank: list[tuple[int, int]]) -> str:
 
 def _items(rx: re.Pattern[str], text: str, found: Found, blank: list[tuple[int, int]], rec: Recorder | None) -> None:
     for m in rx.finditer(text):
-        named = _named(m["key"])
+        named = key_name(m["key"])
         if named is None:
             continue
         split, name, scale = named
@@ -375,7 +303,7 @@ def _value_first(rest: str, found: Found, rec: Recorder | None) -> None:
             continue
         unit = m["unit"].strip()
         rate, scale = _UNIT_RATES.get(unit, unit), 1.0
-        if rate not in RATES and rate not in _TIMES:
+        if rate not in RATES and rate not in TIMES:
             named = name_of(unit)  # "31.8 Ktok/s"
             if named is not None and named[1] in RATES:
                 rate, scale = named[1], named[2]
@@ -383,11 +311,11 @@ def _value_first(rest: str, found: Found, rec: Recorder | None) -> None:
             found.put("", rate, float(m["num"]) * scale, weak=True)
             if rec is not None:
                 rec.add(("put", "", rate, scale, True, i, None), i)
-        elif rate in _TIMES:
+        elif rate in TIMES:
             if float(m["num"]) > 0:
-                found.times.append(float(m["num"]) * _TIMES[rate])
+                found.times.append(float(m["num"]) * TIMES[rate])
             if rec is not None:
-                rec.add(("time", _TIMES[rate], i), i)
+                rec.add(("time", TIMES[rate], i), i)
     if found.progress is None and "/" in rest:
         m = _PROGRESS.search(rest)
         if m is not None:
@@ -396,20 +324,6 @@ def _value_first(rest: str, found: Found, rec: Recorder | None) -> None:
             if rec is not None:
                 n, total = rec.index(m, 1), rec.index(m, 2)
                 rec.add(("progress", n, total), n, total)
-
-
-@functools.lru_cache(maxsize=4096)
-def _named(key: str) -> tuple[str, str, float] | None:
-    """``name_of`` a key of several words, else of its last words (``INFO loss`` is ``loss``)."""
-    named = name_of(key)
-    if named is not None or " " not in key:
-        return named
-    words = key.split(" ")
-    for i in range(1, len(words)):
-        named = name_of(" ".join(words[i:]))
-        if named is not None:
-            return named
-    return None
 
 
 def event(found: Found, kind: str = "") -> Event:
@@ -496,13 +410,3 @@ def dict_found(items: list[tuple[str, float]]) -> Found:
         split, name, scale = named
         found.put(split, name, value * scale)
     return found
-
-
-def kind_of_metric(name: str) -> str:
-    """``train``, ``eval`` (``val_*``, ``test_*``) or ``summary`` (``summary_*``, Hugging Face's ``mean_loss`` and
-    ``runtime_s``): which kind of line a kept metric came from."""
-    if name.startswith(("val_", "test_")):
-        return "eval"
-    if name.startswith("summary_") or name in ("mean_loss", "runtime_s"):
-        return "summary"
-    return "train"

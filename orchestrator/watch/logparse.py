@@ -25,7 +25,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 
 from orchestrator.agent.metric_lines import Reader, plain
-from orchestrator.agent.metric_shapes import Event, name_of
+from orchestrator.agent.metric_names import name_of
+from orchestrator.agent.metric_shapes import Event
 from orchestrator.errors import ConfigError
 
 __all__ = ["PARSER_VERSION", "Event", "Parser", "parser_key", "plain"]

@@ -110,12 +110,14 @@ def test_timm() -> None:
     # f'LR: {lr:.3e}  Data: {data_time_m.val:.3f} ({data_time_m.avg:.3f})'
     t, n = 0.5, 256
     train = (f'Train: {1} [{10:>4d}/{5004} ({100. * 11 / 5004:>3.0f}%)]  Loss: {6.93:#.3g} ({6.94:#.3g})  '
-             f'Time: {t:.3f}s, {n / t:>7.2f}/s  ({t:.3f}s, {n / t:>7.2f}/s)  LR: {1e-05:.3e}  Data: {0.1:.3f} ({0.1:.3f})')
+             f'Time: {t:.3f}s, {n / t:>7.2f}/s  ({t:.3f}s, {n / t:>7.2f}/s)  LR: {1e-05:.3e}  '
+             f'Data: {0.1:.3f} ({0.1:.3f})')
     # validate: f'{log_name}: [{batch_idx:>4d}/{last_idx}]  Time: ...  Loss: {losses_m.val:>7.3f} ({...:>6.3f})  '
     #           f'Acc@1: {top1_m.val:>7.3f} ({top1_m.avg:>7.3f})  Acc@5: ...', log_name = 'Test' + log_suffix
     test = (f'Test: [{0:>4d}/{195}]  Time: {1.2:.3f} ({1.2:.3f})  Loss: {0.512:>7.3f} ({0.512:>6.3f})  '
             f'Acc@1: {87.5:>7.3f} ({87.5:>7.3f})  Acc@5: {97.0:>7.3f} ({97.0:>7.3f})')
-    events = read([f'Train: {0} [{0:>4d}/{5004} (  0%)]  Loss: {6.95:#.3g} ({6.95:#.3g})  LR: {1e-05:.3e}', train, test])
+    first = f'Train: {0} [{0:>4d}/{5004} (  0%)]  Loss: {6.95:#.3g} ({6.95:#.3g})  LR: {1e-05:.3e}'
+    events = read([first, train, test])
     assert events[1] == pytest.approx({"epoch": 1, "step": 5004 + 10, "loss": 6.93, "lr": 1e-05, "samples_s": 512.0,
                                        "steps_s": 2.0})
     assert events[2] == pytest.approx({"test_loss": 0.512, "test_acc1": 87.5, "test_acc5": 97.0})
@@ -133,9 +135,9 @@ def test_fairseq_simple() -> None:
              "bsz": "128", "num_updates": "100", "lr": "1.25e-05", "gnorm": "1.234", "train_wall": "31"}
     inner = FAIRSEQ_PREFIX.format("train_inner") + "{}:  {:5d} / {:d} {}".format(
         "epoch 001", 100, 1101, ", ".join(f"{k}={v}" for k, v in stats.items()))
+    valid_stats = {"loss": "9.812", "ppl": "830.2", "num_updates": "1101"}
     valid = FAIRSEQ_PREFIX.format("valid") + "{} | {}".format(
-        "epoch 001 | valid on 'valid' subset", " | ".join(f"{k} {v}" for k, v in
-                                                           {"loss": "9.812", "ppl": "830.2", "num_updates": "1101"}.items()))
+        "epoch 001 | valid on 'valid' subset", " | ".join(f"{k} {v}" for k, v in valid_stats.items()))
     summary = FAIRSEQ_PREFIX.format("train") + "{} | {}".format("epoch 001", " | ".join(
         f"{k} {v}" for k, v in {**stats, "loss": "10.6", "num_updates": "1101"}.items()))
     events = read([inner, valid, summary])
@@ -164,7 +166,8 @@ def test_fairseq_json() -> None:
 def test_deepspeed() -> None:
     head = "[2023-06-01 10:00:00,123] [INFO] [{}] "  # "[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:...]"
     # engine: log_dist(f"step={self.global_steps}, skipped={self.skipped_steps}, lr={lr}, mom={mom}") ([Rank 0] first)
-    step = head.format("logging.py:96:log_dist") + f"[Rank 0] step={10}, skipped={0}, lr={[0.0001]}, mom={[(0.9, 0.999)]}"
+    step = head.format("logging.py:96:log_dist") + \
+        f"[Rank 0] step={10}, skipped={0}, lr={[0.0001]}, mom={[(0.9, 0.999)]}"
     # ThroughputTimer.stop: "epoch={}/micro_step={}/global_step={}, RunningAvgSamplesPerSec={}, CurrSamplesPerSec={}, "
     #                       "MemAllocated={}GB, MaxMemAllocated={}GB"
     rate = head.format("timer.py:260:stop") + "epoch={}/micro_step={}/global_step={}, RunningAvgSamplesPerSec={}, " \
@@ -271,8 +274,8 @@ def test_lines_that_are_no_training_metric(line: str) -> None:
 
 def test_a_tqdm_bar_redrawn_with_carriage_returns_into_a_file() -> None:
     # tqdm writes "\r" + the bar each update, with no newline, when stdout is a file as well
-    line = "".join(f"\r{k * 5:3d}%|{'█' * k}{' ' * (20 - k)}| {k}/20 [00:0{k // 10}<00:01, 13.2it/s, loss={2 - k / 10:.2f}]"
-                   for k in range(1, 4))
+    line = "".join(f"\r{k * 5:3d}%|{'█' * k}{' ' * (20 - k)}| {k}/20 [00:0{k // 10}<00:01, 13.2it/s, "
+                   f"loss={2 - k / 10:.2f}]" for k in range(1, 4))
     events = list(Parser().events(line))
     assert [e["step"] for e in events] == [1, 2, 3] and events[-1]["loss"] == 1.7 and events[-1]["steps_s"] == 13.2
 
