@@ -48,6 +48,7 @@ _PAIR = re.compile(
 _DIGIT = re.compile(r"\d")
 # a number as the items read one (never inside a name: acc1, bf16): lines alike but for these read alike
 _TOKEN = re.compile(rf"(?<![A-Za-z_@\d.,])(?:{_VALUE})")
+_TOKEN_SPLIT = re.compile(f"({_TOKEN.pattern})")
 _PLANS: dict[str, list | None] = {}  # a line's shape -> how its numbers become items (None: read it in full)
 PLANS_MAX = 1024
 # value first: "123.45 ms", "10ms/step", "123456 tok/s", "207.45/s", "45.6% bf16 MFU"
@@ -141,10 +142,12 @@ def scan(text: str) -> Found:
     Training logs print the same few shapes again and again with other numbers: the first line of a shape is read
     in full, and what it took from which number is kept (``_PLANS``); the next lines of that shape only have their
     numbers read into the same places."""
-    tokens = _TOKEN.findall(text)
-    if not tokens:
+    parts = _TOKEN_SPLIT.split(text)
+    if len(parts) == 1:
         return Found()
-    shape = _TOKEN.sub(_mark, text)
+    tokens = parts[1::2]
+    # the text between the numbers, and each number's kind: the patterns read 12, 1.5 and 1,234 differently
+    shape = "\0".join(parts[::2]) + "\1" + "".join("0" if t.isdigit() else "2" if "," in t else "1" for t in tokens)
     plan = _PLANS.get(shape, False)
     if plan is not False:
         return _replay(plan, tokens) if plan is not None else _scan(text, None)
@@ -154,12 +157,6 @@ def scan(text: str) -> Found:
         _PLANS.clear()
     _PLANS[shape] = found.recorded
     return found
-
-
-def _mark(m: re.Match[str]) -> str:
-    """A number's place in its line's shape, by its kind: the patterns read 12, 1.5 and 1,234 differently."""
-    token = m.group()
-    return "\0" if token.isdigit() else "\2" if "," in token else "\1"
 
 
 class Recorder:
