@@ -31,11 +31,11 @@ for _names, _canon, _scale in (
     (("total_steps", "max_steps", "num_steps"), "total_steps", 1.0),
     (("tokens", "tokens_seen", "ntokens", "consumed_tokens"), "tokens", 1.0),
     (("total_tokens", "target_tokens", "train_tokens"), "total_tokens", 1.0),
-    (("loss", "lm_loss", "loss_value"), "loss", 1.0),
+    (("loss", "lm_loss", "loss_value", "total_loss"), "loss", 1.0),  # total_loss: detectron2's sum of its losses
     (("ppl", "perplexity"), "ppl", 1.0),
     (("acc", "accuracy"), "acc", 1.0),
-    (("acc1", "top1", "top_1", "acc_1", "prec1"), "acc1", 1.0),
-    (("acc5", "top5", "top_5", "acc_5", "prec5"), "acc5", 1.0),
+    (("acc1", "top1", "top_1", "acc_1", "prec1", "accuracy_top1", "acc_top1"), "acc1", 1.0),
+    (("acc5", "top5", "top_5", "acc_5", "prec5", "accuracy_top5", "acc_top5"), "acc5", 1.0),
     (("lr", "learning_rate", "learning_rate_0", "lr_0"), "lr", 1.0),
     (("grad_norm", "gnorm", "grad_norm_total", "norm", "gradient_norm"), "grad_norm", 1.0),
     (("mfu",), "mfu", 1.0), (("tflops",), "tflops", 1.0),
@@ -84,7 +84,7 @@ def name_of(key: str) -> tuple[str, str, float] | None:
         return split, known[0], known[1]
     if joined in TIMES:
         return (split or "time"), joined, TIMES[joined]
-    if joined in _OTHER or joined.endswith(_ENDINGS):
+    if joined in _OTHER or joined.endswith(_ENDINGS) or joined.startswith("loss_"):
         return split, joined, 1.0
     return None
 

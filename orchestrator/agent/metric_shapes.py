@@ -70,6 +70,7 @@ _EVAL_OPEN = re.compile(r"(?i)^\W*(?:(?P<test>test(?:ing)?)"
                         r"(?: set)?\s*(?:[:\[|(]|-\s|on\b|results?\b|metrics?\b|$)")
 _SEGMENT_EVAL = re.compile(r"\|\s*(valid|val|test|eval)\s*\||\bvalid on '")
 _SEGMENT_TRAIN = re.compile(r"\|\s*train\s*\|")
+_MODE = re.compile(r"\((val|test)\)")  # mmengine: "Epoch(val) [1][500/500]  accuracy/top1: 76.1"
 _HF_SECTION = re.compile(r"\*{3,}\s*(\w+) metrics\s*\*{3,}")
 _DICT_ITEM = re.compile(rf"""['"]([^'"]+)['"]\s*:\s*(?:(?:np|numpy)\.\w+\(|tensor\()?['"]?({NUMBER})['"]?\)?"""
                         r"\s*(?=[,}])")
@@ -88,6 +89,8 @@ def kind_of(text: str, before: str = "") -> str:
             return "test" if s[1] == "test" else "val"
         if _SEGMENT_TRAIN.search(text):
             return "summary"
+    if "(" in text and (mode := _MODE.search(text)) is not None:
+        return mode[1]
     low = text.lower()
     if ("*" in text or "end of" in low or "summary" in low or "final" in low or "averaged" in low
             or "total time" in low) and _SUMMARY.search(text):

@@ -238,6 +238,36 @@ def test_pytorch_tutorial_epoch_and_step_of_totals() -> None:
     assert events[1]["step"] == 700
 
 
+# -- facebookresearch/detectron2 detectron2/utils/events.py (CommonMetricPrinter) -------------------------------
+
+
+def test_detectron2() -> None:
+    # " {eta}iter: {iter}  {losses}  {non_losses}  {avg_time}{last_time}{avg_data_time}{last_data_time} lr: {lr}  "
+    # "{memory}", eta "eta: {}  ", losses "  ".join(f"{k}: {v.median(window):.4g}"), "time: {:.4f}  ", "max_mem: {:.0f}M"
+    losses = "  ".join(f"{k}: {v:.4g}" for k, v in {"total_loss": 2.345, "loss_cls": 1.2, "loss_box_reg": 0.5}.items())
+    line = f" eta: 0:10:00  iter: {19}  {losses}    time: {0.5:.4f}  data_time: {0.0123:.4f}  lr: {0.00019981:.5g}  " \
+        f"max_mem: {1234:.0f}M"
+    assert read([line])[0] == pytest.approx({"step": 19, "loss": 2.345, "loss_cls": 1.2, "loss_box_reg": 0.5,
+                                             "lr": 0.00019981, "steps_s": 2.0})
+
+
+# -- open-mmlab/mmengine mmengine/runner/log_processor.py ---------------------------------------------------------
+
+
+def test_mmengine() -> None:
+    # f"Epoch({mode}) [{epoch}][{cur_iter}/{dataloader_len}]  " then f"{name}: {val:.4f}" items joined by "  "
+    # ("lr: {:.4e}"), under the logger's "%(asctime)s - %(name)s - %(levelname)s - %(message)s"
+    head = "2023/01/01 00:00:00 - mmengine - INFO - "
+    train = head + f"Epoch(train) [{1}][{50:>3}/{500}]  lr: {0.01:.4e}  eta: 0:10:00  time: {0.5:.4f}  " \
+        f"data_time: {0.1:.4f}  memory: 1234  loss: {1.2345:.4f}  loss_cls: {0.5:.4f}"
+    val = head + f"Epoch(val) [{1}][{500}/{500}]    accuracy/top1: {76.1:.4f}  accuracy/top5: {92.8:.4f}  " \
+        f"data_time: {0.01:.4f}  time: {0.1:.4f}"
+    events = read([train, val])
+    assert events[0] == pytest.approx({"step": 50, "total_steps": 500, "lr": 0.01, "loss": 1.2345, "loss_cls": 0.5,
+                                       "steps_s": 2.0})
+    assert events[1] == pytest.approx({"val_acc1": 76.1, "val_acc5": 92.8})
+
+
 # -- the shapes on their own ---------------------------------------------------------------------------------------
 
 
