@@ -36,7 +36,7 @@ def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, exper
 
         raise InputError("--json prints metric events, and needs --metrics", hint="orch logs --metrics --json")
     metric_writer = functools.partial(_metric_writer, as_json=as_json)
-    settings = common.settings(ctx)
+    settings = common.settings(ctx, lenient=True)
     settings = settings if follow else common.read_only(settings)  # a first read is bounded by read_timeout
     grp = _job_of(settings, target, ct, experiment, trust_new_host)
     if grp is not None:
