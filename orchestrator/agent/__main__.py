@@ -8,8 +8,8 @@ import sys
 import time
 import traceback
 
-from . import (checkpoints, ckpt_move, diskspace, doctor, envs, gc, gpu_share, journal, logs, notify, revisions,
-               rollback, run_files, runqueue, runs, start_check, system, validate, workdir)
+from . import (checkpoints, ckpt_move, diskspace, doctor, envs, gc, gpu_share, journal, launch_env, logs, notify,
+               revisions, rollback, run_files, runqueue, runs, start_check, system, validate, workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -26,7 +26,7 @@ def _shell(layout: Layout, argv: list, cwd: str | None = None, timeout: float = 
     env = None
     if run is not None:
         cwd = workdir.for_step(layout, run["exp_id"], run["registry"], run["revision"])
-        env = {**os.environ, "ORCH_EXPERIMENT_ID": str(run["exp_id"]), "ORCH_RUN_DIR": os.path.dirname(cwd),
+        env = {**launch_env.original(), "ORCH_EXPERIMENT_ID": str(run["exp_id"]), "ORCH_RUN_DIR": os.path.dirname(cwd),
                "ORCH_WORK_DIR": cwd}
     try:
         proc = subprocess.run(argv, cwd=cwd or layout.root, env=env, capture_output=True, timeout=timeout)
@@ -257,6 +257,7 @@ def respond(stdin) -> bytes:
 
 
 def main() -> int:
+    launch_env.remember()  # the target's environment, before the agent's own locale: what runs start with
     os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
     os.environ.pop("LANGUAGE", None)
     sys.stdout.buffer.write(respond(sys.stdin.buffer))

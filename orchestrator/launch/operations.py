@@ -352,7 +352,8 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "experiment": start.experiment, "batching": exp.batching,
                                         "recovery": start.recovery, "start_idle": step.start_idle}
-                          | ({"beside": launch.beside} if launch.beside else {})))
+                          | ({"beside": launch.beside} if launch.beside else {})
+                          | ({} if settings.run.standby else {"use_standby": False}) | _inherited(launch)))
             keys.append("queue")
         elif isinstance(step, StartRun):
             assert exp is not None and start is not None
@@ -360,7 +361,8 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "secrets": dict(launch.secrets), "experiment": start.experiment,
                                         "batching": exp.batching, "recovery": start.recovery}
-                          | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})))
+                          | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})
+                          | ({} if settings.run.standby else {"use_standby": False}) | _inherited(launch)))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
             ops.append(Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": step.wait}))
@@ -372,6 +374,18 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
         ops.insert(first, checkpoints.move_op(target))
         keys.insert(first, "ckpt_move")
     return ops, keys
+
+
+def _inherited(launch: Launch) -> dict:
+    """On the local target the run starts with this command's environment, umask and limits, as if the user had
+    typed its command here (``agent/launch_env``); a remote target's agent gives it the login environment there."""
+    if launch.target.spec.kind != "local":
+        return {}
+    from ..agent import launch_env
+
+    found = launch_env.capture()
+    found["env"] = {k: v for k, v in found["env"].items() if k not in launch.secrets}  # they go as secrets do
+    return {"launch": found}
 
 
 def _notify_arg(launch: Launch, exp: Experiment) -> dict:
