@@ -619,7 +619,8 @@ def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list
         if orphaned:  # an interrupted launch: what its journal on this node tells (what it stopped, or why not)
             told = _journal_facts(n, exp.id, key)
             n.stopped = told["stopped"]
-            if n.probe["run"] is None:  # interrupted before this node started
+            n.probe["underway"] = told["underway"]  # its agent still runs the steps (a stop, then the start)
+            if n.probe["run"] is None and not told["underway"]:  # interrupted before this node started
                 n.probe["told"] = launch_journal.not_started(told, INTERRUPTED)
     try:
         _parallel(read, nodes)
@@ -627,7 +628,7 @@ def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list
         for n in nodes:
             n.close()
     settled = _settled(settings, group, registry, exp, nodes, "run")
-    if orphaned and all(n.error is None for n in nodes):
+    if orphaned and all(n.error is None and not n.probe.get("underway") for n in nodes):
         began = {}
         if settled.status == "launching":  # interrupted once its nodes had started: the job runs
             starts = [r["started"] for r in settled.nodes or [] if r.get("started")]

@@ -28,7 +28,8 @@ def facts(entries: list[dict]) -> dict:
     planned = [op for op in begin.get("ops") or [] if isinstance(op, str)]
     return {"known": bool(entries), "planned": planned, "trash": trash, "stopped": stopped,
             "started": "run_start" in done, "failed": _failure(failed),
-            "finished": any(e.get("event") == "end" for e in entries)}
+            "finished": any(e.get("event") == "end" for e in entries),
+            "underway": any(e.get("event") == "underway" for e in entries)}  # its agent runs its steps now
 
 
 def _failure(entry: dict | None) -> dict | None:
