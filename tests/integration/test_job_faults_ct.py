@@ -298,7 +298,7 @@ time.sleep(600)
 STOPPING = "test -e /tmp/orch-test-job-stopping && echo yes || true"
 
 
-def test_a_job_deploy_interrupted_while_the_old_job_stops_starts_the_new_one_on_every_node(remote, testbed):  # noqa: F811
+def test_a_job_deploy_cut_while_the_old_job_stops_starts_the_new_one_on_every_node(remote, testbed):  # noqa: F811
     """Ctrl-C once the job being replaced is stopping on every node: each node's stop and start are one call, so
     each node finishes its start by itself; orch says so with the command back to the old job, which works."""
     import signal
