@@ -13,8 +13,8 @@ DEMO := examples/tinylm
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,plot,mlflow]' --config-settings editable_mode=compat \
-	  || $(BIN)/pip install -q -e '.[test,plot,mlflow]'
+	$(BIN)/pip install -q -e '.[test,plot,mlflow,ui]' --config-settings editable_mode=compat \
+	  || $(BIN)/pip install -q -e '.[test,plot,mlflow,ui]'
 	touch $@
 
 system:
