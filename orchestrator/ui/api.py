@@ -63,16 +63,15 @@ def table(settings: Settings, limit: int = 1000) -> dict:
     with reading(settings) as reg:
         if reg is None:
             return {"rows": [], "now": time.time()}
-        exps = reg.list(limit=limit)
-        summaries = reg.summaries([e.id for e in exps])
-        rows = []
-        for e in exps:
-            s = summaries.get(e.id) or {}
-            rows.append({"id": e.id, "state": "orphaned" if reg.orphaned(e) else e.status, "message": e.message,
-                         "target": e.target, "ct": e.target_info.get("ct"),
-                         "gpus": [g.get("index") for g in e.gpus or []], "strategy": e.batching.get("strategy"),
-                         "sweep": e.sweep, "throughput": _throughput(s), "loss": s.get("loss"),
-                         "eval_loss": _eval_loss(s), "started": e.started, "ended": e.ended, "created": e.created})
+        found = reg.overview(limit, ("loss", "median_tok_s", "median_steps_s", *EVAL_LOSS))
+    rows = []
+    for r in found:
+        s = r["summary"]
+        rows.append({"id": r["id"], "state": "orphaned" if r["orphaned"] else r["status"], "message": r["message"],
+                     "target": r["target"], "ct": r["ct"], "gpus": [g.get("index") for g in r["gpus"]],
+                     "strategy": r["strategy"], "sweep": r["sweep"], "throughput": _throughput(s),
+                     "loss": s.get("loss"), "eval_loss": _eval_loss(s), "started": r["started"], "ended": r["ended"],
+                     "created": r["created"]})
     return {"rows": rows, "now": time.time()}
 
 

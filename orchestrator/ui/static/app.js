@@ -61,10 +61,11 @@ function confirmDialog(title, body, yes) {
   });
 }
 
+const grouped = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });  // made once: each one is slow
 const fmt = {
   num(v, digits = 4) {
     if (v === null || v === undefined) return "-";
-    if (Math.abs(v) >= 1e4) return Math.round(v).toLocaleString();
+    if (Math.abs(v) >= 1e4) return grouped.format(v);
     return Number(v).toPrecision(digits).replace(/\.?0+$/, "");
   },
   rate(t) { return t ? `${fmt.num(t.value, 3)} ${t.unit}` : "-"; },
@@ -85,6 +86,7 @@ const fmt = {
 
 const state = name => h("span", { class: `state ${name}` }, name);
 const LIVE = ["running", "launching", "queued", "lost"];
+const FIRST_ROWS = 60;  // the table's rows painted before the first frame
 
 // ---- charts -------------------------------------------------------------------------------------------------
 const COLORS = ["#2463eb", "#e4572e", "#17a398", "#f3a712", "#8e44ad", "#6b7280", "#c2185b", "#2e7d32"];
@@ -162,6 +164,7 @@ async function experimentsView() {
     h("div", { class: "filters" }, stateSel, input("target", "target or CT"), input("sweep", "sweep"),
       input("message", "message contains"), compareBtn, count),
     h("table", { id: "experiments" },
+      h("colgroup", {}, ...[28, 56, 92, null, 120, 64, 96, 120, 76, 84, 132, 84].map(w => h("col", w ? { style: `width:${w}px` } : {}))),
       h("thead", {}, h("tr", {}, h("th", {}, ""), ...["id", "state", "message", "target", "GPUs", "batching",
         "throughput", "loss", "eval loss", "start", "duration"].map(c => h("th", { class: ["id", "throughput", "loss", "eval loss", "duration"].includes(c) ? "num" : "" }, c)))),
       body));
@@ -174,30 +177,45 @@ async function experimentsView() {
     if (f.message && !(r.message || "").toLowerCase().includes(f.message.toLowerCase())) return false;
     return true;
   };
+  let painting = 0;
   function paint() {
     const shown = rows.filter(match);
-    count.textContent = `${shown.length} of ${rows.length}`;
-    body.replaceChildren(...shown.map(r => {
-      const box = h("input", { type: "checkbox", checked: selected.has(r.id), onclick: e => {
-        e.stopPropagation();
-        e.target.checked ? selected.add(r.id) : selected.delete(r.id);
-        compareBtn.disabled = selected.size < 2;
-      } });
-      const end = r.ended || (LIVE.includes(r.state) ? now : null);
-      const tr = h("tr", { "data-experiment-id": r.id, "data-state": r.state },
-        h("td", {}, box), h("td", { class: "num" }, r.id), h("td", {}, state(r.state)), h("td", { class: "msg" }, r.message || ""),
-        h("td", {}, r.ct ? `${r.target} (CT ${r.ct})` : r.target), h("td", {}, r.gpus.length ? r.gpus.join(",") : "-"),
-        h("td", {}, r.strategy || "-"), h("td", { class: "num" }, fmt.rate(r.throughput)),
-        h("td", { class: "num" }, fmt.num(r.loss)), h("td", { class: "num" }, fmt.num(r.eval_loss)),
-        h("td", {}, fmt.when(r.started)), h("td", { class: "num" }, r.started && end ? fmt.duration(end - r.started) : "-"));
-      tr.onclick = () => { location.hash = `#/exp/${r.id}`; };
-      return tr;
-    }));
+    count.textContent = `${shown.length} of ${rows.length}${rows.length >= 1000 ? " (the newest)" : ""}`;
+    // the first screenful at once, the rest a chunk a frame: a long history never holds up the first paint
+    const mine = ++painting;
+    body.replaceChildren(...shown.slice(0, FIRST_ROWS).map(row));
     view.dataset.ready = "1";
+    const more = from => {
+      if (mine !== painting || from >= shown.length) { if (mine === painting) view.dataset.complete = "1"; return; }
+      body.append(...shown.slice(from, from + 250).map(row));
+      requestAnimationFrame(() => more(from + 250));
+    };
+    view.dataset.complete = "";
+    requestAnimationFrame(() => more(FIRST_ROWS));
   }
+  function row(r) {
+    const box = h("input", { type: "checkbox", checked: selected.has(r.id), onclick: e => {
+      e.stopPropagation();
+      e.target.checked ? selected.add(r.id) : selected.delete(r.id);
+      compareBtn.disabled = selected.size < 2;
+    } });
+    const end = r.ended || (LIVE.includes(r.state) ? now : null);
+    const tr = h("tr", { "data-experiment-id": r.id, "data-state": r.state },
+      h("td", {}, box), h("td", { class: "num" }, r.id), h("td", {}, state(r.state)), h("td", { class: "msg" }, r.message || ""),
+      h("td", {}, r.ct ? `${r.target} (CT ${r.ct})` : r.target), h("td", {}, r.gpus.length ? r.gpus.join(",") : "-"),
+      h("td", {}, r.strategy || "-"), h("td", { class: "num" }, fmt.rate(r.throughput)),
+      h("td", { class: "num" }, fmt.num(r.loss)), h("td", { class: "num" }, fmt.num(r.eval_loss)),
+      h("td", {}, fmt.when(r.started)), h("td", { class: "num" }, r.started && end ? fmt.duration(end - r.started) : "-"));
+    tr.onclick = () => { location.hash = `#/exp/${r.id}`; };
+    return tr;
+  }
+  let last = "";
   async function load() {
     try {
       const data = await get("/api/table");
+      const same = JSON.stringify(data.rows);
+      if (same === last && !data.rows.some(r => LIVE.includes(r.state))) return;  // nothing to paint again
+      last = same;
       rows = data.rows; now = data.now;
       paint();
     } catch (e) { toast(`${e.message}`, true); }
@@ -230,9 +248,14 @@ async function act(kind, exp, run) {
     document.getElementById("toast").hidden = true;
     yes = "Restart";
     title = `Restart experiment ${exp.id}?`;
-    body = [h("p", {}, `Its run on ${exp.target} is stopped and its revision relaunched as a new experiment. ` +
-                       "Its checkpoints are moved to the trash (orch checkpoints restore puts them back), never deleted:"),
-            h("pre", { class: "json", "data-plan": "restart" }, JSON.stringify(plan, null, 2))];
+    const ck = (plan.target_state || {}).checkpoints || {};
+    const files = ck.listing || [];
+    body = [h("p", {}, `Its run on ${plan.target_label || exp.target} is stopped and revision ${(plan.revision || "").slice(0, 10)} ` +
+                       "relaunched as a new experiment. Its checkpoints are moved to the trash, never deleted " +
+                       "(orch checkpoints restore puts them back):"),
+            h("p", { "data-plan": "moves" }, files.length ? `${files.length} file(s), ${fmt.num((ck.bytes || 0) / 1048576, 3)} MiB, from ${ck.path} to ${ck.trash}: ` +
+              files.map(f => f.path).sort().join(", ") : "no checkpoint to move"),
+            h("ol", { class: "muted", "data-plan": "steps" }, ...(plan.steps || []).map(st => h("li", {}, st.replace(/^\d+\.\s*/, ""))))];
   }
   if (!await confirmDialog(title, body, yes)) return;
   toast(`${yes}: experiment ${exp.id}…`);
