@@ -225,6 +225,7 @@ class Registry:
         # rows decoded, by id, with the values they held: a row read again unchanged is not decoded again (a row
         # another process or a rolled-back write changed holds other values, and is decoded anew)
         self._decoded: dict[int, tuple[tuple, Experiment]] = {}
+        self.read_only = read_only
         if read_only:
             self._open_reader()
             return
@@ -321,8 +322,14 @@ class Registry:
         return OrchError(f"the experiment registry {self.path} failed: {exc}",
                          hint=f"SQLite said {name or 'an error'}; check the file and its folder")
 
+    def _reader_writes(self) -> None:
+        if self.read_only:  # a bug, not a state of the file: a reader is never handed what writes
+            raise OrchError(f"the experiment registry {self.path} is open read-only here",
+                            hint="a reader beside the commands (orch ui) never writes the registry")
+
     def require_writable(self) -> None:
         """Refuse, before anything is done on a target, what must be recorded (a new launch)."""
+        self._reader_writes()
         if self._stuck is not None:
             raise self._stuck
         if not self.writable:
@@ -513,6 +520,7 @@ class Registry:
         return self.get(exp_id)
 
     def update(self, exp_id: int, **fields: Any) -> Experiment:
+        self._reader_writes()
         if "status" in fields and fields["status"] not in STATUSES:
             raise ValueError(f"bad status {fields['status']!r}")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
@@ -650,6 +658,7 @@ class Registry:
         return exp
 
     def save_metrics(self, exp_id: int, log_offset: int, series: dict, summary: dict) -> None:
+        self._reader_writes()
         if not self.writable or self._stuck is not None:
             return  # read again from the log by the next command
         try:

@@ -288,3 +288,27 @@ def test_no_secret_or_webhook_url_reaches_a_page_or_an_answer(project, server):
     text = "\n".join(seen)
     assert secret not in text and "hook-c0ffee" not in text
     assert project.cli("stop").exit_code == 0
+
+
+def test_a_closed_page_stops_following_its_run_and_the_run_goes_on(project, monkeypatch):
+    from orchestrator.config import load_settings
+    from orchestrator.ui import live
+
+    monkeypatch.setattr(live, "LINGER_S", 0.5)
+    project.configure(steps=100000, ckpt_every=1000, sleep=0.05)
+    assert project.cli("deploy", "-m", "watched", "--wait").exit_code == 0
+    hub = live.Hub(load_settings(project.path / "orch.toml"))
+    got: list[dict] = []
+    handle = hub.watch(1, got.append)
+    assert got[0]["type"] == "snapshot"
+    wait_for(lambda: sum(len(e["points"].get("loss", [])) for e in got if e["type"] == "data") >= 3,
+             what="live loss points")
+    printed = [float(v) for v in re.findall(r"loss=([0-9.]+)", (project.run_dir(1) / "train.log").read_text())]
+    seen = [p[1] for e in got if e["type"] == "data" for p in e["points"].get("loss", [])]
+    assert seen == printed[:len(seen)]  # every point the log printed, in order, none twice
+    follower = hub.followers[1]
+    hub.unwatch(1, handle)
+    follower.thread.join(timeout=15)  # cancelled after LINGER_S, at the stream's next frame or heartbeat
+    assert not follower.thread.is_alive() and 1 not in hub.followers
+    assert json.loads(project.cli("status", "--json").stdout)["state"] == "running"
+    assert project.cli("stop").exit_code == 0
