@@ -47,6 +47,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_mlflow.py
 	$(BIN)/python benchmarks/bench_history.py
 	$(BIN)/python benchmarks/bench_speed.py
+	$(BIN)/python benchmarks/bench_ui.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Iterator
 
 from ..config import Settings
 from ..errors import NotFoundError

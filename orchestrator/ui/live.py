@@ -33,12 +33,10 @@ class Follower:
     """One experiment's log, followed in a thread; ``snapshot`` and the events ``put`` to each watcher."""
 
     def __init__(self, settings: Settings, exp_id: int) -> None:
-        from ..watch.metrics import Series
-
         self.settings, self.exp_id = settings, exp_id
         self.lock = threading.Lock()
         self.watchers: list[Callable[[dict], None]] = []
-        self.series: dict[str, Series] = {}
+        self.series: dict[str, Any] = {}  # metric name -> watch.metrics.Series
         self.lines: deque[str] = deque(maxlen=LOG_LINES)
         self.state: dict = {}
         self.error: dict | None = None

@@ -269,14 +269,10 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0,
           ready: Callable[[str], None] = print) -> None:
     """Serve the dashboard until Ctrl-C; ``ready`` is given its URL (with the token) once it listens."""
     try:
+        import starlette.applications  # noqa: F401 (build's, asked here: a missing extra is said before binding)
         import uvicorn
     except ImportError as exc:
         raise InputError(f"orch ui needs starlette and uvicorn, which are not installed ({exc})",
-                         hint="pip install 'orch[ui]'") from exc
-    try:
-        import starlette  # noqa: F401
-    except ImportError as exc:
-        raise InputError(f"orch ui needs starlette, which is not installed ({exc})",
                          hint="pip install 'orch[ui]'") from exc
     sock = _bind(host, port)
     port = sock.getsockname()[1]

@@ -164,7 +164,7 @@ async function experimentsView() {
     h("div", { class: "filters" }, stateSel, input("target", "target or CT"), input("sweep", "sweep"),
       input("message", "message contains"), compareBtn, count),
     h("table", { id: "experiments" },
-      h("colgroup", {}, ...[28, 56, 92, null, 120, 64, 96, 120, 76, 84, 132, 84].map(w => h("col", w ? { style: `width:${w}px` } : {}))),
+      h("colgroup", {}, ...[28, 56, 92, null, 120, 64, 96, 120, 76, 84, 150, 84].map(w => h("col", w ? { style: `width:${w}px` } : {}))),
       h("thead", {}, h("tr", {}, h("th", {}, ""), ...["id", "state", "message", "target", "GPUs", "batching",
         "throughput", "loss", "eval loss", "start", "duration"].map(c => h("th", { class: ["id", "throughput", "loss", "eval loss", "duration"].includes(c) ? "num" : "" }, c)))),
       body));
@@ -441,7 +441,7 @@ async function sweepView(sweep) {
         h("td", { class: "num" }, fmt.num(v.throughput, 4)), h("td", { class: "num" }, fmt.num(v.loss)),
         h("td", { class: "num" }, fmt.num(v.efficiency, 3)), h("td", {}, state(v.status)))))),
     h("h3", {}, "Curves, by step"), charts);
-  overlay(charts, s.series, Object.fromEntries(s.variants.map(v => [v.id, `exp ${v.id}`])));
+  overlay(charts, s.series, Object.fromEntries(s.variants.map(v => [v.id, `exp ${v.id}: ${Object.values(v.settings).join(", ")}`])));
   view.dataset.ready = "1";
 }
 
