@@ -110,8 +110,13 @@ def curves(settings: Settings, ids: list[int]) -> dict:
     with reading(settings) as reg:
         if reg is None:
             raise NotFoundError("nothing is recorded yet", hint="orch deploy starts an experiment")
+        exps = {i: reg.get(i) for i in ids}
+        now = time.time()
         return {"series": {str(i): series_points(reg.metrics(i)) for i in ids},
-                "messages": {str(i): reg.get(i).message for i in ids}}
+                "messages": {str(i): e.message for i, e in exps.items()},
+                # when each ran (a live one: until now): the page's time axis spreads its steps over it
+                "spans": {str(i): [e.started, e.ended or (now if e.status in ("running", "lost") else None)]
+                          for i, e in exps.items()}}
 
 
 def gpu_use(settings: Settings, limit: int = 200) -> dict:

@@ -260,6 +260,11 @@ def test_compare_overlays_the_curves_beside_the_batching_difference(project, ser
     assert points == stored and points > 0
     assert page.locator(".chart[data-series='loss'] .u-legend .u-series").count() == 3  # step + two curves
     shot(page, "5-compare")
+    page.click("[data-x='time']")  # the same points, each run's steps over its start to its end
+    wait_for(lambda: "minutes since start" in page.inner_text(".chart[data-series='loss']"), what="the time axis")
+    wait_for(lambda: page.get_attribute(".chart[data-series='loss']", "data-points") == str(stored),
+             what="every point by time")
+    shot(page, "6-compare-by-time")
 
 
 def _loss_points(project, exp_id: int) -> list:

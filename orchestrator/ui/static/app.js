@@ -99,9 +99,20 @@ function chartOrder(names) {
   return [...names].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
 }
 
+// 150000 -> "150k", 0.0003 -> "3e-4": short enough for the axis
+function axisNumber(v) {
+  if (v === null || v === undefined) return "";
+  const a = Math.abs(v);
+  if (a >= 1e6) return `${+(v / 1e6).toPrecision(3)}M`;
+  if (a >= 1e4) return `${+(v / 1e3).toPrecision(3)}k`;
+  if (a > 0 && a < 1e-3) return v.toExponential(0);
+  return `${+v.toPrecision(4)}`;
+}
+
 // One chart of one metric, for one or several experiments (curves overlaid by step).
 class Chart {
-  constructor(parent, metric, labels) {
+  constructor(parent, metric, labels, xLabel = "step") {
+    this.xLabel = xLabel;
     this.metric = metric;
     this.labels = labels;  // one per curve
     this.curves = labels.map(() => ({ xs: [], ys: [] }));
@@ -132,8 +143,8 @@ class Chart {
       const opts = {
         width, height: 210, legend: { show: this.curves.length > 1 },
         scales: { x: { time: false } },
-        axes: [{ label: "step", size: 36 }, { size: 60 }],
-        series: [{ label: "step" }, ...this.labels.map((l, i) => ({
+        axes: [{ label: this.xLabel, size: 36 }, { size: 56, values: (u, vals) => vals.map(axisNumber) }],
+        series: [{ label: this.xLabel }, ...this.labels.map((l, i) => ({
           label: l, stroke: COLORS[i % COLORS.length], width: 1.6, spanGaps: true, points: { show: false } }))],
       };
       this.plot = new uPlot(opts, data, this.plotEl);
@@ -392,19 +403,41 @@ async function experimentView(id) {
 }
 
 // ---- compare and sweeps ----------------------------------------------------------------------------------------
-function overlay(parent, seriesById, labels) {
+// Several experiments' curves, one chart a metric, by step or by time. The registry keeps each point's step, not
+// its time: by time, a run's steps are spread evenly over when it ran (its start to its end), at its mean rate.
+function overlay(parent, seriesById, labels, spans) {
   const ids = Object.keys(seriesById);
   const names = chartOrder(new Set(ids.flatMap(i => Object.keys(seriesById[i]))));
-  for (const name of names) {
-    const chart = new Chart(parent, name, ids.map(i => labels[i] || `exp ${i}`));
-    ids.forEach((i, k) => chart.set(k, seriesById[i][name] || []));
-  }
-  if (!names.length) parent.append(h("p", { class: "muted" }, "no metric series recorded yet (orch status reads them)"));
+  const charts = h("div", { class: "charts" });
+  const toMinutes = i => {
+    const [t0, t1] = (spans || {})[i] || [];
+    const xs = Object.values(seriesById[i]).flatMap(pts => pts.map(p => p[0]));
+    if (!t0 || !t1 || !xs.length) return null;
+    const lo = Math.min(...xs), hi = Math.max(...xs);
+    return x => hi > lo ? (x - lo) / (hi - lo) * (t1 - t0) / 60 : 0;
+  };
+  const draw = byTime => {
+    charts.replaceChildren();
+    for (const name of names) {
+      const chart = new Chart(charts, name, ids.map(i => labels[i] || `exp ${i}`), byTime ? "minutes since start" : "step");
+      ids.forEach((i, k) => {
+        const pts = seriesById[i][name] || [];
+        const f = byTime ? toMinutes(i) : null;
+        chart.set(k, byTime ? (f ? pts.map(p => [f(p[0]), p[1]]) : []) : pts);
+      });
+    }
+    if (!names.length) charts.append(h("p", { class: "muted" }, "no metric series recorded yet (orch status reads them)"));
+  };
+  const step = h("button", { "data-x": "step", class: "on", onclick: () => { step.className = "on"; time.className = ""; draw(false); } }, "by step");
+  const time = h("button", { "data-x": "time", title: "each run's steps spread over its start to its end (the registry keeps no time per point)",
+    onclick: () => { time.className = "on"; step.className = ""; draw(true); } }, "by time");
+  parent.append(h("div", { class: "actions" }, step, time), charts);
+  draw(false);
 }
 
 async function compareView(ids) {
   const c = await get(`/api/compare?ids=${ids.join(",")}`);
-  const charts = h("div", { class: "charts" });
+  const charts = h("div");
   const head = h("tr", {}, h("th", {}, ""), ...c.ids.map(i => h("th", {}, h("a", { href: `#/exp/${i}` }, `exp ${i}`))));
   view.replaceChildren(
     h("h2", {}, `Compare ${c.ids.map(i => `exp ${i}`).join(", ")}`),
@@ -415,15 +448,15 @@ async function compareView(ids) {
       h("div", {}, h("h3", {}, "Metrics"),
         h("table", {}, h("thead", {}, head), h("tbody", {}, ...c.metrics.map(
           r => h("tr", {}, h("th", {}, r.metric), ...r.values.map(v => h("td", {}, v)))))))),
-    h("h3", {}, "Curves, by step"), charts);
+    h("h3", {}, "Curves"), charts);
   const labels = Object.fromEntries(c.ids.map(i => [i, `exp ${i}${c.messages[i] ? `: ${c.messages[i]}` : ""}`]));
-  overlay(charts, c.series, labels);
+  overlay(charts, c.series, labels, c.spans);
   view.dataset.ready = "1";
 }
 
 async function sweepView(sweep) {
   const s = await get(`/api/sweeps/${encodeURIComponent(sweep)}`);
-  const charts = h("div", { class: "charts" });
+  const charts = h("div");
   const stopBtn = h("button", { class: "danger", "data-action": "sweep-stop", onclick: async () => {
     if (!await confirmDialog(`Stop sweep ${sweep}?`, ["Its queued variants are taken out of the queues first, then its running ones stopped (as orch sweep stop)."], "Stop sweep")) return;
     try { const r = await post(`/api/sweeps/${encodeURIComponent(sweep)}/stop`); toast(`sweep ${sweep}: ${r.dequeued.length} dequeued, ${r.stopped.length} stopped`); }
@@ -440,8 +473,8 @@ async function sweepView(sweep) {
         h("td", { class: "best" }, v.best ? "best" : ""), h("td", {}, v.id), ...Object.values(v.settings).map(x => h("td", {}, x)),
         h("td", { class: "num" }, fmt.num(v.throughput, 4)), h("td", { class: "num" }, fmt.num(v.loss)),
         h("td", { class: "num" }, fmt.num(v.efficiency, 3)), h("td", {}, state(v.status)))))),
-    h("h3", {}, "Curves, by step"), charts);
-  overlay(charts, s.series, Object.fromEntries(s.variants.map(v => [v.id, `exp ${v.id}: ${Object.values(v.settings).join(", ")}`])));
+    h("h3", {}, "Curves"), charts);
+  overlay(charts, s.series, Object.fromEntries(s.variants.map(v => [v.id, `exp ${v.id}: ${Object.values(v.settings).join(", ")}`])), s.spans);
   view.dataset.ready = "1";
 }
 
