@@ -317,3 +317,30 @@ def test_a_closed_page_stops_following_its_run_and_the_run_goes_on(project, monk
     assert not follower.thread.is_alive() and 1 not in hub.followers
     assert json.loads(project.cli("status", "--json").stdout)["state"] == "running"
     assert project.cli("stop").exit_code == 0
+
+
+def test_restart_asks_with_what_will_move_and_moves_the_checkpoints_to_the_trash(project, server, page):
+    project.configure(steps=30, ckpt_every=10)
+    assert project.cli("deploy", "-m", "first", "--wait").exit_code == 0
+    wait_status(project, 1, ("finished",))
+    kept = sorted(p.name for p in project.checkpoints.iterdir())
+    assert kept
+    page.goto(server.url)
+    page.wait_for_selector("#view[data-ready='1'] tr[data-experiment-id]")
+    page.click("tr[data-experiment-id='1']")
+    page.wait_for_selector("h2:has-text('(finished, exit 0)')")  # its whole log read: the follower ended
+    printed = (project.run_dir(1) / "train.log").read_text().count(" loss=")
+    assert page.get_attribute(".chart[data-series='loss']", "data-points") == str(printed) != "0"  # once each
+    page.click("[data-action='restart']")
+    dialog = page.locator("#confirm")
+    dialog.wait_for(state="visible", timeout=60000)
+    moves = dialog.locator("[data-plan='moves']").inner_text()
+    assert all(name in moves for name in kept) and str(project.checkpoints) in moves
+    shot(page, "7-confirm-restart")
+    dialog.locator("[data-confirm='yes']").click()
+    page.wait_for_function("location.hash === '#/exp/2'", timeout=120000)
+    trashed = sorted(p.name for p in (project.checkpoints.parent / "checkpoints.trash").rglob("ckpt-*"))
+    assert trashed == kept  # moved, never deleted
+    show = json.loads(project.cli("experiments", "show", "2", "--json").stdout)
+    assert show["parent"] == 1 and show["checkpoints_action"] == "moved"
+    assert project.cli("stop").exit_code == 0

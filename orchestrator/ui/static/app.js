@@ -349,7 +349,8 @@ async function experimentView(id) {
     const ev = JSON.parse(msg.data);
     if (ev.type === "snapshot") {
       seq = ev.seq;
-      for (const [name, pts] of Object.entries(ev.series)) ensure(name).set(0, pts);
+      // the log read from its first byte replaces what the registry kept (its points come again, from the log)
+      if (!ev.error) for (const name of new Set([...Object.keys(charts), ...Object.keys(ev.series)])) ensure(name).set(0, ev.series[name] || []);
       log.textContent = "";
       appendLog(ev.log);
       liveMark.textContent = ev.done ? "" : "● live";
@@ -362,7 +363,10 @@ async function experimentView(id) {
       appendLog(ev.log);
     } else if (ev.type === "end") {
       source.close();
-      if (ev.error) { liveMark.textContent = `log not read: ${ev.error}`; liveMark.className = "error"; }
+      if (ev.error) {  // the log could not be read: what the registry kept is what there is
+        liveMark.textContent = `log not read: ${ev.error}`; liveMark.className = "error";
+        for (const [name, pts] of Object.entries(stored)) if (!charts[name].count()) charts[name].set(0, pts);
+      }
       else { liveMark.textContent = ev.state ? `(${ev.state}${ev.exit_code !== null && ev.exit_code !== undefined ? `, exit ${ev.exit_code}` : ""})` : ""; liveMark.className = "muted"; }
       refresh();
     }
