@@ -62,7 +62,7 @@ def table(settings: Settings, limit: int = 1000) -> dict:
     """The experiments table: the newest ``limit`` rows, only the columns the page shows."""
     with reading(settings) as reg:
         if reg is None:
-            return {"rows": [], "now": time.time()}
+            return {"rows": [], "now": time.time(), "project": settings.project.name}
         found = reg.overview(limit, ("loss", "median_tok_s", "median_steps_s", *EVAL_LOSS))
     rows = []
     for r in found:
@@ -72,7 +72,7 @@ def table(settings: Settings, limit: int = 1000) -> dict:
                      "strategy": r["strategy"], "sweep": r["sweep"], "throughput": _throughput(s),
                      "loss": s.get("loss"), "eval_loss": _eval_loss(s), "started": r["started"], "ended": r["ended"],
                      "created": r["created"]})
-    return {"rows": rows, "now": time.time()}
+    return {"rows": rows, "now": time.time(), "project": settings.project.name}
 
 
 def series_points(stored: dict | None) -> dict[str, list]:

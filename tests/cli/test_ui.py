@@ -344,3 +344,22 @@ def test_restart_asks_with_what_will_move_and_moves_the_checkpoints_to_the_trash
     show = json.loads(project.cli("experiments", "show", "2", "--json").stdout)
     assert show["parent"] == 1 and show["checkpoints_action"] == "moved"
     assert project.cli("stop").exit_code == 0
+
+
+def test_a_queued_experiment_is_removed_from_the_queue_once_confirmed(project, server, page):
+    project.configure(steps=100000, ckpt_every=1000, sleep=0.05)
+    assert project.cli("deploy", "-m", "running", "--wait").exit_code == 0
+    res = project.cli("deploy", "-m", "next", "--queue")
+    assert res.exit_code == 0, res.output
+    page.goto(server.url)
+    page.goto(server.base + "/#/queue")
+    row = page.locator("#view[data-ready='1'] tr[data-experiment-id='2']")
+    row.wait_for()
+    row.locator("[data-action='queue-remove']").click()
+    page.locator("#confirm [data-confirm='yes']").click()
+    wait_for(lambda: json.loads(project.cli("experiments", "show", "2", "--json").stdout)["status"] == "stopped",
+             timeout=60, what="experiment 2 out of the queue")
+    assert json.loads(project.cli("queue", "--json").stdout)["queue"] == []
+    wait_for(lambda: page.locator("tr[data-experiment-id='2']").count() == 0, what="the queue page to drop it")
+    assert json.loads(project.cli("status", "--json").stdout)["state"] == "running"  # the running one goes on
+    assert project.cli("stop").exit_code == 0

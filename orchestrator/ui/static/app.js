@@ -170,10 +170,11 @@ async function experimentsView() {
                      ...["running", "queued", "finished", "crashed", "stopped", "failed", "lost", "launching"].map(
                        s => h("option", { value: s, selected: filters.state === s }, s)));
   const count = h("span", { class: "muted" });
+  const sweepLink = h("a", { hidden: true }, "");
   view.replaceChildren(
     h("h2", {}, "Experiments"),
     h("div", { class: "filters" }, stateSel, input("target", "target or CT"), input("sweep", "sweep"),
-      input("message", "message contains"), compareBtn, count),
+      input("message", "message contains"), compareBtn, count, sweepLink),
     h("table", { id: "experiments" },
       h("colgroup", {}, ...[28, 56, 92, null, 120, 64, 96, 120, 76, 84, 150, 84].map(w => h("col", w ? { style: `width:${w}px` } : {}))),
       h("thead", {}, h("tr", {}, h("th", {}, ""), ...["id", "state", "message", "target", "GPUs", "batching",
@@ -191,6 +192,10 @@ async function experimentsView() {
   let painting = 0;
   function paint() {
     const shown = rows.filter(match);
+    const sweep = filters.sweep.trim();
+    const whole = sweep && rows.some(r => r.sweep === sweep);  // a sweep named in full: its ranked page
+    sweepLink.hidden = !whole;
+    if (whole) { sweepLink.href = `#/sweep/${encodeURIComponent(sweep)}`; sweepLink.textContent = `sweep ${sweep}, ranked →`; }
     count.textContent = `${shown.length} of ${rows.length}${rows.length >= 1000 ? " (the newest)" : ""}`;
     // the first screenful at once, the rest a chunk a frame: a long history never holds up the first paint
     const mine = ++painting;
@@ -228,6 +233,7 @@ async function experimentsView() {
       if (same === last && !data.rows.some(r => LIVE.includes(r.state))) return;  // nothing to paint again
       last = same;
       rows = data.rows; now = data.now;
+      document.getElementById("project").textContent = `project ${data.project}`;
       paint();
     } catch (e) { toast(`${e.message}`, true); }
   }
