@@ -218,20 +218,20 @@ def test_a_live_run_from_the_table_to_its_growing_chart_a_refused_forgery_and_a_
     wait_for(lambda: loss_lines(project, 2) >= before + 5, timeout=30, what="the run to train on")
     assert json.loads(project.cli("status", "--json").stdout)["state"] == "running"
 
-    # stop asks first: Cancel leaves the run alone; confirmed, the run stops
+    # stop asks first (the browser's confirm): Cancel leaves the run alone; confirmed, the run stops
     stop = page.locator("[data-action='stop']")
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
     stop.click()
-    dialog = page.locator("#confirm")
-    dialog.wait_for(state="visible")
-    assert "Stop experiment 2?" in dialog.inner_text()
-    shot(page, "3-confirm-stop")
-    dialog.locator("[data-confirm='no']").click()
-    assert dialog.is_hidden()
+    wait_for(lambda: asked, what="the confirmation")
+    assert asked[0].startswith("Stop experiment 2?") and "SIGINT" in asked[0]
     again = loss_lines(project, 2)
-    wait_for(lambda: loss_lines(project, 2) > again, timeout=30, what="the run to go on after Cancel")
+    wait_for(lambda: loss_lines(project, 2) > again + 2, timeout=30, what="the run to go on after Cancel")
+    assert json.loads(project.cli("experiments", "show", "2", "--json").stdout)["status"] == "running"
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
     stop.click()
-    dialog.locator("[data-confirm='yes']").click()
     wait_status(project, 2, ("stopped",))
+    assert len(asked) == 2
     wait_for(lambda: page.locator("h2 .state.stopped").count() == 1, timeout=30, what="the page to say stopped")
     shot(page, "4-stopped")
     assert page.evaluate("window.stillThisPage") is True
@@ -331,14 +331,13 @@ def test_restart_asks_with_what_will_move_and_moves_the_checkpoints_to_the_trash
     page.wait_for_selector("h2:has-text('(finished, exit 0)')")  # its whole log read: the follower ended
     printed = (project.run_dir(1) / "train.log").read_text().count(" loss=")
     assert page.get_attribute(".chart[data-series='loss']", "data-points") == str(printed) != "0"  # once each
-    page.click("[data-action='restart']")
-    dialog = page.locator("#confirm")
-    dialog.wait_for(state="visible", timeout=60000)
-    moves = dialog.locator("[data-plan='moves']").inner_text()
-    assert all(name in moves for name in kept) and str(project.checkpoints) in moves
-    shot(page, "7-confirm-restart")
-    dialog.locator("[data-confirm='yes']").click()
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.click("[data-action='restart']")  # the dry run's plan is asked first, then the confirmation
     page.wait_for_function("location.hash === '#/exp/2'", timeout=120000)
+    assert asked[0].startswith("Restart experiment 1?")
+    moves = asked[0].split("Moves ", 1)[1]
+    assert all(name in moves for name in kept) and str(project.checkpoints) in moves and "trash" in moves
     trashed = sorted(p.name for p in (project.checkpoints.parent / "checkpoints.trash").rglob("ckpt-*"))
     assert trashed == kept  # moved, never deleted
     show = json.loads(project.cli("experiments", "show", "2", "--json").stdout)
@@ -355,8 +354,8 @@ def test_a_queued_experiment_is_removed_from_the_queue_once_confirmed(project, s
     page.goto(server.base + "/#/queue")
     row = page.locator("#view[data-ready='1'] tr[data-experiment-id='2']")
     row.wait_for()
+    page.once("dialog", lambda d: d.accept())
     row.locator("[data-action='queue-remove']").click()
-    page.locator("#confirm [data-confirm='yes']").click()
     wait_for(lambda: json.loads(project.cli("experiments", "show", "2", "--json").stdout)["status"] == "stopped",
              timeout=60, what="experiment 2 out of the queue")
     assert json.loads(project.cli("queue", "--json").stdout)["queue"] == []

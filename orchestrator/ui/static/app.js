@@ -44,21 +44,10 @@ function toast(text, error) {
   toast.timer = setTimeout(() => { t.hidden = true; }, error ? 9000 : 5000);
 }
 
-// A confirmation in the page: resolves true only when the user presses the confirming button.
-function confirmDialog(title, body, yes) {
-  const modal = document.getElementById("confirm");
-  document.getElementById("confirm-title").textContent = title;
-  const where = document.getElementById("confirm-body");
-  where.replaceChildren(...(Array.isArray(body) ? body : [body]).map(b => b instanceof Node ? b : h("p", {}, b)));
-  const ok = modal.querySelector('[data-confirm="yes"]');
-  const no = modal.querySelector('[data-confirm="no"]');
-  ok.textContent = yes;
-  modal.hidden = false;
-  return new Promise(resolve => {
-    const done = v => { modal.hidden = true; ok.onclick = no.onclick = null; resolve(v); };
-    ok.onclick = () => done(true);
-    no.onclick = () => done(false);
-  });
+// The browser's own confirmation (window.confirm): nothing is done unless the user presses OK. Plain text, so
+// what the registry or a target says is never read as markup.
+function confirmDialog(title, lines) {
+  return Promise.resolve(window.confirm([title, "", ...lines].join("\n")));
 }
 
 const grouped = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });  // made once: each one is slow
@@ -266,15 +255,16 @@ async function act(kind, exp, run) {
     yes = "Restart";
     title = `Restart experiment ${exp.id}?`;
     const ck = (plan.target_state || {}).checkpoints || {};
-    const files = ck.listing || [];
-    body = [h("p", {}, `Its run on ${plan.target_label || exp.target} is stopped and revision ${(plan.revision || "").slice(0, 10)} ` +
-                       "relaunched as a new experiment. Its checkpoints are moved to the trash, never deleted " +
-                       "(orch checkpoints restore puts them back):"),
-            h("p", { "data-plan": "moves" }, files.length ? `${files.length} file(s), ${fmt.num((ck.bytes || 0) / 1048576, 3)} MiB, from ${ck.path} to ${ck.trash}: ` +
-              files.map(f => f.path).sort().join(", ") : "no checkpoint to move"),
-            h("ol", { class: "muted", "data-plan": "steps" }, ...(plan.steps || []).map(st => h("li", {}, st.replace(/^\d+\.\s*/, ""))))];
+    const files = (ck.listing || []).map(f => f.path).sort();
+    const shown = files.length > 30 ? [...files.slice(0, 30), `… and ${files.length - 30} more`] : files;
+    body = [`Its run on ${plan.target_label || exp.target} is stopped and revision ${(plan.revision || "").slice(0, 10)} ` +
+            "relaunched as a new experiment. Its checkpoints are moved to the trash, never deleted " +
+            "(orch checkpoints restore puts them back).", "",
+            files.length ? `Moves ${files.length} file(s), ${fmt.num((ck.bytes || 0) / 1048576, 3)} MiB, from ${ck.path} to ${ck.trash}:`
+                         : "No checkpoint to move.",
+            ...shown.map(f => `  ${f}`), "", "The plan:", ...(plan.steps || []).map(st => `  ${st}`)];
   }
-  if (!await confirmDialog(title, body, yes)) return;
+  if (!await confirmDialog(title, body)) return;
   toast(`${yes}: experiment ${exp.id}…`);
   try {
     const res = await run();
@@ -468,7 +458,7 @@ async function sweepView(sweep) {
   const s = await get(`/api/sweeps/${encodeURIComponent(sweep)}`);
   const charts = h("div");
   const stopBtn = h("button", { class: "danger", "data-action": "sweep-stop", onclick: async () => {
-    if (!await confirmDialog(`Stop sweep ${sweep}?`, ["Its queued variants are taken out of the queues first, then its running ones stopped (as orch sweep stop)."], "Stop sweep")) return;
+    if (!await confirmDialog(`Stop sweep ${sweep}?`, ["Its queued variants are taken out of the queues first, then its running ones stopped (as orch sweep stop)."])) return;
     try { const r = await post(`/api/sweeps/${encodeURIComponent(sweep)}/stop`); toast(`sweep ${sweep}: ${r.dequeued.length} dequeued, ${r.stopped.length} stopped`); }
     catch (e) { toast(e.message, true); }
   } }, "Stop sweep");
