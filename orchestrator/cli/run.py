@@ -293,14 +293,20 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
             clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
             dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
             wait: WaitOpt = None, guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None,
-            pool: PoolOpt = None, beside: BesideOpt = False) -> None:
-    """Stop the latest experiment and relaunch its revision and settings as a new experiment (--beside: next to
-    it, on free GPUs, stopping nothing); a job: on every node."""
+            pool: PoolOpt = None, beside: BesideOpt = False, experiment: ExperimentOpt = None) -> None:
+    """Stop the latest experiment and relaunch its revision and settings as a new experiment (-e ID: that
+    experiment's; --beside: next to it, on free GPUs, stopping nothing); a job: on every node."""
     from ..launch import prepare
 
     from . import job
 
     settings = common.settings(ctx)
+    parent = None
+    if experiment is not None:  # where it ran, unless a target is given
+        one_target, one_ct = _flags_of(settings, target, ct, experiment)
+        target, ct = ([one_target] if one_target else None), ([one_ct] if one_ct is not None else None)
+        with common.registry(settings) as reg:
+            parent = reg.get(experiment)
     confirm = render.confirm if render.interactive() else None
     if beside:
         from ..launch import beside as besides
@@ -326,7 +332,7 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
 
             recover(settings, tgt, reg)
         launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge or guard,
-                                 purge=purge, yes=yes, confirm=confirm, echo=render.say)
+                                 purge=purge, yes=yes, confirm=confirm, echo=render.say, parent=parent, job=False)
     launch.wait = settings.run.wait if wait is None else wait
     if choice is not None:
         from ..launch.placement import apply

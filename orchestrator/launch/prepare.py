@@ -91,9 +91,10 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
 
 def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
             purge: bool, yes: bool, confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
-            parent: Experiment | None = None) -> Launch:
-    """Relaunch ``parent`` (default: the target's latest experiment); a job's row is given by the caller."""
-    job = parent is not None
+            parent: Experiment | None = None, job: bool | None = None) -> Launch:
+    """Relaunch ``parent`` (default: the target's latest experiment); a job's row is given by the caller (``job``
+    unless said otherwise: ``orch restart -e ID`` gives one run's)."""
+    job = parent is not None if job is None else job
     parent = parent or registry.latest(target.machine, target.name)
     if parent is None:
         raise NotFoundError(f"nothing to restart: no experiment on {target.label}",
