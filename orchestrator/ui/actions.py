@@ -1,6 +1,6 @@
 """What a page changes or asks a target, done by the CLI's own commands: the same code, the same promises.
 
-A stop is ``orch stop -e ID --json``, a restart ``orch restart --clean-checkpoints --yes --json`` (its checkpoints
+A stop is ``orch stop -e ID --json``, a restart ``orch restart -e ID --clean-checkpoints --yes --json`` (its checkpoints
 moved to the trash, never deleted; the page asked first, showing what ``--dry-run`` says will move), a queue
 removal ``orch queue remove ID --json``, a sweep's stop ``orch sweep stop ID --json``; a comparison, a sweep's
 ranking, a target's GPUs, checkpoints and status are their ``--json`` answers. Each runs as its own process, as if typed in the project
@@ -71,11 +71,12 @@ def stop(settings: Settings, exp: Experiment) -> Answer:
 
 
 def restart(settings: Settings, exp: Experiment, *, dry_run: bool) -> Answer:
-    """Restart the target's latest experiment ``exp`` with its checkpoints moved to the trash first."""
+    """Relaunch ``exp``'s revision and settings where it ran, with the checkpoints there moved to the trash first."""
     if exp.nodes:
-        raise InputError(f"experiment {exp.id} is a job over several nodes", hint="orch restart restarts a job")
+        raise InputError(f"experiment {exp.id} is a job over several nodes",
+                         hint=f"orch restart -e {exp.id} restarts a job on every node")
     extra = ["--dry-run"] if dry_run else ["--yes"]
-    return orch(settings, "restart", *target_args(settings, exp), "--clean-checkpoints", *extra, "--json")
+    return orch(settings, "restart", "-e", str(exp.id), "--clean-checkpoints", *extra, "--json")
 
 
 def queue_remove(settings: Settings, exp: Experiment) -> Answer:

@@ -99,8 +99,6 @@ def experiment(settings: Settings, exp_id: int) -> dict:
         data = record(reg, exp)
         data["series"] = series_points(reg.metrics(exp_id))
         data["orphaned"] = reg.orphaned(exp)
-        latest = reg.latest(exp.machine, exp.target) if exp.machine else None
-        data["latest_on_target"] = latest is not None and latest.id == exp.id
     return data
 
 

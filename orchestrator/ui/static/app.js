@@ -257,8 +257,9 @@ async function act(kind, exp, run) {
     const ck = (plan.target_state || {}).checkpoints || {};
     const files = (ck.listing || []).map(f => f.path).sort();
     const shown = files.length > 30 ? [...files.slice(0, 30), `… and ${files.length - 30} more`] : files;
-    body = [`Its run on ${plan.target_label || exp.target} is stopped and revision ${(plan.revision || "").slice(0, 10)} ` +
-            "relaunched as a new experiment. Its checkpoints are moved to the trash, never deleted " +
+    body = [`The project's running experiments on ${plan.target_label || exp.target} are stopped and experiment ${exp.id}'s ` +
+            `revision ${(plan.revision || "").slice(0, 10)} relaunched as a new one (orch restart -e ${exp.id}). ` +
+            "The checkpoints there are moved to the trash, never deleted " +
             "(orch checkpoints restore puts them back).", "",
             files.length ? `Moves ${files.length} file(s), ${fmt.num((ck.bytes || 0) / 1048576, 3)} MiB, from ${ck.path} to ${ck.trash}:`
                          : "No checkpoint to move.",
@@ -286,8 +287,8 @@ async function experimentView(id) {
 
   const stopBtn = h("button", { class: "danger", "data-action": "stop", disabled: !["running", "launching", "lost"].includes(exp.status),
     onclick: async () => { if (await act("stop", exp, () => post(`/api/experiments/${id}/stop`))) refresh(); } }, "Stop");
-  const restartBtn = h("button", { "data-action": "restart", disabled: !exp.latest_on_target || exp.status === "queued",
-    title: exp.latest_on_target ? "" : "a restart relaunches the target's latest experiment",
+  const restartBtn = h("button", { "data-action": "restart", disabled: exp.status === "queued" || !!(exp.nodes || []).length,
+    title: "relaunch this experiment's revision and settings where it ran (orch restart -e)",
     onclick: async () => { const r = await act("restart", exp, () => post(`/api/experiments/${id}/restart`));
                            if (r && r.experiment) location.hash = `#/exp/${r.experiment.id}`; } }, "Restart…");
   const dequeueBtn = exp.status === "queued" ? h("button", { "data-action": "queue-remove",
