@@ -58,11 +58,38 @@ def _eval_loss(summary: dict) -> float | None:
     return None
 
 
+_TABLES: dict[tuple, list[dict]] = {}  # the last table read, by the registry files' state and the limit
+
+
+def _files_state(settings: Settings) -> tuple:
+    """What changes whenever the registry does: its file's and its write-ahead log's size and time."""
+    out = []
+    for name in ("experiments.db", "experiments.db-wal"):
+        try:
+            st = (settings.state_dir / name).stat()
+            out.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
 def table(settings: Settings, limit: int = 1000) -> dict:
-    """The experiments table: the newest ``limit`` rows, only the columns the page shows."""
+    """The experiments table: the newest ``limit`` rows, only the columns the page shows. Read again only when
+    the registry's files changed since the last read (a launch in flight is always read anew)."""
+    key = (str(settings.state_dir), limit, _files_state(settings))
+    rows = _TABLES.get(key)
+    if rows is None:
+        rows = _table_rows(settings, limit)
+        _TABLES.clear()
+        if not any(r["state"] in ("launching", "orphaned") for r in rows):
+            _TABLES[key] = rows
+    return {"rows": rows, "now": time.time(), "project": settings.project.name}
+
+
+def _table_rows(settings: Settings, limit: int) -> list[dict]:
     with reading(settings) as reg:
         if reg is None:
-            return {"rows": [], "now": time.time(), "project": settings.project.name}
+            return []
         found = reg.overview(limit, ("loss", "median_tok_s", "median_steps_s", *EVAL_LOSS))
     rows = []
     for r in found:
@@ -72,7 +99,7 @@ def table(settings: Settings, limit: int = 1000) -> dict:
                      "strategy": r["strategy"], "sweep": r["sweep"], "throughput": _throughput(s),
                      "loss": s.get("loss"), "eval_loss": _eval_loss(s), "started": r["started"], "ended": r["ended"],
                      "created": r["created"]})
-    return {"rows": rows, "now": time.time(), "project": settings.project.name}
+    return rows
 
 
 def series_points(stored: dict | None) -> dict[str, list]:

@@ -17,6 +17,7 @@ import json
 import math
 import secrets
 import socket
+import threading
 from http.cookies import SimpleCookie
 from importlib.resources import files
 from typing import Any, Callable
@@ -261,6 +262,13 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _warm(settings: Settings) -> None:
+    try:
+        api.table(settings)
+    except OrchError:
+        pass  # the page's own request says what is wrong
+
+
 def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0,
           ready: Callable[[str], None] = print) -> None:
     """Serve the dashboard until Ctrl-C; ``ready`` is given its URL (with the token) once it listens."""
@@ -277,6 +285,7 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0,
     hosts = {f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")} if host in LOOPBACK else None
     hub = Hub(settings)
     app = build(settings, token, cookie=f"orch-ui-{port}", hosts=hosts, hub=hub)
+    threading.Thread(target=_warm, args=(settings,), daemon=True).start()  # the first page's table, read ahead
     config = uvicorn.Config(app, log_level="warning", access_log=False, ws="none", lifespan="off",
                             timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)

@@ -84,3 +84,20 @@ def test_the_table_shows_throughput_with_its_unit_and_an_eval_loss_by_its_name(t
 def _listed(settings, limit: int) -> list[dict]:
     with Registry(settings.state_dir / "experiments.db") as reg:
         return listing(reg, reg.list(limit=limit))
+
+
+def test_the_table_is_read_again_once_the_registry_changes(tmp_path):
+    from orchestrator.config import load_settings
+    from orchestrator.ui import api
+
+    (tmp_path / "orch.toml").write_text('[project]\nname = "p"\n')
+    settings = load_settings(tmp_path / "orch.toml")
+    _fill(settings.state_dir / "experiments.db")
+    assert api.table(settings)["rows"][0]["message"] == "run 2"
+    assert api.table(settings)["rows"][0]["message"] == "run 2"  # unchanged: the same rows
+    with Registry(settings.state_dir / "experiments.db") as reg:
+        reg.update(3, message="renamed")
+        reg.create(project="p", target="local", revision="r", command="c", status="launching")
+    rows = api.table(settings)["rows"]
+    assert [r["id"] for r in rows[:2]] == [4, 3] and rows[1]["message"] == "renamed"
+    assert rows[0]["state"] == "orphaned"  # a launch whose orch is gone (none was ever there)

@@ -22,7 +22,11 @@ function h(tag, attrs, ...children) {
 }
 
 async function get(path) {
-  const r = await fetch(path, { credentials: "same-origin" });
+  let r;
+  if (path === "/api/table" && window.firstTable) {  // asked by the page itself, before this script loaded
+    r = await window.firstTable;
+    window.firstTable = null;
+  } else r = await fetch(path, { credentials: "same-origin" });
   const body = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
   if (!r.ok) throw Object.assign(new Error(body.error || `HTTP ${r.status}`), { hint: body.hint });
   return body;
