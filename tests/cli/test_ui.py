@@ -362,3 +362,15 @@ def test_a_queued_experiment_is_removed_from_the_queue_once_confirmed(project, s
     wait_for(lambda: page.locator("tr[data-experiment-id='2']").count() == 0, what="the queue page to drop it")
     assert json.loads(project.cli("status", "--json").stdout)["state"] == "running"  # the running one goes on
     assert project.cli("stop").exit_code == 0
+
+
+def test_a_taken_port_is_refused_with_what_to_do(project):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = project.run("ui", "--port", str(port), timeout=60)
+    assert res.returncode != 0 and res.stdout == ""
+    assert f"error: cannot listen on 127.0.0.1:{port}" in res.stderr and "hint: choose another --port" in res.stderr
