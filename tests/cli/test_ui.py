@@ -374,3 +374,26 @@ def test_a_taken_port_is_refused_with_what_to_do(project):
         res = project.run("ui", "--port", str(port), timeout=60)
     assert res.returncode != 0 and res.stdout == ""
     assert f"error: cannot listen on 127.0.0.1:{port}" in res.stderr and "hint: choose another --port" in res.stderr
+
+
+def test_the_gpu_map_shows_who_holds_which_gpu_and_its_utilisation_over_time(project, server, page):
+    import time
+
+    now = time.time()
+    with project.registry() as reg:  # what status records of a run given GPUs (orch deploy --gpus 2)
+        reg.create(project="tinylm", target="local", revision="r", command="python3 train.py", status="finished",
+                   message="old", gpus=[{"index": 0, "uuid": "GPU-a"}], gpu_series=[[now - 3600, [[90, 1000]]]])
+        reg.create(project="tinylm", target="local", revision="r", command="python3 train.py", status="running",
+                   message="two GPUs", gpus=[{"index": 2, "uuid": "GPU-c"}, {"index": 3, "uuid": "GPU-d"}],
+                   gpu_series=[[now - 300 + 60 * t, [[50 + t, 2000], [40 + t, 1800]]] for t in range(6)])
+    page.goto(server.url)
+    page.goto(server.base + "/#/gpus")
+    chart = page.locator("#view[data-ready='1'] .chart[data-series='gpu-util-2']")
+    chart.wait_for()
+    assert chart.get_attribute("data-points") == "6"
+    assert chart.locator(".gpu").all_inner_texts() == ["2", "3"]
+    assert chart.locator(".state").inner_text() == "running"
+    assert page.locator(".chart[data-series='gpu-util-1'] .gpu").all_inner_texts() == ["0"]
+    page.wait_for_selector("#gpus", timeout=60000)  # orch gpus --json: this machine has no nvidia-smi
+    assert "local" in page.inner_text("#gpus")
+    shot(page, "8-gpus")
