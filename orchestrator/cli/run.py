@@ -204,7 +204,7 @@ def _say_outcome(outcome, target) -> None:
                    f"within {waited['seconds']:g} s (orch logs --follow)")
     elif exp.status == "running":
         render.out(f"experiment {exp.id}: started on {target.label} (revision {exp.revision}); "
-                   "--wait watches it until its first metric line")
+                   "orch logs --follow shows it (a deploy with --wait waits for its first metric line)")
     elif exp.status == "queued":
         q = outcome.queue or {}
         behind = f" behind experiment {q['behind']}" if q.get("behind") else ""
@@ -356,7 +356,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     from ..launch import prepare
     from . import job
 
-    settings = common.settings(ctx)
+    settings = common.settings(ctx, lenient=True)
     grp = None if dry_run or experiment is not None else job.group(settings, target, ct, False, trust_new_host, False)
     if grp is not None:
         return job.stop(settings, grp, as_json)

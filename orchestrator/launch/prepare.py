@@ -20,7 +20,10 @@ from ..reach.targets import Target
 
 
 def resolve_batching(settings: Settings) -> tuple[dict, dict | None]:
-    """The batching table handed to the run; with declared lengths, optimized and planned first."""
+    """The batching table handed to the run; with declared lengths, optimized and planned first. A project with
+    no ``[batching]`` (nor a ``batching.`` flag or variable) has none: nothing is recorded for it."""
+    if "batching" not in settings.model_fields_set:
+        return {}, None
     config = settings.batching.model_dump()
     if not settings.batching.lengths:
         return config, None
@@ -155,5 +158,6 @@ def _action(clean: bool, purge: bool) -> str:
 
 
 def _public_config(settings: Settings) -> dict:
-    """The fully resolved settings as recorded; secrets are never settings (only their names), so this is safe."""
-    return settings.model_dump(mode="json")
+    """The fully resolved settings as recorded; secrets are never settings (only their names), so this is safe.
+    A project with no ``[batching]`` records none (not the defaults it never read)."""
+    return settings.model_dump(mode="json", exclude=None if "batching" in settings.model_fields_set else {"batching"})
