@@ -272,6 +272,8 @@ class RunSection(_Section):
                                       "node) after which the run is stalled: stopped as a failure, so restarts apply")
     checkpoint_glob: str | None = Field(None, description="which entries of the checkpoint folder to resume from")
     resume_after_reboot: bool = False
+    standby: bool = Field(True, description="keep the next run's supervisor started and waiting on the target, so a "
+                                            "start waits for no Python start-up; false starts each one afresh")
 
     @field_validator("backoff")
     @classmethod
