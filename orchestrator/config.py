@@ -298,11 +298,14 @@ class GuardSection(_Section):
     max_loss_ratio: float | None = Field(None, gt=0, description="the most loss, as a multiple of the parent's "
                                                                  "at the same steps")
     on_fail: Literal["rollback", "stop"] = "rollback"
+    loss: Literal["loss", "val_loss", "test_loss"] = Field("loss", description="the loss max_loss_ratio judges: the "
+                                                           "training loss, or an evaluation's at the steps both "
+                                                           "evaluated")
 
     def spec(self) -> dict:
         """What the guarded run's supervisor needs (``agent/guard.Spec``), the runs' keys added by the launch."""
         return {"steps": self.steps, "min_throughput": self.min_throughput, "max_loss_ratio": self.max_loss_ratio,
-                "on_fail": self.on_fail}
+                "on_fail": self.on_fail, "loss": self.loss}
 
 
 class TrashSection(_Section):
