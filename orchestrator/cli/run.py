@@ -163,7 +163,7 @@ def _report(outcome, target, as_json: bool) -> None:
     if exp is not None and exp.status == "crashed":
         for line in waited.get("tail") or []:
             render.say(f"  | {line}")
-        render.say(f"error: experiment {exp.id} crashed on {target.label} (exit code {exp.exit_code}) "
+        render.say(f"error: experiment {exp.id} crashed on {target.label} ({render.exit_code(exp.exit_code)}) "
                    f"{waited.get('seconds', 0):g} s after it started")
         render.say(f"hint: orch logs -e {exp.id} shows its whole log")
         raise typer.Exit(1)
@@ -172,7 +172,7 @@ def _report(outcome, target, as_json: bool) -> None:
 def _say_outcome(outcome, target) -> None:
     exp = outcome.experiment
     for run in outcome.stopped:
-        render.say(f"stopped {render.which(run)}: {run['state']} (exit {run['exit_code']})")
+        render.say(f"stopped {render.which(run)}: {run['state']} ({render.exit_code(run['exit_code'], 'exit')})")
     if outcome.pushed:
         p = outcome.pushed
         resumed = f", resuming after {render.size(p['resumed_bytes'])} sent before" if p.get("resumed_bytes") else ""
@@ -378,7 +378,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
         render.out(f"experiment {experiment} was not running on {tgt.label}" if experiment is not None else
                    f"nothing was running on {tgt.label}")
     for run in outcome.stopped if not as_json else []:
-        render.out(f"{render.which(run)} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "
+        render.out(f"{render.which(run)} on {tgt.label}: {run['state']} ({render.exit_code(run['exit_code'], 'exit')}, "
                    f"signals: {', '.join(run['signals']) or 'none'})")
 
 

@@ -141,11 +141,11 @@ def _how_it_ended(d: dict) -> str:
     """`` (exit code 0)``, `` (SIGHUP: the tmux server went away)``, `` (exit code 130; stopped by experiment 7)``."""
     if d["state"] not in ("crashed", "finished", "stopped", "failed", "lost"):
         return ""
-    reason = d.get("end_reason")
-    if not reason or reason == f"exit code {d['exit_code']}":
-        return f" (exit code {d['exit_code']})"
-    if d["state"] == "stopped":
-        return f" (exit code {d['exit_code']}; {reason})"
+    reason, code = d.get("end_reason"), render.exit_code(d.get("exit_code"))
+    if not reason or reason == code:
+        return f" ({code})"
+    if d["state"] == "stopped" and d.get("exit_code") is not None:
+        return f" ({code}; {reason})"
     return f" ({reason})"
 
 
