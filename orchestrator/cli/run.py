@@ -338,15 +338,16 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
     _run(launch, settings, dry_run, as_json, (target, ct))
 
 
-StopAllOpt = Annotated[bool, typer.Option("--all", help="Empty the target's queue of this project too (else the "
-                                          "next queued experiment starts when this one has stopped)")]
+StopAllOpt = Annotated[bool, typer.Option("--all", help="Stop every live run of the project there (those side by "
+                                          "side too) and empty the target's queue of this project (else the next "
+                                          "queued experiment starts when this one has stopped)")]
 
 
 def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_run: DryOpt = False,
          trust_new_host: TrustOpt = False, all_: StopAllOpt = False, as_json: JsonOpt = False,
          experiment: ExperimentOpt = None) -> None:
     """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); several side by side: the
-    latest (-e ID: that one); a job: every node at once."""
+    latest (-e ID: that one; --all: every one); a job: every node at once."""
     from ..launch import prepare
     from . import job
 
@@ -357,7 +358,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     tgt = _target(settings, *_flags_of(settings, target, ct, experiment), False, trust_new_host, dry_run)
     launch = prepare.stop(settings, tgt, echo=render.say)
     launch.stop_ids = [experiment] if experiment is not None else \
-        None if tgt.connect is None else _latest_of_several(settings, tgt)
+        None if tgt.connect is None or all_ else _latest_of_several(settings, tgt)
     if dry_run:
         return _run(launch, settings, True, as_json)
     from ..launch.operations import execute

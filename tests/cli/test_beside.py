@@ -143,6 +143,23 @@ def test_status_lists_both_and_bare_logs_and_stop_act_on_the_latest(side):
     assert _states(p) == {1: "stopped", 2: "stopped"}
 
 
+def test_stop_all_stops_every_run_side_by_side_and_empties_the_queue(side):
+    p = side
+    assert p.run("deploy", "--gpus", "1").returncode == 0
+    assert p.run("deploy", "--gpus", "1", "--beside").returncode == 0
+    _printed(p, 1), _printed(p, 2)
+    assert p.run("deploy", "--gpus", "1", "--beside", "--queue").returncode == 0
+    dry = p.run("stop", "--all", "--dry-run")
+    assert dry.returncode == 0 and "acting on the latest" not in dry.stderr, dry.stderr
+    assert "would stop: experiment 1, experiment 2\n" in dry.stdout, dry.stdout
+    res = p.run("stop", "--all")
+    assert res.returncode == 0, res.stderr
+    assert "removed from the queue on local: experiment 3" in res.stdout, res.stdout
+    assert "experiment 1 on local: stopped" in res.stdout and "experiment 2 on local: stopped" in res.stdout
+    assert _states(p) == {1: "stopped", 2: "stopped", 3: "stopped"}  # 3 never started: taken off the queue
+    assert not json.loads(p.run("status", "--json", "--no-metrics").stdout).get("live")
+
+
 def test_a_third_queued_beside_starts_on_the_gpu_freed_by_stop_e(side):
     p = side
     assert p.run("deploy", "--gpus", "1").returncode == 0
