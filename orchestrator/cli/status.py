@@ -193,7 +193,8 @@ def _print_status(d: dict) -> None:
             render.out(f"    experiment {r['experiment']} {r['state']}{gpus}, revision {r['revision']}, checkpoints "
                        f"{r['checkpoints']}" + (f": {r['message']}" if r.get("message") else ""))
     for q in d.get("queue") or []:
-        render.out(f"  queued {q['position']}: experiment {q['id']}" + (f" (sweep {q['sweep']})" if q.get("sweep") else ""))
+        render.out(f"  queued {q['position']}: experiment {q['id']}" + (f" (sweep {q['sweep']})" if q.get("sweep") else "")
+                   + (f", waiting: {q['waiting']}" if q.get("waiting") else ""))
 
 
 def register(app: typer.Typer) -> None:

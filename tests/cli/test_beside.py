@@ -389,3 +389,40 @@ def test_bare_attach_opens_the_latest_runs_window_and_e_another(side):
     assert code == 0 and "acting on the latest" not in screen, screen
     assert f"runs/{p.run_key(2)}" not in screen and "0:exp1*" in screen
     assert _states(p) == {1: "running", 2: "running"}
+
+
+def test_a_queued_beside_run_says_it_waits_on_nvidia_smi_and_starts_once_it_answers(project, tmp_path):
+    """nvidia-smi fails (the stand-in's driver gone) as a GPU frees: the queued run beside does not start, and
+    ``orch queue``/``status`` say why; once nvidia-smi answers again the target's queue starts it by itself."""
+    from tests.testbed import gpu_standin
+    from tests.testbed.gpu_standin import gpu_state
+
+    (project.path / "train.py").write_text(TRAIN)
+    project.configure()
+    state = gpu_state(2, seed=4)
+    env = gpu_standin.install_local(tmp_path / "smi", state)
+    try:
+        for extra in ((), ("--beside",), ("--beside", "--queue")):
+            res = project.run("deploy", "--gpus", "1", *extra, env=env)
+            assert res.returncode == 0, res.stderr
+        _printed(project, 1), _printed(project, 2)
+        assert _states(project)[3] == "queued"
+        gpu_standin.install_local(tmp_path / "smi", {**state, "driver": False})
+        assert project.run("stop", "-e", "1", env=env).returncode == 0
+
+        shown = project.run("queue", "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        (entry,) = json.loads(shown.stdout)["queue"]
+        assert entry["id"] == 3 and "waiting for 1 free GPU(s): nvidia-smi fails (NVIDIA-SMI has failed because " \
+            "it couldn't communicate with the NVIDIA driver" in entry["waiting"], entry
+        assert "experiment 3 waits: waiting for 1 free GPU(s): nvidia-smi fails" in \
+            project.run("queue", env=env).stdout
+        status = project.run("status", "--no-metrics", env=env)
+        assert "queued 1: experiment 3, waiting: waiting for 1 free GPU(s): nvidia-smi fails" in status.stdout, \
+            status.stdout
+        assert _states(project)[3] == "queued"
+
+        gpu_standin.install_local(tmp_path / "smi", state)  # nvidia-smi answers again; no orch command from here
+        assert _printed(project, 3)["visible"] == "0"
+    finally:
+        project.run("stop", "--all", env=env)
