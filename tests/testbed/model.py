@@ -94,6 +94,7 @@ checkpoints = "{ckpt}"
 stop_timeout = 5
 term_timeout = 3
 lock_timeout = 60
+resume_after_reboot = true
 
 [guard]
 steps = 10
@@ -130,8 +131,9 @@ SHELLS = ({"LEAK_VAR": "from-shell-0", "ORCH_PROJECT__ENV__SHELL_TAG": "s0", "LA
           {"LEAK_VAR": "from-shell-1", "ORCH_PROJECT__ENV__SHELL_TAG": "s1", "LC_ALL": "C", "TZ": "UTC"},
           {"ORCH_PROJECT__ENV__SHELL_TAG": "s2", "TZ": "Europe/Berlin"})
 
-LAUNCHES = ("deploy", "deploy", "restart", "restart-clean", "beside", "beside", "queue", "guard", "sweep")
-STOPS = ("latest", "latest", "one", "all")
+# what a step does, as often as it is listed
+ACTIONS = ("deploy", "deploy", "deploy", "restart", "restart-clean", "beside", "beside", "queue", "guard", "sweep",
+           "stop latest", "stop latest", "stop one", "stop all", "pull", "shutdown", "kill")
 
 
 @dataclass
@@ -333,9 +335,10 @@ class World:
         mine = {k: r for k, r in model["runs"].items() if registry_id and k.startswith(registry_id + "-")}
         found += checks.lineage(mine, parents)
         found += checks.environments(mine, self.launched)
-        budgeted = {int(k.rsplit("-", 1)[1]) for k, r in mine.items() if r["env"].get("ORCH_MAX_STEPS")}
+        exempt = {int(k.rsplit("-", 1)[1]) for k, r in mine.items() if r["env"].get("ORCH_MAX_STEPS")
+                  or (action.startswith("container") and r.get("secrets"))}  # a run's secrets never survive a reboot
         found += checks.holds_a_run(checks.live_ids(self.before, registry_id), checks.live_ids(after, registry_id),
-                                    stopped_by_user, queued_before, budgeted)
+                                    stopped_by_user, queued_before, exempt)
         try:
             rows = json.loads(listed.stdout) if listed.returncode == 0 else None
             shown = json.loads(status.stdout) if status.returncode == 0 else None
@@ -366,6 +369,7 @@ def make_machine(world: World, summary: Summary, budget: int):
 
     shells = st.integers(0, len(SHELLS) - 1)
     spent = lambda: summary.steps >= budget  # noqa: E731
+    reported: set[str] = set()
 
     class Model(RuleBasedStateMachine):
         def _step(self, action: str, outcomes: list[Outcome], stopped: bool, extra: list[str] | None = None) -> None:
@@ -378,42 +382,31 @@ def make_machine(world: World, summary: Summary, budget: int):
             print(f"step {summary.steps:3}: {said:40} {len(found)} problem(s)", flush=True)
             for what in found:
                 print(f"          {what}", flush=True)
-                summary.violations.append(Violation(summary.steps, action, what))
+                if what not in reported:  # one that lasts is said once, at the step it began
+                    reported.add(what)
+                    summary.violations.append(Violation(summary.steps, action, what))
 
         @rule()
         def pause(self):
             """Nothing: the simplest example's every step, and now and then a breath between two others."""
 
-        @rule(kind=st.sampled_from(LAUNCHES), shell=shells, chance=st.floats(0, 1), delay=st.floats(0.05, 4.0))
-        def launch(self, kind, shell, chance, delay):
+        @rule(action=st.sampled_from(ACTIONS), shell=shells, pick=st.integers(0, 7), chance=st.floats(0, 1),
+              delay=st.floats(0.05, 4.0))
+        def act(self, action, shell, pick, chance, delay):
             if spent():
                 return
-            interrupt = delay if chance < INTERRUPT_RATE else None
-            outcomes = world.launch(kind, shell, interrupt)
-            self._step(kind + (f" ^C@{delay:.2f}s" if interrupt else ""), outcomes, False)
-
-        @rule(which=st.sampled_from(STOPS), pick=st.integers(0, 7), shell=shells, chance=st.floats(0, 1),
-              delay=st.floats(0.05, 3.0))
-        def stop(self, which, pick, shell, chance, delay):
-            if spent():
-                return
-            interrupt = delay if chance < INTERRUPT_RATE else None
-            outcomes = world.stop(which, pick, shell, interrupt)
-            self._step(f"stop {which}" + (f" ^C@{delay:.2f}s" if interrupt else ""), outcomes, True)
-
-        @rule(shell=shells)
-        def pull(self, shell):
-            if spent():
-                return
-            outcomes, problems = world.pull(shell)
-            self._step("pull", outcomes, False, problems)
-
-        @rule(how=st.sampled_from(("shutdown", "kill")))
-        def container(self, how):
-            if spent():
-                return
-            world.container(how)
-            self._step(f"container {how}", [], False)
+            interrupt = delay if chance < INTERRUPT_RATE and action not in ("pull", "shutdown", "kill") else None
+            said = action + (f" ^C@{delay:.2f}s" if interrupt else "")
+            if action in ("shutdown", "kill"):
+                world.container(action)
+                self._step(f"container {said}", [], False)
+            elif action == "pull":
+                outcomes, problems = world.pull(shell)
+                self._step(said, outcomes, False, problems)
+            elif action.startswith("stop"):
+                self._step(said, world.stop(action.split()[1], pick, shell, interrupt), True)
+            else:
+                self._step(said, world.launch(action, shell, interrupt), False)
 
     return Model
 

@@ -59,12 +59,13 @@ def lineage(runs: dict, parents: dict[int, int | None]) -> list[str]:
 
 
 def holds_a_run(before: set[int], after: set[int], stopped_by_user: bool, queued: bool,
-                budgeted: set[int] = frozenset()) -> list[str]:
+                exempt: set[int] = frozenset()) -> list[str]:
     """A project that had a live run still has one after a step that was not a stop (a failed, refused or
     interrupted launch leaves the old run, or its replacement, running; a container's restart resumes it), and
-    after a stop when something was queued behind it. Runs given a budget (a sweep's ``--steps``) may end by
-    themselves."""
-    before = before - budgeted
+    after a stop when something was queued behind it. ``exempt`` runs may end without that: those given a budget
+    (a sweep's ``--steps``) and, across a container's restart, those with secrets (never stored on the target, a
+    run with secrets is not resumed after a reboot)."""
+    before = before - exempt
     if not before or after:
         return []
     if stopped_by_user and not queued:

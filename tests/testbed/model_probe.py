@@ -1,7 +1,7 @@
 """What the model-based test reads inside the CT besides ``chaos_probe.py`` (stdlib only):
 ``python3 - ROOT SECRET < model_probe.py``. One JSON object:
 
-    {"runs": {"<registry>-<n>": {"env": {...launch.json's env...}, "starts": [{"exp": "3", "resumed": "/p.pt",
+    {"runs": {"<registry>-<n>": {"env": {...launch.json's env...}, "secrets": true, "starts": [{"exp": "3", "resumed": "/p.pt",
               "writer": "2", "env": {...}}, ...]}},
      "secret_in": ["/workspace/orch/runs/x/launch.json"], "queued": 1}
 
@@ -52,7 +52,8 @@ def runs(root):
         if name.startswith("."):
             continue
         launch = read_json(os.path.join(folder, name, "launch.json")) or {}
-        out[name] = {"env": launch.get("env") or {}, "starts": starts(os.path.join(folder, name, "train.log"))}
+        out[name] = {"env": launch.get("env") or {}, "secrets": bool(launch.get("secrets")),
+                     "starts": starts(os.path.join(folder, name, "train.log"))}
     return out
 
 

@@ -36,7 +36,7 @@ def test_a_project_left_without_a_run_is_named_unless_the_user_stopped_it():
     assert checks.holds_a_run({1}, set(), True, False) == []
     assert checks.holds_a_run({1}, set(), False, False)
     assert "its queue had more" in checks.holds_a_run({1}, set(), True, True)[0]
-    assert checks.holds_a_run({4, 5}, set(), False, False, budgeted={4, 5}) == []  # a sweep's, at their budget
+    assert checks.holds_a_run({4, 5}, set(), False, False, exempt={4, 5}) == []  # a sweep's, at their budget
 
 
 def test_an_environment_not_its_launch_s_is_named():
