@@ -6,8 +6,8 @@ Actions: ``deploy``, ``restart`` (and ``--clean-checkpoints --yes``), ``deploy -
 ``deploy --queue``, ``deploy --guard``, ``sweep --gpus 1 --steps N``, ``stop`` (bare, ``-e ID``, ``--all``),
 ``pull --checkpoints``, a graceful or a hard stop of the container (then started again), each CLI call from one of
 three shells with different environments (``SHELLS``), and a Ctrl-C to the CLI at a random moment in a quarter of
-them. The launches carry a secret (``[project] secrets``; queued ones and sweeps go without: a queue never
-holds secrets).
+them. The launches carry a secret (``[project] secrets``; queued and guarded ones and sweeps go without: a queue
+never holds secrets, and a rollback restarts a run with none).
 
     world = World(testbed, workdir)          # the project, the CT pristine
     summary = run(world, steps=12, seed=5)   # a fixed seed: the same actions
@@ -39,7 +39,6 @@ RESUME_WAIT = 45.0  # s a container's restart is given to resume its run (the ru
 CHAOS_PROBE = Path(__file__).with_name("chaos_probe.py")
 MODEL_PROBE = Path(__file__).with_name("model_probe.py")
 INTERRUPT_RATE = 0.25
-STRETCH = 8  # steps at most in one of hypothesis's examples
 
 # resumes from ORCH_RESUME_FROM, else from the newest checkpoint under its folder (as a script that globs
 # ``**/*.pt`` does); prints what it resumed from, who wrote it, and its environment; a checkpoint (naming its
@@ -257,8 +256,8 @@ class World:
         extra = {}
         if kind in ("deploy", "beside", "queue", "guard"):
             argv += ["--set", f"project.env.MODEL_TAG={tag}", "-m", f"{kind} {tag}"]
-        if kind in ("queue", "sweep"):
-            extra["ORCH_PROJECT__SECRETS"] = "[]"  # a queued launch cannot carry secrets
+        if kind in ("queue", "sweep", "guard"):  # a queued run, or one a rollback restarts, carries no secrets
+            extra["ORCH_PROJECT__SECRETS"] = "[]"
         outcome = self.cli(argv, shell, interrupt, extra)
         if outcome.returncode == 0 and kind in ("deploy", "beside", "queue", "guard"):
             try:
@@ -361,6 +360,7 @@ def make_machine(world: World, summary: Summary, budget: int):
     broke collected in ``summary`` (the test fails on them at the end, with every step's report).
 
     The world is real and outlives each of hypothesis's examples: they are consecutive stretches of one history
+    (each as long as the whole budget may be, so that hypothesis's mutations of an earlier example repeat little)
     until ``budget`` steps were taken (a rule then does nothing). The choices depend on the seed alone, never on
     the world (no precondition reads it), as hypothesis requires; the simplest example, which hypothesis tries
     first, is ``pause`` alone (the rule with no arguments), and changes nothing."""
@@ -379,7 +379,9 @@ def make_machine(world: World, summary: Summary, budget: int):
                 summary.exits[o.returncode] = summary.exits.get(o.returncode, 0) + 1
             found = (extra or []) + world.check(action, outcomes, stopped)
             said = f"{action}: exit {','.join(str(o.returncode) for o in outcomes) or '-'}"
-            print(f"step {summary.steps:3}: {said:40} {len(found)} problem(s)", flush=True)
+            errors = [ln for o in outcomes for ln in o.stderr.splitlines() if ln.startswith("error: ")]
+            print(f"step {summary.steps:3}: {said:40} {len(found)} problem(s)"
+                  + (f"  [{errors[0][:150]}]" if errors else ""), flush=True)
             for what in found:
                 print(f"          {what}", flush=True)
                 if what not in reported:  # one that lasts is said once, at the step it began
@@ -421,7 +423,7 @@ def run(world: World, steps: int, seed: int) -> Summary:
     machine = fixed_seed(seed)(make_machine(world, summary, steps))
     begin = time.monotonic()
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=4 * steps + 20, stateful_step_count=STRETCH, deadline=None, phases=[Phase.generate],
+        max_examples=4 * steps + 20, stateful_step_count=steps, deadline=None, phases=[Phase.generate],
         database=None, suppress_health_check=list(HealthCheck), print_blob=False))
     summary.wall = time.monotonic() - begin
     return summary
