@@ -96,18 +96,21 @@ def environments(runs: dict, launched: dict[int, dict]) -> list[str]:
 
 def records(listed: list[dict], status: dict | None, before: dict, after: dict, registry_id: str | None) \
         -> list[str]:
-    """``orch experiments list --json``: no row launching; a running row's run is live on the target (before or
-    after the status calls), an ended row's is not, a live run has a running row. ``status --json``: its live
-    runs are the target's."""
+    """``orch experiments list --json`` and ``status --json``, called between the probes ``before`` and ``after``:
+    no row launching; a row running whose run had already ended before the calls (a run may end during them:
+    the next step judges it); a row ended whose run was live all along; a live run's row not running; status's
+    live runs not the target's."""
     problems = []
     rows = {r["id"]: r for r in listed}
     was, now = live_ids(before, registry_id), live_ids(after, registry_id)
+    over = {_number(k) for k, r in before["runs"].items()
+            if r["state"] in ("ended", "dead", "failed") and registry_id and k.startswith(registry_id + "-")}
     for exp_id, row in sorted(rows.items()):
         state = row.get("status")
         if state == "launching":
             problems.append(f"experiment {exp_id} is still launching in the registry")
-        elif state == "running" and exp_id not in was | now:
-            problems.append(f"experiment {exp_id} is running in the registry, not on the target")
+        elif state == "running" and exp_id in over and exp_id not in now:
+            problems.append(f"experiment {exp_id} is running in the registry, its run on the target had ended")
         elif state in ("finished", "crashed", "stopped", "lost", "failed") and exp_id in was & now:
             problems.append(f"experiment {exp_id} is {state} in the registry and live on the target")
     for exp_id in sorted(was & now):
@@ -117,8 +120,9 @@ def records(listed: list[dict], status: dict | None, before: dict, after: dict, 
     if status is not None:
         shown = {r["experiment"] for r in status.get("live") or []} or \
             ({status["experiment"]} if status.get("state") == "running" else set())
-        if shown - (was | now) or (was & now) - shown:
-            problems.append(f"orch status --json shows live {sorted(shown)}, the target {sorted(was & now)}")
+        if (shown & over) - now or (was & now) - shown:
+            problems.append(f"orch status --json shows live {sorted(shown)}, the target {sorted(was & now)} "
+                            f"(ended before: {sorted((shown & over) - now)})")
     return problems
 
 

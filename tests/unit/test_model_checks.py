@@ -57,9 +57,17 @@ def test_records_that_differ_from_the_target_are_named():
     wrong = [{"id": 1, "status": "stopped"}, {"id": 2, "status": "running"}, {"id": 3, "status": "launching"}]
     problems = checks.records(wrong, {"experiment": 2, "state": "running", "live": []}, probe, probe, REG)
     assert "experiment 1 is stopped in the registry and live on the target" in problems
-    assert "experiment 2 is running in the registry, not on the target" in problems
+    assert "experiment 2 is running in the registry, its run on the target had ended" in problems
     assert "experiment 3 is still launching in the registry" in problems
-    assert "orch status --json shows live [2], the target [1]" in problems
+    assert "orch status --json shows live [2], the target [1] (ended before: [2])" in problems
+
+
+def test_a_run_that_ends_while_the_records_are_read_is_judged_at_the_next_step():
+    before = {"runs": {f"{REG}-1": {"state": "live"}}}
+    after = {"runs": {f"{REG}-1": {"state": "ended"}}}
+    status = {"experiment": 1, "state": "running", "live": []}
+    assert checks.records([{"id": 1, "status": "running"}], status, before, after, REG) == []
+    assert checks.records([{"id": 1, "status": "running"}], status, after, after, REG)
 
 
 def test_a_secret_or_a_lost_checkpoint_is_named():
