@@ -322,7 +322,8 @@ class World:
         found = []
         for outcome in outcomes:
             found += chaos_checks.clean_output(outcome, ACTION_TIMEOUT)
-        queued_before = self.before["model"].get("queued", 0) > 0
+        # a bare stop or -e starts what was queued behind; --all empties the queue too
+        queued_before = self.before["model"].get("queued", 0) > 0 and "stop all" not in action
         status = self.clone.run("status", "--json", "--no-metrics", timeout=STATUS_TIMEOUT)
         listed = self.clone.run("experiments", "list", "--json", "--limit", "10000", timeout=STATUS_TIMEOUT)
         found += chaos_checks.clean_output(status, STATUS_TIMEOUT) + chaos_checks.clean_output(listed, STATUS_TIMEOUT)

@@ -44,18 +44,30 @@ def lineage(runs: dict, parents: dict[int, int | None]) -> list[str]:
     for key, run in sorted(runs.items()):
         me = _number(key)
         for start in run["starts"]:
-            writer = start.get("writer")
-            if not start.get("resumed") or writer is None:
+            writer, resumed = start.get("writer"), start.get("resumed")
+            if not resumed:
                 continue
+            whose = "written by"
+            if writer is None:  # not a checkpoint file the script wrote (a folder orch named): whose folder is it?
+                writer, whose = _owner(resumed, folder_of, me), "in the checkpoint folder of"
+                if writer is None:
+                    continue
             writer = int(writer)
             if writer == me or writer in ancestors(me, parents):
                 continue
             if folder_of.get(writer) and folder_of.get(writer) == folder_of.get(me):
                 continue
-            problems.append(f"experiment {me} (checkpoints {folder_of.get(me)}) resumed from {start['resumed']}, "
-                            f"written by experiment {writer} (checkpoints {folder_of.get(writer)}), which is "
-                            "not of its lineage")
+            problems.append(f"experiment {me} (checkpoints {folder_of.get(me)}) resumed from {resumed}, {whose} "
+                            f"experiment {writer} (checkpoints {folder_of.get(writer)}), which is not of its lineage")
     return problems
+
+
+def _owner(path: str, folder_of: dict[int, str | None], me: int) -> int | None:
+    """The run whose checkpoint folder holds ``path`` most narrowly, when that folder is not ``me``'s own."""
+    mine = folder_of.get(me) or ""
+    found = [(len(f), e) for e, f in folder_of.items() if f and (path == f or path.startswith(f.rstrip("/") + "/"))
+             and len(f) > len(mine)]
+    return max(found)[1] if found else None
 
 
 def holds_a_run(before: set[int], after: set[int], stopped_by_user: bool, queued: bool,

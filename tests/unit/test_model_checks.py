@@ -25,8 +25,10 @@ def test_a_resume_from_another_lineage_is_named_and_from_its_own_is_not():
                  run(3, MAIN, start(3, 1, ORCH_CHECKPOINT_DIR=MAIN)),  # the main line's: fine
                  run(4, MAIN, start(4, 2, ORCH_CHECKPOINT_DIR=MAIN)),  # the --beside run's: not its lineage
                  run(5, "/w/checkpoints@exp5", start(5, 3))])  # a restart of 3 (its parent): fine
-    problems = checks.lineage(runs, {1: None, 2: None, 3: None, 4: None, 5: 3})
-    assert len(problems) == 1 and problems[0].startswith("experiment 4 (checkpoints /w/checkpoints) resumed from "
+    runs.update([run(6, MAIN, {"exp": "6", "resumed": OWN, "writer": None, "env": {}})])  # told to resume from
+    problems = checks.lineage(runs, {1: None, 2: None, 3: None, 4: None, 5: 3, 6: None})  # the --beside folder
+    assert len(problems) == 2 and "experiment 6 (checkpoints /w/checkpoints) resumed from /w/checkpoints/exp2, " \
+        "in the checkpoint folder of experiment 2" in problems[1] and problems[0].startswith("experiment 4 (checkpoints /w/checkpoints) resumed from "
                                                          "/x/ckpt-2.pt, written by experiment 2")
 
 
