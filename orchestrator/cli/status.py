@@ -194,7 +194,7 @@ def _print_status(d: dict) -> None:
                        f"{r['checkpoints']}" + (f": {r['message']}" if r.get("message") else ""))
     for q in d.get("queue") or []:
         render.out(f"  queued {q['position']}: experiment {q['id']}" + (f" (sweep {q['sweep']})" if q.get("sweep") else "")
-                   + (f", waiting: {q['waiting']}" if q.get("waiting") else ""))
+                   + (f", {q['waiting']}" if q.get("waiting") else ""))
 
 
 def register(app: typer.Typer) -> None:
