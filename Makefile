@@ -5,24 +5,30 @@ BIN := $(VENV)/bin
 ORCH := $(CURDIR)/$(BIN)/orch
 DEMO := examples/tinylm
 
-.PHONY: setup system demo test test-fast bench clean
+.PHONY: setup system system-demo demo test test-fast bench clean
 
 # The editable install in compat mode: the checkout's folder on sys.path, as a wheel's site-packages is, with no
 # import hook loaded by every Python start (the default editable finder imports pathlib and importlib.util before
-# orch does); a setuptools without that mode gets the default one.
+# orch does); a setuptools without that mode gets the default one. setuptools warns that compat mode is
+# transitional in a 13-line banner on every install: that one warning is filtered.
+QUIET_COMPAT := PYTHONWARNINGS="ignore:Compat editable installs"
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,plot,mlflow]' --config-settings editable_mode=compat \
+	$(QUIET_COMPAT) $(BIN)/pip install -q -e '.[test,plot,mlflow]' --config-settings editable_mode=compat \
 	  || $(BIN)/pip install -q -e '.[test,plot,mlflow]'
 	touch $@
+
+# the Debian packages: the demo's (it runs on this machine only), or the tests' too (LXC, sshd, nftables)
+system-demo:
+	@./.ci/system-packages demo
 
 system:
 	@./.ci/system-packages
 
 setup: system $(BIN)/.installed
 
-demo: setup
+demo: system-demo $(BIN)/.installed
 	cd $(DEMO) && $(ORCH) deploy --wait -m "demo: megabatch batching"
 	cd $(DEMO) && $(ORCH) status
 	cd $(DEMO) && (timeout -s INT 8 $(ORCH) logs --follow -n 5 || true)

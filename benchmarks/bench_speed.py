@@ -8,8 +8,17 @@ pair) and prints one table (case, orch, baseline, ratio, bar, met or not, peak R
            closes them first) vs the hand-typed `scp train.py ct: && ssh ct "tmux kill-session; tmux new -d ..."`;
   coldconn the same deploy after a break: no connection held (the keeper idles out after [ssh] persist, 10
            minutes), the warm orch process up (it idles out after an hour), vs the same hand-typed pair;
+  pxbreak  the deploy after a break as users meet it on a Proxmox target: `kind = "proxmox"`, `ct = 200`, the CT
+           found through the API stand-in; no connection held, the warm process up, and the CT lookup cache as a
+           pause leaves it (remembered longer ago than [proxmox] cache_ttl), vs the same hand-typed pair;
+  second   the second deploy after a reconnect (the first after `orch connections close` is untimed) vs the
+           third, on the same SSH target: whatever starts lazily after a reconnect must not be waited for;
   warm     the same deploy with the keeper, its resident agent and the warm orch process up
            vs the same hand-typed pair with an OpenSSH ControlMaster held;
+  wstatus  warm `orch status` of the running deploy (keeper, resident agent, warm process up) vs the hand-typed
+           `ssh ct tmux ls` with a ControlMaster held (bar: 100 ms);
+  pct      warm deploy on a Proxmox target reached through its node's `pct exec` (access = "pct") vs the same
+           warm deploy straight over SSH to the CT (bar: 1.5x);
   push     first deploy of a 1 GiB tree (64 MiB shards of random bytes plus 200 small files; 256 MiB with
            --quick) to an empty root vs `tar c | ssh ct tar x`, with the peak RSS (VmHWM) of orch's processes on
            the controller (the CLI, its keepers and warm processes, and their children) and of the agent in the CT;
@@ -35,7 +44,7 @@ then runs prepare.py on the controller. nanoGPT's .gitignore drops *.bin and *.p
 re-includes them. torch comes from the testbed's torch site folder (tests/testbed/torchsite.py: installed once by
 pip, CPU wheel, into the testbed cache outside the repository), bind-mounted read-only into the CTs.
 Never asserts on time. Run as root:
-    python benchmarks/bench_speed.py [--runs 5] [--cases cold,coldconn,warm,push,job,jobidle,status,nanogpt] [--quick]
+    python benchmarks/bench_speed.py [--runs 5] [--cases cold,coldconn,pxbreak,second,warm,wstatus,pct,...] [--quick]
 """
 
 from __future__ import annotations
@@ -58,7 +67,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _speed import Case, PeakWatch, busy_ms, check, cpu_ms, pairs, print_table, tree, wall  # noqa: E402
 from tests.testbed.procs import pids_running  # noqa: E402
 
-CASES = ("cold", "coldconn", "warm", "push", "job", "jobidle", "status", "nanogpt")
+CASES = ("cold", "coldconn", "pxbreak", "second", "warm", "wstatus", "pct", "push", "job", "jobidle", "status",
+         "nanogpt")
 TORCH_CASES = {"job", "nanogpt"}
 TRAIN = "import time\n# revision {n}\nwhile True:\n    time.sleep(1)\n"
 NANOGPT = REPO / "benchmarks" / "nanogpt"
@@ -210,6 +220,101 @@ def case_warm(b: Bench) -> Case:
     b.ssh("tmux kill-server")
     b.orch(proj, "stop")
     return Case("warm deploy, 1 line changed", mine, hand, "scp + ssh tmux, ControlMaster", 3.0, ms_bar=150)
+
+
+def px_project(b: Bench, name: str, access: str) -> Path:
+    """A project whose target is CT 200 as a Proxmox user names it: found through the API (stand-in)."""
+    proj = b.work / name
+    if not proj.exists():
+        targets = f'[targets.px200]\nkind = "proxmox"\nct = 200\naccess = "{access}"\nuser = "root"\n'
+        proj = b.project(name, ["train.py"], "python3 train.py", targets=targets, default="px200",
+                         root=f"/workspace/orch-{name}")
+        node = b.bed.node
+        config = proj / "orch.toml"
+        config.write_text(config.read_text().replace(
+            "[ssh]\n", f'node_ssh = {{ user = "root", host = "{node.address}", port = {node.port} }}\n[ssh]\n', 1))
+        (proj / "train.py").write_text(TRAIN.format(n=0))
+        b.orch(proj, "deploy")
+    return proj
+
+
+def age_lookups(proj: Path, seconds: float) -> None:
+    """The project's remembered CT lookups made ``seconds`` older, as a pause leaves them."""
+    import json
+
+    cache = proj / ".orch" / "ct-cache.json"
+    if cache.exists():
+        data = json.loads(cache.read_text())
+        for entry in data.values():
+            entry["at"] = float(entry.get("at", 0)) - seconds
+        cache.write_text(json.dumps(data))
+
+
+def case_pxbreak(b: Bench) -> Case:
+    """The first deploy after a 10-minute pause on a `kind = "proxmox"` target: no connection, warm process up,
+    the CT's lookup remembered 10 minutes ago."""
+    from orchestrator.reach.keeper import client
+
+    proj = px_project(b, "pxbreak", "ssh")
+    b.hold_tmux()
+
+    def after_a_break(i: int) -> float:
+        b.warm_up(proj)
+        client.close(None)
+        age_lookups(proj, 600)
+        return b.changed_deploy(proj)
+
+    mine, hand = pairs(after_a_break, wall(lambda i: b.hand_pair(proj, i)), b.runs)
+    b.ssh("tmux kill-server")
+    b.orch(proj, "stop")
+    return Case("deploy after a break, Proxmox target", mine, hand, "scp + ssh tmux", 0.8)
+
+
+def case_second(b: Bench) -> Case:
+    """The second deploy after a reconnect against the third: both on a connection the first one opened."""
+    from orchestrator.reach.keeper import client
+
+    proj = deploy_project(b)
+    seconds: list[float] = []
+
+    def second(i: int) -> float:
+        b.warm_up(proj)
+        client.close(None)
+        b.changed_deploy(proj)  # the reconnect, untimed
+        took = b.changed_deploy(proj)
+        seconds.append(b.changed_deploy(proj))  # the third, right after, as the baseline
+        return took
+
+    mine, _ = pairs(second, lambda i: 0.0, b.runs)
+    b.orch(proj, "stop")
+    return Case("2nd deploy after a reconnect", mine, statistics.median(seconds), "the 3rd deploy", 1.2)
+
+
+def case_wstatus(b: Bench) -> Case:
+    proj = deploy_project(b)
+    master = ["-o", "ControlMaster=auto", "-o", f"ControlPath={b.work}/cm-%r@%h:%p", "-o", "ControlPersist=300"]
+    b.hold_tmux()
+    b.ssh("true", extra=master)
+    b.orch(proj, "deploy")
+    b.keepers_up(proj)
+    mine, hand = pairs(wall(lambda i: b.orch(proj, "status")), wall(lambda i: b.ssh("tmux ls", extra=master)),
+                       b.runs)
+    subprocess.run(["ssh", *b.opts, *master, "-O", "exit", b.dest], capture_output=True)
+    b.ssh("tmux kill-server")
+    b.orch(proj, "stop")
+    return Case("warm status", mine, hand, "ssh tmux ls, ControlMaster", None, ms_bar=100)
+
+
+def case_pct(b: Bench) -> Case:
+    over_pct = px_project(b, "overpct", "pct")
+    over_ssh = px_project(b, "overssh", "ssh")
+    for proj in (over_pct, over_ssh):
+        b.keepers_up(proj)
+        b.changed_deploy(proj)
+    mine, theirs = pairs(lambda i: b.changed_deploy(over_pct), lambda i: b.changed_deploy(over_ssh), b.runs)
+    for proj in (over_pct, over_ssh):
+        b.orch(proj, "stop")
+    return Case("warm deploy through pct exec", mine, theirs, "the same over SSH", 1.5)
 
 
 # first push of a big tree
@@ -489,7 +594,8 @@ def case_nanogpt(b: Bench) -> Case:
     return Case("deploy -> nanoGPT iter 0 (CPU config)", mine, hand, "scp -r + ssh tmux", 1.1)
 
 
-RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "warm": case_warm, "push": case_push, "job": case_job,
+RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "pxbreak": case_pxbreak, "second": case_second,
+           "wstatus": case_wstatus, "pct": case_pct, "warm": case_warm, "push": case_push, "job": case_job,
            "jobidle": case_jobidle, "status": case_status, "nanogpt": case_nanogpt}
 
 

@@ -11,6 +11,9 @@ closes at once (it is not the last), and the parked one is closed after the exit
     ...  send the exit code
     after_answer.finish()              # closed here: the checkpoint runs while the caller's prompt is back
 
+Work that only readies later commands (a remembered Proxmox lookup, reused past its TTL, asked again) is queued
+with ``later``: after the answer in a warm child, not at all elsewhere, where the prompt would wait for it.
+
 A registry file that the command goes on to move (a rebuilt one) is never parked: it must be whole, its log folded
 in, when its close returns.
 
@@ -24,6 +27,7 @@ import threading
 from typing import Callable
 
 _parked: list[Callable[[], None]] | None = None  # None: not holding, closers run at once
+_later: list[Callable[[], None]] = []  # what readies later commands, run after the parked closers
 
 
 def hold() -> None:
@@ -40,10 +44,20 @@ def park(closer: Callable[[], None]) -> None:
     _parked.append(closer)
 
 
+def later(job: Callable[[], None]) -> bool:
+    """Queue ``job`` for after the answer; False (nothing queued) when not holding."""
+    if _parked is None:
+        return False
+    _later.append(job)
+    return True
+
+
 def finish() -> None:
-    """Run what was parked (its failures are nobody's to hear: the answer is out) and stop holding."""
+    """Run what was parked, then what was queued for later (their failures are nobody's to hear: the answer is
+    out), and stop holding."""
     global _parked
-    parked, _parked = _parked or [], None
+    parked, _parked = [*(_parked or []), *_later], None
+    _later.clear()
     for closer in parked:
         try:
             closer()

@@ -203,7 +203,30 @@ class ProxmoxSection(_Section):
     start_timeout: float = Field(120.0, gt=0)
     cache_ttl: float = Field(30.0, ge=0, description="seconds a running CT's lookup (node, address) is reused by "
                                                       "the next commands; 0 asks the API every time")
+    cache_max_age: float = Field(3600.0, ge=0, description="seconds an older lookup is still used to reach a CT "
+                                 "whose port answers (the host key decides it is the same CT), asked again once the "
+                                 "command has answered")
     node_ssh: NodeSsh = Field(default_factory=NodeSsh)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _host_port(cls, data: Any) -> Any:
+        """``host = "pve1:8006"`` is host and port; a URL, or a port that disagrees with ``port``, is refused."""
+        host = data.get("host") if isinstance(data, dict) else None
+        if not isinstance(host, str):
+            return data
+        if "://" in host or "/" in host:
+            raise ValueError(f"host = {host!r} is a URL: give the name or address alone (e.g. host = \"pve1.lan\"),"
+                             " and port = N if the API does not listen on 8006")
+        bracketed = host.startswith("[") and "]" in host  # [::1]:8006
+        name, sep, port = host.rpartition(":") if bracketed or host.count(":") == 1 else (host, "", "")
+        if not sep:
+            return data
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"host = {host!r}: {port!r} is not a port (host = \"NAME\" or \"NAME:PORT\")")
+        if "port" in data and str(data["port"]).strip() != str(int(port)):  # an ORCH_ variable's is text
+            raise ValueError(f"host = {host!r} names port {port}, but port = {data['port']!r}: keep one")
+        return {**data, "host": name.strip("[]") if bracketed else name, "port": int(port)}
 
     @field_validator("token_id")
     @classmethod
@@ -639,12 +662,42 @@ def _model_at(loc: list[str]) -> type[BaseModel] | None:
     return model
 
 
+def _without_errors(data: dict, exc: ValidationError, tries: int = 8) -> Settings | None:
+    """The settings with every key in error dropped (its default reads instead); a key whose section cannot stand
+    without it takes the section with it. None when nothing is left to drop."""
+    for _ in range(tries):
+        for err in exc.errors():
+            loc = [str(p) for p in err["loc"]]
+            while loc and not _drop(data, loc):
+                loc = loc[:-1]
+            if not loc:
+                return None
+        try:
+            return Settings.model_validate(data)
+        except ValidationError as again:
+            exc = again
+    return None
+
+
+def _drop(data: dict, loc: list[str]) -> bool:
+    """Remove the key at ``loc`` from ``data``; whether it was there."""
+    node: Any = data
+    for part in loc[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict) and loc[-1] in node:
+        del node[loc[-1]]
+        return True
+    return False
+
+
 def load_settings(config_path: Path | str | None = None, *, overrides: list[str] | tuple[str, ...] = (),
                   env: dict[str, str] | None = None, start: Path | None = None,
-                  notice: Callable[[str], None] | None = None) -> Settings:
+                  notice: Callable[[str], None] | None = None, lenient: bool = False) -> Settings:
     """Merge every layer and validate once; raise ``ConfigError`` naming source, key and value.
 
-    An old key (``RENAMED``) is read as its new one and ``notice`` (default: stderr) told so."""
+    An old key (``RENAMED``) is read as its new one and ``notice`` (default: stderr) told so. ``lenient`` (for
+    the commands that only look or stop: a typo must not keep a user from stopping a run): each key in error is
+    left at its default (its section, when the section cannot stand without it) and ``notice`` told which."""
     env = dict(os.environ) if env is None else env
     named_by = "--config"
     if config_path is None and env.get("ORCH_CONFIG"):
@@ -667,13 +720,18 @@ def load_settings(config_path: Path | str | None = None, *, overrides: list[str]
             raise ConfigError(f"--set {item!r} needs the form section.key=value", hint="e.g. --set batching.seed=3")
         dotted, value = item.split("=", 1)
         _assign(data, dotted.strip(), _parse_value(value.strip()), f"--set {dotted.strip()}", sources)
-    _renamed(data, sources, label, notice or (lambda line: print(line, file=sys.stderr, flush=True)))
+    notice = notice or (lambda line: print(line, file=sys.stderr, flush=True))
+    _renamed(data, sources, label, notice)
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
         lines = [_describe(e, data, sources, label) for e in exc.errors()]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines),
-                          hint="fix the value(s) above; `orch init` writes a commented example") from None
+        settings = _without_errors(data, exc) if lenient else None
+        if settings is None:
+            raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines),
+                              hint="fix the value(s) above; `orch init` writes a commented example") from None
+        notice("orch: warning: invalid configuration, read without it:\n  " + "\n  ".join(lines)
+               + "\n  (deploy, restart, sweep and queue refuse it until it is fixed)")
     settings._config_path = path.resolve() if path else None
     settings._project_dir = path.resolve().parent if path else (start or Path.cwd()).resolve()
     return settings

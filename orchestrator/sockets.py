@@ -126,6 +126,15 @@ def server_pid(path: Path | str) -> int | None:
     return pid if serves and state not in (b"Z", b"X") else None
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` lives (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
 def starting(path: Path | str) -> bool:
     """Whether a server started for ``path`` a moment ago is still coming up: commands meanwhile start no more."""
     try:
@@ -139,9 +148,10 @@ def starting(path: Path | str) -> bool:
     return recent and pid > 0 and state not in (b"Z", b"X")
 
 
-def spawn(path: Path | str, module: str, *args: str) -> int | None:
+def spawn(path: Path | str, module: str, *args: str, stdin: int | None = None) -> int | None:
     """Start ``python -m module PATH ARGS…`` in a session of its own (Ctrl-C in this terminal does not reach it),
-    stderr to ``X.log``, unless one started for ``path`` is still coming up; its pid (None: none started).
+    stderr to ``X.log``, ``stdin`` (a descriptor) its standard input, unless one started for ``path`` is still
+    coming up; its pid (None: none started).
     Commands that find no server at the same moment take turns on the start marker: one starts it."""
     import subprocess  # here: every command imports this module, few start a server
 
@@ -157,8 +167,8 @@ def spawn(path: Path | str, module: str, *args: str) -> int | None:
         log = os.open(f"{stem}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             pid = subprocess.Popen([sys.executable, "-m", module, str(path), *args], cwd="/",
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                   start_new_session=True, close_fds=True).pid
+                                   stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.DEVNULL,
+                                   stderr=log, start_new_session=True, close_fds=True).pid
         finally:
             os.close(log)
         os.ftruncate(marker, 0)
@@ -168,6 +178,20 @@ def spawn(path: Path | str, module: str, *args: str) -> int | None:
     finally:
         os.close(marker)
     return pid
+
+
+def wait_for(path: Path | str, limit: float) -> socket.socket | None:
+    """A connection to the server started for ``path`` a moment ago, once it listens (at most ``limit`` s); None
+    when none is coming up, or it did not listen in time."""
+    deadline = time.monotonic() + limit
+    while starting(path):
+        sock = connect(path)
+        if sock is not None:
+            return sock
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.02)
+    return connect(path)
 
 
 def connect_or_spawn(path: Path | str, module: str, *args: str) -> socket.socket | None:

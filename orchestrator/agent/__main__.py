@@ -113,9 +113,16 @@ def controller_gone() -> bool:
 
 # ops that change what runs or where checkpoints are: none starts once the controller is gone. Storing
 # blobs and assembling a revision still finish, so a push cut midway resumes with only what is missing.
+# Once a run_stop has stopped a run, though, the rest of the plan (its start) runs to its end whoever listens:
+# a launch cut there would leave neither the old run nor the new one (``committed``).
 STOP_BEFORE = ("run_stop", "run_start", "queue_add", "queue_remove", "ckpt_trash", "ckpt_restore", "ckpt_purge", "shell", "gc")
 CANCELLED = {"kind": "cancelled", "message": "the controller went away: the remaining steps were not run",
              "hint": ""}
+
+
+def committed(op: str | None, result: dict) -> bool:
+    """Whether this op's result passes the launch's point of no return: an old run was stopped."""
+    return op == "run_stop" and result.get("ok") and bool((result.get("value") or {}).get("stopped"))
 
 
 def _dispatch(layout: Layout, op: str, args: dict, payload: Payload) -> object:
@@ -191,11 +198,13 @@ def handle(request: dict, payload: Payload, results: list | None = None) -> dict
             spec = request["journal"]
             steps.begin(request.get("what") or "operation", [item["op"] for item in ops],
                         exp_id=spec["exp_id"], registry=spec.get("registry"), project=spec.get("project"))
+        past_return = False  # an old run was stopped: the new one starts whoever listens
         for item in ops:
-            if item.get("op") in STOP_BEFORE and controller_gone():  # finish the step in progress only
+            if item.get("op") in STOP_BEFORE and not past_return and controller_gone():  # the step in progress only
                 result: dict = {"ok": False, "error": CANCELLED}
             else:
                 result = _run_one(layout, item, payload)
+            past_return = past_return or committed(item.get("op"), result)
             results.append(result)
             if steps is not None:  # on the target's disk before the next step starts
                 steps.step(item["op"], result)

@@ -84,10 +84,10 @@ if len(sys.argv) >= 3 and sys.argv[1] == "standby":  # the next run's supervisor
     sys.exit(_code)
 
 if len(sys.argv) >= 3 and sys.argv[1] == "resume":  # after a reboot, from the run's systemd unit (reboot_unit)
-    from orchestrator.agent.runs import resume  # noqa: E402
+    from orchestrator.agent.rollback import at_boot  # noqa: E402  (a guarded run's rollback, or runs.resume)
 
     os.environ["LC_ALL"] = "C.UTF-8"
-    sys.exit(resume(sys.argv[2]))
+    sys.exit(at_boot(sys.argv[2]))
 
 if len(sys.argv) >= 4 and sys.argv[1] == "queue-boot":  # after a reboot, from the queue's systemd unit
     from orchestrator.agent.runqueue import at_boot  # noqa: E402

@@ -8,7 +8,8 @@ same reading as the new run's, so both sides are measured alike::
     step=84 loss=2.31 tok_s=31800        key=value or key: value pairs, or a JSON object per line
     {"step": 84, "loss": 2.31, "Ktok/s": 31.8}       (``metric_lines``: the agent's one metric reader)
 
-The guard fails when the run crashes (after its restarts) or stalls, or, once the window is over, when its
+The guard fails when the run crashes (after its restarts), stalls, or is lost (the container stopped under it, its
+supervisor killed: ``fail_lost``, by the next agent call or the boot), or, once the window is over, when its
 throughput over the window (its first tenth left out: compilation, data loading) is below ``min_throughput`` ×
 the parent's over the same steps, or its mean loss over the steps both logged is above ``max_loss_ratio`` × the
 parent's. ``guard.json`` in the run folder says where it stands (what ``status`` shows); the decision and every
@@ -17,12 +18,14 @@ step of the rollback after it are journalled in ``guard.jsonl`` (``rollback.py``
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from . import journal, metric_lines
 from .layout import read_json, write_json
@@ -140,6 +143,7 @@ class Watch:
         self.first: int | None = None
         self.written = 0.0
         self.spawned = False
+        self.on_pass: Callable[[], None] | None = None  # called once the window is over with every bound held
         if not self.state:
             self._write({"state": "watching", "step": 0, "of": spec.steps, "on_fail": spec.on_fail,
                          "parent": spec.parent.get("id")})
@@ -190,6 +194,8 @@ class Watch:
             if figures.get("failure"):
                 return self.fail(figures["failure"])
             self._write({**self.state, "state": "passed", "step": self.spec.steps, **_figures(figures)})
+            if self.on_pass is not None:
+                self.on_pass()
             return None
         now = time.time() if now is None else now
         if now - self.written >= WRITE_EVERY_S:
@@ -261,6 +267,26 @@ def append(run_dir: str, entry: dict) -> None:
     """One line of ``guard.jsonl``, fsynced before the next step starts (as a launch's journal)."""
     journal.append_line(os.path.join(run_dir, JOURNAL),
                         json.dumps({**entry, "t": time.time()}, separators=(",", ":"), default=str))
+
+
+def fail_lost(run_dir: str, cause: str | None) -> dict | None:
+    """A run lost while its guard watched (its supervisor gone without an exit: the container stopped, a kill):
+    the guard fails as a crash's would, journalled first, once whoever notices first (the next agent call, the
+    boot); its state without the window's progress. None when the guard was not watching."""
+    with open(os.path.join(run_dir, JOURNAL), "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # two that notice at once: one decides
+        state = summary(run_dir)
+        if not state or state.get("state") != "watching":
+            return None
+        points = read_points(os.path.join(run_dir, LOG))
+        at = f" at step {points[-1]['step']}" if points else " before its first step"
+        reason = f"lost{at} ({cause or 'its supervisor vanished'})"
+        on_fail = state.get("on_fail", "rollback")
+        append(run_dir, {"event": "failed", "reason": reason, "on_fail": on_fail})
+        kept = {k: state[k] for k in ("of", "on_fail", "parent") if k in state}
+        new = {**kept, "state": "failed" if on_fail == "rollback" else "stopped on failure", "reason": reason}
+        write_json(os.path.join(run_dir, STATE), new)
+    return new
 
 
 def read_journal(run_dir: str) -> list[dict]:

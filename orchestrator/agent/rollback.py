@@ -3,7 +3,9 @@
 Started by the guarded run's supervisor once the run has ended (``guard.Watch.after_exit``), in a process of
 its own, holding the target's lock. Each step is journalled in the failed run's ``guard.jsonl`` before the next
 one starts, and a step already done is never done again, so a rollback cut short (its process killed, the
-container rebooted) is finished by the next agent call that reads the runs (``resume_pending``)::
+container rebooted) is finished by the next agent call that reads the runs (``resume_pending``). A guarded run
+lost inside its window (the container stopped under it) fails its guard there, or at the boot (its unit:
+``at_boot``), and is rolled back the same way::
 
     stop       the failed run is over (its supervisor stopped it; stopped here if it still runs)
     trash_new  its own checkpoints go to a trash entry named after it (``<time>-exp13``)
@@ -22,7 +24,7 @@ import os
 import sys
 import time
 
-from . import checkpoints, guard, journal, runs
+from . import checkpoints, guard, journal, reboot_unit, runs
 from .layout import Layout, parse_run_key, read_json, remove_tree, write_json
 from .lock import TargetLock
 
@@ -136,20 +138,41 @@ def _start(layout: Layout, spec: guard.Spec, failed_id: int) -> dict:
 
 
 def resume_pending(layout: Layout) -> None:
-    """A rollback decided but not finished (its process gone: killed, or the container rebooted): start it again."""
+    """A rollback decided but not finished (its process gone: killed, or the container rebooted), or a guarded run
+    lost inside its window (``resume_one``): start it (again)."""
     try:
         names = os.listdir(layout.runs)
     except OSError:
         return
     for name in names:
-        run_dir = os.path.join(layout.runs, name)
-        state = guard.summary(run_dir)
-        if not state or state.get("state") != "failed" or state.get("on_fail", "rollback") != "rollback":
-            continue
-        pid = read_json(os.path.join(run_dir, PID), {}) or {}
-        if pid and runs._alive(pid.get("pid"), pid.get("start")):
-            continue
-        if not pid and runs.run_state(run_dir)["state"] == "running":
-            continue  # its supervisor decided and is stopping it: it starts the rollback itself
-        guard.spawn_rollback(run_dir, os.path.abspath(sys.argv[0]))
-        write_json(os.path.join(run_dir, PID), {"pid": None, "spawned": time.time()})
+        resume_one(os.path.join(layout.runs, name))
+
+
+def at_boot(run_dir: str) -> int:
+    """The run's boot unit (``reboot_unit``): a guarded run lost inside its window fails its guard and is rolled
+    back, with no orch connected; any other lost run is resumed (``runs.resume``)."""
+    code = runs.resume(run_dir)  # a guard that watched fails there, and the run is not resumed
+    resume_one(os.path.normpath(run_dir))
+    return code
+
+
+def resume_one(run_dir: str) -> bool:
+    """This run's rollback, started unless it is on its way or not wanted; a run lost while its guard watched
+    fails its guard first (``guard.fail_lost``) and is never resumed. Whether one was started."""
+    state = guard.summary(run_dir)
+    if state and state.get("state") == "watching":
+        run = runs.run_state(run_dir)
+        if run["state"] != "lost":
+            return False
+        reboot_unit.remove(run_dir)  # the rollback puts its parent back instead
+        state = guard.fail_lost(run_dir, run.get("cause")) or guard.summary(run_dir)
+    if not state or state.get("state") != "failed" or state.get("on_fail", "rollback") != "rollback":
+        return False
+    pid = read_json(os.path.join(run_dir, PID), {}) or {}
+    if pid and runs._alive(pid.get("pid"), pid.get("start")):
+        return False
+    if not pid and runs.run_state(run_dir)["state"] == "running":
+        return False  # its supervisor decided and is stopping it: it starts the rollback itself
+    guard.spawn_rollback(run_dir, os.path.abspath(sys.argv[0]))
+    write_json(os.path.join(run_dir, PID), {"pid": None, "spawned": time.time()})
+    return True

@@ -349,10 +349,16 @@ def supervise(run_dir: str) -> int:
             signal.signal(sig, forward)
         _reserve_exit(run_dir)
         resumes = policy.resume_after_reboot
-        if resumes:
+        # a boot inside the guard's window fails the guard and rolls back (``rollback.at_boot``), no orch needed
+        watching = guarded is not None and guarded.open and guarded.spec.on_fail == "rollback"
+        if resumes or watching:
             why = reboot_unit.install(run_dir, sys.executable, os.path.abspath(sys.argv[0]))
-            log.write(f"[orch] resume_after_reboot: {why}; a reboot leaves this run lost\n".encode() if why else b"")
-            resumes = not why
+            if resumes:
+                log.write(f"[orch] resume_after_reboot: {why}; a reboot leaves this run lost\n".encode()
+                          if why else b"")
+            elif not why and guarded is not None:  # the unit was for the window alone
+                guarded.on_pass = lambda: reboot_unit.remove(run_dir)
+            resumes = resumes and not why
         while True:
             ended = _attempt(run_dir, launch, env, log, policy, history, stopping, children, told, guarded)
             if isinstance(ended, int):
@@ -361,7 +367,7 @@ def supervise(run_dir: str) -> int:
                 return ended  # the command could not be started
             code, sig, reason = ended
             if reason in causes.SHUTDOWN:
-                return _interrupted(run_dir, reason, log, resumes, code)
+                return _interrupted(run_dir, reason, log, resumes, code, guarded)
             if not policy.restart_after(len(history.items) - 1, code, reason, history.lost):
                 break
             pause = policy.delay(len(history.items))
@@ -370,7 +376,7 @@ def supervise(run_dir: str) -> int:
                       attempts=policy.attempts + history.lost, delay=pause)
             if not attempts.wait_backoff(run_dir, pause, stopping):
                 if _going_down(run_dir, stopping, 0):  # the shutdown came during the backoff
-                    return _interrupted(run_dir, causes.shutdown_cause(), log, resumes, code)
+                    return _interrupted(run_dir, causes.shutdown_cause(), log, resumes, code, guarded)
                 break
     cause = causes.hangup_cause(stopping, run_dir)
     if cause is None and sig == signal.SIGKILL and not stopping and not attempts.stop_requested(run_dir):
@@ -440,13 +446,17 @@ def _going_down(run_dir: str, stopping: list, code: int) -> bool:
     return causes.shutting_down()
 
 
-def _interrupted(run_dir: str, cause: str, log, resumes: bool, code: int) -> int:
+def _interrupted(run_dir: str, cause: str, log, resumes: bool, code: int, guarded: guard.Watch | None = None) -> int:
     """The system is going down under the run: no exit is recorded and the reboot unit stays, so the run
     reads as lost (``cause``, at this time) until the attempt after boot, which resumes from the newest
-    checkpoint."""
+    checkpoint (inside a guard's window: its guard fails then, and the rollback puts the parent back)."""
     path = os.path.join(run_dir, "pid.json")
     write_json(path, (read_json(path, {}) or {}) | {"interrupted": {"cause": cause, "time": time.time()}})
     after = "it resumes at the next boot" if resumes else "orch restart resumes it from its newest checkpoint"
+    if guarded is not None and guarded.open:
+        after = "its guard fails at the next boot or orch call" + (
+            f", and the rollback puts experiment {guarded.spec.parent.get('id')} back"
+            if guarded.spec.on_fail == "rollback" else "")
     log.write(f"[orch] {cause}: {after}\n".encode())
     return code
 
@@ -507,13 +517,19 @@ def resume(run_dir: str) -> int:
     run_dir = os.path.normpath(run_dir)
     state = run_state(run_dir)
     launch = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
+    if state["state"] == "lost" and (guard.summary(run_dir) or {}).get("state") == "watching":
+        guard.fail_lost(run_dir, state.get("cause"))  # lost inside its guard's window: it fails as a crash's would
     why = None
     if state["state"] != "lost":
         why = f"it is {state['state']}"
+    elif (watched := guard.summary(run_dir) or {}).get("state") in ("failed", "rolled back", "rollback failed",
+                                                                    "stopped on failure"):
+        why = "its guard failed" + (": the rollback puts its parent back instead"
+                                    if watched.get("on_fail", "rollback") == "rollback" else "")
     elif launch.get("secrets"):
         why = "its secrets are never stored on the target"
-    elif (guard.summary(run_dir) or {}).get("state") in ("failed", "rolled back"):
-        why = "its guard failed: the rollback puts its parent back instead"
+    elif watched and not (launch.get("recovery") or {}).get("resume_after_reboot"):
+        why = "[run] resume_after_reboot is off (its unit was there for its guard's window)"
     if why:
         reboot_unit.remove(run_dir)
         print(f"orch: not resuming {run_dir}: {why}", flush=True)

@@ -65,8 +65,37 @@ def own_files() -> list[str]:
     return [agent, agent[:-4] + ".d"] if agent.endswith(".pyz") else [agent]
 
 
+PRELOAD = ("subprocess", "shutil", "socket", "libtmux", "libtmux.exc")  # what launches, stops and status import late
+
+
+def _preload() -> None:
+    """Import, while the agent waits for its first requests, what they would otherwise import as they run: a
+    resident readied for the next command (and one just started) answers it as fast as a used one."""
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 (the request that needs it says why)
+            pass
+    try:
+        import shutil
+
+        from .system import tmux_version
+
+        tmux = shutil.which("tmux")
+        if tmux:
+            tmux_version(tmux)  # remembered for the preflight of every launch this agent serves
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def serve() -> int:
+    import threading
+
     from .__main__ import respond
+
+    threading.Thread(target=_preload, daemon=True).start()
 
     os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
     os.environ.pop("LANGUAGE", None)

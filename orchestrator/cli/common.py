@@ -27,13 +27,15 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print only JSON on stdout
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a setting: section.key=value")]
 
 
-def settings(ctx: typer.Context, overrides: list[str] | None = None):
+def settings(ctx: typer.Context, overrides: list[str] | None = None, *, lenient: bool = False):
+    """The merged settings; ``lenient`` (status, logs, stop, attach): a key in error is warned of and left at its
+    default, so that a typo never keeps a user from looking at or stopping a run."""
     from ..config import load_settings
 
     from ..errors import ConfigError
 
     path: Path | None = (ctx.obj or {}).get("config") if ctx.obj else None
-    settings = load_settings(path, overrides=overrides or [])
+    settings = load_settings(path, overrides=overrides or [], lenient=lenient)
     if settings.config_path is None:  # records live beside orch.toml: never scatter them in random folders
         raise ConfigError(f"no orch.toml in {Path.cwd()} or any folder above it",
                           hint="run `orch init` in your project folder, or pass --config PATH")

@@ -70,7 +70,8 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
                                              "orch env show " + exp.env["hash"] + ")"),
                          ("parent", exp.parent),
                          ("created", render.when(exp.created)), ("started", render.when(exp.started)),
-                         ("ended", render.when(exp.ended)), ("how", exp.end_reason),
+                         ("ended", render.when(exp.ended)),
+                         ("how", None if exp.end_reason == f"exit code {exp.exit_code}" else exp.end_reason),
                          ("checkpoints", f"{exp.checkpoints_action or '-'}"
                                          + (f" -> {exp.checkpoints_entry}" if exp.checkpoints_entry else "")),
                          ("error", exp.error)):
@@ -89,9 +90,11 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
         for a in exp.attempts:
             code = "-" if a.get("exit_code") is None else a["exit_code"]
             resumed = f", resumed from {a['resumed_from']}" if a.get("resumed_from") and a.get("attempt") else ""
-            render.out(f"    {a.get('attempt', 0) + 1}: {render.when(a.get('started'))}, exit code {code}, "
-                       f"{a.get('reason') or 'running'}{resumed}")
-    render.out("  batching:")
+            reason = a.get("reason") or "running"
+            how = "" if reason == f"exit code {code}" else f", {reason}"  # the reason may be the exit code itself
+            render.out(f"    {a.get('attempt', 0) + 1}: {render.when(a.get('started'))}, exit code {code}{how}"
+                       f"{resumed}")
+    render.out("  batching:" + ("" if exp.batching else "     none (the project has no [batching])"))
     for k, v in exp.batching.items():
         if v is not None:
             render.out(f"    {k:18} {v}")

@@ -34,7 +34,7 @@ def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
     from ..reach.transport.interactive import terminal
 
     into.require_terminal("attach")
-    settings = common.settings(ctx)
+    settings = common.settings(ctx, lenient=True)
     tgt = common.target(settings, *common.one_node(target, ct, "attach"), trust=trust_new_host)
     with tgt.connect() as transport:
         _reconcile(settings, tgt, transport)

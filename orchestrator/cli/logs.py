@@ -29,7 +29,7 @@ def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, exper
     from ..watch import log_view
     from ..watch.metrics_view import as_recorded
 
-    settings = common.settings(ctx)
+    settings = common.settings(ctx, lenient=True)
     settings = settings if follow else common.read_only(settings)  # a first read is bounded by read_timeout
     grp = _job_of(settings, target, ct, experiment, trust_new_host)
     if grp is not None:

@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click  # type: ignore[no-redef]
 
 from ..errors import Interrupted, OrchError
+from . import helptext, parsing
 
 
 WAIT_DEFAULT = 60.0  # `--wait` without a value
@@ -117,21 +118,45 @@ _MAIN = [False]  # this process is running one orch command (main()), not a prog
 class OrchGroup(TyperGroup):
     """Turns every ``OrchError`` (and click's usage errors) into ``error:``/``hint:`` lines and an exit code."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        helptext.name_values(self.params)
+
     def list_commands(self, ctx) -> list[str]:  # type: ignore[override]
         return list(self.commands)  # the names, in registration order, without building the commands
 
+    def format_options(self, ctx, formatter) -> None:  # type: ignore[override]
+        helptext.write_options(self, ctx, formatter)
+        self.format_commands(ctx, formatter)
+
     def format_commands(self, ctx, formatter) -> None:  # type: ignore[override]
+        """The commands under their groups (``helptext.GROUPS``), each with its one-line help."""
         lazy = self.commands
-        if not isinstance(lazy, LazyCommands):
-            return super().format_commands(ctx, formatter)
-        self.commands = lazy.summaries()
-        try:
-            super().format_commands(ctx, formatter)
-        finally:
-            self.commands = lazy
+        commands = lazy.summaries() if isinstance(lazy, LazyCommands) else dict(lazy)
+        shown = {name: command for name, command in commands.items() if not command.hidden}
+        if not shown:
+            return
+        limit = formatter.width - 6 - max(map(len, shown))
+        for group, names in helptext.grouped(list(shown)):
+            with formatter.section(group):
+                formatter.write_dl([(name, shown[name].get_short_help_str(limit)) for name in names])
 
     def parse_args(self, ctx, args):  # type: ignore[override]
-        return super().parse_args(ctx, optional_values(list(args)))
+        args = optional_values(list(args))
+        if ctx.parent is None:  # the root: `orch deploy --config X` as `orch --config X deploy`
+            args = parsing.hoisted(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx, args):  # type: ignore[override]
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            meant, exact = parsing.suggestions(self, args[0]) if args and ctx.parent is None else ([], False)
+            if meant and (exact or "Did you mean" not in exc.message):  # a group's own word beats a near one
+                head = exc.message.split(". Did you mean", 1)[0].rstrip(".")
+                named = [f"`orch {m}`" for m in meant]
+                exc.message = f"{head}. Did you mean {', '.join(named[:-1]) + ' or ' if named[1:] else ''}{named[-1]}?"
+            raise
 
     def make_context(self, *args, **kwargs):  # type: ignore[override]
         try:
@@ -243,6 +268,20 @@ def _register() -> None:
     env.register(app)
     app.add_typer(queue.app, name="queue")
     sweep.register(app)
+    _words_in_help(app)
+
+
+def _words_in_help(typer_app: typer.Typer) -> None:
+    """Every command is built as an ``OrchCommand`` (a group: ``OrchSubGroup``): its help names values by words
+    (``helptext``)."""
+    tm = typer.main
+    for info in typer_app.registered_commands:
+        if info.cls in (None, TyperCommand):  # typer's own default, named or not
+            info.cls = helptext.OrchCommand
+    for group in typer_app.registered_groups:
+        if tm.solve_typer_info_defaults(group).cls in (None, TyperGroup):
+            group.cls = helptext.OrchSubGroup
+        _words_in_help(group.typer_instance)
 
 
 _register()

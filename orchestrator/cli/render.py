@@ -133,12 +133,14 @@ def plan_lines(actions, stop_ids: list | None = None) -> list[str]:
             text = f"record a new experiment (target {a.target}{parent})"
         elif isinstance(a, model.QueueRun):
             shown = command_line(a.command if isinstance(a.command, str) else list(a.command))
-            text = f"queue `{shown}` on the target (batching: {a.strategy}): it starts when the experiment " \
+            batch = f" (batching: {a.strategy})" if a.strategy else ""
+            text = f"queue `{shown}` on the target{batch}: it starts when the experiment " \
                    "before it ends, or now if none runs"
         elif isinstance(a, model.StartRun):
             shown = command_line(a.command if isinstance(a.command, str) else list(a.command))
             how = f" as {shlex.join(a.argv)}" if isinstance(a.command, str) else ""
-            text = f"start `{shown}`{how} in tmux (batching: {a.strategy})" + \
+            batch = f" (batching: {a.strategy})" if a.strategy else ""  # a project with no [batching]: none
+            text = f"start `{shown}`{how} in tmux{batch}" + \
                 (" on every node, node 0 first" if a.nodes > 1 else "")
         elif isinstance(a, model.VerifyStarted):
             text = f"check the run is alive after {a.wait:g} s" if a.wait else "check the command was spawned"

@@ -204,7 +204,7 @@ def _say_outcome(outcome, target) -> None:
                    f"within {waited['seconds']:g} s (orch logs --follow)")
     elif exp.status == "running":
         render.out(f"experiment {exp.id}: started on {target.label} (revision {exp.revision}); "
-                   "--wait watches it until its first metric line")
+                   "orch logs --follow shows it (a deploy with --wait waits for its first metric line)")
     elif exp.status == "queued":
         q = outcome.queue or {}
         behind = f" behind experiment {q['behind']}" if q.get("behind") else ""
@@ -293,14 +293,20 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
             clean_checkpoints: CleanOpt = False, purge: PurgeOpt = False, yes: YesOpt = False,
             dry_run: DryOpt = False, start: StartOpt = False, trust_new_host: TrustOpt = False,
             wait: WaitOpt = None, guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None,
-            pool: PoolOpt = None, beside: BesideOpt = False) -> None:
-    """Stop the latest experiment and relaunch its revision and settings as a new experiment (--beside: next to
-    it, on free GPUs, stopping nothing); a job: on every node."""
+            pool: PoolOpt = None, beside: BesideOpt = False, experiment: ExperimentOpt = None) -> None:
+    """Stop the latest experiment and relaunch its revision and settings as a new experiment (-e ID: that
+    experiment's; --beside: next to it, on free GPUs, stopping nothing); a job: on every node."""
     from ..launch import prepare
 
     from . import job
 
     settings = common.settings(ctx)
+    parent = None
+    if experiment is not None:  # where it ran, unless a target is given
+        one_target, one_ct = _flags_of(settings, target, ct, experiment)
+        target, ct = ([one_target] if one_target else None), ([one_ct] if one_ct is not None else None)
+        with common.registry(settings) as reg:
+            parent = reg.get(experiment)
     confirm = render.confirm if render.interactive() else None
     if beside:
         from ..launch import beside as besides
@@ -326,7 +332,7 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
 
             recover(settings, tgt, reg)
         launch = prepare.restart(settings, tgt, reg, message=message, clean=clean_checkpoints or purge or guard,
-                                 purge=purge, yes=yes, confirm=confirm, echo=render.say)
+                                 purge=purge, yes=yes, confirm=confirm, echo=render.say, parent=parent, job=False)
     launch.wait = settings.run.wait if wait is None else wait
     if choice is not None:
         from ..launch.placement import apply
@@ -351,7 +357,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     from ..launch import prepare
     from . import job
 
-    settings = common.settings(ctx)
+    settings = common.settings(ctx, lenient=True)
     grp = None if dry_run or experiment is not None else job.group(settings, target, ct, False, trust_new_host, False)
     if grp is not None:
         return job.stop(settings, grp, as_json)

@@ -25,7 +25,7 @@ def status(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_
     live run of the project there when several run side by side."""
     from ..watch import status as reading
 
-    settings = common.settings(ctx)
+    settings = common.settings(ctx, lenient=True)
     open_registry = functools.partial(common.registry, settings)
     if all_:
         results = reading.read_all(settings, open_registry,

@@ -13,9 +13,11 @@ Execution has two phases so that nothing changes before everything has been chec
 If phase 2 fails the new experiment is marked ``failed`` with the error, never left ``launching``; if it
 failed at the start, after the old run was stopped, the checkpoints it moved are put back (``way_back``).
 If it is interrupted (Ctrl-C, SIGTERM, SIGHUP, a dropped link), the agent finishes the step in progress
-and stops at the next one; orch then asks the target what was done, records that, and says it in one
-line (``Interrupted``). If orch itself is killed (SIGKILL), the row's launch lock (``launch_guard``) is
-dropped by the kernel and the next command that reaches the target settles it (``status.reconcile``).
+and stops at the next one, unless the old run is already stopped: then the new run's start goes on to its
+end, so that one of them runs. orch then asks the target what was done, records that, and says it in one
+line (``Interrupted``), with the command that puts the old run back (``orch restart -e 9``). If orch itself
+is killed (SIGKILL), the row's launch lock (``launch_guard``) is dropped by the kernel and the next command
+that reaches the target settles it (``status.reconcile``).
 With ``wait`` the run is watched until its first metric line, its end, or the time.
 """
 
@@ -95,7 +97,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             results = _apply(launch, client, registry, probe, exp, out, writer)
         except (KeyboardInterrupt, TransportError) as exc:
             transport.close()
-            how, code = signals.describe(exc)
+            how, code = (launch_result.DROPPED, 0) if isinstance(exc, TransportError) else signals.describe(exc)
             truth = launch_result.settle_interrupted(launch, registry, probe, exp, out, how)
             if isinstance(exc, TransportError):
                 raise TransportError(f"{exc.message}; {truth}", hint=exc.hint) from None

@@ -224,7 +224,7 @@ def plan(book: Playbook, inputs: Inputs, nodes: int = 1) -> tuple[model.Action, 
             command = inputs.command if inputs.command is not None else inputs.argv or []
             actions.append(model.StartRun(label=label, command=command if isinstance(command, str) else tuple(command),
                                           argv=tuple(inputs.argv or []),
-                                          strategy=str((inputs.batching or {}).get("strategy", "?")), nodes=nodes))
+                                          strategy=str((inputs.batching or {}).get("strategy", "")), nodes=nodes))
         elif isinstance(step, VerifyStarted):
             actions.append(model.VerifyStarted(label=label, wait=step.wait))
         else:

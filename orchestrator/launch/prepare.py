@@ -20,7 +20,10 @@ from ..reach.targets import Target
 
 
 def resolve_batching(settings: Settings) -> tuple[dict, dict | None]:
-    """The batching table handed to the run; with declared lengths, optimized and planned first."""
+    """The batching table handed to the run; with declared lengths, optimized and planned first. A project with
+    no ``[batching]`` (nor a ``batching.`` flag or variable) has none: nothing is recorded for it."""
+    if "batching" not in settings.model_fields_set:
+        return {}, None
     config = settings.batching.model_dump()
     if not settings.batching.lengths:
         return config, None
@@ -91,9 +94,10 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
 
 def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
             purge: bool, yes: bool, confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
-            parent: Experiment | None = None) -> Launch:
-    """Relaunch ``parent`` (default: the target's latest experiment); a job's row is given by the caller."""
-    job = parent is not None
+            parent: Experiment | None = None, job: bool | None = None) -> Launch:
+    """Relaunch ``parent`` (default: the target's latest experiment); a job's row is given by the caller (``job``
+    unless said otherwise: ``orch restart -e ID`` gives one run's)."""
+    job = parent is not None if job is None else job
     parent = parent or registry.latest(target.machine, target.name)
     if parent is None:
         raise NotFoundError(f"nothing to restart: no experiment on {target.label}",
@@ -154,5 +158,6 @@ def _action(clean: bool, purge: bool) -> str:
 
 
 def _public_config(settings: Settings) -> dict:
-    """The fully resolved settings as recorded; secrets are never settings (only their names), so this is safe."""
-    return settings.model_dump(mode="json")
+    """The fully resolved settings as recorded; secrets are never settings (only their names), so this is safe.
+    A project with no ``[batching]`` records none (not the defaults it never read)."""
+    return settings.model_dump(mode="json", exclude=None if "batching" in settings.model_fields_set else {"batching"})

@@ -56,12 +56,16 @@ def record_wait(registry: Registry, out: Outcome) -> None:
                                          ended=waited.get("ended") or time.time(), end_reason=waited.get("end_reason"))
 
 
+DROPPED = "the connection dropped"  # how a launch whose link failed midway was cut (no Ctrl-C was pressed)
+
+
 def settle_interrupted(launch: Launch, registry: Registry, probe: dict, exp: Experiment | None, out: Outcome,
               how: str = "interrupted") -> str:
     """After an interrupted apply: ask the target what was done, record it, and say it in one line.
 
-    The call waits for the target's lock, so the interrupted agent has finished its step by then.
-    ``how`` says what interrupted it ("interrupted", "interrupted by SIGTERM"); it goes into the record.
+    The call waits for the target's lock, so the interrupted agent has finished its step by then (and, past the
+    old run's stop, the new run's start: ``agent.__main__.committed``). ``how`` says what cut it
+    ("interrupted", "interrupted by SIGTERM", ``DROPPED``); it goes into the record.
     """
     settings, target = launch.settings, launch.target
     old = [r["id"] for r in probe["alive_runs"]] if launch.has(StopRun) else []
@@ -77,7 +81,8 @@ def settle_interrupted(launch: Launch, registry: Registry, probe: dict, exp: Exp
         out.experiment = registry.update(exp.id, status="failed", ended=time.time(),
                                          error=f"{how}; the target was not yet asked what was done")
     try:
-        launch.echo(f"orch: {how}; asking {target.label} what was done (Ctrl-C again to leave now)")
+        again = " again" if how.startswith("interrupted") else ""  # a dropped link: no Ctrl-C so far
+        launch.echo(f"orch: {how}; asking {target.label} what was done (Ctrl-C{again} to leave now)")
     except OSError:
         pass  # SIGHUP: the terminal is gone, the record still matters
     try:
@@ -107,7 +112,11 @@ def settle_interrupted(launch: Launch, registry: Registry, probe: dict, exp: Exp
     stopped = [r["id"] for r in gone]
     new = next((r for r in values[0]["runs"] if exp is not None and r["id"] == exp.id and registry.owns(r)), None)
     done = []
-    if new is not None and exp is not None:
+    if new is not None and exp is not None and new["state"] == "failed":  # its start was tried, and failed
+        out.experiment = registry.update(exp.id, status="failed", ended=new.get("ended") or now,
+                                         error=f"{how}; its start failed: {new.get('error') or 'no reason given'}")
+        done.append(f"new run {exp.id} not started ({new.get('error') or 'its start failed'})")
+    elif new is not None and exp is not None:
         state = "running" if new["state"] == "launching" else new["state"]
         fields: dict = {"status": state, "started": new.get("started") or now, "error": None, "ended": None}
         if state in ENDED:
@@ -130,6 +139,9 @@ def settle_interrupted(launch: Launch, registry: Registry, probe: dict, exp: Exp
         done.append("nothing was changed on the target")
     if new is None and exp is not None:
         done.append(f"new run {exp.id} not started")
+    started = new is not None and new["state"] != "failed"
+    if (back := go_back(out.stopped, started)):
+        done.append(back)
     return "; ".join(done)
 
 
@@ -156,6 +168,14 @@ def _moved(launch: Launch, registry: Registry, exp: Experiment, out: Outcome, en
         return back.said
     out.experiment = registry.update(exp.id, checkpoints_action="moved", checkpoints_entry=path)
     return f"checkpoints moved to {path} (orch checkpoints restore {entry['name']})"
+
+
+def go_back(stopped: list[dict], started: bool) -> str:
+    """The command that starts the one run a launch stopped again (this registry's): ``to go back: orch restart
+    -e 9`` once the new run started, ``to start it again: …`` when it did not; "" when there is none to give."""
+    if len(stopped) != 1 or not stopped[0].get("mine"):
+        return ""
+    return f"{'to go back' if started else 'to start it again'}: orch restart -e {stopped[0]['id']}"
 
 
 def update_quietly(registry: Registry, run: dict, launch: Launch, **fields: Any) -> None:

@@ -8,7 +8,8 @@ fails after the old run was stopped and its checkpoints moved into a trash entry
 
 puts the entry back (``checkpoints.put_back``, which never overwrites), records each stopped run as
 stopped by this experiment, and returns the sentence to add to the error: what was stopped, and where the
-checkpoints are now (with the ``orch checkpoints restore`` command when they could not be put back).
+checkpoints are now (with the ``orch checkpoints restore`` command when they could not be put back), and the
+command that starts the stopped run again (``result.go_back``: ``orch restart -e 9``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from .. import checkpoints
 from ..reach.agent_client import AgentClient
 from ..records.end_reason import stopped_by
-from .result import update_quietly
+from .result import go_back, update_quietly
 from ..records.experiments import Experiment, Registry
 from .model import Launch
 
@@ -59,4 +60,6 @@ def after_failed_start(launch: Launch, client: AgentClient, registry: Registry, 
                                     moved=trash.get("moved", 0), action=trash["action"])
         fields.update(back.fields)
         parts.append(back.said)
+    if failed in START_OPS and (again := go_back(stopped, started=False)):
+        parts.append(again)
     return "; ".join(parts), fields

@@ -1,10 +1,13 @@
-"""Proxmox lookups remembered for a few seconds, so a run of commands on one CT asks the API once.
+"""Proxmox lookups remembered, so a run of commands on one CT asks the API once, and the first command after a
+pause does not wait for it.
 
-A lookup (node, name, address, config summary) of a *running* CT is kept in the project's state folder
-for ``[proxmox] cache_ttl`` seconds; a stopped or just-started CT is never kept. Within that time a
-command reaches the CT without the API (or importing its client). Any command that then fails to reach
-a target forgets what it was served (``forget_served``), so the next one asks the API again; the SSH host
-key check still decides whether the machine at that address is the CT it was.
+A lookup (node, name, address, config summary) of a *running* CT is kept in the project's state folder; a
+stopped or just-started CT is never kept. For ``[proxmox] cache_ttl`` seconds it is fresh: a command reaches the
+CT without the API (or importing its client). After that, up to ``[proxmox] cache_max_age``, it is *stale*: still
+used to reach the CT while the CT's port (or its node's, for ``pct``) answers, and asked again once the command
+has answered (in the warm orch process), so the next command sees what changed. Any command that fails to reach
+a target forgets what it was served (``forget_served``), so the next one asks the API again; the SSH host key
+check still decides whether the machine at that address is the CT it was.
 
 The file holds no secrets: addresses and names only, written 0600 like the rest of ``.orch``.
 """
@@ -41,26 +44,38 @@ def _write(path: Path, data: dict) -> None:
         pass
 
 
-def lookup(state_dir: Path, api: str, vmid: int, access: str, ttl: float, now: float | None = None) -> dict | None:
-    """The remembered lookup of CT ``vmid`` reached by ``access``, if younger than ``ttl`` seconds."""
+def lookup(state_dir: Path, api: str, vmid: int, access: str, ttl: float, now: float | None = None,
+           max_age: float = 0.0) -> dict | None:
+    """The remembered lookup of CT ``vmid`` reached by ``access``, if younger than ``ttl`` seconds (or, marked
+    ``stale``, than ``max_age``); ``ttl`` 0: none."""
     if ttl <= 0:
         return None
     path, key = state_dir / FILE, _key(api, vmid, access)
     entry = _read(path).get(key)
     now = time.time() if now is None else now
-    if not isinstance(entry, dict) or not 0 <= now - float(entry.get("at", 0)) < ttl:
+    if not isinstance(entry, dict):
+        return None
+    age = now - float(entry.get("at", 0))
+    if not 0 <= age < max(ttl, max_age):
         return None
     _served.append((path, key))
-    return entry
+    return {**entry, "stale": age >= ttl}
 
 
-def remember(state_dir: Path, api: str, vmid: int, access: str, ttl: float, info: dict) -> None:
-    """Keep the lookup of a running CT; expired entries of other CTs are dropped on the way."""
-    if ttl <= 0 or info.get("status") != "running" or info.get("started"):
+def remember(state_dir: Path, api: str, vmid: int, access: str, ttl: float, info: dict,
+             max_age: float = 0.0) -> None:
+    """Keep the lookup of a running CT (or forget it, when the CT is not running); entries of other CTs older
+    than ``max_age`` (or ``ttl``) are dropped on the way."""
+    if ttl <= 0:
         return
-    path, now = state_dir / FILE, time.time()
-    data = {k: v for k, v in _read(path).items() if isinstance(v, dict) and now - float(v.get("at", 0)) < ttl}
-    data[_key(api, vmid, access)] = {**info, "at": now}
+    path, now, keep = state_dir / FILE, time.time(), max(ttl, max_age)
+    data = {k: v for k, v in _read(path).items() if isinstance(v, dict) and now - float(v.get("at", 0)) < keep}
+    key = _key(api, vmid, access)
+    if info.get("status") != "running" or info.get("started"):
+        if data.pop(key, None) is not None:
+            _write(path, data)
+        return
+    data[key] = {**info, "at": now}
     _write(path, data)
 
 

@@ -92,7 +92,8 @@ class ProxmoxClient:
 
     @property
     def url(self) -> str:
-        return f"https://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        return f"https://{host}:{self.port}"
 
     def __repr__(self) -> str:
         return f"ProxmoxClient({self.url}, token_id={self.token_id!r})"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..config import Settings, TargetSection
-from ..errors import ConfigError, InputError, ProxmoxError, TargetError
+from ..errors import ConfigError, InputError, OrchError, ProxmoxError, TargetError
 from .transport.base import Transport
 
 
@@ -164,26 +164,50 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
 
 
 def _ct_lookup(settings: Settings, spec, start: bool, confirm, connect_timeout: float | None):
-    """CT ``spec.ct`` as the API describes it; a running CT reached over SSH is remembered for
-    ``[proxmox] cache_ttl`` seconds, and reused while its SSH port still answers."""
+    """CT ``spec.ct`` as the API describes it. A running CT's lookup is remembered (``ct_cache``) and reused while
+    the port orch reaches it by (the CT's SSH port, or its node's for ``pct``) still answers; one older than
+    ``[proxmox] cache_ttl`` is asked again after the command has answered."""
+    from .. import after_answer
     from . import ct_cache
     from .proxmox import CtInfo
 
     px = settings.proxmox
     api, vmid = f"{px.host}:{px.port}", int(spec.ct or 0)
-    need_address = spec.access == "ssh" and not spec.address
-    ttl = px.cache_ttl if spec.access == "ssh" else 0.0
-    got = ct_cache.lookup(settings.state_dir, api, vmid, spec.access, ttl)
-    if got is not None and _answers(spec.address or got.get("address"), spec.port or 22, connect_timeout):
-        return CtInfo(vmid=vmid, node=got["node"], name=got["name"], status=got["status"],
-                      address=got.get("address") or "", config_summary=got.get("config_summary") or {})
-    from . import proxmox
+    got = ct_cache.lookup(settings.state_dir, api, vmid, spec.access, px.cache_ttl, max_age=px.cache_max_age)
+    if got is not None and not (start and spec.access == "pct"):  # the node answers for a stopped CT too
+        if spec.access == "pct":
+            reach = (px.node_ssh.host or got.get("node"), px.node_ssh.port or 22)
+        else:
+            reach = (spec.address or got.get("address"), spec.port or 22)
+        if _answers(*reach, connect_timeout):
+            if got.get("stale"):
+                after_answer.later(lambda: _refresh(settings, spec))
+            return CtInfo(vmid=vmid, node=got["node"], name=got["name"], status=got["status"],
+                          address=got.get("address") or "", config_summary=got.get("config_summary") or {})
+    return _look_up(settings, spec, start, confirm)
 
+
+def _refresh(settings: Settings, spec) -> None:
+    """A stale lookup asked again (after the answer): remembered anew, or forgotten when the API now says no."""
+    from . import ct_cache
+
+    try:
+        _look_up(settings, spec, False, None)
+    except OrchError:
+        ct_cache.forget_served()
+
+
+def _look_up(settings: Settings, spec, start: bool, confirm):
+    """CT ``spec.ct`` asked of the API, and remembered (or forgotten, when it is not running)."""
+    from . import ct_cache, proxmox
+
+    px = settings.proxmox
+    api, vmid = f"{px.host}:{px.port}", int(spec.ct or 0)
     info = proxmox.resolve_ct(proxmox_client(px), vmid, start=start, interactive_confirm=confirm,
-                              start_timeout=px.start_timeout, need_address=need_address)
-    ct_cache.remember(settings.state_dir, api, vmid, spec.access, ttl,
+                              start_timeout=px.start_timeout, need_address=spec.access == "ssh" and not spec.address)
+    ct_cache.remember(settings.state_dir, api, vmid, spec.access, px.cache_ttl,
                       {"node": info.node, "name": info.name, "status": info.status, "address": info.address,
-                       "started": info.started, "config_summary": info.config_summary})
+                       "started": info.started, "config_summary": info.config_summary}, max_age=px.cache_max_age)
     return info
 
 

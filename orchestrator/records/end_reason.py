@@ -74,7 +74,7 @@ def restored(parent: object, failed: object) -> str:
 def describe(run: dict, registry_id: str | None = None, now: float | None = None) -> str | None:
     """The end of a run in a few words, or None for a run that is not over or finished cleanly."""
     state = run.get("state")
-    if state in ("stopped", "crashed", "finished") and guard_reason(run.get("guard")):
+    if state in ("stopped", "crashed", "finished", "lost") and guard_reason(run.get("guard")):  # lost: in its window
         return guard_reason(run.get("guard"))
     if state == "stopped":
         return stopped_by(run.get("stopped_by"), registry_id)

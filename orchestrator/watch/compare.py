@@ -23,8 +23,12 @@ def _fields(exp: Experiment) -> dict:
     _flat("batching", exp.batching, fields)
     fields.update({"revision": exp.revision, "command": command_line(exp.command), "target": exp.target,
                    "git_commit": exp.git_commit, "parent": exp.parent, "secrets": ", ".join(exp.secret_names)})
-    env = (exp.config.get("project") or {}).get("env") or {}
-    _flat("env", env, fields)
+    project = exp.config.get("project") or {}
+    _flat("env", project.get("env") or {}, fields)
+    for key in ("sources", "follow_symlinks", "name", "total_steps"):  # what else makes a revision or a run
+        if key in project:
+            fields[f"project.{key}"] = ", ".join(map(str, project[key])) if isinstance(project[key], list) \
+                else project[key]
     if exp.env:  # the run's Python environment ([env]); its packages are compared on their own
         fields["python env"] = exp.env.get("hash")
     rest: dict = {}

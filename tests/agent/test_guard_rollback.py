@@ -49,3 +49,22 @@ def test_a_rollback_whose_process_is_gone_is_started_again_once(tmp_path, monkey
     rollback.resume_pending(layout)  # done: nothing to do
     assert started == [run_dir] and json.loads(open(os.path.join(run_dir, "guard.json")).read())["state"] == \
         "rolled back"
+
+
+def test_at_boot_a_run_lost_inside_its_guard_window_fails_its_guard_and_is_rolled_back_not_resumed(tmp_path,
+                                                                                                  monkeypatch):
+    started = []
+    monkeypatch.setattr(rollback.guard, "spawn_rollback", lambda run_dir, agent: started.append(run_dir))
+    run_dir = lost_run(tmp_path / "root", "watching")
+    with open(os.path.join(run_dir, "train.log"), "w") as fh:
+        fh.write("step=13 loss=2.1 tok_s=500\nstep=14 loss=2.0 tok_s=500\n")
+    assert rollback.at_boot(run_dir) == 0
+    state = json.loads(open(os.path.join(run_dir, "guard.json")).read())
+    assert state["state"] == "failed" and state["reason"] == "lost at step 14 (its supervisor was killed)", state
+    assert "step" not in state  # no stale progress of the window
+    assert started == [run_dir]
+    assert not os.path.exists(os.path.join(run_dir, "attempts.json"))  # no new attempt was started
+    events = [json.loads(line) for line in open(os.path.join(run_dir, "guard.jsonl"))]
+    assert [e["event"] for e in events] == ["failed"] and events[0]["reason"] == state["reason"]
+    rollback.at_boot(run_dir)  # a second look (the next status) decides nothing again
+    assert len(open(os.path.join(run_dir, "guard.jsonl")).readlines()) == 1

@@ -118,3 +118,18 @@ def test_a_resident_whose_files_were_replaced_runs_nothing_and_says_stale(tmp_pa
         assert not marker.exists()  # nothing ran
     finally:
         proc.kill()
+
+
+def test_a_resident_loads_what_its_requests_import_late_before_they_come():
+    """What a launch, a stop and a status import as they run (libtmux above all, ~50 ms on a target) is loaded
+    while a resident waits: the agent a keeper readies answers the next command as fast as a used one."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from orchestrator.agent import serve; "
+             "assert not [m for m in serve.PRELOAD if m in sys.modules]; serve._preload(); "
+             "print(sorted(m for m in serve.PRELOAD if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    from orchestrator.agent import serve
+
+    assert out.strip() == str(sorted(serve.PRELOAD))

@@ -245,3 +245,37 @@ def test_a_new_run_with_a_worse_loss_at_the_same_steps_is_rolled_back(parent):
     assert reason.startswith("rolled back: loss 3.") and " > 1.2 × 2." in reason and \
         reason.endswith(" of exp 1 over steps 2–20"), reason
     assert parent.registry().get(3).status == "running"
+
+
+def test_a_new_run_lost_inside_the_window_fails_its_guard_and_the_next_status_puts_the_parent_back(parent):
+    """The new run and its supervisor are killed before any verdict, as a container's hard stop does: the next
+    status fails the guard (lost, as a crash is) and rolls back; no stale progress is shown on the way."""
+    before = snapshot(parent.checkpoints)
+    write_job(parent, 0.1)
+    res = parent.run("deploy", *SETS[:-2], "--set", "guard.steps=100000", "--guard", "--yes")
+    assert res.returncode == 0, res.stdout + res.stderr
+    wait_for(lambda: guard_state(parent, 2).get("step", 0) >= 3, 20, "the guard's progress")
+    pid = json.loads((parent.run_dir(2) / "pid.json").read_text())
+    os.kill(pid["supervisor"], signal.SIGKILL)  # first, so that nothing records the command's end
+    os.killpg(pid["child"], signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid['child']}"), 10, "the new run's end")
+    first = parent.run("status", "-e", "2")
+    assert first.returncode == 0, first.stderr
+    assert "experiment 2 lost" in first.stdout and "guard: step" not in first.stdout, first.stdout
+    assert "guard: failed: lost at step " in first.stdout and "(its supervisor was killed); rolling back" in \
+        first.stdout, first.stdout
+    wait_for(lambda: guard_state(parent, 2).get("state") == "rolled back", 20, "the rollback")
+    status = parent.run("status")
+    assert "experiment 3 running" in status.stdout and \
+        "message: restored from exp 1 after the guard of exp 2 failed" in status.stdout, status.stdout
+    told = parent.run("status", "-e", "2").stdout
+    assert "experiment 2 lost (rolled back: lost at step " in told and \
+        "(its supervisor was killed); rolled back (experiment 3)" in told, told
+    assert parent.registry().get(2).end_reason.startswith("rolled back: lost at step "), \
+        parent.registry().get(2).end_reason
+    assert snapshot(parent.checkpoints) == before
+    wait_for(lambda: "resumed from" in restored_log(parent, 3), 10, "the restored run's first line")
+    child = json.loads((parent.run_dir(3) / "pid.json").read_text())["child"]
+    os.kill(child, 0)  # the parent's training runs again
+    events = [json.loads(line)["event"] for line in (parent.run_dir(2) / "guard.jsonl").read_text().splitlines()]
+    assert events[0] == "failed" and events.count("failed") == 1 and events[-1] == "end", events

@@ -114,3 +114,48 @@ def test_a_user_or_port_named_twice_is_an_input_error():
         split_host("gpu1:2222", None, 22)
     with pytest.raises(InputError, match="not a port number"):
         split_host("gpu1:ssh", None, None)
+
+
+def _ssh_g(config: Path, alias: str) -> dict:
+    """What OpenSSH itself resolves for ``alias`` (``ssh -G``): hostname, port and user."""
+    out = subprocess.run(["ssh", "-F", str(config), "-G", alias], capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+    got = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    return {"host": got["hostname"], "port": int(got["port"]), "user": got["user"]}
+
+
+def test_include_resolves_each_host_as_ssh_g_does(tmp_path):
+    from orchestrator.reach.transport.sshconfig import Connection, load, lookup
+
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "10-gpu.conf").write_text("Host gpu1\n    HostName 10.1.2.3\n    Port 2222\n")
+    (tmp_path / "conf.d" / "20-all.conf").write_text("Host gpu*\n    User trainer\n    Port 2200\n")
+    (tmp_path / "inner.conf").write_text("Port 2301\n")
+    config = tmp_path / "config"
+    config.write_text(f"Include {tmp_path}/conf.d/*.conf {tmp_path}/missing-*.conf\n"
+                      "Host gpu2\n    HostName 10.1.2.4\n"
+                      f"Host box\n    Include \"{tmp_path}/inner.conf\"\n    User boxer\n"  # scoped to box
+                      "Host *\n    User fallback\n")
+    settings = lookup(load(str(config)))
+    for alias in ("gpu1", "gpu2", "box", "other", "elsewhere"):
+        hop = Connection(alias, settings)
+        assert {"host": hop.host, "port": hop.port, "user": hop.user} == _ssh_g(config, alias), alias
+    assert Connection("gpu1", settings).host == "10.1.2.3"  # from the included file, not the alias
+    # a file with blocks of its own included inside a block: both conditions at once, which is refused by name
+    (tmp_path / "inner.conf").write_text("Host other\n    Port 2302\n")
+    with pytest.raises(InputError, match=f"includes {tmp_path}/inner.conf inside `Host box`"):
+        load(str(config))
+
+
+def test_a_host_from_an_included_file_is_reached(sshd):
+    (sshd.state / "hosts.conf").write_text(f"Host box\n    HostName 127.0.0.1\n    Port {sshd.port}\n")
+    got = connect(sshd, "box", f"Include {sshd.state}/hosts.conf\nHost *\n    IdentityFile {sshd.key}\n")
+    assert got["user"] == me() and got["description"] == f"{me()}@127.0.0.1:{sshd.port}"
+
+
+def test_an_include_loop_is_an_input_error(tmp_path):
+    from orchestrator.reach.transport.sshconfig import load
+
+    (tmp_path / "config").write_text(f"Include {tmp_path}/config\n")
+    with pytest.raises(InputError, match="included more than 16 deep"):
+        load(str(tmp_path / "config"))

@@ -239,6 +239,19 @@ def _wait_ended(project, exp_id: int) -> None:
     wait_for(lambda: (run_dir(project, exp_id) / "exit.json").exists(), f"experiment {exp_id} to end", 60)
 
 
+def test_compare_lists_a_sources_change_and_show_says_an_exit_code_once(project):
+    project.configure(steps=5)
+    (project.path / "notes.txt").write_text("sent with the second\n")
+    for n, sources in enumerate(('["train.py"]', '["train.py", "notes.txt"]'), 1):
+        res = project.cli("deploy", "-m", sources, "--set", f"project.sources={sources}")
+        assert res.exit_code == 0, res.output
+        _wait_ended(project, n)
+    result = json.loads(project.cli("experiments", "compare", "1", "2", "--json").stdout)
+    assert {"key": "project.sources", "values": ["train.py", "train.py, notes.txt"]} in result["diff"]
+    shown = project.cli("experiments", "show", "2").stdout
+    assert "exit code 0" in shown and "exit code 0, exit code 0" not in shown and " how " not in shown
+
+
 def test_compare_two_batching_strategies_then_plot_them(project, tmp_path):
     project.configure(steps=30)
     for strategy in ("sorted", "shuffle"):

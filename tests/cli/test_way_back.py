@@ -10,8 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import wait_for
 
@@ -67,6 +72,7 @@ def test_a_start_that_fails_after_the_stop_puts_the_checkpoints_back(project, tm
     print(res.stderr)
     assert "experiment 1 was stopped by this launch" in res.stderr, res.stderr
     assert f"put back in {project.checkpoints}" in res.stderr, res.stderr
+    assert "; to start it again: orch restart -e 1" in res.stderr, res.stderr
     assert before <= _names(project)  # every file is back (and a final one)
     assert _trash_entries(project) == []
     with project.registry() as reg:
@@ -97,12 +103,9 @@ def test_a_failed_start_that_cannot_put_them_back_says_where_they_are(project, t
     assert new.status == "failed" and new.checkpoints_action == "moved" and new.checkpoints_entry == str(entry)
 
 
-def test_an_interrupted_launch_that_moved_the_checkpoints_and_started_nothing_puts_them_back(project, tmp_path):
-    import signal
-    import subprocess
-    import sys
-
-    before = _running_with_checkpoints(project)
+def _paused_restart(project, tmp_path, env: dict | None = None):
+    """``orch play`` of a restart that pauses after the old run was stopped and its checkpoints moved (the
+    dangerous point: neither runs), as a subprocess; returns it once it is there."""
     marker = tmp_path / "marker"
     book = project.path / "pause.yaml"
     steps = ["preflight", "push_revision", "stop_run", "checkpoints", "record"]
@@ -110,13 +113,51 @@ def test_an_interrupted_launch_that_moved_the_checkpoints_and_started_nothing_pu
                     + f'  - {{step: shell, argv: ["sh", "-c", "touch {marker}; sleep 2"]}}\n'
                     + "  - step: start_run\n  - step: verify_started\n")
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "play", str(book), "--clean-checkpoints",
-                             "--yes"], cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(marker.exists, what="the pause after the checkpoints were moved")
+                             "--yes"], cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, **(env or {})))
+    wait_for(marker.exists, what="the pause after the old run was stopped and the checkpoints moved")
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_a_launch_cut_after_the_old_run_stopped_starts_the_new_one_and_says_how_to_go_back(project, tmp_path, sig):
+    """A Ctrl-C (or the terminal closed) once the old run is stopped: the target finishes the start, so one run of
+    the project runs, and orch says so with the command that puts the old one back, which works."""
+    _running_with_checkpoints(project)
+    proc = _paused_restart(project, tmp_path)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    how = "interrupted" if sig == signal.SIGINT else "interrupted by SIGHUP"
+    assert proc.returncode == (130 if sig == signal.SIGINT else 128 + sig), err
+    assert f"{how}: new run 2 started (running); old run 1 stopped; " in err, err
+    entry = _trash_entries(project)[0]
+    assert f"checkpoints moved to {entry} (orch checkpoints restore {entry.name})" in err, err
+    assert err.rstrip().endswith("; to go back: orch restart -e 1"), err
+    assert "Ctrl-C again to leave now" in err, err
+    with project.registry() as reg:
+        assert reg.get(1).status == "stopped" and reg.get(2).status == "running"
+    status = json.loads(project.run("status", "--json").stdout)
+    assert (status["experiment"], status["state"]) == (2, "running")
+    back = project.run("restart", "-e", "1", "--json")  # the command it gave
+    assert back.returncode == 0, back.stderr
+    again = json.loads(back.stdout)["experiment"]
+    with project.registry() as reg:
+        assert (again["id"], again["parent"], again["revision"]) == (3, 1, reg.get(1).revision)
+        assert reg.get(2).status == "stopped" and reg.get(3).status == "running"
+    project.run("stop")
+
+
+def test_a_launch_cut_after_the_old_run_stopped_whose_start_fails_puts_the_checkpoints_back(project, tmp_path):
+    """The start goes on after the Ctrl-C and fails (tmux refuses it): the checkpoints are put back, and orch gives
+    the command that starts the old run again."""
+    before = _running_with_checkpoints(project)
+    proc = _paused_restart(project, tmp_path, env=_failing_tmux(tmp_path))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "old run 1 stopped" in err and "new run 2 not started" in err, err
+    assert "interrupted: new run 2 not started (tmux could not start it" in err and "old run 1 stopped" in err, err
     assert f"the checkpoints it moved aside were put back in {project.checkpoints}" in err, err
+    assert err.rstrip().endswith("; to start it again: orch restart -e 1"), err
     assert before <= _names(project) and _trash_entries(project) == []
     with project.registry() as reg:
         assert reg.get(2).status == "failed" and reg.get(2).checkpoints_action == "restored"

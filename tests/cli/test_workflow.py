@@ -129,7 +129,9 @@ def test_ctrl_c_while_waiting_for_the_target_changes_nothing(project):
     assert not (project.run_dir(1)).exists()
 
 
-def test_ctrl_c_while_the_old_run_stops_says_what_was_done(project):
+def test_ctrl_c_while_the_old_run_stops_starts_the_new_one_and_says_how_to_go_back(project):
+    """The stop in progress finishes, and the target goes on to the start (a launch cut between them would leave
+    neither run): one run of the project runs, and orch says so, with the command that puts the old one back."""
     (project.path / "stubborn.py").write_text(STUBBORN)
     project.configure(lock_timeout=20)
     args = ["--set", "project.sources=['stubborn.py']", "--set", "project.command=python3 stubborn.py"]
@@ -139,15 +141,15 @@ def test_ctrl_c_while_the_old_run_stops_says_what_was_done(project):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "interrupted: old run 1 stopped; new run 2 not started" in err
+    assert "interrupted: new run 2 started (running); old run 1 stopped; to go back: orch restart -e 1" in err, err
     reg = project.registry()
-    assert reg.get(1).status == "stopped" and reg.get(2).status == "failed"
+    assert reg.get(1).status == "stopped" and reg.get(2).status == "running"
     assert reg.get(2).checkpoints_action == "kept"  # a deploy without --clean-checkpoints never touches them
-    # no run 2 on the target: its folder holds only the journal of its launch, which says where it stopped
-    assert [p.name for p in project.run_dir(2).iterdir()] == ["journal.jsonl"]
     journal = [json.loads(line) for line in (project.run_dir(2) / "journal.jsonl").read_text().splitlines()]
     done = [e["op"] for e in journal if e["event"] == "done"]
-    assert "run_stop" in done and "run_start" not in done and journal[-1]["event"] == "end"
+    assert done.index("run_stop") < done.index("run_start") and journal[-1]["event"] == "end", done
+    assert json.loads(project.run("status", "--json").stdout)["state"] == "running"
+    assert project.run("stop").returncode == 0
 
 
 def test_ctrl_c_during_wait_leaves_the_new_run_running_and_recorded(project):

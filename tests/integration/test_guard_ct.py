@@ -32,6 +32,11 @@ def ct_cat(testbed, path: str) -> str:
     return on_ct(testbed, 200, "sh", "-c", f"cat {path} 2>/dev/null || true")
 
 
+def units(testbed) -> str:
+    """The units the CT's systemd starts at its next boot."""
+    return on_ct(testbed, 200, "sh", "-c", "ls /etc/systemd/system/multi-user.target.wants 2>/dev/null || true")
+
+
 def wait_until(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while not (got := predicate()):
@@ -89,6 +94,7 @@ def test_a_faster_run_passes_in_the_ct_and_the_parents_checkpoints_stay_in_the_t
     write_job(parent, 0.02)
     res = parent.cli("deploy", *CT, *SETS, "--guard", "--yes", "--wait=90")
     assert res.exit_code == 0 and "guard: passed after" in res.stdout, res.output
+    assert "orch-resume-" not in units(testbed)  # the window's boot unit went with it ([run] resume_after_reboot off)
     trash = on_ct(testbed, 200, "sh", "-c", f"ls {CKPT}.trash/*-exp1")
     assert trash.split() == ["ckpt-000010.txt", "ckpt-000020.txt", "ckpt-000030.txt"], trash
     assert "guard: passed" in parent.cli("status", *CT).stdout
@@ -144,3 +150,31 @@ def test_a_ct_reboot_in_the_middle_of_a_rollback_ends_with_the_parent_back(paren
     assert ct_files(testbed) == before
     events = [json.loads(x)["event"] for x in ct_cat(testbed, f"{ROOT}/runs/{parent.run_key(2)}/guard.jsonl").splitlines()]
     assert events[0] == "failed" and events[-1] == "end"
+
+
+@pytest.mark.parametrize("graceful", [False, True], ids=["lxc-stop -k", "lxc-stop"])
+def test_a_stop_inside_the_guard_window_ends_with_the_parent_back_by_the_boot_alone(parent, testbed, graceful):
+    """``lxc-stop -k`` (or a clean shutdown) before any verdict, then ``lxc-start``: the new run is lost, its guard
+    fails as a crash's would, and its boot unit rolls back with no orch call; the parent's training runs, and
+    status says so."""
+    before = ct_files(testbed)
+    write_job(parent, 0.1)
+    res = parent.cli("deploy", *CT, *SETS[:-2], "--set", "guard.steps=100", "--guard", "--yes")
+    assert res.exit_code == 0, res.output
+    guard = f"{ROOT}/runs/{parent.run_key(2)}/guard.json"
+    wait_until(lambda: _step(ct_cat(testbed, guard)) >= 3, 60, "the watch")
+    assert "orch-resume-" in units(testbed)  # the window's, though [run] resume_after_reboot is off
+    testbed.shutdown(200) if graceful else testbed.stop(200)
+    testbed.start(200)
+    wait_until(lambda: '"rolled back"' in ct_cat(testbed, guard), 60, "the rollback, started by the boot")
+    assert "orch-resume-" not in units(testbed)
+    assert "python3 job.py" in on_ct(testbed, 200, "ps", "-eo", "args")  # the parent's, put back
+    status = parent.cli("status", *CT)
+    assert "experiment 3 running" in status.stdout and \
+        "restored from exp 1 after the guard of exp 2 failed" in status.stdout, status.stdout
+    told = parent.cli("status", *CT, "-e", "2").stdout
+    assert "experiment 2 lost (rolled back: lost at step " in told and "guard: step" not in told and \
+        ("(interrupted by the container's shutdown)" if graceful else "(the container stopped)") + \
+        "; rolled back (experiment 3)" in told, told
+    assert parent.registry().get(2).end_reason.startswith("rolled back: lost at step ")
+    assert ct_files(testbed) == before

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import EXAMPLE
 from tests.integration.test_remote import RemoteProject
 from tests.conftest import wait_for
-from tests.packaging.test_wheel import _env, _run, installed  # noqa: F401 (installed: fixture)
+from tests.packaging.test_wheel import _env, _run, installed, wheel  # noqa: F401 (the fixtures)
 
 pytestmark = pytest.mark.testbed
 

@@ -133,7 +133,39 @@ def test_ctrl_c_during_a_deploy_over_ssh_says_what_was_done(remote, testbed):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err
-    assert "interrupted: old run 1 stopped; new run 2 not started" in err
+    # the stop in progress finishes, and so does the start after it: one run of the project runs
+    assert "interrupted: new run 2 started (running); old run 1 stopped; to go back: orch restart -e 1" in err, err
     reg = remote.registry()
-    assert reg.get(1).status == "stopped" and reg.get(2).status == "failed"
-    assert "2" not in on_ct(testbed, 200, "ls", f"{ROOT}/runs").split()
+    assert reg.get(1).status == "stopped" and reg.get(2).status == "running"
+    assert remote.run_key(2) in on_ct(testbed, 200, "ls", f"{ROOT}/runs").split()
+    assert remote.run("stop", "--ct", "200").returncode == 0
+
+
+def test_a_link_dropped_during_a_deploy_says_so_and_the_target_starts_the_new_run(remote, testbed):
+    """The connection is cut while the old run stops, with no Ctrl-C: orch says the connection dropped (not
+    "interrupted"), asks again, and hears that the target went on to the new run's start."""
+    proxy = testbed.proxy(testbed.ct(200).address, 22)
+    host_key = testbed.ct(200).host_key_line.split(" ", 1)[1]
+    (remote.path / "stubborn.py").write_text(STUBBORN)
+    remote.write(sources='["stubborn.py"]',
+                 extra=f'\n[targets.cut]\nkind = "proxmox"\nct = 200\naddress = "127.0.0.1"\nport = {proxy.port}\n')
+    text = remote.path.joinpath("orch.toml").read_text().replace('command = "python3 train.py"',
+                                                                  'command = "python3 stubborn.py"')
+    remote.path.joinpath("orch.toml").write_text(text)
+    remote.known_hosts.write_text(remote.known_hosts.read_text() + f"[127.0.0.1]:{proxy.port} {host_key}\n")
+    assert remote.run("deploy", "--target", "cut").returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "cut"],
+                            cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while on_ct(testbed, 200, "ls", f"{ROOT}/runs/{remote.run_key(1)}").count("stop_requested") == 0:
+        assert time.monotonic() < deadline, "the old run was never asked to stop"
+        time.sleep(0.1)
+    proxy.kill()
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode != 0, err
+    assert "orch: the connection dropped; asking " in err and "what was done (Ctrl-C to leave now)" in err, err
+    assert "interrupted" not in err, err
+    assert "; new run 2 started (running); old run 1 stopped; to go back: orch restart -e 1" in err, err
+    reg = remote.registry()
+    assert reg.get(1).status == "stopped" and reg.get(2).status == "running"
+    assert remote.run("stop", "--target", "cut").returncode == 0

@@ -30,8 +30,8 @@ def _run(argv: list, timeout: float, **kw) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory) -> Path:
-    """A fresh venv holding only the built wheel and its dependencies; its bin/ folder."""
+def wheel(tmp_path_factory) -> Path:
+    """The wheel built from a copy of the checkout's shipped files."""
     base = tmp_path_factory.mktemp("wheel")
     src = base / "src"  # a copy, so the build leaves no build/ or egg-info in the checkout
     src.mkdir()
@@ -41,8 +41,13 @@ def installed(tmp_path_factory) -> Path:
         else:
             shutil.copy(REPO / name, src / name)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(src)], 300)
-    wheel = next((base / "dist").glob("orch-*.whl"))
-    venv = base / "venv"
+    return next((base / "dist").glob("orch-*.whl"))
+
+
+@pytest.fixture(scope="session")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv holding only the built wheel and its dependencies; its bin/ folder."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], 120)  # this pip installs into it: faster
     _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-compile",
           str(wheel)], 600)

@@ -165,3 +165,40 @@ def test_a_record_from_before_the_renames_reads_under_the_new_names():
                                     "distributed": {"port": 29400}}  # what its supervisor was told wins
     assert old["run"] == {"restarts": 1, "stall_timeout": 900.0}  # the record itself is left as it was
     assert recorded_as_now({"run": {"stall_after": 5.0}}) == {"run": {"stall_after": 5.0}}
+
+
+@pytest.mark.parametrize("host, expected", [
+    ("127.0.0.1:9", ("127.0.0.1", 9, "https://127.0.0.1:9")),
+    ("pve1.lan", ("pve1.lan", 8006, "https://pve1.lan:8006")),
+    ("[fd00::1]:8007", ("fd00::1", 8007, "https://[fd00::1]:8007")),
+])
+def test_a_proxmox_host_with_its_port_is_split(tmp_path, host, expected):
+    from orchestrator.reach.proxmox import ProxmoxClient
+
+    cfg = write(tmp_path / "orch.toml", f'[proxmox]\nhost = "{host}"\ntoken_id = "root@pam!orch"\n')
+    section = load_settings(cfg, env={}).proxmox
+    url = ProxmoxClient(section.host, section.port, token_id=section.token_id, token_secret="x").url
+    assert (section.host, section.port, url) == expected
+
+
+@pytest.mark.parametrize("text, says", [
+    ('host = "https://pve1:8006"', "is a URL: give the name or address alone"),
+    ('host = "pve1:api"', "'api' is not a port"),
+    ('host = "pve1:8007"\nport = 8006', "names port 8007, but port = 8006: keep one"),
+])
+def test_a_proxmox_host_that_is_no_host_is_refused_clearly(tmp_path, text, says):
+    cfg = write(tmp_path / "orch.toml", f'[proxmox]\n{text}\ntoken_id = "root@pam!orch"\n')
+    with pytest.raises(ConfigError) as refused:
+        load_settings(cfg, env={})
+    assert says in refused.value.message and "orch.toml" in refused.value.message
+
+
+def test_lenient_settings_leave_a_key_in_error_at_its_default_and_say_so(tmp_path):
+    cfg = write(tmp_path / "orch.toml", '[run]\nstop_timeout = "soon"\nterm_timeout = 4\n'
+                                        '[targets.ct9]\nkind = "proxmox"\nct = "nine"\n')
+    with pytest.raises(ConfigError):
+        load_settings(cfg, env={})
+    said: list[str] = []
+    s = load_settings(cfg, env={}, lenient=True, notice=said.append)
+    assert (s.run.stop_timeout, s.run.term_timeout) == (30, 4) and "ct9" not in s.targets
+    assert "run.stop_timeout = 'soon'" in said[0] and "targets.ct9.ct" in said[0]

@@ -42,3 +42,21 @@ def test_a_damaged_file_is_no_cache(tmp_path):
     assert ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30) is None
     ct_cache.remember(tmp_path, "pve:8006", 200, "ssh", 30, INFO)
     assert ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30) is not None
+
+
+def test_past_the_ttl_a_lookup_is_stale_until_its_max_age(tmp_path):
+    ct_cache.remember(tmp_path, "pve:8006", 200, "ssh", 30, INFO, max_age=3600)
+    fresh = ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30, max_age=3600)
+    assert fresh is not None and fresh["stale"] is False
+    stale = ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30, now=fresh["at"] + 600, max_age=3600)
+    assert stale is not None and stale["stale"] is True and stale["address"] == "10.0.0.5"
+    assert ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30, now=fresh["at"] + 3601, max_age=3600) is None
+    assert ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30, now=fresh["at"] + 600) is None  # no max age
+
+
+def test_a_lookup_that_finds_the_ct_stopped_forgets_it(tmp_path):
+    ct_cache.remember(tmp_path, "pve:8006", 200, "ssh", 30, INFO, max_age=3600)
+    ct_cache.remember(tmp_path, "pve:8006", 201, "ssh", 30, INFO, max_age=3600)
+    ct_cache.remember(tmp_path, "pve:8006", 200, "ssh", 30, {**INFO, "status": "stopped"}, max_age=3600)
+    assert ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30, max_age=3600) is None
+    assert ct_cache.lookup(tmp_path, "pve:8006", 201, "ssh", 30, max_age=3600) is not None

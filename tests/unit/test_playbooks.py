@@ -202,3 +202,13 @@ def test_a_shell_step_before_the_start_writes_into_the_runs_work_folder(project)
     assert exp.status == "finished" and exp.exit_code == 0, exp
     assert not (project.root / "revisions" / exp.revision / "gpu.txt").exists()  # the revision stays as pushed
     assert not (project.root / "gpu.txt").exists()
+
+
+def test_the_top_level_playbooks_folder_is_the_shipped_one():
+    from tests.conftest import REPO
+
+    top = REPO / "playbooks"
+    assert top.is_dir() and top.resolve() == (REPO / "orchestrator" / "launch" / "builtin_playbooks").resolve()
+    assert sorted(p.stem for p in top.glob("*.yaml")) == playbooks.builtin_names()
+    for name in playbooks.builtin_names():
+        assert playbooks.load_file(top / f"{name}.yaml") == playbooks.load(name, None)

@@ -24,14 +24,60 @@ from . import place, wire
 from .resident import Residents, on_resident
 
 
+STARTING_WAIT = 2.0  # s a command waits for a keeper another command started a moment ago
+
+
 def keeper(persist: float) -> socket.socket | None:
     """A connection to this user's keeper. When none listens, one is started in the background for the next
-    commands and None returned: this command connects directly rather than wait for it."""
+    commands and None returned: this command connects directly rather than wait for it. A keeper that another
+    command started a moment ago is waited for (it is readying that command's connection: ``ready``)."""
     try:
         path = place.socket_path()
     except OrchError:
         return None
-    return sockets.connect_or_spawn(path, place.MODULE, str(persist))
+    sock = sockets.connect(path)
+    if sock is not None:
+        return sock
+    if path in _STARTED and sockets.alive(_STARTED[path][0]):
+        return None  # the one this command started, still coming up: it goes on on its own connection
+    told, tell = os.pipe()
+    try:
+        started = sockets.spawn(path, place.MODULE, str(persist), stdin=told)
+    finally:
+        os.close(told)
+    if started is None:
+        os.close(tell)
+        return sockets.wait_for(path, STARTING_WAIT)
+    _tell(path, None)
+    _STARTED[path] = (started, tell)
+    return None
+
+
+_STARTED: dict = {}  # socket path -> (pid, the pipe to it: -1 once told) of the keeper this process started
+
+
+def _tell(path, asked: dict | None) -> None:
+    """Send ``asked`` (None: nothing) down the pipe to the keeper this process started for ``path``, and close it."""
+    pid, tell = _STARTED.get(path, (0, -1))
+    if tell < 0:
+        return
+    _STARTED[path] = (pid, -1)
+    try:
+        if asked is not None:
+            os.write(tell, json.dumps(asked).encode() + b"\n")
+    except OSError:
+        pass
+    finally:
+        os.close(tell)
+
+
+def ready(spec: dict, agent: list[str] | None) -> None:
+    """Tell the keeper this process started (if it did) to open ``spec``'s connection and start the agent ``agent``
+    there now: this command has reached the target on its own connection, so the keeper's login is one that works,
+    and the next command finds both up. A command that never reached its target tells nothing (its keeper sees the
+    pipe close and opens nothing)."""
+    for path in list(_STARTED):
+        _tell(path, {"spec": spec, "agent": agent or None})
 
 
 SMALL_INPUT = 1 << 16  # bytes of input sent behind the request itself; a larger one is streamed by a thread
@@ -159,7 +205,10 @@ class KeptTransport(Transport):
         try:
             answer = self._request(request, input, output, limit)
         except _NoKeeper:
-            return self._run_direct(op, argv, input, timeout, stall, output, limit)
+            result = self._run_direct(op, argv, input, timeout, stall, output, limit)
+            if op == "agent":
+                ready(self.spec, list(argv))
+            return result
         self.stats.commands += 1
         self.stats.connections += answer.get("connections", 0)
         if answer.get("resident"):

@@ -170,8 +170,13 @@ class Residents:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pools: dict[int, list[Resident]] = {}
+        self.readying: dict[tuple[int, tuple[str, ...]], threading.Event] = {}  # ``prestart``s under way
 
     def _take(self, transport: Any, argv: list[str], limit: float | None) -> Resident | None:
+        with self.lock:
+            readying = self.readying.get((id(transport), tuple(argv)))
+        if readying is not None:  # one being readied for this very request: sooner up than a second one
+            readying.wait(limit if limit is not None else transport.answer_timeout * 3)
         with self.lock:
             pool = self.pools.setdefault(id(transport), [])
             for old in [r for r in pool if r.argv != argv or not r.alive()]:
@@ -245,6 +250,25 @@ class Residents:
         finally:
             resident.busy = False
         return True
+
+    def prestart(self, transport: Any, argv: list[str]) -> None:
+        """A resident ``argv`` waiting idle on ``transport``, unless one already lives there; a request for it
+        meanwhile waits for this one rather than start another."""
+        key, done = (id(transport), tuple(argv)), threading.Event()
+        with self.lock:
+            if key in self.readying or any(r.argv == argv and r.alive() for r in self.pools.get(id(transport), [])):
+                return
+            self.readying[key] = done
+        try:
+            resident = self._start(transport, argv, None)
+            if resident is not None:
+                resident.busy = False
+                with self.lock:
+                    self.pools.setdefault(id(transport), []).append(resident)
+        finally:
+            with self.lock:
+                self.readying.pop(key, None)
+            done.set()
 
     def names(self, transport: Any) -> list[str]:
         """The agent file each live resident on ``transport`` runs."""

@@ -204,13 +204,40 @@ class Keeper:
             held.transport.close()
         return len(dropped)
 
-    def serve(self) -> int:
+    def ready(self, spec: dict, agent: list[str] | None) -> None:
+        """Open the connection ``spec`` names and start a resident agent ``agent`` there, waiting idle: what the
+        command that started this keeper used (told once that command reached its target), so that the next
+        command finds both up."""
+        try:
+            held = self._held(spec)
+            held.commands -= 1  # readied, not used
+            if agent:
+                self.residents.prestart(held.transport, list(agent))
+            else:
+                held.transport.connect()
+        except Exception:  # noqa: BLE001 (the next command opens it itself and says what fails)
+            pass
+
+    def told(self, stdin) -> None:
+        """What the command that started this keeper tells it on its standard input: one line, the connection
+        and agent to ready (``client.ready``); nothing (the pipe closed) when that command never reached them."""
+        try:
+            line = stdin.readline()
+            asked = json.loads(line) if line.strip() else None
+        except (OSError, ValueError):
+            return
+        if isinstance(asked, dict) and isinstance(asked.get("spec"), dict):
+            self.ready(asked["spec"], asked.get("agent"))
+
+    def serve(self, stdin=None) -> int:
         server = sockets.Server(self.path)
         if not server.claim():
             return 0  # another keeper took this socket a moment ago
         self.server = server
         try:
             server.bind()
+            if stdin is not None:
+                threading.Thread(target=self.told, args=(stdin,), daemon=True).start()
             for conn in server.connections(self.idle, busy=lambda: self.active > 0, stop=self.stopping):
                 threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
         finally:
@@ -249,8 +276,9 @@ def _watch(conn: socket.socket, cancel: threading.Event) -> None:
 def main(argv: list[str]) -> int:
     import logging
 
-    path, idle = Path(argv[0]), float(argv[1])
+    import sys
 
+    path, idle = Path(argv[0]), float(argv[1])
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
-    return Keeper(path, idle).serve()
+    return Keeper(path, idle).serve(sys.stdin.buffer)
 

@@ -1,8 +1,8 @@
 """One SSH hop as the SSH config describes it, and its paramiko client.
 
 The config is the one file ``[ssh] config_file`` names, else the user's ``~/.ssh/config`` then the system's
-``/etc/ssh/ssh_config`` (for each option the first value found wins, as with OpenSSH), read by paramiko's own
-parser. A hop resolves as OpenSSH does: ``HostName``, then ``User`` (else the local user), ``Port`` (else 22),
+``/etc/ssh/ssh_config`` (for each option the first value found wins, as with OpenSSH), with its ``Include``
+lines expanded here, read by paramiko's own parser. A hop resolves as OpenSSH does: ``HostName``, then ``User`` (else the local user), ``Port`` (else 22),
 ``IdentityFile`` and ``ConnectTimeout``; a user or port given to orch wins.
 
 Nothing here imports fabric: a hop needs only what paramiko reads, and fabric with invoke costs
@@ -12,7 +12,11 @@ every process that connects, about 0.15 s here (``sshlib``: paramiko itself load
 from __future__ import annotations
 
 import getpass
+import glob
+import io
 import os
+import re
+import shlex
 from typing import Any, Callable
 
 from ...errors import InputError
@@ -34,13 +38,59 @@ def load(path: str | None) -> Any:
     else:
         files = [f for f in (os.path.expanduser(USER_CONFIG), SYSTEM_CONFIG) if os.path.isfile(f)]
     for name in files:
-        try:
-            with open(name, encoding="utf-8", errors="replace") as fh:
-                config.parse(fh)
-        except OSError as exc:
-            raise InputError(f"cannot read the SSH config file {name}: {exc.strerror}",
-                             hint="fix its permissions, or name another with [ssh] config_file") from None
+        base = os.path.dirname(SYSTEM_CONFIG) if name == SYSTEM_CONFIG else os.path.expanduser("~/.ssh")
+        config.parse(io.StringIO(expanded(name, base)))
     return config
+
+
+_INCLUDE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.*?)\s*$", re.I)
+_BLOCK = re.compile(r"^\s*(?:host|match)(?:\s*=\s*|\s+)", re.I)
+INCLUDE_DEPTH = 16  # OpenSSH's own limit on nested Include
+
+
+def expanded(path: str, base: str, depth: int = 0) -> str:
+    """The text of the SSH config at ``path`` with each ``Include`` replaced by the files it names, as OpenSSH
+    reads them (paramiko's parser knows no ``Include``): globs in name order, ``~`` expanded, a relative path under
+    ``base`` (``~/.ssh``, or ``/etc/ssh`` for the system file), a pattern that matches nothing skipped. The block an
+    ``Include`` sits in (``Host``/``Match``, else every host) goes on after the included lines, which is how OpenSSH
+    scopes the ``Host`` lines inside an included file; a file with blocks of its own included inside a block (which
+    OpenSSH reads as both conditions at once) is refused, naming it."""
+    if depth > INCLUDE_DEPTH:
+        raise InputError(f"the SSH config {path} is included more than {INCLUDE_DEPTH} deep (an Include loop?)",
+                         hint="fix the Include lines of the SSH config")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError as exc:
+        raise InputError(f"cannot read the SSH config file {path}: {exc.strerror}",
+                         hint="fix its permissions, or name another with [ssh] config_file") from None
+    out: list[str] = []
+    block = "Host *"
+    for line in lines:
+        found = _INCLUDE.match(line)
+        if found is None:
+            if _BLOCK.match(line):
+                block = line
+            out.append(line)
+            continue
+        try:
+            patterns = shlex.split(found.group(1), comments=True)
+        except ValueError:
+            raise InputError(f"the SSH config {path}: cannot read the line {line.strip()!r}",
+                             hint="fix its quotes") from None
+        for pattern in patterns:
+            pattern = os.path.join(base, os.path.expanduser(pattern))  # an absolute pattern stays as it is
+            for name in sorted(glob.glob(pattern)):
+                if not os.path.isfile(name):
+                    continue
+                text = expanded(name, base, depth + 1)
+                if block != "Host *" and any(_BLOCK.match(inner) for inner in text.splitlines()):
+                    raise InputError(f"the SSH config {path} includes {name} inside `{block.strip()}`, and that "
+                                     "file has Host or Match blocks of its own, which orch cannot scope as ssh "
+                                     "does", hint="move that Include line to the top level of the SSH config")
+                out.append(text)
+        out.append(block)
+    return "\n".join(out) + "\n"
 
 
 def lookup(config: Any) -> Callable[[str], dict]:
