@@ -266,8 +266,8 @@ def _start_args(layout: Layout, entry: dict) -> tuple[dict, str | None]:
         held = "; ".join(f"GPU {r['index']}: " + (f"experiment {r['holder']['id']} ({r['holder'].get('project')})"
                                                    if r.get("holder") else str(r.get("busy")))
                          for r in found["gpus"] if r.get("holder") or r.get("busy"))
-        return args, f"waiting for {wanted.get('gpus')} free GPU(s)" + (f" ({held})" if held else
-                                                                          f": {found.get('error')}" if found.get("error") else "")
+        said = f" ({held})" if held else f": {found['error']}" if found.get("error") else ""
+        return args, f"waiting for {wanted.get('gpus')} free GPU(s){said}"
     args.update(env=gpu_share.environment(args["env"] or {}, placed),
                 experiment={**(args["experiment"] or {}), "gpus": placed}, beside=True)
     return args, None

@@ -28,7 +28,8 @@ def list_(as_json: JsonOpt = False) -> None:
     for item in warm:
         render.out(f"warm orch process {item['pid']} (commands start in a fork of it)"
                    + ("" if item["mine"] else ", of another home or orch installation"))
-    rows = [[f"{k['pid']}" + ("" if k["mine"] else " (another home)"), c["target"] + (f" ({c['role']})" if c.get("role") else ""),
+    rows = [[f"{k['pid']}" + ("" if k["mine"] else " (not this home's)"),
+             c["target"] + (f" ({c['role']})" if c.get("role") else ""),
              "open" if c["alive"] else "closed", render.ago(time.time() - c["since"]),
              render.ago(time.time() - c["last"]), c["commands"]]
             for k in found for c in k["connections"]]

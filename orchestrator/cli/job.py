@@ -65,7 +65,8 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
         worker = f"; its worker exited with {waited['worker_exit_code']}" \
             if waited.get("worker_exit_code") is not None else ""
         render.say(f"error: experiment {exp.id}: node {waited['node']} ({waited['label']}) {waited['state']} "
-                   f"({render.exit_code(waited.get('exit_code'))}{worker}) {waited['seconds']:g} s after the job started")
+                   f"({render.exit_code(waited.get('exit_code'))}{worker}) {waited['seconds']:g} s after the job "
+                   "started")
         render.say(f"hint: orch logs -e {exp.id} --node {waited['node']} shows its whole log; orch status shows "
                    "every node")
         raise typer.Exit(1)

@@ -193,8 +193,9 @@ def _print_status(d: dict) -> None:
             render.out(f"    experiment {r['experiment']} {r['state']}{gpus}, revision {r['revision']}, checkpoints "
                        f"{r['checkpoints']}" + (f": {r['message']}" if r.get("message") else ""))
     for q in d.get("queue") or []:
-        render.out(f"  queued {q['position']}: experiment {q['id']}" + (f" (sweep {q['sweep']})" if q.get("sweep") else "")
-                   + (f", {q['waiting']}" if q.get("waiting") else ""))
+        sweep = f" (sweep {q['sweep']})" if q.get("sweep") else ""
+        waits = f", {q['waiting']}" if q.get("waiting") else ""
+        render.out(f"  queued {q['position']}: experiment {q['id']}{sweep}{waits}")
 
 
 def register(app: typer.Typer) -> None:

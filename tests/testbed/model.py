@@ -265,7 +265,8 @@ class World:
             except (ValueError, KeyError, TypeError):
                 exp_id = None
             if exp_id is not None:
-                self.launched[int(exp_id)] = {"MODEL_TAG": tag, "shell_tag": SHELLS[shell]["ORCH_PROJECT__ENV__SHELL_TAG"]}
+                self.launched[int(exp_id)] = {"MODEL_TAG": tag,
+                                              "shell_tag": SHELLS[shell]["ORCH_PROJECT__ENV__SHELL_TAG"]}
         return [outcome]
 
     def stop(self, which: str, pick: int, shell: int, interrupt: float | None) -> list[Outcome]:

@@ -1,8 +1,8 @@
 """What the model-based test reads inside the CT besides ``chaos_probe.py`` (stdlib only):
 ``python3 - ROOT SECRET < model_probe.py``. One JSON object:
 
-    {"runs": {"<registry>-<n>": {"env": {...launch.json's env...}, "secrets": true, "starts": [{"exp": "3", "resumed": "/p.pt",
-              "writer": "2", "env": {...}}, ...]}},
+    {"runs": {"<registry>-<n>": {"env": {...launch.json's env...}, "secrets": true,
+              "starts": [{"exp": "3", "resumed": "/p.pt", "writer": "2", "env": {...}}, ...]}},
      "secret_in": ["/workspace/orch/runs/x/launch.json"], "queued": 1}
 
 ``starts`` are the ``model-start`` lines the test's script printed, one per start of its command (a resume after

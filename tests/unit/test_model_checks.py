@@ -27,9 +27,11 @@ def test_a_resume_from_another_lineage_is_named_and_from_its_own_is_not():
                  run(5, "/w/checkpoints@exp5", start(5, 3))])  # a restart of 3 (its parent): fine
     runs.update([run(6, MAIN, {"exp": "6", "resumed": OWN, "writer": None, "env": {}})])  # told to resume from
     problems = checks.lineage(runs, {1: None, 2: None, 3: None, 4: None, 5: 3, 6: None})  # the --beside folder
-    assert len(problems) == 2 and "experiment 6 (checkpoints /w/checkpoints) resumed from /w/checkpoints/exp2, " \
-        "in the checkpoint folder of experiment 2" in problems[1] and problems[0].startswith("experiment 4 (checkpoints /w/checkpoints) resumed from "
-                                                         "/x/ckpt-2.pt, written by experiment 2")
+    assert len(problems) == 2
+    assert "experiment 6 (checkpoints /w/checkpoints) resumed from /w/checkpoints/exp2, in the checkpoint folder of " \
+        "experiment 2" in problems[1]
+    assert problems[0].startswith("experiment 4 (checkpoints /w/checkpoints) resumed from /x/ckpt-2.pt, written by "
+                                  "experiment 2")
 
 
 def test_a_project_left_without_a_run_is_named_unless_the_user_stopped_it():
