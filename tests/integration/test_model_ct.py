@@ -19,8 +19,8 @@ from tests.testbed.model import World, run
 
 pytestmark = pytest.mark.testbed
 
-SEED = int(os.environ.get("ORCH_MODEL_SEED", "22"))  # its 12 steps: every kind of action
-STEPS = int(os.environ.get("ORCH_MODEL_STEPS", "12"))
+SEED = int(os.environ.get("ORCH_MODEL_SEED", "22"))  # its 20 steps: --beside, then a deploy that resumes
+STEPS = int(os.environ.get("ORCH_MODEL_STEPS", "20"))
 
 
 def test_the_invariants_hold_over_a_seeded_sequence_of_mixed_actions(testbed, ct200, tmp_path):
