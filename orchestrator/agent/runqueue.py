@@ -34,7 +34,7 @@ import sys
 import time
 
 from . import gpu_share, journal, launch_env, procstat, reboot_unit, runs
-from .layout import Layout, read_json, run_key, write_atomic
+from .layout import Layout, read_json, run_key, write_atomic, write_json
 from .lock import TargetLock
 from .protocol import AgentFailure
 
