@@ -384,8 +384,20 @@ def _inherited(launch: Launch) -> dict:
     from ..agent import launch_env
 
     found = launch_env.capture()
-    found["env"] = {k: v for k, v in found["env"].items() if k not in launch.secrets}  # they go as secrets do
+    found["env"] = {k: v for k, v in found["env"].items() if k not in _secret_names(launch)}  # they go as secrets do
     return {"launch": found}
+
+
+def _secret_names(launch: Launch) -> set[str]:
+    """The variables a run's record never holds: ``[project] secrets``, the one ``[notify] url_secret`` names, the
+    webhook's own setting, and any other that carries one of their values."""
+    import os
+
+    notify = launch.settings.notify
+    names = set(launch.secrets) | {"ORCH_NOTIFY__URL"} | ({notify.url_secret} if notify.url_secret else set())
+    values = {v for v in launch.secrets.values() if v} | ({notify.url} if notify.url else set())
+    values |= {os.environ[n] for n in names if os.environ.get(n)}
+    return names | {k for k, v in os.environ.items() if v and v in values}
 
 
 def _notify_arg(launch: Launch, exp: Experiment) -> dict:
