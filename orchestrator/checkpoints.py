@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 RESTORED = {"checkpoints_action": "restored", "checkpoints_entry": None}
 
 
-def folder(target: Target) -> dict:
-    """The arguments every ``ckpt_*`` op starts with: the folder, and the one the configuration names."""
-    return {"path": target.checkpoints, "configured": target.checkpoints}
+def folder(target: Target, path: str | None = None) -> dict:
+    """The arguments every ``ckpt_*`` op starts with: the folder (the lineage's, or ``path``: an experiment's
+    own beside it), and the one the configuration names."""
+    return {"path": path or target.checkpoints, "configured": target.checkpoints}
 
 
 def retention(settings: Settings) -> dict:
@@ -100,12 +101,13 @@ def probe_ops(target: Target, settings: Settings, action: str) -> list[Op]:
                                   "ignore": settings.checkpoints.ignore})]
 
 
-def inventory_op(target: Target, settings: Settings | None = None, with_retention: bool = False) -> Op:
-    """What the folder and its trash hold; with ``settings``, counted as ``[checkpoints] ignore`` says, and
-    with ``with_retention`` the entries a clean would delete. Bare, it lists the trash entries (who moved each)."""
+def inventory_op(target: Target, settings: Settings | None = None, with_retention: bool = False,
+                 path: str | None = None) -> Op:
+    """What the folder (or ``path``) and its trash hold; with ``settings``, counted as ``[checkpoints] ignore``
+    says, and with ``with_retention`` the entries a clean would delete. Bare, it lists the trash entries."""
     if settings is None:
-        return Op("ckpt_inventory", folder(target))
-    return Op("ckpt_inventory", {**folder(target), "ignore": settings.checkpoints.ignore,
+        return Op("ckpt_inventory", folder(target, path))
+    return Op("ckpt_inventory", {**folder(target, path), "ignore": settings.checkpoints.ignore,
                                  **(retention(settings) if with_retention else {})})
 
 
@@ -126,18 +128,52 @@ def trash_op(target: Target, settings: Settings, action: str, inv: dict | None, 
 
 
 def clean_now_op(target: Target, settings: Settings, inv: dict, writer: Writer | None) -> Op:
-    """``orch checkpoints clean``: into an entry named after the writer ("manual" when none is known),
-    deleting only the retention victims ``inv`` listed (and the user confirmed)."""
-    return Op("ckpt_trash", {**folder(target), "label": f"exp{writer.id}" if writer is not None else "manual",
+    """``orch checkpoints clean``: the folder ``inv`` is of, into an entry named after the writer ("manual"
+    when none is known), deleting only the retention victims ``inv`` listed (and the user confirmed)."""
+    label = f"exp{writer.id}" if writer is not None else "manual"
+    return Op("ckpt_trash", {**folder(target, inv["path"]), "label": label,
                              **retention(settings), "retention_allowed": doomed(inv)})
 
 
-def restore_op(target: Target, name: str) -> Op:
-    return Op("ckpt_restore", {**folder(target), "name": name})
+def move_op(target: Target) -> Op:
+    """In a launch's locked call, after the runs it replaces stopped: an older orch's variant folders nested in
+    the folder go where the variants' own folders are now (``agent/ckpt_move``)."""
+    return Op("ckpt_move", folder(target))
 
 
-def purge_op(target: Target, names: list[str]) -> Op:
-    return Op("ckpt_purge", {**folder(target), "names": names})
+def variant_folder(target: Target, inv: dict | None, exp_id: int) -> str:
+    """The checkpoint folder of a run beside the lineage (a sweep's variant, ``--beside``): where the target's
+    inventory says the folder's variants go (``agent/ckpt_layout``), else beside the folder."""
+    start = (inv or {}).get("variant_prefix") or target.checkpoints.rstrip("/") + "@"
+    return f"{start}exp{int(exp_id)}"
+
+
+def own_folder(target: Target, exp_id: int, recorded: str | None) -> str | None:
+    """``orch checkpoints ... -e ID``: the folder experiment ``exp_id`` wrote to, as its row records it (None:
+    the lineage's folder); refused when that is not this target's folder or one of its experiments' own."""
+    from .agent import ckpt_layout
+
+    conf = target.checkpoints.rstrip("/")
+    path = (recorded or "").rstrip("/")
+    if not path or path == conf:
+        return None
+    if ckpt_layout.is_variant_of(path, conf):
+        return path
+    if path == f"{conf}/exp{exp_id}":
+        raise InputError(f"experiment {exp_id}'s checkpoints are in {path}, where an older orch put them (inside "
+                         "the project's folder)",
+                         hint=f"the next launch on {target.label} moves them beside it "
+                              f"({variant_folder(target, None, exp_id)}); orch checkpoints list shows the folder")
+    raise InputError(f"experiment {exp_id} wrote its checkpoints to {path}, not to {conf} or a folder beside it",
+                     hint="name the target it ran on, or check [paths] checkpoints")
+
+
+def restore_op(target: Target, name: str, path: str | None = None) -> Op:
+    return Op("ckpt_restore", {**folder(target, path), "name": name})
+
+
+def purge_op(target: Target, names: list[str], path: str | None = None) -> Op:
+    return Op("ckpt_purge", {**folder(target, path), "names": names})
 
 
 def record(trash: dict | None) -> dict:
@@ -264,22 +300,23 @@ class _Session:
         self.client.transport.close()
 
 
-def listing(settings: Settings, target: Target, open_registry: OpenRegistry) -> dict:
-    """``orch checkpoints list``: what the folder and its trash hold (read-only), with ``target_label``."""
+def listing(settings: Settings, target: Target, open_registry: OpenRegistry, path: str | None = None) -> dict:
+    """``orch checkpoints list``: what the folder (or an experiment's own, ``path``) and its trash hold
+    (read-only), with ``target_label``."""
     with _Session(settings, target, open_registry, read_only=True) as s:
-        inv = s.reconcile(inventory_op(target, settings))[0]
+        inv = s.reconcile(inventory_op(target, settings, path=path))[0]
     return {**inv, "target_label": target.label}
 
 
 def clean(settings: Settings, target: Target, open_registry: OpenRegistry, *, yes: bool, confirm: Confirm,
-          warn: Callable[[str], None]) -> dict:
+          warn: Callable[[str], None], path: str | None = None) -> dict:
     """``orch checkpoints clean``: move the folder's contents into a trash entry named after their writer,
     deleting only the retention victims that were named (``warn``) and confirmed. Refused while a run writes
     to the folder. The agent's answer with ``path``; ``action`` "kept" when there was nothing to move."""
     from .watch.metrics import format_size as size
 
     with _Session(settings, target, open_registry) as s:
-        inv = s.reconcile(inventory_op(target, settings, with_retention=True))[0]
+        inv = s.reconcile(inventory_op(target, settings, with_retention=True, path=path))[0]
         if not inv["files"]:
             return {"action": "kept", "moved": 0, "path": inv["path"]}
         victims = doomed(inv)
@@ -292,24 +329,25 @@ def clean(settings: Settings, target: Target, open_registry: OpenRegistry, *, ye
     return {"path": inv["path"], **res}
 
 
-def restore(settings: Settings, target: Target, open_registry: OpenRegistry, name: str) -> dict:
+def restore(settings: Settings, target: Target, open_registry: OpenRegistry, name: str,
+            path: str | None = None) -> dict:
     """``orch checkpoints restore NAME``: the entry's files back into the folder (never overwrites)."""
     with _Session(settings, target, open_registry) as s:
         s.reconcile()
-        return s.change(restore_op(target, name))
+        return s.change(restore_op(target, name, path))
 
 
 def purge(settings: Settings, target: Target, open_registry: OpenRegistry, names: list[str], *, every: bool,
-          yes: bool, confirm: Confirm) -> dict:
+          yes: bool, confirm: Confirm, path: str | None = None) -> dict:
     """``orch checkpoints purge``: delete the trash entries ``names`` (or ``every`` one) for good, once confirmed."""
     from .watch.metrics import format_size as size
 
     with _Session(settings, target, open_registry) as s:
-        inv = s.reconcile(inventory_op(target, settings))[0]
+        inv = s.reconcile(inventory_op(target, settings, path=path))[0]
         names = [e["name"] for e in inv["entries"]] if every else list(names)
         if not names:
             raise InputError("name the trash entries to delete, or pass --all", hint="see orch checkpoints list")
         total = sum(e["bytes"] for e in inv["entries"] if e["name"] in names)
         _ask(yes, confirm, f"PERMANENTLY delete {len(names)} trash {_entries(len(names))} ({size(total)})?")
-        return s.change(purge_op(target, names))
+        return s.change(purge_op(target, names, path))
 

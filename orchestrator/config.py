@@ -272,6 +272,8 @@ class RunSection(_Section):
                                       "node) after which the run is stalled: stopped as a failure, so restarts apply")
     checkpoint_glob: str | None = Field(None, description="which entries of the checkpoint folder to resume from")
     resume_after_reboot: bool = False
+    standby: bool = Field(True, description="keep the next run's supervisor started and waiting on the target, so a "
+                                            "start waits for no Python start-up; false starts each one afresh")
 
     @field_validator("backoff")
     @classmethod
@@ -296,11 +298,14 @@ class GuardSection(_Section):
     max_loss_ratio: float | None = Field(None, gt=0, description="the most loss, as a multiple of the parent's "
                                                                  "at the same steps")
     on_fail: Literal["rollback", "stop"] = "rollback"
+    loss: Literal["loss", "val_loss", "test_loss"] = Field("loss", description="the loss max_loss_ratio judges: the "
+                                                           "training loss, or an evaluation's at the steps both "
+                                                           "evaluated")
 
     def spec(self) -> dict:
         """What the guarded run's supervisor needs (``agent/guard.Spec``), the runs' keys added by the launch."""
         return {"steps": self.steps, "min_throughput": self.min_throughput, "max_loss_ratio": self.max_loss_ratio,
-                "on_fail": self.on_fail}
+                "on_fail": self.on_fail, "loss": self.loss}
 
 
 class TrashSection(_Section):

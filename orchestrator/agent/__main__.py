@@ -8,8 +8,8 @@ import sys
 import time
 import traceback
 
-from . import (checkpoints, diskspace, doctor, envs, gc, gpu_share, journal, logs, notify, revisions, rollback,
-               run_files, runqueue, runs, start_check, system, validate, workdir)
+from . import (checkpoints, ckpt_move, diskspace, doctor, envs, gc, gpu_share, journal, launch_env, logs, notify,
+               revisions, rollback, run_files, runqueue, runs, start_check, system, validate, workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -26,7 +26,7 @@ def _shell(layout: Layout, argv: list, cwd: str | None = None, timeout: float = 
     env = None
     if run is not None:
         cwd = workdir.for_step(layout, run["exp_id"], run["registry"], run["revision"])
-        env = {**os.environ, "ORCH_EXPERIMENT_ID": str(run["exp_id"]), "ORCH_RUN_DIR": os.path.dirname(cwd),
+        env = {**launch_env.original(), "ORCH_EXPERIMENT_ID": str(run["exp_id"]), "ORCH_RUN_DIR": os.path.dirname(cwd),
                "ORCH_WORK_DIR": cwd}
     try:
         proc = subprocess.run(argv, cwd=cwd or layout.root, env=env, capture_output=True, timeout=timeout)
@@ -84,6 +84,7 @@ OPS = {
     "ckpt_trash": (checkpoints.move_to_trash, False),
     "ckpt_restore": (checkpoints.restore, False),
     "ckpt_purge": (checkpoints.purge, False),
+    "ckpt_move": (ckpt_move.move, False),  # in a locked call only
     "shell": (_shell, False),
     "gc": (gc.gc, False),
     "journal_read": (journal.read_many, False),
@@ -115,7 +116,8 @@ def controller_gone() -> bool:
 # blobs and assembling a revision still finish, so a push cut midway resumes with only what is missing.
 # Once a run_stop has stopped a run, though, the rest of the plan (its start) runs to its end whoever listens:
 # a launch cut there would leave neither the old run nor the new one (``committed``).
-STOP_BEFORE = ("run_stop", "run_start", "queue_add", "queue_remove", "ckpt_trash", "ckpt_restore", "ckpt_purge", "shell", "gc")
+STOP_BEFORE = ("run_stop", "run_start", "queue_add", "queue_remove", "ckpt_trash", "ckpt_restore", "ckpt_purge",
+               "ckpt_move", "shell", "gc")
 CANCELLED = {"kind": "cancelled", "message": "the controller went away: the remaining steps were not run",
              "hint": ""}
 
@@ -255,6 +257,7 @@ def respond(stdin) -> bytes:
 
 
 def main() -> int:
+    launch_env.remember()  # the target's environment, before the agent's own locale: what runs start with
     os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
     os.environ.pop("LANGUAGE", None)
     sys.stdout.buffer.write(respond(sys.stdin.buffer))

@@ -64,12 +64,13 @@ class Policy:
         return self.backoff[min(attempt - 1, len(self.backoff) - 1)] if self.backoff else 0.0
 
 
-def newest_checkpoint(folder: str, glob: str | None = None) -> str:
-    """The newest entry (file or folder, by mtime) in ``folder`` matching ``glob``; hidden ones never count."""
+def newest_checkpoint(folder: str, glob: str | None = None, skip: frozenset[str] = frozenset()) -> str:
+    """The newest entry (file or folder, by mtime) in ``folder`` matching ``glob``; hidden ones never count, nor
+    do the names in ``skip`` (another experiment's folder an older orch nested there: ``ckpt_layout``)."""
     if not folder:
         return ""
     try:
-        entries = [e for e in os.scandir(folder) if not e.name.startswith(".")]
+        entries = [e for e in os.scandir(folder) if not e.name.startswith(".") and e.name not in skip]
     except OSError:
         return ""
     if glob:

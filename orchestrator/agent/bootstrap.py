@@ -100,6 +100,11 @@ if len(sys.argv) >= 3 and sys.argv[1] == "rollback":  # a failed guard's way bac
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(rollback(sys.argv[2]))
 
+if len(sys.argv) >= 3 and sys.argv[1] == "window":  # a window opened in a run's session: its environment
+    from orchestrator.agent.launch_env import window  # noqa: E402
+
+    sys.exit(window(sys.argv[2]))
+
 if len(sys.argv) >= 2 and sys.argv[1] == "serve":  # resident: one request after another on this channel
     from orchestrator.agent.serve import serve  # noqa: E402
 

@@ -39,6 +39,7 @@ class Budget:
         self.offset = 0
         self.partial = b""
         self.step = 0
+        self.reader = metric_lines.Reader()
 
     @classmethod
     def from_env(cls, env: dict, run_dir: str) -> "Budget | None":
@@ -59,7 +60,7 @@ class Budget:
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()[-4096:]
         for line in lines:
-            step = metric_lines.parse(line.decode("utf-8", "replace")).get("step")  # orch's own lines give none
+            step = metric_lines.parse(line.decode("utf-8", "replace"), self.reader).get("step")  # orch's own lines give none
             if step is not None:
                 self.step = max(self.step, int(step))
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 
+from . import ckpt_layout
 from .layout import Layout, read_json, write_json
 from .protocol import AgentFailure
 from .runs import alive_runs
@@ -38,9 +39,9 @@ def check_path(layout: Layout, path: str, configured: str, stopping: list | None
         raise AgentFailure("safety", f"the checkpoint path {path!r} is not absolute",
                            "set [paths] checkpoints to an absolute folder")
     norm = os.path.normpath(path)
-    if norm != os.path.normpath(configured):
+    if norm != os.path.normpath(configured) and not ckpt_layout.is_variant_of(norm, configured):
         raise AgentFailure("safety", f"{norm} is not the checkpoint folder the configuration names ({configured})",
-                           "orch only moves files in the configured checkpoint folder")
+                           "orch only moves files in the configured checkpoint folder and its experiments' own")
     if norm in EXACT or any(norm == t or norm.startswith(t + "/") for t in SYSTEM_TREES):
         raise AgentFailure("safety", f"refusing to treat {norm} as a checkpoint folder: it is a system folder",
                            "point [paths] checkpoints at a folder of its own, e.g. /workspace/checkpoints")
@@ -69,11 +70,17 @@ def check(layout: Layout, path: str, configured: str, stopping: list | None = No
     return {"path": norm, "trash": check_movable(norm) if movable else trash_dir(norm)}
 
 
-def _contents(norm: str) -> list[str]:
-    """The folder's children, without the trash that may live inside it (and a volume's lost+found)."""
+def skipped(layout: Layout, norm: str) -> frozenset[str]:
+    """The folder's children that are not its checkpoints: the trash and variant folders that may live inside it
+    (and a volume's lost+found), and an older orch's variant folders not moved yet (``ckpt_layout``)."""
+    return not_contents(norm) | ckpt_layout.legacy_names(layout, norm)
+
+
+def _contents(layout: Layout, norm: str) -> list[str]:
+    """The folder's children that are its checkpoints (``skipped`` left out)."""
     if not os.path.isdir(norm):
         return []
-    skip = not_contents(norm)
+    skip = skipped(layout, norm)
     return sorted(c for c in os.listdir(norm) if c not in skip)
 
 
@@ -130,7 +137,8 @@ def inventory(layout: Layout, path: str, configured: str, keep: int | None = Non
     norm = check_path(layout, path, configured, busy_check=False)
     ignore = IGNORE if ignore is None else tuple(ignore)
     found = os.path.isdir(norm)
-    files, total, newest, newest_name = _tree(norm, not_contents(norm), ignore) if found else ([], 0, None, None)
+    skip = skipped(layout, norm) if found else frozenset()
+    files, total, newest, newest_name = _tree(norm, skip, ignore) if found else ([], 0, None, None)
     entries = []
     for entry in _entries(norm):
         efiles, etotal, _, _ = _tree(entry["path"])
@@ -140,13 +148,23 @@ def inventory(layout: Layout, path: str, configured: str, keep: int | None = Non
                         "moved_by": meta.get("moved_by"), "trash": entry["trash"]})
     out = {"path": norm, "files": len(files), "bytes": total, "newest": newest_name, "newest_mtime": newest,
            "listing": files[:200], "trash": trash_dir(norm),
-           "trash_dirs": [d for d in trash_dirs(norm) if os.path.isdir(d)], "entries": entries}
+           "trash_dirs": [d for d in trash_dirs(norm) if os.path.isdir(d)], "entries": entries,
+           "variant_prefix": ckpt_layout.prefix(norm), "variants": _variants(norm, ignore)}
     if keep is not None or max_bytes is not None:
         sizes = [(e["name"], e["bytes"]) for e in entries] + ([(NEW, total)] if files else [])
         victims = retention_victims(sizes, keep, max_bytes, protect=NEW) if files else []
         out["retention"] = [{"entry": e["name"], "bytes": e["bytes"]} for e in entries if e["name"] in victims]
     if full:
-        out["all_files"] = _tree(norm, not_contents(norm))[0] if found else []
+        out["all_files"] = _tree(norm, skip)[0] if found else []
+    return out
+
+
+def _variants(norm: str, ignore: tuple) -> list[dict]:
+    """The folders of the experiments that ran beside the lineage (``ckpt_layout``), what each holds."""
+    out = []
+    for v in ckpt_layout.variants(norm):
+        files, total, _, newest = _tree(v["path"], not_contents(v["path"]), ignore)
+        out.append({**v, "files": len(files), "bytes": total, "newest": newest})
     return out
 
 
@@ -163,10 +181,10 @@ def move_to_trash(layout: Layout, path: str, configured: str, label: str, stoppi
     ``retention_allowed`` limits the retention purge to the confirmed entries.
     """
     norm = check_path(layout, path, configured, stopping)
-    if not _contents(norm):
+    if not _contents(layout, norm):
         return {"action": "kept", "moved": 0, "entry": None}
     tdir = check_movable(norm)
-    files, total, _, _ = _tree(norm, not_contents(norm))
+    files, total, _, _ = _tree(norm, skipped(layout, norm))
     os.makedirs(tdir, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     entry = os.path.join(tdir, f"{stamp}-{label}")
@@ -175,7 +193,7 @@ def move_to_trash(layout: Layout, path: str, configured: str, label: str, stoppi
         n += 1
         entry = os.path.join(tdir, f"{stamp}-{label}-{n}")
     os.mkdir(entry)
-    children = _contents(norm)
+    children = _contents(layout, norm)
     write_json(os.path.join(entry, META), {"source": norm, "children": children, "created": time.time(),
                                           "experiment": label, "moved_by": moved_by, "files": len(files),
                                           "bytes": total})

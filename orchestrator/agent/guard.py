@@ -11,9 +11,10 @@ same reading as the new run's, so both sides are measured alike::
 The guard fails when the run crashes (after its restarts), stalls, or is lost (the container stopped under it, its
 supervisor killed: ``fail_lost``, by the next agent call or the boot), or, once the window is over, when its
 throughput over the window (its first tenth left out: compilation, data loading) is below ``min_throughput`` ×
-the parent's over the same steps, or its mean loss over the steps both logged is above ``max_loss_ratio`` × the
-parent's. ``guard.json`` in the run folder says where it stands (what ``status`` shows); the decision and every
-step of the rollback after it are journalled in ``guard.jsonl`` (``rollback.py`` carries them out).
+the parent's over the same steps, or its mean loss (``[guard] loss``: the training loss, or an evaluation's,
+``val_loss``) over the steps both logged is above ``max_loss_ratio`` × the parent's. ``guard.json`` in the run
+folder says where it stands (what ``status`` shows); the decision and every step of the rollback after it are
+journalled in ``guard.jsonl`` (``rollback.py`` carries them out).
 """
 
 from __future__ import annotations
@@ -34,19 +35,31 @@ STATE = "guard.json"
 JOURNAL = "guard.jsonl"
 LOG = "train.log"
 WRITE_EVERY_S = 0.5  # how often the progress is written while it changes
+EVAL_LOSSES = ("val_loss", "test_loss")
 READ_LIMIT = 16 << 20  # a parent's log is read from its end at most this far back (then: its latest rate)
 
-def parse_line(line: str) -> dict | None:
-    """A log line's ``step``, ``loss`` and rate (``tok_s``, or ``steps_s``), read as the notifications read it
-    (``metric_lines``); None when it has no step."""
-    found = metric_lines.parse(line)
-    if "step" not in found:
+def parse_line(line: str, reader: "metric_lines.Reader | None" = None, step: int | None = None) -> dict | None:
+    """A log line's ``step``, losses (``loss``, ``val_loss``, ``test_loss``) and rate (``tok_s``, or ``steps_s``),
+    read as the notifications read it (``metric_lines``; ``reader``: the one reading this log); an evaluation's
+    line without a step of its own is at ``step``, the last one logged. None when it has no step."""
+    found = metric_lines.parse(line, reader)
+    if "step" not in found and (step is None or not any(k in found for k in EVAL_LOSSES)):
         return None
-    out: dict = {"step": int(found["step"])}
-    for key in ("loss", "tok_s", "steps_s"):
+    out: dict = {"step": int(found.get("step", step))}
+    for key in ("loss", *EVAL_LOSSES, "tok_s", "steps_s"):
         if key in found and not (key == "steps_s" and "tok_s" in out):
             out[key] = found[key]
     return out
+
+
+def _points(lines, reader: "metric_lines.Reader", last: int | None) -> tuple[list[dict], int | None]:
+    out = []
+    for raw in lines:
+        point = parse_line(raw, reader, last)
+        if point is not None:
+            out.append(point)
+            last = point["step"]
+    return out, last
 
 
 def read_points(path: str) -> list[dict]:
@@ -59,8 +72,7 @@ def read_points(path: str) -> list[dict]:
             data = fh.read()
     except OSError:
         return []
-    return [p for raw in data.decode("utf-8", "replace").replace("\r", "\n").splitlines()
-            if (p := parse_line(raw)) is not None]
+    return _points(data.decode("utf-8", "replace").replace("\r", "\n").splitlines(), metric_lines.Reader(), None)[0]
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,7 @@ class Spec:
     on_fail: str  # "rollback" | "stop"
     parent: dict  # {"id": 12, "registry": "ab12…"}
     restore: dict  # {"id": 14, "registry": "ab12…"}: the experiment a rollback starts
+    loss: str = "loss"  # the loss max_loss_ratio judges: the training loss, or an evaluation's (val_loss)
 
     @classmethod
     def from_dict(cls, raw: object) -> "Spec | None":
@@ -79,7 +92,7 @@ class Spec:
         return cls(steps=int(raw["steps"]), min_throughput=float(raw["min_throughput"]),
                    max_loss_ratio=None if raw.get("max_loss_ratio") is None else float(raw["max_loss_ratio"]),
                    on_fail=str(raw.get("on_fail", "rollback")), parent=dict(raw.get("parent") or {}),
-                   restore=dict(raw.get("restore") or {}))
+                   restore=dict(raw.get("restore") or {}), loss=str(raw.get("loss") or "loss"))
 
     def window(self, first: int) -> tuple[int, int]:
         """The steps the comparison is made over: the window without its first tenth."""
@@ -116,13 +129,14 @@ def compare(spec: Spec, points: list[dict], parent: list[dict], first: int, upto
                               f"of exp {exp} over steps {lo}–{hi}")
             return out
     if spec.max_loss_ratio is not None:
-        theirs = {p["step"]: p["loss"] for p in parent if "loss" in p and lo <= p["step"] <= hi}
-        both = [(p["loss"], theirs[p["step"]]) for p in points if "loss" in p and p["step"] in theirs]
+        name = spec.loss
+        theirs = {p["step"]: p[name] for p in parent if name in p and lo <= p["step"] <= hi}
+        both = [(p[name], theirs[p["step"]]) for p in points if name in p and p["step"] in theirs]
         if both:
             mine, ref = (sum(x[i] for x in both) / len(both) for i in (0, 1))
             out["loss_ratio"] = mine / ref if ref else None
             if ref > 0 and mine > spec.max_loss_ratio * ref:
-                out["failure"] = (f"loss {mine:.3g} > {spec.max_loss_ratio:g} × {ref:.3g} of exp {exp} "
+                out["failure"] = (f"{name} {mine:.3g} > {spec.max_loss_ratio:g} × {ref:.3g} of exp {exp} "
                                   f"over steps {lo}–{hi}")
     return out
 
@@ -140,6 +154,7 @@ class Watch:
         self.points: list[dict] = []
         self.offset = 0
         self.partial = b""
+        self.reader = metric_lines.Reader()
         self.first: int | None = None
         self.written = 0.0
         self.spawned = False
@@ -173,12 +188,11 @@ class Watch:
         self.offset += len(data)
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
-        for raw in lines:
-            point = parse_line(raw.decode("utf-8", "replace").rsplit("\r", 1)[-1])
-            if point is not None:
-                self.points.append(point)
-                if self.first is None:
-                    self.first = point["step"]
+        last = self.points[-1]["step"] if self.points else None
+        found, _ = _points([raw.decode("utf-8", "replace").rsplit("\r", 1)[-1] for raw in lines], self.reader, last)
+        self.points += found
+        if self.first is None and found:
+            self.first = found[0]["step"]
 
     def tick(self, now: float | None = None) -> str | None:
         """Read what is new in the log; the failure's reason once the window is over and a bound broken."""

@@ -1,72 +1,143 @@
-"""The few metrics a supervisor reads from its run's log: its step, loss and throughput, for the guard
-(``guard.py``), the step budget (``budget.py``) and the ``spike`` and ``slow`` notifications.
+"""The one metric reader, on the target and on the controller: a log line in, ``{metric: value}`` out.
 
-The controller's parser (``watch/logparse.py``) knows every framework's format but does not ship with the agent;
-this one reads ``key=value`` and ``key: value`` pairs, JSON lines, and ``step N`` / ``iter N`` (nanoGPT's
-``iter 100: loss …``), which is what most training scripts print and what orch's examples print; orch's own lines
-(``[orch] …``, ``orch: …``) are never read:
+The supervisor reads its run's log with it (the guard, ``guard.py``; the step budget, ``budget.py``; the ``spike``
+and ``slow`` notifications), and the controller imports it (``watch/logparse.py`` adds the user's
+``[metrics] patterns``), so both read a line alike. Per-framework formats first (``metric_formats``), then the
+general shapes (``metric_shapes``, which says how names are made: ``loss``, ``val_loss``, ``test_acc1``, ``lr``,
+``tok_s``)::
 
-    >>> parse("step=120 loss=2.3125 tok/s=11873 epoch=0")
-    {'step': 120.0, 'loss': 2.3125, 'tok_s': 11873.0}
-    >>> parse('{"loss": 2.5, "tokens_per_sec": 900}')
-    {'loss': 2.5, 'tok_s': 900.0}
-    >>> parse("step=12/200 loss=2.5 throughput: 31.8 Ktok/s")
-    {'step': 12.0, 'loss': 2.5, 'tok_s': 31800.0}
+    >>> Reader().read("| epoch   1 |   200/ 2983 batches | lr 20.00 | ms/batch 11.27 | loss  7.62 | ppl  2040.91")
+    {'epoch': 1.0, 'lr': 20.0, 'loss': 7.62, 'ppl': 2040.91, 'steps_s': 88.73114463176574, 'step': 200.0}
+    >>> Reader().read("Test set: Average loss: 0.0500, Accuracy: 9800/10000 (98%)")
+    {'test_loss': 0.05, 'test_acc': 0.98}
+
+A ``Reader`` remembers what a line needs from the lines before it: the epoch a Keras ``Epoch 1/10`` line
+opened, whether epochs count from 0 or 1, Hugging Face's ``***** eval metrics *****`` section, and the kind of
+the last metric line (ImageNet's `` * Acc@1 …`` closes its evaluation). A counter that restarts each epoch
+(``[ 10/5005]``, ``200/ 2983 batches``) becomes a global step: (epoch - first epoch) x per epoch + offset, and
+with the number of epochs known, ``total_steps``. orch's own lines (``[orch] …``, ``orch: …``) are never read.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import re
 from collections import deque
 
-_KEYS = {"step": "step", "iter": "step", "iteration": "step", "global_step": "step",
-         "loss": "loss", "train_loss": "loss", "training_loss": "loss", "train/loss": "loss", "lm_loss": "loss",
-         "tok/s": "tok_s", "tok_s": "tok_s", "tokens/s": "tok_s", "tokens/sec": "tok_s", "tokens_per_sec": "tok_s",
-         "tokens_per_s": "tok_s", "tokens_per_second": "tok_s", "tps": "tok_s", "ktok/s": "ktok_s",
-         "ktok_s": "ktok_s",
-         "it/s": "steps_s", "it_s": "steps_s", "steps/s": "steps_s", "steps_s": "steps_s",
-         "steps_per_second": "steps_s"}
-_PAIR = re.compile(r"""["']?(?P<key>[A-Za-z_][\w/]*)["']?\s*[=:]\s*"""
-                   r"""(?P<val>[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?:/\d+)?(?:(?P<unit>\s*K?tok/s)(?!\s*[=:]|\s+\d))?""",
-                   re.IGNORECASE)
-_COUNT = re.compile(r"(?:^|[\s,;|\[(])(?P<key>step|iter)\s+(?P<val>\d+)", re.IGNORECASE)  # "iter 100: loss …"
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+from .metric_formats import framework
+from .metric_shapes import STRUCTURAL, Event, dict_found, dict_items, event, kind_of, scan, section
+
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_FIELD = re.compile(r"^\s+\S+\s*[=:]")  # "  eval_loss = 0.35", a line of a Hugging Face metrics section
+AGENT_KEYS = ("step", "loss", "tok_s", "steps_s", "samples_s", "val_loss", "test_loss")
 
 
-def parse(line: str) -> dict[str, float]:
-    """The step, loss and throughput (``tok_s``, else ``steps_s``) a line gives, the first of each; nothing for
-    other lines and for orch's own."""
-    text = _ANSI.sub("", line).strip()
-    if text.startswith(("[orch]", "orch:")):
-        return {}
-    pairs: list[tuple[str, float]] = []
-    if text.startswith("{"):
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict):
-            pairs = [(str(k), float(v)) for k, v in obj.items()
-                     if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not pairs:
-        for m in _PAIR.finditer(text):
-            try:
-                value = float(m["val"].replace(",", ""))
-            except ValueError:
-                continue
-            unit = m["unit"]
-            pairs.append(("ktok_s" if unit and "K" in unit else "tok_s" if unit else m["key"], value))
-        pairs += [(m["key"], float(m["val"])) for m in _COUNT.finditer(text)]
+def plain(text: str) -> str:
+    """``text`` without its ANSI escapes (colours, cursor moves), as people read it."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+class Reader:
+    """Reads the lines of one log in order (``read`` one update, ``events`` a whole line); ``state`` and
+    ``Reader(state)`` carry what it remembers across reads of the same log."""
+
+    __slots__ = ("base", "epoch", "epochs", "section", "last")
+
+    def __init__(self, state: dict | None = None) -> None:
+        state = state or {}
+        self.base: float | None = state.get("base")  # the first epoch's number: 0 or 1
+        self.epoch: float | None = state.get("epoch")  # the epoch a header line opened
+        self.epochs: float | None = state.get("epochs")  # how many epochs, when a line said
+        self.section: str | None = None
+        self.last: str = ""
+
+    def state(self) -> dict:
+        return {"base": self.base, "epoch": self.epoch, "epochs": self.epochs}
+
+    def events(self, line: str):
+        """One event per update of ``line`` (``\\r``, Keras's backspaces) that holds a metric, in order."""
+        line = plain(line)
+        if "\b" in line:
+            line = re.sub("\b+", "\r", line)
+        for piece in line.split("\r") if "\r" in line else (line,):
+            found = self.read(piece)
+            if found:
+                yield found
+
+    def read(self, text: str) -> Event | None:
+        """The metrics of one update of a line (colour codes removed), None when it holds none."""
+        if self.section is not None and not _FIELD.match(text):
+            self.section = None
+        if "*****" in text:
+            self.section = section(text)
+            return None
+        stripped = text.strip()
+        if not stripped or stripped.startswith(("[orch]", "orch:")):
+            return None
+        known = framework(text)
+        if known is not None:
+            return known or None
+        brace = stripped.find("{") if stripped.endswith("}") else -1
+        items = dict_items(stripped[brace:]) if brace >= 0 else None
+        if items is not None:
+            if not items:
+                return None
+            found = dict_found(items)
+            kind = kind_of(stripped[:brace]) if brace else ""
+        else:
+            found = scan(text)
+            if not found.values and not found.times:
+                return None
+            kind = self.section or kind_of(text, self.last)
+        out = event(found, kind)
+        self._counters(out, found, kind)
+        if not out or set(out) <= {"t"}:
+            return None
+        self.last = kind
+        return out
+
+    def _counters(self, out: Event, found, kind: str) -> None:
+        """The global step of a counter that restarts each epoch, the epochs and the total steps."""
+        if "epoch" in out:
+            if self.base is None:
+                self.base = 0.0 if out["epoch"] == 0 else 1.0
+            if found.epoch_total:
+                self.epochs = found.epoch_total
+            if len(out) == 1:  # a header ("Epoch 1/10"): the epoch of the lines that follow
+                self.epoch = out["epoch"]
+        if kind:  # an evaluation's or a summary's counters count its batches, not training steps
+            if found.step_total:
+                out.pop("step", None)
+            return
+        epoch = out.get("epoch", self.epoch)
+        progress = None
+        if found.step_total and epoch is not None and "step" in out:
+            progress = (out["step"], found.step_total)  # "Epoch [1/5], Step [100/600]"
+        elif found.progress is not None and "step" not in out and len(set(out) - STRUCTURAL) > 0:
+            progress = found.progress
+        if progress is not None:
+            n, per = progress
+            if epoch is not None:
+                out["step"] = (epoch - (self.base if self.base is not None else 0.0)) * per + n
+                if self.epochs:
+                    out["total_steps"] = self.epochs * per
+            else:
+                out["step"], out["total_steps"] = n, per
+        elif found.step_total and "step" in out:
+            out["total_steps"] = found.step_total
+
+
+def parse(line: str, reader: Reader | None = None) -> dict[str, float]:
+    """The step, loss, eval loss and throughputs (``tok_s``, ``steps_s``, ``samples_s``) a line gives; nothing for
+    other lines and for orch's own. ``reader`` carries what the lines before said (a new one when not given).
+
+    >>> parse("step=120 loss=2.3125 tok/s=11873 epoch=0")
+    {'step': 120.0, 'loss': 2.3125, 'tok_s': 11873.0}
+    """
     out: dict[str, float] = {}
-    for key, value in pairs:
-        name = _KEYS.get(key.lower())
-        if name == "ktok_s":
-            name, value = "tok_s", value * 1000.0
-        if name is not None and name not in out:
-            out[name] = value
+    for found in (reader or Reader()).events(line):
+        out.update((k, v) for k, v in found.items() if k in AGENT_KEYS)
     return out
 
 

@@ -289,6 +289,7 @@ class MetricWatch:
             self.offset = 0
         self.rest = b""
         self.spikes, self.rate = metric_lines.Spikes(), metric_lines.Rate()
+        self.reader = metric_lines.Reader()
         base = told.context.get("baseline") or {}
         self.unit_key = "tok_s" if base.get("tok_s") else "steps_s" if base.get("steps_s") else None
         self.baseline = base.get(self.unit_key) if self.unit_key else None
@@ -310,7 +311,7 @@ class MetricWatch:
             self.line(raw.decode("utf-8", "replace").rsplit("\r", 1)[-1])
 
     def line(self, text: str) -> None:
-        found = self.lines.parse(text)
+        found = self.lines.parse(text, self.reader)  # an eval loss is val_loss: never taken for a spike
         if "loss" in found and self.told.wants("spike"):
             median = self.spikes.add(found["loss"])
             now = time.monotonic()

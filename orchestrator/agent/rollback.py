@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from . import checkpoints, guard, journal, reboot_unit, runs
+from . import checkpoints, guard, journal, launch_env, reboot_unit, runs
 from .layout import Layout, parse_run_key, read_json, remove_tree, write_json
 from .lock import TargetLock
 
@@ -132,7 +132,8 @@ def _start(layout: Layout, spec: guard.Spec, failed_id: int) -> dict:
     for k in ("ended", "exit_code", "end_reason", "started", "attempts"):
         exp.pop(k, None)
     runs.start(layout, restore_id, str(exp.get("project")), str(old["revision"]), list(old["argv"]), env, exp,
-               batching, os.path.abspath(sys.argv[0]), registry=registry, recovery=recovery)
+               batching, os.path.abspath(sys.argv[0]), registry=registry, recovery=recovery,
+               launch=launch_env.read(parent_dir))  # as the parent was launched
     state = runs.verify_started(layout, restore_id, wait=0.0, registry=registry)  # its command is spawned
     return {"exp_id": restore_id, "state": state["state"]}
 

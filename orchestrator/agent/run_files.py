@@ -24,11 +24,10 @@ import os
 import stat
 import sys
 
-from . import checkpoints as ckpt
+from . import checkpoints as ckpt, ckpt_layout
 from .layout import Layout, read_json, write_json
 from .protocol import AgentFailure, data_frame, frame_head
 from .runs import LOG
-from .trash_location import not_contents
 
 CHUNK = 1 << 20
 PIPE = 4 << 20  # the stdout pipe's size while sending (the kernel caps it at fs/pipe-max-size, 1 MiB for others)
@@ -51,6 +50,7 @@ def _roots(layout: Layout, run_dir: str, checkpoints: str | None, entry: str | N
     """source -> its folder on the target (``train.log``: the run folder); each checked to be no symlink."""
     roots = {}
     if checkpoints is not None:
+        checkpoints = ckpt_layout.now_at(run_dir, checkpoints)
         norm = ckpt.check_path(layout, checkpoints, checkpoints, busy_check=False)
         roots["checkpoints"] = ckpt.entry_path(norm, entry) if entry else norm
     if outputs:
@@ -102,7 +102,7 @@ def _walk(layout: Layout, source: str, root: str, run_dir: str, globs: list, fil
         return
     if not os.path.isdir(root):
         return
-    skip_top = not_contents(root) if source == "checkpoints" else frozenset()
+    skip_top = ckpt.skipped(layout, root) if source == "checkpoints" else frozenset()
     ignore = ckpt.IGNORE if source == "checkpoints" else ()
     revision = _revision_files(layout, run_dir) if source == "outputs" else {}
     for base, dirs, names in os.walk(root):  # os.walk never descends into a linked folder

@@ -10,7 +10,9 @@ then too, when the GPUs it waits for are free. After a reboot the queue's system
 about to be resumed by its own unit: that run goes first, and its end starts the next. Where systemd is not
 running, the next ``orch queue`` or ``orch status`` does it.
 
-Secrets are never stored on the target, so a launch with secrets cannot be queued (``add`` refuses it).
+Secrets are never stored on the target, so a launch with secrets cannot be queued (``add`` refuses it). What the
+launch inherits (``launch_env``: the queueing command's environment, umask and limits) is kept in the entry, which is
+therefore 0600, and the run starts with it however long it waits.
 
     add(layout, exp_id=3, project="tinylm", revision="r-…", argv=[...], env={...}, experiment={...},
         batching={...}, registry="a1b2c3d4e5f6") -> {"status": "queued", "position": 2}
@@ -21,17 +23,19 @@ Secrets are never stored on the target, so a launch with secrets cannot be queue
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 
-from . import gpu_share, journal, procstat, reboot_unit, runs
-from .layout import Layout, read_json, run_key, write_json
+from . import gpu_share, journal, launch_env, procstat, reboot_unit, runs
+from .layout import Layout, read_json, run_key, write_atomic
 from .lock import TargetLock
 from .protocol import AgentFailure
 
 FOLDER = "queue"
-START_ARGS = ("exp_id", "project", "revision", "argv", "env", "experiment", "batching", "registry", "recovery")
+START_ARGS = ("exp_id", "project", "revision", "argv", "env", "experiment", "batching", "registry", "recovery",
+              "launch", "use_standby")
 LOCK_WAIT = 600.0  # s the process that starts the next entry waits for another operation's lock
 PARENT_WAIT = 10.0  # s it waits for the supervisor that spawned it to exit (its tmux session is replaced)
 
@@ -71,10 +75,11 @@ def _unit_key(layout: Layout, project: str) -> str:
 
 def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict, experiment: dict,
         batching: dict, registry: str | None = None, recovery: dict | None = None, start_idle: bool = True,
-        beside: dict | None = None) -> dict:
+        beside: dict | None = None, launch: dict | None = None, use_standby: bool = True) -> dict:
     """Queue a launch (under the target's lock); with ``start_idle``, start the queue at once when nothing of the
     project runs (a sweep queues every variant first, so that none competes with the queueing of the rest).
-    ``beside`` (``{"gpus": N, "total": M}``): it starts next to the live runs once N GPUs are free (``gpu_share``)."""
+    ``beside`` (``{"gpus": N, "total": M}``): it starts next to the live runs once N GPUs are free (``gpu_share``).
+    ``launch``: what the queueing command had (``launch_env``); without it, this agent's own."""
     if not os.path.isdir(layout.revision(revision)):
         raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
     run_dir = layout.run_dir(exp_id, registry)
@@ -87,8 +92,12 @@ def add(layout: Layout, exp_id: int, project: str, revision: str, argv: list, en
     os.makedirs(folder(layout, project), exist_ok=True)
     entry = {"exp_id": exp_id, "project": project, "revision": revision, "argv": list(argv), "env": dict(env),
              "experiment": dict(experiment), "batching": dict(batching), "registry": registry,
-             "recovery": recovery or {}, "queued": time.time()} | ({"beside": dict(beside)} if beside else {})
-    write_json(os.path.join(folder(layout, project), f"{time.time_ns():020d}-{key}.json"), entry)
+             "recovery": recovery or {}, "queued": time.time(),
+             "launch": launch_env.check(launch) if launch is not None else launch_env.own(),
+             "use_standby": use_standby} \
+        | ({"beside": dict(beside)} if beside else {})
+    write_atomic(os.path.join(folder(layout, project), f"{time.time_ns():020d}-{key}.json"),
+                 (json.dumps(entry, indent=2, sort_keys=True) + "\n").encode(), 0o600)  # the user's variables
     why = reboot_unit.install(_unit_key(layout, project), sys.executable, os.path.abspath(sys.argv[0]),
                               command=["queue-boot", layout.root, project])
     started = _advance_locked(layout, project) if start_idle else {}
@@ -179,7 +188,7 @@ def _started(started: list[dict]) -> dict:
 def _start_args(layout: Layout, entry: dict) -> tuple[dict, str | None]:
     """``runs.start``'s arguments for the entry, or why it must wait: a run of the project is alive, or (an entry
     queued ``beside``) fewer GPUs are free than it wants; it then gets the free ones."""
-    args = {k: entry.get(k) for k in START_ARGS}
+    args = {k: entry.get(k) for k in START_ARGS if k in entry}  # an older orch's entry has fewer
     wanted = entry.get("beside")
     if not isinstance(wanted, dict):
         busy = runs.alive_runs(layout, str(entry.get("project")))

@@ -1,7 +1,9 @@
 """Runs in tmux: start, supervise, stop gracefully, and discover how they ended.
 
 Every run lives in ``runs/<id>/``: ``experiment.json`` (the record), ``launch.json`` (argv, cwd,
-env, the names of its secrets: their values pass through a pipe, see ``handover.py``), ``train.log``
+env, the names of its secrets: their values pass through a pipe, see ``handover.py``), ``launch-env.json`` (0600: the
+variables, umask and limits of the command that launched it, which every attempt starts from: ``launch_env.py``),
+``train.log``
 (all output), ``pid.json`` and ``exit.json`` (written by the supervisor, because tmux 3.3a loses dead
 panes' exit statuses) and ``work/`` (its working folder: the revision's files and what the run writes beside
 them, its modules' ``__pycache__/`` included; see ``workdir.py``). The tmux pane runs the supervisor, never a
@@ -24,8 +26,8 @@ import subprocess
 import sys
 import time
 
-from . import (attempts, budget, causes, diskspace, grace, guard, handover, heartbeat, journal, procstat, reboot_unit,
-               standby, watchdog, windows, workdir)
+from . import (attempts, budget, causes, ckpt_layout, diskspace, grace, guard, handover, heartbeat, journal, launch_env,
+               procstat, reboot_unit, standby, watchdog, windows, workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
@@ -189,13 +191,17 @@ def _last_line(path: str) -> str | None:
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
           experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None,
           registry: str | None = None, recovery: dict | None = None, notify: dict | None = None,
-          beside: bool = False) -> dict:
+          beside: bool = False, launch: dict | None = None, use_standby: bool = True) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session (``beside``: next to
     the project's live runs, on GPUs none of them was given: checked by ``start_check``/``runqueue`` under the same
-    lock, with ``gpu_share``)."""
+    lock, with ``gpu_share``). ``launch``: what the command that launched it had (``launch_env``: the local
+    target's ``orch`` command sends its own); without it, this agent's own, as the target gave it. ``use_standby``
+    False (``[run] standby``): tmux starts the supervisor afresh, and no standby is left for the next start."""
     import libtmux
 
     secrets = handover.check(secrets or {})
+    inherited = launch_env.check(launch) if launch is not None else launch_env.own()
+    base = inherited["env"]
     if notify is not None:  # its URL goes with the secrets, through the pipe
         notify = notices.check(notify)
     if (recovery or {}).get("job") is not None:
@@ -239,13 +245,14 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     lib = unpacked if os.path.isdir(unpacked) else agent_path  # orchestrator.batching for training scripts
     # the user's folders first ([project] env, then the target's own), orch's batching library last
     run_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(env.get("PYTHONPATH", "")), os.environ.get("PYTHONPATH", ""), lib) if p)
+        p for p in (str(env.get("PYTHONPATH", "")), base.get("PYTHONPATH", ""), lib) if p)
     if run_env.get("VIRTUAL_ENV"):  # the run's environment (envs.py): its python first on the PATH
         run_env["PATH"] = os.pathsep.join(p for p in (os.path.join(run_env["VIRTUAL_ENV"], "bin"),
-                                                       str(env.get("PATH") or os.environ.get("PATH", ""))) if p)
+                                                       str(env.get("PATH") or base.get("PATH", ""))) if p)
     if experiment.get("checkpoints"):
         os.makedirs(experiment["checkpoints"], exist_ok=True)
     write_json(os.path.join(run_dir, "experiment.json"), experiment)
+    launch_env.write(run_dir, inherited, secrets)  # 0600, before launch.json: the supervisor reads both
     write_json(os.path.join(run_dir, "launch.json"),
                {"argv": list(argv), "cwd": work, "revision": revision, "env": run_env, "secrets": sorted(secrets),
                 "created": time.time(), "recovery": recovery or {},
@@ -262,8 +269,8 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         # project's session name in the tmux call that kills a session left under it (only ended runs can be left
         # in it: alive_runs() was empty); else tmux starts one
         started = (windows.beside(server, name, f"exp{exp_id}", work, command, shown) if busy else
-                   standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown, _alive,
-                                     replace=True))
+                   use_standby and standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown,
+                                                  _alive, replace=True))
         if not started and not busy:
             _kill_session(server, name)  # no standby took the run: a session left under its name goes first
         if not started:
@@ -277,11 +284,22 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     finally:
         if sender is not None:
             sender.close()
+    _window_command(server, name, agent_path, run_dir)
     try:
-        standby.leave(server, layout, agent_path, _alive)  # the next start's supervisor, imported meanwhile
+        if use_standby:
+            standby.leave(server, layout, agent_path, _alive)  # the next start's supervisor, imported meanwhile
+        else:
+            standby.dismiss(server, layout)
     except Exception:  # noqa: BLE001 (the run has started: without a standby the next start is only slower)
         pass
     return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}
+
+
+def _window_command(server, name: str, agent_path: str, run_dir: str) -> None:
+    """A window the user opens in the run's session (orch attach, then new-window) is a shell with the run's
+    environment (``launch_env.window``), not the tmux server's; asked of tmux without waiting for it."""
+    standby.tmux_later(server, "set-option", "-t", f"={name}:", "default-command",
+                       shlex.join([sys.executable, agent_path, "window", run_dir]))
 
 
 GONE = ("can't find session", "no server running", "error connecting to")  # what tmux says of no such session
@@ -309,7 +327,8 @@ def supervise(run_dir: str) -> int:
         return 0  # too late: its start was already given up (``not_started``)
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)
-    env = dict(os.environ)
+    # the launch's variables, umask and limits (never this process's: a standby's, the tmux server's)
+    env, missed = launch_env.apply(launch_env.read(run_dir))
     secrets = handover.receive(run_dir) if launch.get("secrets") or launch.get("notify") else {}
     url = (secrets or {}).pop(notices.URL_KEY, None)
     if secrets is None and not launch.get("secrets"):
@@ -332,6 +351,9 @@ def supervise(run_dir: str) -> int:
             why = "its secrets did not arrive from the agent"
             log.write(f"orch: not started: {why} ({', '.join(launch['secrets'])})\n".encode())
             return _record_exit(run_dir, 127, None, error=why)
+        if missed:
+            log.write(f"orch: the launch's hard limits of {', '.join(missed)} are above the supervisor's, which the "
+                      "run keeps\n".encode())
         if launch.get("secrets"):
             log.write(f"orch: secrets in the environment: {', '.join(launch['secrets'])}\n".encode())
         stopping: list = []  # a SIGINT/SIGTERM/SIGHUP to the supervisor: the run is being stopped
@@ -399,7 +421,10 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
              guarded: guard.Watch | None = None) -> tuple[int, int | None, str] | int:
     """One attempt: mark it in the log, start the command, watch it; (code, signal, reason), or 127 if not started."""
     attempt = len(history.items)
-    resume_from = attempts.newest_checkpoint(launch["env"].get("ORCH_CHECKPOINT_DIR", ""), policy.checkpoint_glob)
+    folder = launch["env"].get("ORCH_CHECKPOINT_DIR", "")
+    others = ckpt_layout.legacy_names(Layout(os.path.dirname(os.path.dirname(run_dir))), os.path.normpath(folder)) \
+        if folder else frozenset()  # its own lineage's newest, never a variant's folder an older orch nested there
+    resume_from = attempts.newest_checkpoint(folder, policy.checkpoint_glob, others)
     log.write(attempts.marker(attempt, history.data["max"], history.items[-1] if history.items else None,
                               resume_from).encode())
     env.pop("ORCH_RESUME", None)
@@ -545,6 +570,7 @@ def resume(run_dir: str) -> int:
     _kill_session(server, name)
     server.new_session(session_name=name, window_name=f"exp{state['id']}", attach=False,
                        start_directory=cwd, window_command=command)
+    _window_command(server, name, os.path.abspath(sys.argv[0]), run_dir)
     return 0
 
 

@@ -93,8 +93,10 @@ def _preload() -> None:
 def serve() -> int:
     import threading
 
+    from . import launch_env
     from .__main__ import respond
 
+    launch_env.remember()  # as sshd gave it: the runs this resident starts begin from it, as a one-shot's would
     threading.Thread(target=_preload, daemon=True).start()
 
     os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale

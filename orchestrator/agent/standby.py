@@ -8,7 +8,8 @@ supervisor (``runs.supervise``) and stays the pane's process, so attach, stop an
 supervisor tmux started then. The start counts as taken once the supervisor's pid file (or its exit record) is
 there; a standby that is gone, belongs to another agent (pushed again, its files replaced) or does not take the
 run is never waited on: the start goes the usual way (tmux starts the supervisor) and a new standby is left.
-A standby that hears nothing for ``IDLE_S`` exits, and its session with it.
+A standby that hears nothing for ``IDLE_S`` exits, and its session with it. ``[run] standby = false`` uses none, and
+the start dismisses one that waits.
 """
 
 from __future__ import annotations
@@ -112,6 +113,16 @@ def leave(server, layout: Layout, agent_path: str, alive: Alive) -> None:
         _tmux_ok(server, "kill-session", "-t", f"={SESSION}")
     command = shlex.join([sys.executable, agent_path, "standby", layout.root])
     tmux_later(server, "new-session", "-d", "-s", SESSION, "-n", "standby", "-c", layout.root, command)
+
+
+def dismiss(server, layout: Layout) -> None:
+    """No standby for the next start (``[run] standby = false``): one left waiting by an earlier start exits."""
+    _tmux_ok(server, "kill-session", "-t", f"={SESSION}")
+    for path in _paths(layout.root)[1:]:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def tmux_later(server, *args: str) -> None:

@@ -3,8 +3,8 @@
 A plain folder ``/w/checkpoints`` keeps its trash beside it, in ``/w/checkpoints.trash/``. A folder that
 is a mount point of its own (a Proxmox ``mpN`` volume, NFS, a bind mount) cannot: ``rename(2)`` out of it
 fails with EXDEV. Its trash is a hidden folder inside it, ``/w/checkpoints/.orch-trash/``, which is
-never part of the folder's contents; nor is the ``lost+found`` an ext4 volume has at its root (fsck's
-folder, not a checkpoint). Listing, restoring and purging look in both places, so entries made before
+never part of the folder's contents (nor are the experiments' own folders kept there, ``.orch-exp/``:
+``ckpt_layout``); nor is the ``lost+found`` an ext4 volume has at its root (fsck's folder, not a checkpoint). Listing, restoring and purging look in both places, so entries made before
 the folder became a mount point are still found.
 """
 
@@ -16,6 +16,7 @@ import re
 from .protocol import AgentFailure
 
 INSIDE = ".orch-trash"
+VARIANTS = ".orch-exp"  # the variants' own folders, inside a folder that is a mount point (ckpt_layout)
 LOST_FOUND = "lost+found"
 
 
@@ -40,7 +41,7 @@ def is_mount_point(path: str) -> bool:
 
 def not_contents(norm: str) -> frozenset[str]:
     """Children of the folder that are never checkpoints, so never counted, listed or moved."""
-    return frozenset((INSIDE, LOST_FOUND)) if is_mount_point(norm) else frozenset((INSIDE,))
+    return frozenset((INSIDE, VARIANTS, LOST_FOUND)) if is_mount_point(norm) else frozenset((INSIDE, VARIANTS))
 
 
 def beside(norm: str) -> str:

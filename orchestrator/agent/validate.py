@@ -142,6 +142,19 @@ def _env(value: Any, name: str) -> dict:
     return value
 
 
+def _launch(value: Any, name: str) -> dict:
+    """What a run inherits from the command that launched it (``launch_env``): variables, umask, limits."""
+    from .launch_env import check
+
+    try:
+        found = check(value, name)
+    except AgentFailure as exc:
+        raise fail(exc.message) from None
+    for key, text in found["env"].items():
+        _str(text, f"{name}.env[{key}]", ENV_VALUE_CHARS)
+    return found
+
+
 def exec_size(argv: list, env: dict) -> tuple[int, str | None]:
     """The bytes execve needs for ``argv`` and ``env`` (with RUN_ENV_ALLOWANCE for the agent's own variables),
     and the first string that is over EXEC_STRING_BYTES on its own (``argv[2]``, ``env[NAME]``), if any."""
@@ -323,10 +336,11 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "run_start": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "argv": _STRINGS, "env": _env,
                   "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict),
-                  "notify": _optional(_dict)},
+                  "notify": _optional(_dict), "launch": _optional(_launch), "use_standby": _bool},
     "queue_add": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "argv": _STRINGS, "env": _env,
-                  "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict), "start_idle": _bool},
+                  "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict), "start_idle": _bool,
+                  "launch": _optional(_launch), "use_standby": _bool},
     "queue_list": {"project": project, "start_stale": _bool},
     "queue_remove": {"project": project, "ids": _EXP_IDS, "registry": registry_id, "sweep": _optional(_str)},
     "run_check": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
@@ -352,6 +366,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                    "moved_by": _optional(exp_id), "retention_allowed": _optional(lambda v, n: _list(v, n, name_part)),
                    "purge_only": _optional(lambda v, n: _list(v, n, _dict))},
     "ckpt_restore": {"path": _str, "configured": _str, "name": trash_name},
+    "ckpt_move": {"path": _str, "configured": _str},
     "ckpt_purge": {"path": _str, "configured": _str, "names": lambda v, n: _list(v, n, trash_name)},
     "shell": {"argv": _STRINGS, "cwd": _optional(_str), "timeout": _num, "check": _bool, "run": _optional(run_of)},
     "gc": {"project": project, "keep": lambda v, n: _int(v, n, 0, 1 << 20),
@@ -381,7 +396,8 @@ def op_args(op: str, args: dict) -> None:
             check(args[key], f"{op}.{key}")
     if op in ("run_start", "queue_add") and isinstance(args.get("argv"), list) and isinstance(args.get("env"), dict):
         secrets = args.get("secrets") if isinstance(args.get("secrets"), dict) else {}
-        _exec_fits(args["argv"], {**args["env"], **secrets}, op)
+        inherited = (args.get("launch") or {}).get("env") or {}  # checked above
+        _exec_fits(args["argv"], {**inherited, **args["env"], **secrets}, op)
 
 
 def request(req: Any) -> dict:

@@ -20,12 +20,15 @@ def list_(ctx: typer.Context, as_json: JsonOpt = False,
                                              help="At most this many, newest first")] = 50) -> None:
     """Experiments, newest first."""
     settings = common.settings(ctx)
+    from ..records.experiments import listing
+
     with common.registry(settings) as reg:
         rows = reg.list(target=target, limit=limit)
-        orphaned = {e.id for e in rows if reg.orphaned(e)}
+        listed = listing(reg, rows)
     if as_json:
-        render.print_json([e.public() | {"orphaned": e.id in orphaned} for e in rows])
+        render.print_json(listed)
         return
+    orphaned = {e["id"] for e in listed if e["orphaned"]}
     if not rows:
         render.out("no experiments yet (orch deploy starts one)")
         return
@@ -48,14 +51,23 @@ def _status(exp, orphaned: bool) -> str:
 
 
 @app.command()
-def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
-    """One experiment's full record: revision, command, target, batching, checkpoints, outcome."""
+def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False,
+         refresh: Annotated[bool, typer.Option("--refresh/--no-refresh", help="Read the log first when the stored "
+                                               "metrics are incomplete (connects to its target)")] = True) -> None:
+    """One experiment's full record: revision, command, target, batching, checkpoints, outcome, metrics."""
     settings = common.settings(ctx)
+    from ..records.experiments import record
+
     with common.registry(settings) as reg:
+        reg.get(exp_id)
+        _refreshed(settings, reg, [exp_id], refresh)
         exp = reg.get(exp_id)
+        data = record(reg, exp)
         metrics = reg.metrics(exp_id)
-    data = exp.public()
-    data["metrics"] = {k: v for k, v in (metrics or {}).get("summary", {}).items() if k != "_state"}
+    from ..records.experiments import FINAL
+
+    if exp.status in FINAL and exp.status != "failed" and not metrics_complete(settings, exp, metrics):
+        data["metrics_stale"] = True
     if as_json:
         render.print_json(data)
         return
@@ -118,12 +130,25 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False) -> None:
         mark = " (given to the run)" if g.get("uuid") in given else ""
         render.out(f"  gpu          {g.get('index')}: {g.get('name')}{mark}")
     for k, v in data["metrics"].items():
-        if v not in (None, [], {}):
+        if k == "metrics" and isinstance(v, dict):
+            for name, value in v.items():
+                render.out(f"  metric {name:10} {value:.6g}")
+        elif v not in (None, [], {}):
             render.out(f"  metric {k:10} {v}")
+    if data.get("metrics_stale"):
+        render.say(f"orch: experiment {exp.id}'s metrics may be behind its log (its target was not read); "
+                   f"orch experiments show {exp.id} reads it, orch status -e {exp.id} too")
 
 
 RefreshOpt = Annotated[bool, typer.Option("--refresh/--no-refresh", help="Read the logs of experiments whose "
                                           "metrics are missing or incomplete (connects to their targets)")]
+
+
+def metrics_complete(settings, exp, stored) -> bool:
+    """True when ``stored`` covers the experiment's whole log, read as it would be read now."""
+    from ..watch.metrics_view import is_complete, reading_key
+
+    return is_complete(stored, reading_key(settings, exp))
 
 
 def _refreshed(settings, reg, ids: list[int], refresh: bool) -> None:
@@ -166,10 +191,11 @@ def plot(ctx: typer.Context,
          out: Annotated[Path, typer.Option("--out", "-o", help="Image to write (.png, .svg, .pdf)")],
          ids: Annotated[Optional[list[int]], typer.Argument(metavar="ID...", min=1, max=ID_MAX,
                                                             help="One or more ids")] = None,
-         metric: Annotated[str, typer.Option("--metric", "-m", help="loss or throughput")] = "loss",
+         metric: Annotated[str, typer.Option("--metric", "-m", help="loss, throughput, or any metric the log gave "
+                                             "(val_loss, lr, ppl: experiments show lists them)")] = "loss",
          sweep: Annotated[Optional[str], typer.Option("--sweep", help="Every variant of this sweep")] = None,
          refresh: RefreshOpt = True) -> None:
-    """Draw the experiments' loss or throughput against the step (needs matplotlib: orch[plot])."""
+    """Draw the experiments' loss, throughput or any other metric against the step (needs matplotlib: orch[plot])."""
     from ..errors import InputError
     from ..watch.metrics import Series
     from ..records.plots import draw, series_key, throughput_series

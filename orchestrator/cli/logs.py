@@ -23,19 +23,26 @@ NodeOpt = Annotated[Optional[int], typer.Option("--node", min=0, max=common.ID_M
 
 def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, experiment: ExperimentOpt = None,
          lines: LinesOpt = 20, follow: FollowOpt = False, metrics: MetricsOpt = False, node: NodeOpt = None,
-         trust_new_host: TrustOpt = False) -> None:
+         trust_new_host: TrustOpt = False,
+         as_json: Annotated[bool, typer.Option("--json", help="With --metrics: one JSON object per metric event "
+                                               "(every metric the line gave) on stdout")] = False) -> None:
     """Print a run's log; --follow keeps going until it ends (Ctrl-C stops following, not the run). A job's
     nodes are merged, each line prefixed with its node's rank."""
     from ..watch import log_view
     from ..watch.metrics_view import as_recorded
 
+    if as_json and not metrics:
+        from ..errors import InputError
+
+        raise InputError("--json prints metric events, and needs --metrics", hint="orch logs --metrics --json")
+    metric_writer = functools.partial(_metric_writer, as_json=as_json)
     settings = common.settings(ctx, lenient=True)
     settings = settings if follow else common.read_only(settings)  # a first read is bounded by read_timeout
     grp = _job_of(settings, target, ct, experiment, trust_new_host)
     if grp is not None:
         from . import job
 
-        write = _metric_lines(settings) if metrics else _raw_writer()
+        write = metric_writer(settings) if metrics else _raw_writer()
         job.logs(settings, grp, experiment, write=write, lines=lines, follow=follow,
                  node=0 if metrics and node is None else node)
         _finish(write)
@@ -53,7 +60,7 @@ def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, exper
             _say_latest(settings, reg, tgt, exp.id)
     if follow:
         render.say(f"orch: following experiment {exp.id} on {tgt.label} (Ctrl-C stops following, not the run)")
-    write = _metric_lines(as_recorded(settings, exp)) if metrics else _raw_writer()
+    write = metric_writer(as_recorded(settings, exp)) if metrics else _raw_writer()
     try:
         state = log_view.read(settings, tgt, exp.id, run_registry, functools.partial(common.registry, settings),
                               write=write, notice=lambda m: render.say(f"orch: {m}"), follow=follow,
@@ -94,10 +101,10 @@ def _raw_writer():
     return write
 
 
-def _metric_lines(settings):
+def _metric_writer(settings, as_json: bool = False):
     from ..watch.log_view import MetricLines
 
-    return MetricLines(settings.metrics.patterns, render.out)
+    return MetricLines(settings.metrics.patterns, render.out, as_json=as_json)
 
 
 def _finish(write) -> None:

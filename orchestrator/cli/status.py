@@ -170,6 +170,8 @@ def _print_status(d: dict) -> None:
         parts.append(f"step={s['step']}" + (f"/{s['total_steps']}" if s.get("total_steps") else ""))
     if s.get("loss") is not None:
         parts.append(f"loss={s['loss']:.4g}")
+    if s.get("eval_loss") is not None:
+        parts.append(f"{s.get('eval_metric') or 'val_loss'}={s['eval_loss']:.4g}")
     for k in ("throughput", "eta", "spikes"):
         if s.get(k) is not None:
             parts.append(f"{k}={s[k]}")

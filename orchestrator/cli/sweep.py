@@ -98,11 +98,12 @@ def show(ctx: typer.Context, sweep_id: SweepArg, as_json: JsonOpt = False, trust
     span = f"steps {window[0]:g}-{window[1]:g}" if window else "no steps yet"
     unit = next((v["throughput_unit"] for v in table["variants"]), "tok/s")
     render.table(f"sweep {sweep_id} (throughput over {span})",
-                 ["", "id", *table["keys"], f"{unit}", f"loss@{window[1]:g}" if window else "loss", "efficiency",
-                  "state"],
+                 ["", "id", *table["keys"], f"{unit}", f"loss@{window[1]:g}" if window else "loss", "eval loss",
+                  "efficiency", "state"],
                  [["best" if v["best"] else "", v["id"], *v["settings"].values(),
                    f"{v['throughput']:.0f}" if v["throughput"] is not None else None,
                    f"{v['loss']:.4f}" if v["loss"] is not None else None,
+                   f"{v['eval_loss']:.4f}" if v.get("eval_loss") is not None else None,
                    f"{v['efficiency']:.3f}" if v["efficiency"] is not None else None, v["status"]]
                   for v in table["variants"]])
 

@@ -80,7 +80,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         if action != "keep":
             checkpoints.confirm_launch(probe["inventory"], action, target.label, writer, yes=launch.yes,
                                        confirm=launch.confirm, echo=launch.echo)
-        elif launch.has(StartRun) and not launch.beside:  # a run beside others gets a folder of its own
+        elif launch.has(StartRun) and not (launch.beside or launch.sweep):  # those get a folder of their own
             _notice_checkpoints(launch, probe.get("inventory"), writer)
         _push(launch, client, probe, out)
         build_env(launch, client, probe)
@@ -90,7 +90,8 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
                 # numbered by this registry alone: its runs' folders on the target carry its id (runs/<id>-<n>)
                 exp = registry.create(launcher=guard, **_record_fields(launch, probe))
                 if launch.sweep or launch.beside:  # runs side by side never share each other's checkpoints
-                    exp = registry.update(exp.id, checkpoints=f"{target.checkpoints.rstrip('/')}/exp{exp.id}")
+                    exp = registry.update(exp.id, checkpoints=checkpoints.variant_folder(
+                        target, probe.get("inventory"), exp.id))
                 out.experiment = exp
                 if parent is not None:
                     out.guard = guarded.spec(launch, registry, exp, parent)
@@ -351,7 +352,8 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "experiment": start.experiment, "batching": exp.batching,
                                         "recovery": start.recovery, "start_idle": step.start_idle}
-                          | ({"beside": launch.beside} if launch.beside else {})))
+                          | ({"beside": launch.beside} if launch.beside else {})
+                          | ({} if settings.run.standby else {"use_standby": False}) | _inherited(launch)))
             keys.append("queue")
         elif isinstance(step, StartRun):
             assert exp is not None and start is not None
@@ -359,14 +361,31 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "revision": exp.revision, "argv": start.argv, "env": start.env,
                                         "secrets": dict(launch.secrets), "experiment": start.experiment,
                                         "batching": exp.batching, "recovery": start.recovery}
-                          | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})))
+                          | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})
+                          | ({} if settings.run.standby else {"use_standby": False}) | _inherited(launch)))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
             ops.append(Op("run_verify", {"exp_id": exp.id, "registry": key, "wait": step.wait}))
             keys.append("verify")
     if exp is not None and "start" in keys:
         _check_start_first(launch, exp, key, ops, keys, spare_jobs=start.alone)
+    if "start" in keys or "queue" in keys or action != "keep":  # after the stop: the runs it replaces are over
+        first = next((i for i, k in enumerate(keys) if k in ("trash", "shell", "queue", "start")), len(keys))
+        ops.insert(first, checkpoints.move_op(target))
+        keys.insert(first, "ckpt_move")
     return ops, keys
+
+
+def _inherited(launch: Launch) -> dict:
+    """On the local target the run starts with this command's environment, umask and limits, as if the user had
+    typed its command here (``agent/launch_env``); a remote target's agent gives it the login environment there."""
+    if launch.target.spec.kind != "local":
+        return {}
+    from ..agent import launch_env
+
+    found = launch_env.capture()
+    found["env"] = {k: v for k, v in found["env"].items() if k not in launch.secrets}  # they go as secrets do
+    return {"launch": found}
 
 
 def _notify_arg(launch: Launch, exp: Experiment) -> dict:
@@ -445,6 +464,19 @@ def _check_start_first(launch: Launch, exp: Experiment, key: str | None, ops: li
     keys.insert(first, "start_check")
 
 
+def _record_moved(registry: Registry, value: dict) -> None:
+    """This registry's rows whose checkpoint folder ``ckpt_move`` moved name where it is now."""
+    for m in value.get("moved") or []:
+        if m.get("registry") not in (None, registry.registry_id):
+            continue
+        try:
+            row = registry.get(m["exp_id"])
+        except OrchError:
+            continue  # another clone's run, from before registry keys
+        if (row.checkpoints or "").rstrip("/") == m["from"]:
+            registry.update(row.id, checkpoints=m["to"])
+
+
 def _record_results(launch: Launch, registry: Registry, results: list[tuple[str, Any]], out: Outcome) -> None:
     now = time.time()
     for key, value in results:
@@ -455,6 +487,8 @@ def _record_results(launch: Launch, registry: Registry, results: list[tuple[str,
             out.checkpoints = value
         elif key == "shell":
             out.shell.append(value)
+        elif key == "ckpt_move":
+            _record_moved(registry, value)
         elif key == "queue" and out.experiment is not None:
             fields = {"status": value["status"]}
             if value["status"] == "running":

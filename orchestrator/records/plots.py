@@ -24,10 +24,14 @@ def throughput_series(stored: list[dict]) -> str:
 
 
 def series_key(metric: str) -> str:
-    """The registry series behind a ``--metric`` name."""
-    if metric not in METRICS:
-        raise InputError(f"unknown metric {metric!r}", hint="use one of: " + ", ".join(METRICS))
-    return METRICS[metric][0]
+    """The registry series behind a ``--metric`` name: ``loss``, ``throughput`` (tokens/s, else steps/s), or any
+    metric name the experiments' logs gave (``val_loss``, ``lr``, ``ppl``: ``orch experiments show`` lists them)."""
+    if metric in METRICS:
+        return METRICS[metric][0]
+    if not metric or not all(c.isalnum() or c in "_./@-" for c in metric):
+        raise InputError(f"unknown metric {metric!r}", hint="use loss, throughput, or a metric name that orch "
+                         "experiments show lists (e.g. val_loss, lr)")
+    return metric
 
 
 def draw(curves: list[tuple[str, list[tuple[float, float]]]], metric: str, out: Path,
@@ -51,7 +55,7 @@ def draw(curves: list[tuple[str, list[tuple[float, float]]]], metric: str, out: 
         for label, points in curves:
             ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.2)
         ax.set_xlabel("step")
-        ax.set_ylabel(STEP_RATE[1] if key == STEP_RATE[0] else METRICS[metric][1])
+        ax.set_ylabel(STEP_RATE[1] if key == STEP_RATE[0] else METRICS[metric][1] if metric in METRICS else metric)
         ax.grid(True, alpha=0.3)
         ax.legend()
         fig.tight_layout()

@@ -5,8 +5,8 @@
 
 ``run`` is all the ``orch`` process does when a warm process takes the command, so it loads only what Python's
 start-up has loaded already and a few small built-in modules (``_socket``, ``_signal``, ``marshal``, ``array``,
-Python's own sha256): no ``socket``, ``signal`` or ``enum``, no ``json`` (and its ``re``), no ``hashlib``
-(OpenSSL's), no ``struct``.
+Python's own sha256, ``resource`` for the limits): no ``socket``, ``signal`` or ``enum``, no ``json`` (and its
+``re``), no ``hashlib`` (OpenSSL's), no ``struct``.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def run(argv: list[str]) -> int | None:
     os.umask(umask)
     # marshal: the warm process is this same Python (its socket's name covers sys.prefix, and it was started
     # with sys.executable), and the socket is this user's alone
-    request = marshal.dumps({"argv": list(argv), "cwd": cwd, "env": dict(os.environ), "umask": umask})
+    request = marshal.dumps({"argv": list(argv), "cwd": cwd, "env": dict(os.environ), "umask": umask,
+                             "limits": limits()})
     fds = [fd for fd in (0, 1, 2) if _valid(fd)]
     if len(fds) < 3:
         sock.close()
@@ -165,6 +166,15 @@ def run(argv: list[str]) -> int | None:
                      "hint: `orch status` shows what it did on the target; run it again if it is still needed "
                      "(ORCH_WARM=0 runs commands without the warm process)\n")
     return 1
+
+
+def limits() -> dict:
+    """This process's resource limits (``ulimit``), by ``RLIMIT_*`` number: what its command runs under, and the runs
+    it launches."""
+    import resource
+
+    return {getattr(resource, name): resource.getrlimit(getattr(resource, name))
+            for name in dir(resource) if name.startswith("RLIMIT_")}
 
 
 def _valid(fd: int) -> bool:

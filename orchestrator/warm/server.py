@@ -2,8 +2,10 @@
 a child forked for each command (``client.py`` sends it).
 
 It runs no command itself and starts no thread, so each child begins from the same clean state, as a fresh
-``orch`` would. The child takes the caller's standard streams, folder, environment and umask, runs the
-command, and sends back its exit code; when the caller goes away first (killed), the child kills itself.
+``orch`` would. The child takes the caller's standard streams, folder, environment, umask and resource limits
+(a command, and the runs it launches on the local target, see what the caller has: a limit it cannot take, a hard
+one above this process's, sends the command back to run in the caller), runs the command, and sends back its
+exit code; when the caller goes away first (killed), the child kills itself.
 The process exits after IDLE seconds without a command, or when its socket is removed.
 """
 
@@ -31,7 +33,8 @@ PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.st
            "orchestrator.watch.follow", "orchestrator.cli.job", "orchestrator.launch.prepare",
            "orchestrator.launch.spare_jobs", "orchestrator.reach.current", "orchestrator.secrets",
            "orchestrator.watch.metrics", "orchestrator.agent.handover", "orchestrator.agent.validate",
-           "orchestrator.agent.layout", "orchestrator.agent.strict", "orchestrator.launch.queueing", "yaml",
+           "orchestrator.agent.layout", "orchestrator.agent.strict", "orchestrator.agent.launch_env", "resource",
+           "orchestrator.launch.queueing", "yaml",
            "pydantic.type_adapter", "rich.console", "rich.table", "sqlite3", "tomllib",
            # what every status reads with, and status --all's threads
            "orchestrator.watch.gpu_use", "orchestrator.watch.logparse", "orchestrator.records.side_by_side",
@@ -86,6 +89,15 @@ def _watch_caller(conn: socket.socket) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _take_limits(limits: dict) -> None:
+    """The caller's resource limits; raises where one is out of this process's reach (a higher hard limit)."""
+    import resource
+
+    for which, wanted in limits.items():
+        if resource.getrlimit(which) != tuple(wanted):
+            resource.setrlimit(which, tuple(wanted))
+
+
 def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
     code = 1
     try:
@@ -98,6 +110,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
         os.umask(int(request["umask"]))
         os.environ.clear()
         os.environ.update(request["env"])
+        _take_limits(request.get("limits") or {})  # before the pid goes back: one it cannot take, none is sent
         _streams()
         sys.argv = ["orch", *request["argv"]]
         from orchestrator import after_answer

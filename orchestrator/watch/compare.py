@@ -84,10 +84,22 @@ def _throughput(summary: dict, first: dict, first_id: int) -> str:
     experiment only in the same unit."""
     from .metrics import throughput_change
 
-    for key, unit in (("median_tok_s", "tok/s"), ("median_steps_s", "steps/s")):
+    for key, unit in (("median_tok_s", "tok/s"), ("median_steps_s", "steps/s"), ("median_samples_s", "samples/s")):
         if summary.get(key):
             return throughput_change(summary[key], first.get(key), f"exp {first_id}", unit)
     return "-"
+
+
+def _every_metric(summaries: list[dict]) -> dict[str, list[str]]:
+    """One row per metric any of the experiments' logs gave (its last value), training metrics first, then the
+    evaluations' (``val_*``, ``test_*``), then the summaries' (``summary_*``)."""
+    names = set().union(*((s.get("metrics") or {}) for s in summaries))
+
+    def order(name: str) -> tuple[int, str]:
+        return (2 if name.startswith("summary_") else 1 if name.startswith(("val_", "test_")) else 0, name)
+
+    return {f"last {name}": [_fmt((s.get("metrics") or {}).get(name)) for s in summaries]
+            for name in sorted(names, key=order)}
 
 
 def compare(registry: Registry, ids: list[int]) -> dict:
@@ -111,7 +123,8 @@ def compare(registry: Registry, ids: list[int]) -> dict:
 
     from . import gpu_use
 
-    rows: dict[str, list] = {m: [] for m in ("status", "median throughput", "final loss", "min loss", "spikes",
+    rows: dict[str, list] = {m: [] for m in ("status", "median throughput", "final loss", "final eval loss",
+                                             "min loss", "spikes",
                                              "duration", "loss trend", "throughput trend", "planned efficiency",
                                              "gpus", "gpu util", "gpu memory peak", "gpu util trend")}
     raw = []
@@ -133,6 +146,9 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         rate_series = "tok_s" if "tok_s" in m["series"] else "steps_s"
         tok = Series.from_dict(m["series"][rate_series]).values() if rate_series in m["series"] else []
         rows["throughput trend"].append(sparkline(tok, 24) or "-")
+        eval_key = s.get("eval_metric") or "val_loss"
+        rows["final eval loss"].append(_fmt(s.get("eval_loss")) + (f" ({eval_key})" if s.get("eval_loss") is not None
+                                                                    and eval_key != "val_loss" else ""))
         plan = e.batching_plan or {}
         rows["planned efficiency"].append(_fmt(plan.get("efficiency")))
         use = gpu_use.summary(e.gpu_series)
@@ -140,5 +156,6 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         rows["gpu util"].append("-" if use["util_mean"] is None else f"{use['util_mean']:.0f}%")
         rows["gpu memory peak"].append("-" if use["mem_peak_mib"] is None else f"{use['mem_peak_mib']:.0f} MiB")
         rows["gpu util trend"].append(sparkline(use["util"], 24) or "-")
+    rows.update(_every_metric([(registry.metrics(e.id) or {}).get("summary", {}) for e in exps]))
     return {"ids": ids, "diff": diff, "packages": changes, "metrics": [{"metric": k, "values": v} for k, v in rows.items()],
             "experiments": raw}

@@ -44,15 +44,25 @@ def read(settings: Settings, target: Target, exp_id: int, run_registry: str | No
     return result.state
 
 
-class MetricLines:
-    """Log bytes in, one ``emit`` per metric event out (``step=10  loss=2.31``; a progress bar's ``\\r`` updates
-    each count); it counts the lines, to say when none of them held a metric."""
+def _json_line(event: dict) -> str:
+    import json
+    import math
 
-    def __init__(self, patterns: list | None, emit: Callable[[str], None]) -> None:
+    return json.dumps({k: (v if math.isfinite(v) else str(v)) for k, v in event.items()})
+
+
+class MetricLines:
+    """Log bytes in, one ``emit`` per metric event out (``step=10  loss=2.31``, or a JSON object with ``as_json``; a
+    progress bar's ``\\r`` updates each count); it counts the lines, to say when none of them held a metric."""
+
+    def __init__(self, patterns: list | None, emit: Callable[[str], None], as_json: bool = False) -> None:
         from .logparse import Parser
 
         self.parser = Parser(patterns or None)
+        self.patterns = patterns
+        self.sample: list[str] = []
         self.emit = emit
+        self.as_json = as_json
         self.buf = bytearray()
         self.lines = self.events = 0
 
@@ -68,9 +78,11 @@ class MetricLines:
             if not line.strip():
                 continue
             self.lines += 1
+            if not self.events and len(self.sample) < 50:
+                self.sample.append(line[:300])
             for ev in self.parser.events(line):
                 self.events += 1
-                self.emit("  ".join(f"{k}={v:g}" for k, v in ev.items()))
+                self.emit(_json_line(ev) if self.as_json else "  ".join(f"{k}={v:g}" for k, v in ev.items()))
 
     def finish(self) -> str | None:
         """The rest of the log (its unterminated last line); then the note to give when no line held a metric
@@ -81,5 +93,5 @@ class MetricLines:
         if self.lines and not self.events:
             from .metrics_view import no_metrics_note
 
-            return no_metrics_note(self.lines)
+            return no_metrics_note(self.lines, self.sample, self.patterns or None)
         return None

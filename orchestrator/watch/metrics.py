@@ -118,6 +118,19 @@ class Series:
         return s
 
 
+def series_of(stored: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Every metric of an experiment, as series: ``registry.metrics(id)`` in, ``{name: {"kind": "train" | "eval" |
+    "summary", "points": [(step, value), ...]}}`` out, training metrics first (``loss``, ``lr``, ``tok_s``, …),
+    then the evaluations' (``val_loss``, ``test_acc1``), then the summaries'. A point's step is the training step
+    the line came at (an evaluation: the last training step before it)."""
+    from orchestrator.agent.metric_names import kind_of_metric
+
+    order = {"train": 0, "eval": 1, "summary": 2}
+    series = dict((stored or {}).get("series") or {})
+    named = sorted(series, key=lambda n: (order[kind_of_metric(n)], n))
+    return {name: {"kind": kind_of_metric(name), "points": Series.from_dict(series[name]).points()} for name in named}
+
+
 def _merge(a: list[float], b: list[float]) -> list[float]:
     lo = a[:2] if a[1] <= b[1] else b[:2]
     hi = a[2:] if a[3] >= b[3] else b[2:]

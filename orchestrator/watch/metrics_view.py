@@ -21,7 +21,9 @@ from ..reach.targets import Target
 
 CHUNK = 4 << 20  # bytes per agent call
 STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
-TRACKED = ("loss", "tok_s", "steps_s", "lr", "grad_norm")
+COUNTERS = ("step", "epoch", "total_steps", "total_epochs", "tokens", "total_tokens", "t")  # not series
+MAX_SERIES = 64  # a log that prints more metric names than this keeps the first ones
+EVAL_LOSSES = ("val_loss", "test_loss")  # the eval loss status shows: the validation loss, else the test loss
 QUIET_S = 300.0  # without [run] stall_after, a running run this long without a line (or a step) is noted
 
 
@@ -76,11 +78,15 @@ def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict)
     from .logparse import Parser
     from .metrics import Series
 
-    parser = Parser(settings.metrics.patterns or None)
+    parser = Parser(settings.metrics.patterns or None, state.get("reader"))
     live = {k: Series.from_dict(v) for k, v in series.items()}
+    last = state.setdefault("last", {})
     events = state.get("events", 0)
     last_step = state.get("last_step")
     state["lines"] = state.get("lines", 0) + sum(1 for line in text_lines if line.strip())
+    if not state.get("events"):  # until a line is read: a few lines to propose a pattern from
+        unread = state.setdefault("unread", [])
+        unread += [line[:300] for line in text_lines if line.strip()][:SAMPLE_LINES - len(unread)]
     for ev in parser.parse_lines(text_lines):
         if _evaluation_bar(ev, state):
             continue
@@ -96,21 +102,47 @@ def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict)
                 state["min_loss"] = ev["loss"]
         x = float(last_step if last_step is not None else events)
         events += 1
-        for key in TRACKED:
-            if key in ev:
-                s = live.get(key)
-                if s is None:
-                    s = live[key] = Series()
-                s.add(x, float(ev[key]))
+        for key, value in ev.items():
+            if key in COUNTERS:
+                continue
+            s = live.get(key)
+            if s is None:
+                if len(live) >= MAX_SERIES:
+                    continue
+                s = live[key] = Series()
+            s.add(x, float(value))
+            last[key] = float(value)
     state["events"] = events
+    state["reader"] = parser.state()
+    if events:
+        state.pop("unread", None)
     series.clear()
     series.update({k: v.to_dict() for k, v in live.items()})
 
 
-def no_metrics_note(lines: int) -> str:
-    """What ``status`` and ``logs --metrics`` say about a log none of whose lines holds a metric."""
-    return (f"no metric line recognised in {lines} line{'s' if lines != 1 else ''}; hint: teach orch the "
-            "run's format with [metrics] patterns in orch.toml, e.g. patterns = { loss = 'loss ([0-9.]+)' }")
+NOTE_AFTER_LINES = 20  # a running run's first lines (its set-up) are not yet a reason to say no metric was found
+SAMPLE_LINES = 50  # the unread lines kept to build (and check) a proposed pattern from
+
+
+def no_metrics_note(lines: int, sample: list[str] | None = None, patterns: dict | None = None) -> str:
+    """What ``status`` and ``logs --metrics`` say about a log none of whose lines holds a metric: the configured
+    patterns and how many of the lines each matched, then a ``[metrics] patterns`` entry built from the log's own
+    ``sample`` lines and checked against them (none when no line names a loss, lr, acc or ppl)."""
+    from .logparse import Parser, propose
+
+    text = f"no metric line recognised in {lines} line{'s' if lines != 1 else ''}"
+    sample = sample or []
+    if patterns:
+        counts = Parser(patterns).matching(sample)
+        text += "; [metrics] patterns matched: " + ", ".join(f"{k} {n} of {len(sample)} lines"
+                                                               for k, n in counts.items())
+    found = propose(sample)
+    if found is not None:
+        name, source, reads = found
+        return (f"{text}; hint: add to orch.toml [metrics] patterns = {{ {name} = '{source}' }} "
+                f"(it reads {reads} of the {len(sample)} lines seen)")
+    return f"{text}; hint: teach orch the run's format with [metrics] patterns in orch.toml, one regex per metric " \
+           "with one group for the number, e.g. patterns = { loss = 'loss=([0-9.eE+-]+)' }"
 
 
 def _evaluation_bar(ev: dict, state: dict) -> bool:
@@ -137,10 +169,18 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
         episodes = spike_episodes(find_spikes([p[1] for p in pts], [p[0] for p in pts]))
         out["spikes"] = len(episodes)
         out["spike_steps"] = [_int(ep[0].step) for ep in episodes]
+    metrics = state.get("last") or {}
+    out["metrics"] = {k: metrics[k] for k in sorted(metrics)}
+    eval_key = next((k for k in EVAL_LOSSES if k in metrics), None)
+    if eval_key is not None:
+        out["eval_loss"], out["eval_metric"] = metrics[eval_key], eval_key
     tok = Series.from_dict(series["tok_s"]).values() if "tok_s" in series else []
     steps = Series.from_dict(series["steps_s"]).values() if "steps_s" in series and not tok else []
-    # tokens/s where the log gives it, else steps/s (time per iteration, it/s): never one passed off as the other
-    rate_key, unit, rates = ("median_tok_s", "tok/s", tok) if tok else ("median_steps_s", "steps/s", steps)
+    samples = Series.from_dict(series["samples_s"]).values() if "samples_s" in series and not (tok or steps) else []
+    # tokens/s where the log gives it, else steps/s (time per iteration, it/s), else samples/s: never one passed
+    # off as another
+    rate_key, unit, rates = (("median_tok_s", "tok/s", tok) if tok else ("median_steps_s", "steps/s", steps)
+                             if steps or not samples else ("median_samples_s", "samples/s", samples))
     if rates:
         out[rate_key] = statistics.median(rates)
         prev_rate = (previous or {}).get(rate_key)
@@ -169,9 +209,10 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
         out["notes"].append(f"{out['spikes']} loss spike(s), first at step {out['spike_steps'][0]}")
     if out.get("median_tok_s") is not None:
         out["tok_s_text"] = format_rate(out["median_tok_s"])
-    if state.get("lines") and not state.get("events"):
+    if state.get("lines") and not state.get("events") and (state["lines"] >= NOTE_AFTER_LINES
+                                                             or state_name != "running"):
         out["unrecognised_lines"] = state["lines"]
-        out["notes"].append(no_metrics_note(state["lines"]))
+        out["notes"].append(no_metrics_note(state["lines"], state.get("unread"), settings.metrics.patterns))
     if state.get("behind"):
         out["notes"].append(f"metrics read up to byte {state['offset']} of {state['size']}; "
                             "the rest on the next refresh")
@@ -298,7 +339,8 @@ def _previous(settings: Settings, target: Target, registry: Registry, client: Ag
         if fetch and same and cand.status != "failed" and not is_complete(m, reading_key(settings, cand)):
             refresh(settings, target, registry, client, cand, budget_s=budget_s, with_previous=False)
             m = registry.metrics(cand.id)
-        rates = {k: m["summary"][k] for k in ("median_tok_s", "median_steps_s") if m and m["summary"].get(k)}
+        rates = {k: m["summary"][k] for k in ("median_tok_s", "median_steps_s", "median_samples_s")
+                 if m and m["summary"].get(k)}
         if rates:
             return {"id": cand.id, **rates}
     return None

@@ -8,7 +8,7 @@ does not have yet, tags and status set to what the record says now. Exporting ag
     params    the recorded settings flattened (``run.stop_timeout``), the batching section as ``batching.*``
     tags      ``orch.*`` (revision, git commit and dirty flag, target, CT, node, checkpoints, status, …),
               ``mlflow.runName``, ``mlflow.parentRunId`` (the parent experiment's run), ``mlflow.note.content``
-    metrics   the registry's series (loss, tok_s, steps_s, lr, grad_norm) with their steps
+    metrics   the registry's series, every metric the log gave (loss, val_loss, lr, ppl, tok_s, ...) with their steps
     artifact  the run's log, ``train.log`` (node 0's for a job), read from its target when that answers
 """
 

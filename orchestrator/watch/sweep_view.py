@@ -2,7 +2,8 @@
 
 Throughput is compared over the same step window for every variant: from a tenth of the way in (past the
 warm-up) to the last step that every variant with metrics reached, so a variant still running or cut short
-is not judged on a different stretch. Loss is read at that same last step. Beside them: the batching plan's
+is not judged on a different stretch. Loss is read at that same last step, the eval loss (``val_loss``, else
+``test_loss``) at the last evaluation up to it. Beside them: the batching plan's
 padding efficiency as the planner recorded it at launch (``batching_plan``, with ``[batching] lengths``).
 
     rows(registry, "s1a2b3c") -> {"sweep": ..., "window": [20, 200], "keys": [...], "variants": [...]}
@@ -16,6 +17,7 @@ from ..errors import NotFoundError
 from ..records.experiments import Experiment, Registry
 from .compare import _fields, _fmt
 from .metrics import Series
+from .metrics_view import EVAL_LOSSES
 
 WARMUP = 0.1  # the share of the window's steps left out at its start
 
@@ -26,7 +28,7 @@ def _points(stored: dict | None, key: str) -> list[tuple[float, float]]:
 
 
 def _rate_key(stored: list[dict | None]) -> str:
-    for key in ("tok_s", "steps_s"):
+    for key in ("tok_s", "steps_s", "samples_s"):
         if any(_points(s, key) for s in stored):
             return key
     return "tok_s"
@@ -55,10 +57,13 @@ def rows(registry: Registry, sweep: str) -> dict[str, Any]:
         flat = _fields(exp)
         window = [y for x, y in _points(s, rate) if high is not None and low < x <= high]
         loss = [y for x, y in _points(s, "loss") if high is not None and x <= high]
+        evals = next((pts for key in EVAL_LOSSES if (pts := _points(s, key))), [])
+        eval_loss = [y for x, y in evals if high is not None and x <= high] or [y for _, y in evals[-1:]]
         plan = exp.batching_plan or {}
         out.append({"id": exp.id, "settings": {k: _fmt(flat.get(k)) for k in keys}, "status": exp.status,
                     "throughput": sum(window) / len(window) if window else None, "throughput_unit":
-                    "tok/s" if rate == "tok_s" else "steps/s", "loss": loss[-1] if loss else None,
+                    rate.replace("_", "/"), "loss": loss[-1] if loss else None,
+                    "eval_loss": eval_loss[-1] if eval_loss else None,
                     "efficiency": plan.get("efficiency"), "end_reason": exp.end_reason, "target": exp.target,
                     "best": False})
     ranked = sorted(out, key=lambda r: -(r["throughput"] or -1.0))

@@ -116,3 +116,23 @@ def test_metric_watch_reads_new_lines_and_sends_once(tmp_path):
     watch.tick()
     assert [e for e, _ in sent] == ["slow", "spike"]  # one slow message, one spike in SPIKE_GAP_S
     assert sent[1][1] == {"loss": 9.5, "step": 41.0, "median": 2.01}
+
+
+def test_an_evaluation_loss_is_never_taken_for_a_training_loss_spike(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    told = notify.Notifier(str(tmp_path), {"format": "json", "on": ["spike"], "context": {}}, "http://x")
+    sent: list = []
+    told.send = lambda event, **d: sent.append((event, d))  # type: ignore[method-assign]
+    watch = notify.MetricWatch(told, str(log))
+    with log.open("a") as fh:
+        for i in range(30):  # pytorch/examples mnist/main.py's lines: its test loss is far from the training loss
+            fh.write(f"Train Epoch: 1 [{i * 640}/60000 ({i}%)]\tLoss: {0.30 + 0.01 * (i % 3):.6f}\n")
+        fh.write("\nTest set: Average loss: 9.5000, Accuracy: 1000/10000 (10%)\n\n")
+        fh.write("| end of epoch   1 | time: 35.12s | valid loss  9.61 | valid ppl 14913.17\n")
+    watch.tick()
+    assert sent == []
+    with log.open("a") as fh:
+        fh.write("Train Epoch: 2 [0/60000 (0%)]\tLoss: 9.500000\n")
+    watch.tick()
+    assert [e for e, _ in sent] == ["spike"] and sent[0][1]["loss"] == 9.5 and sent[0][1]["step"] == 60000.0

@@ -59,10 +59,11 @@ def test_two_side_by_side_on_disjoint_gpus_and_a_third_refused(side):
            "experiments (none is stopped)" in res.stderr, res.stderr
     assert _states(p) == {1: "running", 2: "running"}
     first, second = _printed(p, 1), _printed(p, 2)
-    wait_for(lambda: (p.checkpoints / "exp2" / "ckpt-exp2.pt").exists(), what="experiment 2's checkpoint")
+    own = p.checkpoints.with_name(f"{p.checkpoints.name}@exp2")  # beside the lineage's folder, not in it
+    wait_for(lambda: (own / "ckpt-exp2.pt").exists(), what="experiment 2's checkpoint")
     assert first == {"visible": "0", "ckpt": str(p.checkpoints)}
-    assert second == {"visible": "1", "ckpt": f"{p.checkpoints}/exp2"}
-    assert (p.checkpoints / "ckpt-exp1.pt").exists() and (p.checkpoints / "exp2" / "ckpt-exp2.pt").exists()
+    assert second == {"visible": "1", "ckpt": f"{p.checkpoints}@exp2"}
+    assert (p.checkpoints / "ckpt-exp1.pt").exists() and (own / "ckpt-exp2.pt").exists()
     assert not (p.checkpoints / "ckpt-exp2.pt").exists()
     # each has its own window in the project's one session
     windows = subprocess.run(["tmux", "-L", tmux_socket(str(p.root)), "list-windows", "-t", "orch-tinylm", "-F",
@@ -110,7 +111,8 @@ def test_status_lists_both_and_bare_logs_and_stop_act_on_the_latest(side):
     assert note in res.stderr, res.stderr
     assert "local: experiment 2 running" in res.stdout, res.stdout
     assert "2 runs side by side here:" in res.stdout
-    assert f"experiment 2 running on GPU 1, revision" in res.stdout and f"checkpoints {p.checkpoints}/exp2" in res.stdout
+    assert f"experiment 2 running on GPU 1, revision" in res.stdout
+    assert f"checkpoints {p.checkpoints}@exp2" in res.stdout, res.stdout
     assert f"experiment 1 running on GPU 0, revision" in res.stdout
     data = json.loads(p.run("status", "--json", "--no-metrics").stdout)
     assert data["experiment"] == 2 and [(r["experiment"], r["gpus"]) for r in data["live"]] == [(2, [1]), (1, [0])]
@@ -160,7 +162,7 @@ def test_a_third_queued_beside_starts_on_the_gpu_freed_by_stop_e(side):
     assert "experiment 1 on local: stopped" in res.stdout and "acting on" not in res.stderr, res.stdout
     # the target's queue starts it, with no orch command: read from what its script printed
     third = _printed(p, 3)
-    assert third == {"visible": "0", "ckpt": f"{p.checkpoints}/exp3"}
+    assert third == {"visible": "0", "ckpt": f"{p.checkpoints}@exp3"}
     assert json.loads((p.run_dir(3) / "experiment.json").read_text())["gpus"] == [{"index": 0, "uuid": None}]
     assert _printed(p, 2)["visible"] == "1"
     data = json.loads(p.run("status", "--json", "--no-metrics").stdout)
@@ -222,7 +224,7 @@ def test_restart_beside_relaunches_the_latest_next_to_it(side):
     assert res.returncode == 0, res.stderr
     assert "the run gets GPU 1, beside the running experiments (none is stopped)" in res.stderr, res.stderr
     assert _states(p) == {1: "running", 2: "running"}
-    assert _printed(p, 2) == {"visible": "1", "ckpt": f"{p.checkpoints}/exp2"}
+    assert _printed(p, 2) == {"visible": "1", "ckpt": f"{p.checkpoints}@exp2"}
     with p.registry() as reg:
         assert reg.get(2).parent == 1 and reg.get(2).revision == reg.get(1).revision
     res = p.run("restart", "--beside")

@@ -171,3 +171,28 @@ def test_a_volumes_lost_and_found_is_not_a_checkpoint(project, mount):
     assert project.cli("checkpoints", "clean", "--yes").exit_code == 0
     assert project.cli("checkpoints", "clean", "--yes").exit_code == 0  # only lost+found left: no new entry
     assert len(json.loads(project.cli("checkpoints", "list", "--json").stdout)["entries"]) == 1
+
+
+def test_a_run_beside_others_on_a_mount_point_keeps_its_own_folder_on_that_filesystem(project, mount):
+    from tests.cli.test_beside import TRAIN
+
+    mount(project.checkpoints)  # beside it would be another filesystem: the run's own folder is inside, hidden
+    (project.path / "train.py").write_text(TRAIN)
+    project.configure(extra="gpus = 2\n")
+    assert project.cli("deploy", "--gpus", "1").exit_code == 0
+    res = project.cli("deploy", "--gpus", "1", "--beside")
+    assert res.exit_code == 0, res.output
+    own = project.checkpoints / ".orch-exp" / "exp2"
+    assert project.registry().get(2).checkpoints == str(own)
+    deadline = time.monotonic() + 30
+    while not ((own / "ckpt-exp2.pt").exists() and (project.checkpoints / "ckpt-exp1.pt").exists()):
+        assert time.monotonic() < deadline, "the runs wrote no checkpoints"
+        time.sleep(0.1)
+    assert os.stat(own).st_dev == os.stat(project.checkpoints).st_dev
+    listing = json.loads(project.cli("checkpoints", "list", "--json").stdout)
+    assert [f["path"] for f in listing["listing"]] == ["ckpt-exp1.pt"]
+    assert [(v["exp"], v["path"], v["files"]) for v in listing["variants"]] == [(2, str(own), 1)]
+
+    assert project.cli("stop", "-e", "2").exit_code == 0 and project.cli("stop", "-e", "1").exit_code == 0
+    assert project.cli("checkpoints", "clean", "--yes").exit_code == 0  # the lineage's files only
+    assert files_under(project.checkpoints, skip=".orch-trash") == {".orch-exp/exp2/ckpt-exp2.pt": b"weights"}

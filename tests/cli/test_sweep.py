@@ -68,7 +68,7 @@ def test_a_batching_sweep_ends_each_variant_at_its_budget_and_ranks_them(project
             assert (exp.status, exp.sweep) == ("finished", sweep)
             assert v["efficiency"] == exp.batching_plan["efficiency"] and 0 < v["efficiency"] <= 1
             assert v["status"] == "finished" and "budget of 60 steps" in (exp.end_reason or ""), exp.end_reason
-            assert exp.checkpoints.endswith(f"/exp{exp.id}")  # its own: no variant resumes from another's
+            assert exp.checkpoints == f"{project.checkpoints}@exp{exp.id}"  # its own, beside the lineage's
     by_strategy = {v["settings"]["batching.strategy"]: v for v in variants}
     assert by_strategy["sorted"]["efficiency"] > by_strategy["shuffle"]["efficiency"]
     text = project.run("sweep", "show", sweep).stdout

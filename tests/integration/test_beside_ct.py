@@ -9,6 +9,7 @@ with ``--queue`` the third waits and the CT's queue starts it on the GPU ``orch 
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -53,11 +54,11 @@ def test_side_by_side_on_a_ct_refused_queued_and_bare_commands(remote, testbed):
                "the running experiments (none is stopped)" in res.stderr, res.stderr
         rows = {e.id: e for e in remote.rows()}
         ckpt = rows[1].checkpoints  # the first run keeps the project's folder; the one beside it gets its own
-        assert ckpt.startswith(CKPT) and rows[2].checkpoints == f"{ckpt}/exp2"
+        assert ckpt.startswith(CKPT) and rows[2].checkpoints == f"{ckpt}@exp2"
         assert _printed(remote, testbed, 1) == {"visible": "0", "ckpt": ckpt}
-        assert _printed(remote, testbed, 2) == {"visible": "1", "ckpt": f"{ckpt}/exp2"}
-        files = on_ct(testbed, 200, "find", ckpt, "-name", "ckpt-*.pt").split()
-        assert sorted(files) == [f"{ckpt}/ckpt-exp1.pt", f"{ckpt}/exp2/ckpt-exp2.pt"], files
+        assert _printed(remote, testbed, 2) == {"visible": "1", "ckpt": f"{ckpt}@exp2"}
+        files = on_ct(testbed, 200, "find", os.path.dirname(ckpt), "-name", "ckpt-*.pt").split()
+        assert sorted(files) == [f"{ckpt}/ckpt-exp1.pt", f"{ckpt}@exp2/ckpt-exp2.pt"], files  # siblings
         with remote.registry() as reg:
             assert reg.get(2).gpus == [{"index": 1, "uuid": gpu_uuid(200, 1)}]
 
@@ -78,7 +79,7 @@ def test_side_by_side_on_a_ct_refused_queued_and_bare_commands(remote, testbed):
         assert "experiment 3: queued on CT 200 on pve1 at position 1" in res.stdout, res.stdout
         res = remote.run("stop", "--ct", "200", "-e", "1")
         assert res.returncode == 0 and "experiment 1 on CT 200 on pve1: stopped" in res.stdout, res.stdout
-        assert _printed(remote, testbed, 3) == {"visible": "0", "ckpt": f"{ckpt}/exp3"}
+        assert _printed(remote, testbed, 3) == {"visible": "0", "ckpt": f"{ckpt}@exp3"}
         data = json.loads(remote.run("status", "--ct", "200", "--json", "--no-metrics").stdout)
         assert [(r["experiment"], r["gpus"]) for r in data["live"]] == [(3, [0]), (2, [1])], data["live"]
 

@@ -43,21 +43,41 @@ def _every_op(settings, target) -> list:
             checkpoints.check_op(target, [4]),
             checkpoints.trash_op(target, settings, "move", INV, writer, [4], 3, 5),
             checkpoints.trash_op(target, settings, "purge", INV, None, [], None, None),
-            checkpoints.clean_now_op(target, settings, INV, None),
+            checkpoints.clean_now_op(target, settings, {**INV, "path": target.checkpoints}, None),
             checkpoints.restore_op(target, "20260101T000000Z-exp1"),
-            checkpoints.purge_op(target, ["20260101T000000Z-exp1"])]
+            checkpoints.purge_op(target, ["20260101T000000Z-exp1"]), checkpoints.move_op(target)]
 
 
 def test_every_op_names_only_arguments_of_its_agent_function_and_passes_the_agents_checks(place):
     settings, target = place
     ops = _every_op(settings, target)
-    assert {op.name for op in ops} == {"ckpt_check", "ckpt_inventory", "ckpt_trash", "ckpt_restore", "ckpt_purge"}
+    assert {op.name for op in ops} == {"ckpt_check", "ckpt_inventory", "ckpt_trash", "ckpt_restore", "ckpt_purge",
+                                       "ckpt_move"}
     for op in ops:
         function, _ = OPS[op.name]
         params = set(inspect.signature(function).parameters) - {"layout"}
         assert set(op.args) <= params, (op.name, set(op.args) - params)
         validate.op_args(op.name, op.args)  # raises on an ill-typed argument
         assert op.args["path"] == op.args["configured"] == target.checkpoints
+
+
+def test_an_experiments_own_folder_is_beside_the_lineages_and_ops_on_it_name_both(place):
+    settings, target = place
+    conf = target.checkpoints
+    assert checkpoints.variant_folder(target, None, 7) == f"{conf}@exp7"
+    assert checkpoints.variant_folder(target, {"variant_prefix": f"{conf}/.orch-exp/"}, 7) == f"{conf}/.orch-exp/exp7"
+    own = checkpoints.own_folder(target, 7, f"{conf}@exp7")
+    assert own == f"{conf}@exp7" and checkpoints.own_folder(target, 3, conf) is None
+    for op in (checkpoints.inventory_op(target, settings, path=own), checkpoints.restore_op(target, "e", own),
+               checkpoints.purge_op(target, ["e"], own), checkpoints.clean_now_op(target, settings,
+                                                                                   {**INV, "path": own}, None)):
+        assert (op.args["path"], op.args["configured"]) == (own, conf)
+    with pytest.raises(InputError) as old:
+        checkpoints.own_folder(target, 7, f"{conf}/exp7")
+    assert "where an older orch put them" in old.value.message and f"{conf}@exp7" in old.value.hint
+    with pytest.raises(InputError) as other:
+        checkpoints.own_folder(target, 7, "/elsewhere/exp7")
+    assert "not to" in other.value.message
 
 
 def test_retention_comes_from_the_trash_settings_in_bytes_and_is_unlimited_without_them(place, tmp_path):

@@ -57,6 +57,28 @@ def test_loss_against_the_parents_at_the_same_steps():
     assert "failure" not in compare(spec(), series(1, 20, 32_000, loss=3.0), series(1, 20, 32_000), first=1)
 
 
+def test_the_guard_can_judge_the_evaluation_loss_at_the_steps_both_evaluated():
+    from orchestrator.agent.guard import read_points
+
+    def log(tmp, val: float) -> list[dict]:
+        path = tmp / f"train-{val}.log"
+        lines = [f"step={s} loss=2.0 tok_s=32000" for s in range(1, 21)]
+        lines.insert(10, f"{{'eval_loss': {val}, 'epoch': 0.5}}")  # Hugging Face's eval dict: no step of its own
+        lines.append(f"{{'eval_loss': {val}, 'epoch': 1.0}}")
+        path.write_text("\n".join(lines) + "\n")
+        return read_points(str(path))
+
+    import pathlib
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mine, parents = log(pathlib.Path(tmp), 3.0), log(pathlib.Path(tmp), 2.0)
+    assert [p for p in mine if "val_loss" in p] == [{"step": 10, "val_loss": 3.0}, {"step": 20, "val_loss": 3.0}]
+    assert "failure" not in compare(spec(max_loss_ratio=1.1), mine, parents, first=1)  # the training losses agree
+    out = compare(spec(max_loss_ratio=1.1, loss="val_loss"), mine, parents, first=1)
+    assert out["failure"] == "val_loss 3 > 1.1 × 2 of exp 12 over steps 2–20"
+
+
 def test_the_end_reasons_of_a_guarded_run():
     why = "throughput 11.9 Ktok/s < 0.9 × 32.0 Ktok/s of exp 12 over steps 20–200"
     assert guard_reason({"state": "rolled back", "reason": why, "on_fail": "rollback"}) == f"rolled back: {why}"
@@ -84,4 +106,5 @@ def test_guard_defaults_as_documented(tmp_path):
     cfg = tmp_path / "orch.toml"
     cfg.write_text("[guard]\nmax_loss_ratio = 1.2\n")
     g = load_settings(cfg, env={}).guard
-    assert g.spec() == {"steps": 200, "min_throughput": 0.9, "max_loss_ratio": 1.2, "on_fail": "rollback"}
+    assert g.spec() == {"steps": 200, "min_throughput": 0.9, "max_loss_ratio": 1.2, "on_fail": "rollback",
+                        "loss": "loss"}

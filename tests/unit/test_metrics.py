@@ -261,7 +261,27 @@ def test_status_summarizes_a_parsed_log() -> None:
 def test_status_of_a_log_without_metrics() -> None:
     s = _status_summary(["hello", "world"], started_s_ago=10.0)
     assert s["step"] is None and "spikes" not in s and "eta_s" not in s
-    assert any(n.startswith("no metric line recognised in 2 lines") for n in s["notes"])
+    assert not s["notes"]  # a running run's first lines (its set-up) are no reason for a note yet
+    s = _status_summary(["hello", "world"] * 10, started_s_ago=10.0)
+    assert any(n.startswith("no metric line recognised in 20 lines") for n in s["notes"])
+
+
+def test_the_note_proposes_a_pattern_that_reads_the_runs_own_lines() -> None:
+    from orchestrator.watch.logparse import Parser
+
+    lines = ["Using device: cpu"] + [f"#{i} :: Loss => {4 - i / 10:.3f} !!" for i in range(24)]
+    note = next(n for n in _status_summary(lines, started_s_ago=10.0)["notes"] if n.startswith("no metric"))
+    source = note.split("patterns = { loss = '")[1].split("' }")[0]
+    assert "(it reads 24 of the 25 lines seen)" in note
+    assert Parser({"loss": source}).parse_line(lines[5]) == {"loss": 3.6}  # the user's first edit works
+
+
+def test_the_note_says_which_configured_pattern_matched() -> None:
+    from orchestrator.watch.metrics_view import no_metrics_note
+
+    note = no_metrics_note(3, ["Using device: cpu", "#1 :: Loss => 2.5", "#2 :: Loss => 2.4"],
+                           {"loss": r"loss ([0-9.]+)", "acc": r"Loss => ([0-9.]+)"})
+    assert "[metrics] patterns matched: loss 0 of 3 lines, acc 2 of 3 lines" in note
 
 
 def test_status_says_stalled_past_the_stall_setting_and_only_notes_a_quiet_run_without_it() -> None:
@@ -306,7 +326,8 @@ def test_module_stays_pure(module: str) -> None:
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module if node.module.startswith("orchestrator") else node.module.split(".")[0])
-    allowed = {"orchestrator.errors", "orchestrator.watch.logparse"}
+    allowed = {"orchestrator.errors", "orchestrator.watch.logparse", "orchestrator.agent.metric_lines",
+               "orchestrator.agent.metric_shapes", "orchestrator.agent.metric_names"}
     foreign = {m for m in imported if m not in sys.stdlib_module_names and m not in allowed}
     assert foreign == set()
     assert not imported & {"socket", "sqlite3", "subprocess", "os", "io", "pathlib"}
@@ -340,3 +361,18 @@ def test_an_experiment_recorded_before_the_renames_is_read_with_its_own_stall_se
     exp = Experiment(id=1, project="p", created=0.0, target="local", revision="r", command=["x"], config=old)
     settings = as_recorded(Settings(), exp)
     assert settings.run.stall_after == 60.0 and settings.metrics.patterns == {"loss": "L=([0-9.]+)"}
+
+
+def test_every_metric_of_an_experiment_as_series_train_then_eval() -> None:
+    from orchestrator.config import Settings
+    from orchestrator.watch.metrics import series_of
+    from orchestrator.watch.metrics_view import ingest
+
+    lines = ["| epoch   1 |   200/ 2983 batches | lr 20.00 | ms/batch 11.27 | loss  7.62 | ppl  2040.91",
+             "| end of epoch   1 | time: 35.12s | valid loss  5.61 | valid ppl   273.39",
+             "| End of training | test loss  5.00 | test ppl   148.41"]
+    series: dict = {}
+    ingest(Settings(), lines, series, {})
+    got = series_of({"series": series})
+    assert list(got) == ["loss", "lr", "ppl", "steps_s", "test_loss", "test_ppl", "val_loss", "val_ppl"]
+    assert got["val_loss"] == {"kind": "eval", "points": [(200.0, 5.61)]} and got["loss"]["kind"] == "train"
