@@ -220,14 +220,25 @@ class Keeper:
 
     def told(self, stdin) -> None:
         """What the command that started this keeper tells it on its standard input: one line, the connection
-        and agent to ready (``client.ready``); nothing (the pipe closed) when that command never reached them."""
+        and agent to ready (``client.ready``); nothing (the pipe closed) when that command never reached them.
+        Readying counts as use: the keeper does not exit idle meanwhile, and its idle clock starts from its end
+        (not from the keeper's start, which a slow first command may outlast)."""
         try:
             line = stdin.readline()
             asked = json.loads(line) if line.strip() else None
         except (OSError, ValueError):
+            asked = None
+        if not (isinstance(asked, dict) and isinstance(asked.get("spec"), dict)):
             return
-        if isinstance(asked, dict) and isinstance(asked.get("spec"), dict):
+        with self.lock:
+            self.active += 1
+        try:
             self.ready(asked["spec"], asked.get("agent"))
+        finally:
+            if self.server is not None:
+                self.server.touch()
+            with self.lock:
+                self.active -= 1
 
     def serve(self, stdin=None) -> int:
         server = sockets.Server(self.path)
