@@ -212,7 +212,8 @@ def launches(base: Path, fast: bool) -> dict:
             done = orch(folder, typing, *args, **typed)
             said.append((args[0], done.stdout, done.stderr))
             if "--queue" in args:  # the entry holds the launch's variables until it starts: the user's alone
-                recorded = [stat.S_IMODE(p.stat().st_mode) for p in (root / "queue" / "same").glob("*.json")]
+                recorded = [stat.S_IMODE(p.stat().st_mode) for p in (root / "queue" / "same").glob("*.json")
+                            if not p.name.startswith(".")]  # the entries, not why the oldest waits
                 assert recorded == [0o600]
             else:
                 pids = json.loads((newest_run(root, "same") / "pid.json").read_text())
