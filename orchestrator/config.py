@@ -396,8 +396,11 @@ class NotifySection(_Section):
     @field_validator("url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")  # never echo the value: it is a secret
+        from .agent.notify import url_fault
+
+        fault = url_fault(v) if v is not None else None
+        if fault:
+            raise ValueError(fault)  # never echo the value: it is a secret
         return v
 
     @field_validator("url_secret")

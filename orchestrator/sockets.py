@@ -12,7 +12,8 @@ listen, how one is started, claimed, served and tidied. Standard library only, s
         server.close()                    # the socket, its start marker and an empty log go
 
 Beside ``X.sock`` live ``X.sock.lock`` (held by the server for its whole life), ``X.spawned`` (the pid of the
-server being started) and ``X.log`` (its stderr, removed when empty). The folder is this user's alone
+server being started), ``X.owner`` (whose server it is: its home folder and orch installation, so that a command
+ends only its caller's own, ``mine``) and ``X.log`` (its stderr, removed when empty). The folder is this user's alone
 (0700, ``$XDG_RUNTIME_DIR/orch`` else ``/tmp/orch-<uid>``) and each socket is 0600, so two users never
 reach each other's processes.
 """
@@ -76,6 +77,22 @@ def folder_name() -> str:
 def _stem(path: Path | str) -> str:
     path = str(path)
     return path[:-len(SUFFIX)] if path.endswith(SUFFIX) else path
+
+
+def owner() -> str:
+    """Whose servers this process starts and uses: its home folder and orch installation (the folder is per uid,
+    and on a shared account several people, homes or checkouts share it)."""
+    return f"{os.path.expanduser('~')}\n{sys.prefix}\n"
+
+
+def mine(path: Path | str) -> bool:
+    """Whether the server at ``path`` is this caller's (same home and installation, by its ``X.owner``); one
+    that wrote none (an older orch) is not."""
+    try:
+        with open(f"{_stem(path)}.owner") as fh:
+            return fh.read() == owner()
+    except OSError:
+        return False
 
 
 def connect(path: Path | str, timeout: float = 2.0) -> socket.socket | None:
@@ -242,6 +259,13 @@ class Server:
         listener.listen(64)
         listener.settimeout(TICK)
         self._listener = listener
+        stem = _stem(self.path)
+        fd = os.open(f"{stem}.owner.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, owner().encode())
+        finally:
+            os.close(fd)
+        os.replace(f"{stem}.owner.tmp", f"{stem}.owner")
 
     def touch(self) -> None:
         """Restart the idle clock (a request just ended)."""
@@ -289,7 +313,7 @@ class Server:
         if self._lock_fd is None:
             return
         stem = _stem(self.path)
-        for name, only_empty in ((f"{stem}.spawned", False), (f"{stem}.log", True)):
+        for name, only_empty in ((f"{stem}.spawned", False), (f"{stem}.owner", False), (f"{stem}.log", True)):
             try:
                 if not only_empty or os.path.getsize(name) == 0:
                     os.unlink(name)

@@ -81,8 +81,8 @@ def _own_keepers(monkeypatch) -> Iterator[str]:
     from orchestrator.reach.keeper import client
     from orchestrator.warm import client as warm_client
 
-    warm_client.close()
-    client.close(None)
+    warm_client.close(everyone=True)  # the folder is the test's own: every home's in it
+    client.close(None, everyone=True)
     for marker in Path(folder, "orch").glob("*.spawned"):
         try:
             pid = int(marker.read_text())

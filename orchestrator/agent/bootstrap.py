@@ -94,6 +94,11 @@ if len(sys.argv) >= 4 and sys.argv[1] == "queue-boot":  # after a reboot, from t
 
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(at_boot(sys.argv[2], sys.argv[3]))
+if len(sys.argv) >= 4 and sys.argv[1] == "queue-retry":  # a queued run waiting for nvidia-smi (runqueue.retry)
+    from orchestrator.agent.runqueue import retry  # noqa: E402
+
+    os.environ["LC_ALL"] = "C.UTF-8"
+    sys.exit(retry(sys.argv[2], sys.argv[3]))
 if len(sys.argv) >= 3 and sys.argv[1] == "rollback":  # a failed guard's way back (guard.spawn_rollback)
     from orchestrator.agent.rollback import rollback  # noqa: E402
 

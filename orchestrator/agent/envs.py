@@ -10,6 +10,10 @@ Built with uv when it is on the target (``uv venv`` + ``uv pip install``), else 
 Wheels pushed by the controller are blobs (``blobs/<sha>``), linked under their file names into the build's
 ``wheels/`` folder, and installed with no index.
 
+An index URL may carry credentials (``--extra-index-url https://user:token@host``): the requirements file the
+installer reads is 0600 while the build runs, and what stays in the store (it, ``build.log``) has them cut out
+(``redact``), so no secret outlives the build at rest.
+
     probe(layout, python=None) -> {"python": "/usr/bin/python3", "version": "3.11.2", "platform": "linux-x86_64",
                                    "glibc": "2.36", "uv": None, "envs": {"0123456789abcdef": {"attrs": "23.2.0"}}}
     build(layout, hash="0123…", requirements="attrs==23.2.0\\n", wheels=[{"name": "attrs-….whl", "sha256": …}])
@@ -21,6 +25,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -175,13 +180,30 @@ class _Failed(Exception):
     pass
 
 
+_CREDENTIALS = re.compile(r"://[^/@\s]+@")
+
+
+def redact(text: str) -> str:
+    """An index URL's credentials (``https://user:token@host``) cut out: ``https://***@host``."""
+    return _CREDENTIALS.sub("://***@", text)
+
+
+def _redact_file(path: str, mode: int = 0o644) -> None:
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return
+    write_atomic(path, redact(text).encode(), mode)
+
+
 def _tail(log_path: str) -> str:
     try:
         with open(log_path, "rb") as fh:
             lines = fh.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return ""
-    return "\n".join(f"  {line}" for line in lines[-TAIL_LINES:])
+    return redact("\n".join(f"  {line}" for line in lines[-TAIL_LINES:]))
 
 
 def _link_wheels(layout: Layout, wheels: list, dest: str) -> None:
@@ -234,7 +256,7 @@ def build(layout: Layout, hash: str, requirements: str, python: str | None = Non
             raise AgentFailure("input", "[env] installer is uv, and uv is not on the target's PATH",
                                "install uv there, or set [env] installer = \"auto\" (pip when uv is missing)")
         req = os.path.join(work, "requirements.txt")
-        write_atomic(req, requirements.encode())
+        write_atomic(req, requirements.encode(), 0o600)  # it may name an index with its credentials
         try:
             with open(log_path, "ab") as log:
                 step("venv")
@@ -274,6 +296,8 @@ def build(layout: Layout, hash: str, requirements: str, python: str | None = Non
             raise
         if wheels is not None:
             shutil.rmtree(os.path.join(work, "wheels"), ignore_errors=True)  # links: the blobs stay
+        _redact_file(req)  # what the env was built from stays readable, without an index's credentials
+        _redact_file(log_path)
         info = {"hash": hash, "python": interp, "installer": "uv" if uv else "pip",
                 "system_site_packages": system_site_packages, "inputs": inputs or {},
                 "packages": packages, "built": time.time(), "seconds": round(time.monotonic() - started, 2),

@@ -6,7 +6,7 @@ machine's GPUs are the configured count (``[targets.X] gpus = N``, indices 0..N-
 ones nvidia-smi reports.
 
     table(layout, total=2) -> {"gpus": [{"index": 0, "uuid": None, "holder": {"id": 3, ...}, "busy": None}, ...],
-                               "error": None}
+                               "error": None, "smi_failed": None}   (nvidia-smi's message when it failed)
     pick(rows, 1) -> [{"index": 1, "uuid": None}]   (None: fewer than 1 free)
     check(layout, "1")  raises a conflict when GPU 1 is given to a live run already
 """
@@ -67,7 +67,10 @@ def table(layout: Layout, total: int | None = None) -> dict:
             row["busy"] = f"unknown: {report['apps_error']}"
         rows.append(row)
     error = None if indices else (report.get("error") or "nvidia-smi reports no GPU")
-    return {"gpus": rows, "error": error}
+    # nvidia-smi is there and failed (not missing): which GPUs are free is unknown until it answers again
+    failed = report.get("error") if report.get("exit_code") is not None and not indices else \
+        report.get("apps_error") if any(r["busy"] and r["busy"].startswith("unknown:") for r in rows) else None
+    return {"gpus": rows, "error": error, "smi_failed": failed}
 
 
 def pick(rows: list[dict], n: int) -> list[dict] | None:

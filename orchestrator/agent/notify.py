@@ -47,8 +47,9 @@ def check(spec: object) -> dict:
     if not isinstance(spec, dict) or set(spec) - {"url", "format", "on", "context"}:
         raise AgentFailure("input", "notify must be an object with url, format, on and context")
     url = spec.get("url")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or "\0" in url:
-        raise AgentFailure("input", "notify.url must be an http:// or https:// URL")
+    fault = url_fault(url) if isinstance(url, str) else "must be an http:// or https:// URL"
+    if fault:
+        raise AgentFailure("input", f"notify.url {fault}")
     if spec.get("format") not in FORMATS:
         raise AgentFailure("input", f"notify.format must be one of {', '.join(FORMATS)}")
     on = spec.get("on")
@@ -146,12 +147,42 @@ def _header(text: str) -> str:
     return _cut(text.replace("\n", " "), 250).encode("latin-1", "replace").decode("latin-1")
 
 
-def redact(text: str, url: str) -> str:
-    """``text`` with the URL and each of its longer parts (host, path, query) replaced."""
+def url_fault(url: str) -> str | None:
+    """Why ``url`` is no webhook URL orch can post to (never naming it: it is a secret), or None.
+
+    The one check, made by the controller's settings, its secret's reader and this agent alike.
+
+    >>> url_fault("http://[hooks.example/T0"), url_fault("https://hooks.example/T0")
+    ('does not parse as a URL (a bracket, port or character out of place)', None)
+    """
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
-    for piece in sorted({url, parts.netloc, parts.path, parts.query, parts.netloc + parts.path}, key=len, reverse=True):
+    if not url.startswith(("http://", "https://")):
+        return "must be an http:// or https:// URL"
+    if any(ord(c) < 33 or ord(c) == 127 for c in url):
+        return "holds a space or a control character"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        return "does not parse as a URL (a bracket, port or character out of place)"
+    if not parts.hostname:
+        return "names no host"
+    return None
+
+
+def redact(text: str, url: str) -> str:
+    """``text`` with the URL and each of its longer parts (host, path, query) replaced; a URL that does not
+    parse is cut out whole, and so is each piece of it between ``/``, ``?`` and ``#``."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        pieces = {url, parts.netloc, parts.path, parts.query, parts.netloc + parts.path}
+    except ValueError:
+        rest = url.split("://", 1)[-1]
+        pieces = {url, rest, *rest.replace("?", "/").replace("#", "/").split("/")}
+    for piece in sorted(pieces, key=len, reverse=True):
         if len(piece) >= 4:
             text = text.replace(piece, "<webhook>")
     return text

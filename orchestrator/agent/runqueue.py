@@ -10,6 +10,11 @@ then too, when the GPUs it waits for are free. After a reboot the queue's system
 about to be resumed by its own unit: that run goes first, and its end starts the next. Where systemd is not
 running, the next ``orch queue`` or ``orch status`` does it.
 
+Why the oldest entry waits is kept beside it (``.waiting.json``) and shown with it (``entries``). An entry queued
+beside that waits because nvidia-smi fails (which GPUs are free is unknown) is retried by a process of its own
+(``agent queue-retry``, one per queue) every ``RETRY_S`` seconds, so that it starts once nvidia-smi answers again
+with no orch command and no run's end.
+
 Secrets are never stored on the target, so a launch with secrets cannot be queued (``add`` refuses it). What the
 launch inherits (``launch_env``: the queueing command's environment, umask and limits) is kept in the entry, which is
 therefore 0600, and the run starts with it however long it waits.
@@ -29,7 +34,7 @@ import sys
 import time
 
 from . import gpu_share, journal, launch_env, procstat, reboot_unit, runs
-from .layout import Layout, read_json, run_key, write_atomic
+from .layout import Layout, read_json, run_key, write_atomic, write_json
 from .lock import TargetLock
 from .protocol import AgentFailure
 
@@ -38,6 +43,10 @@ START_ARGS = ("exp_id", "project", "revision", "argv", "env", "experiment", "bat
               "launch", "use_standby")
 LOCK_WAIT = 600.0  # s the process that starts the next entry waits for another operation's lock
 PARENT_WAIT = 10.0  # s it waits for the supervisor that spawned it to exit (its tmux session is replaced)
+RETRIED = "tried again every few seconds"  # in the why of an entry the retrier tries again
+WAITING = ".waiting.json"  # why the oldest entry has not started: {"id", "why", "since", "retry"}
+RETRY_S = 5.0  # s between the tries of an entry waiting for nvidia-smi to answer again
+RETRY_FOR = 7 * 86400.0  # s after which the retrying process gives up (the next run's end or orch queue goes on)
 
 
 
@@ -59,13 +68,17 @@ def _files(layout: Layout, project: str) -> list[str]:
 def entries(layout: Layout, project: str) -> list[dict]:
     """What is queued, in order: id, registry, revision, when, and the budget a sweep gave it."""
     out = []
+    waits = read_json(os.path.join(folder(layout, project), WAITING), {}) or {}
     for position, path in enumerate(_files(layout, project), 1):
         entry = read_json(path, {}) or {}
         env = entry.get("env") or {}
+        why = waits.get("why") if waits.get("id") == entry.get("exp_id") and waits.get("registry") == \
+            entry.get("registry") else None
         out.append({"id": entry.get("exp_id"), "registry": entry.get("registry"), "position": position,
                     "revision": entry.get("revision"), "queued": entry.get("queued"),
                     "sweep": (entry.get("experiment") or {}).get("sweep"),
-                    "max_steps": env.get("ORCH_MAX_STEPS"), "max_minutes": env.get("ORCH_MAX_MINUTES")})
+                    "max_steps": env.get("ORCH_MAX_STEPS"), "max_minutes": env.get("ORCH_MAX_MINUTES"),
+                    "waiting": why})
     return out
 
 
@@ -148,6 +161,10 @@ def _advance_locked(layout: Layout, project: str) -> dict:
     An entry that cannot start (its revision removed, its folder taken) is recorded as not started in its run
     folder and the next one is tried: a queue never sticks on a bad entry.
     """
+    try:
+        os.unlink(os.path.join(folder(layout, project), WAITING))  # said again below if the oldest still waits
+    except FileNotFoundError:
+        pass
     pending = _pending_resume(layout, project)
     if pending is not None:
         return {"started": None, "why": f"experiment {pending['id']} resumes after the reboot first"}
@@ -159,7 +176,7 @@ def _advance_locked(layout: Layout, project: str) -> dict:
             continue
         args, why = _start_args(layout, entry)
         if why is not None:
-            return _started(started) if started else {"started": None, "why": why}
+            return _started(started) if started else _waits(layout, project, entry, why, RETRIED in why)
         try:
             runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **args)
         except AgentFailure as exc:
@@ -181,6 +198,62 @@ def _advance_locked(layout: Layout, project: str) -> dict:
     return {"started": None, "why": "the queue is empty"}
 
 
+def _waits(layout: Layout, project: str, entry: dict, why: str, retry: bool) -> dict:
+    """The oldest entry waits: why, kept for ``entries``; a wait on nvidia-smi starts the queue's retrier."""
+    path = os.path.join(folder(layout, project), WAITING)
+    old = read_json(path, {}) or {}
+    same = old.get("id") == entry.get("exp_id") and old.get("why") == why
+    write_json(path, {"id": entry.get("exp_id"), "registry": entry.get("registry"), "why": why, "retry": retry,
+                      "since": old.get("since") if same else time.time()})
+    if retry:
+        _spawn_retry(layout, project)
+    return {"started": None, "why": why}
+
+
+def _spawn_retry(layout: Layout, project: str) -> None:
+    import fcntl
+    import subprocess
+
+    lock = os.path.join(folder(layout, project), ".retry.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return  # one retries already
+    finally:
+        os.close(fd)
+    with open(os.path.join(folder(layout, project), ".advance.log"), "ab") as out:
+        subprocess.Popen([sys.executable, os.path.abspath(sys.argv[0]), "queue-retry", layout.root, project],
+                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                         close_fds=True, cwd="/")
+
+
+def retry(root: str, project: str) -> int:
+    """``agent queue-retry ROOT PROJECT``: try the queue every ``RETRY_S`` s while its oldest entry waits for
+    nvidia-smi (one such process a queue, by its lock); it ends once the entry starts, the queue is empty, or the
+    entry waits for something else (a run's end starts it then)."""
+    import fcntl
+
+    layout = Layout(root)
+    fd = os.open(os.path.join(folder(layout, project), ".retry.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0
+    deadline = time.monotonic() + RETRY_FOR
+    while time.monotonic() < deadline:
+        time.sleep(RETRY_S)
+        try:
+            done = advance(layout, project, wait=RETRY_S)
+        except AgentFailure:
+            continue  # another operation holds the lock: try again
+        waits = read_json(os.path.join(folder(layout, project), WAITING), {}) or {}
+        if done.get("started") is not None or not _files(layout, project) or not waits.get("retry"):
+            print(f"orch: {time.strftime('%Y-%m-%d %H:%M:%S')} retried the queue of {project}: {done}", flush=True)
+            return 0
+    return 0
+
+
 def _started(started: list[dict]) -> dict:
     return {"started": started[0]["id"], "registry": started[0]["registry"], "started_all": started}
 
@@ -193,9 +266,17 @@ def _start_args(layout: Layout, entry: dict) -> tuple[dict, str | None]:
     if not isinstance(wanted, dict):
         busy = runs.alive_runs(layout, str(entry.get("project")))
         return args, (f"experiment {busy[0]['id']} is running" if busy else None)
-    placed = gpu_share.pick(gpu_share.table(layout, wanted.get("total"))["gpus"], int(wanted.get("gpus") or 1))
+    found = gpu_share.table(layout, wanted.get("total"))
+    placed = gpu_share.pick(found["gpus"], int(wanted.get("gpus") or 1))
+    if placed is None and found.get("smi_failed"):
+        return args, f"waiting for {wanted.get('gpus')} free GPU(s): nvidia-smi fails ({found['smi_failed']}), " \
+                     f"{RETRIED}"
     if placed is None:
-        return args, f"waiting for {wanted.get('gpus')} free GPU(s)"
+        held = "; ".join(f"GPU {r['index']}: " + (f"experiment {r['holder']['id']} ({r['holder'].get('project')})"
+                                                   if r.get("holder") else str(r.get("busy")))
+                         for r in found["gpus"] if r.get("holder") or r.get("busy"))
+        said = f" ({held})" if held else f": {found['error']}" if found.get("error") else ""
+        return args, f"waiting for {wanted.get('gpus')} free GPU(s){said}"
     args.update(env=gpu_share.environment(args["env"] or {}, placed),
                 experiment={**(args["experiment"] or {}), "gpus": placed}, beside=True)
     return args, None

@@ -26,8 +26,10 @@ def list_(as_json: JsonOpt = False) -> None:
         render.print_json({"keepers": found, "warm": warm})
         return
     for item in warm:
-        render.out(f"warm orch process {item['pid']} (commands start in a fork of it)")
-    rows = [[k["pid"], c["target"] + (f" ({c['role']})" if c.get("role") else ""),
+        render.out(f"warm orch process {item['pid']} (commands start in a fork of it)"
+                   + ("" if item["mine"] else ", of another home or orch installation"))
+    rows = [[f"{k['pid']}" + ("" if k["mine"] else " (not this home's)"),
+             c["target"] + (f" ({c['role']})" if c.get("role") else ""),
              "open" if c["alive"] else "closed", render.ago(time.time() - c["since"]),
              render.ago(time.time() - c["last"]), c["commands"]]
             for k in found for c in k["connections"]]
@@ -45,12 +47,22 @@ def list_(as_json: JsonOpt = False) -> None:
 
 @app.command("close")
 def close(target: Annotated[Optional[str], typer.Argument(help="Only the connection to this host "
-                                                             "(default: all, and the keepers exit)")] = None) -> None:
-    """Close held connections; the next command opens a new one."""
+                                                             "(default: all, and the keepers exit)")] = None,
+          everyone: Annotated[bool, typer.Option("--all", help="Those of every home and orch installation of "
+                                                               "this user too (the socket folder is per user)")]
+          = False) -> None:
+    """Close this home's held connections (this orch installation's); the next command opens a new one."""
     from ..reach.keeper import client
     from ..warm import client as warm_client
 
+    others_keepers = 0 if everyone else sum(not k["mine"] for k in client.keepers())
+    others_warm = 0 if everyone else sum(not w["mine"] for w in warm_client.processes())
     if target is None:
-        warm_client.close()
-    closed = client.close(target)
+        warm_client.close(everyone)
+    closed = client.close(target, everyone)
     render.out(f"closed {closed} connection(s)" + ("" if target else "; the keepers exited"))
+    left = [f"{n} {what}{'s' if n > 1 else ''}" for n, what in ((others_keepers, "other keeper"),
+                                                                 (others_warm, "other warm process")) if n]
+    if left:
+        render.out(f"{' and '.join(left)} of this user, for other homes or orch installations, left running; "
+                   "--all ends them")

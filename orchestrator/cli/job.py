@@ -65,7 +65,8 @@ def deploy(launch, grp, settings, dry_run: bool, as_json: bool) -> None:
         worker = f"; its worker exited with {waited['worker_exit_code']}" \
             if waited.get("worker_exit_code") is not None else ""
         render.say(f"error: experiment {exp.id}: node {waited['node']} ({waited['label']}) {waited['state']} "
-                   f"(exit code {waited.get('exit_code')}{worker}) {waited['seconds']:g} s after the job started")
+                   f"({render.exit_code(waited.get('exit_code'))}{worker}) {waited['seconds']:g} s after the job "
+                   "started")
         render.say(f"hint: orch logs -e {exp.id} --node {waited['node']} shows its whole log; orch status shows "
                    "every node")
         raise typer.Exit(1)
@@ -90,7 +91,7 @@ def _say_stopped(stopped: list) -> None:
     """``stopped experiment 7 on CT 201: stopped (exit -15)``: what the job's start stopped on its nodes."""
     for run in stopped:
         render.say(f"stopped {render.which(run)} on {run['label']} (node {run['node']}): {run['state']} "
-                   f"(exit {run['exit_code']})")
+                   f"({render.exit_code(run['exit_code'], 'exit')})")
 
 
 def _say_shell(answers: list) -> None:
@@ -246,7 +247,8 @@ def logs(settings, grp, experiment, *, write, lines: int, follow: bool, node) ->
                 exp, _ = multinode.status(settings, grp, reg)
             else:
                 exp = reg.get(exp.id)
-        codes = ", ".join(f"node {n['rank']}: {n.get('exit_code')}" for n in exp.nodes or [])
+        codes = ", ".join(f"node {n['rank']}: {'-' if n.get('exit_code') is None else n['exit_code']}"
+                          for n in exp.nodes or [])
         render.say(f"orch: experiment {exp.id} {exp.status} (exit codes {codes})")
     if failed:
         raise failed[0].error

@@ -39,6 +39,9 @@ def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_jso
                  [[e["position"], e["id"] if e["mine"] else f"{e['id']} (another clone's)", e.get("sweep"),
                    _budget(e), (e.get("revision") or "")[:10], render.when(e.get("queued")), e.get("message")]
                   for e in entries])
+    for e in entries:
+        if e.get("waiting"):
+            render.out(f"experiment {e['id']} is {e['waiting']}")
 
 
 def _budget(entry: dict) -> str | None:

@@ -32,6 +32,11 @@ def which(run: dict) -> str:
     return f"experiment {run['id']} of another clone of this project{where}"
 
 
+def exit_code(code: object, word: str = "exit code") -> str:
+    """``exit code 1``; ``no exit code`` when none was recorded (a run killed with its supervisor, or lost)."""
+    return f"{word} {code}" if code is not None else "no exit code"
+
+
 def when(ts: float | None) -> str:
     if not ts:
         return "-"

@@ -163,7 +163,7 @@ def _report(outcome, target, as_json: bool) -> None:
     if exp is not None and exp.status == "crashed":
         for line in waited.get("tail") or []:
             render.say(f"  | {line}")
-        render.say(f"error: experiment {exp.id} crashed on {target.label} (exit code {exp.exit_code}) "
+        render.say(f"error: experiment {exp.id} crashed on {target.label} ({render.exit_code(exp.exit_code)}) "
                    f"{waited.get('seconds', 0):g} s after it started")
         render.say(f"hint: orch logs -e {exp.id} shows its whole log")
         raise typer.Exit(1)
@@ -172,7 +172,7 @@ def _report(outcome, target, as_json: bool) -> None:
 def _say_outcome(outcome, target) -> None:
     exp = outcome.experiment
     for run in outcome.stopped:
-        render.say(f"stopped {render.which(run)}: {run['state']} (exit {run['exit_code']})")
+        render.say(f"stopped {render.which(run)}: {run['state']} ({render.exit_code(run['exit_code'], 'exit')})")
     if outcome.pushed:
         p = outcome.pushed
         resumed = f", resuming after {render.size(p['resumed_bytes'])} sent before" if p.get("resumed_bytes") else ""
@@ -348,15 +348,16 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
     _run(launch, settings, dry_run, as_json, (target, ct))
 
 
-StopAllOpt = Annotated[bool, typer.Option("--all", help="Empty the target's queue of this project too (else the "
-                                          "next queued experiment starts when this one has stopped)")]
+StopAllOpt = Annotated[bool, typer.Option("--all", help="Stop every live run of the project there (those side by "
+                                          "side too) and empty the target's queue of this project (else the next "
+                                          "queued experiment starts when this one has stopped)")]
 
 
 def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_run: DryOpt = False,
          trust_new_host: TrustOpt = False, all_: StopAllOpt = False, as_json: JsonOpt = False,
          experiment: ExperimentOpt = None) -> None:
     """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); several side by side: the
-    latest (-e ID: that one); a job: every node at once."""
+    latest (-e ID: that one; --all: every one); a job: every node at once."""
     from ..launch import prepare
     from . import job
 
@@ -367,7 +368,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     tgt = _target(settings, *_flags_of(settings, target, ct, experiment), False, trust_new_host, dry_run)
     launch = prepare.stop(settings, tgt, echo=render.say)
     launch.stop_ids = [experiment] if experiment is not None else \
-        None if tgt.connect is None else _latest_of_several(settings, tgt)
+        None if tgt.connect is None or all_ else _latest_of_several(settings, tgt)
     if dry_run:
         return _run(launch, settings, True, as_json)
     from ..launch.operations import execute
@@ -388,7 +389,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
         render.out(f"experiment {experiment} was not running on {tgt.label}" if experiment is not None else
                    f"nothing was running on {tgt.label}")
     for run in outcome.stopped if not as_json else []:
-        render.out(f"{render.which(run)} on {tgt.label}: {run['state']} (exit {run['exit_code']}, "
+        render.out(f"{render.which(run)} on {tgt.label}: {run['state']} ({render.exit_code(run['exit_code'], 'exit')}, "
                    f"signals: {', '.join(run['signals']) or 'none'})")
 
 

@@ -141,11 +141,11 @@ def _how_it_ended(d: dict) -> str:
     """`` (exit code 0)``, `` (SIGHUP: the tmux server went away)``, `` (exit code 130; stopped by experiment 7)``."""
     if d["state"] not in ("crashed", "finished", "stopped", "failed", "lost"):
         return ""
-    reason = d.get("end_reason")
-    if not reason or reason == f"exit code {d['exit_code']}":
-        return f" (exit code {d['exit_code']})"
-    if d["state"] == "stopped":
-        return f" (exit code {d['exit_code']}; {reason})"
+    reason, code = d.get("end_reason"), render.exit_code(d.get("exit_code"))
+    if not reason or reason == code:
+        return f" ({code})"
+    if d["state"] == "stopped" and d.get("exit_code") is not None:
+        return f" ({code}; {reason})"
     return f" ({reason})"
 
 
@@ -195,7 +195,9 @@ def _print_status(d: dict) -> None:
             render.out(f"    experiment {r['experiment']} {r['state']}{gpus}, revision {r['revision']}, checkpoints "
                        f"{r['checkpoints']}" + (f": {r['message']}" if r.get("message") else ""))
     for q in d.get("queue") or []:
-        render.out(f"  queued {q['position']}: experiment {q['id']}" + (f" (sweep {q['sweep']})" if q.get("sweep") else ""))
+        sweep = f" (sweep {q['sweep']})" if q.get("sweep") else ""
+        waits = f", {q['waiting']}" if q.get("waiting") else ""
+        render.out(f"  queued {q['position']}: experiment {q['id']}{sweep}{waits}")
 
 
 def register(app: typer.Typer) -> None:

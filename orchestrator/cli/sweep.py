@@ -140,7 +140,7 @@ def stop(ctx: typer.Context, sweep_id: SweepArg, as_json: JsonOpt = False, trust
         render.out(f"sweep {sweep_id}: removed from the queue: " + ", ".join(f"experiment {i}" for i in dequeued))
     for run in stopped:
         render.out(f"sweep {sweep_id}: {render.which(run)} on {run['target']}: {run['state']} "
-                   f"(exit {run['exit_code']})")
+                   f"({render.exit_code(run['exit_code'], 'exit')})")
     if not dequeued and not stopped:
         render.out(f"sweep {sweep_id}: nothing was queued or running")
 

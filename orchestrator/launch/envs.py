@@ -112,7 +112,23 @@ def spec(settings: Settings) -> dict | None:
 
 def _redact(text: str) -> str:
     """An index URL's credentials (``https://user:token@host``) are never recorded, nor part of the env's name."""
-    return re.sub(r"://[^/@\s]+@", "://***@", text)
+    from ..agent.envs import redact
+
+    return redact(text)
+
+
+INDEX_OPTIONS = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host")
+
+
+def without_index(text: str) -> str:
+    """The requirements as a target installing pushed wheels reads them: no index or link options (with the
+    credentials they may carry), which it would not use (it installs with no index)."""
+    def names_index(line: str) -> bool:
+        word = line.strip().split("#", 1)[0].strip()
+        return any(word == o or word.startswith((o + " ", o + "=", o + "\t")) or (len(o) == 2 and
+                   word.startswith(o) and len(word) > 2) for o in INDEX_OPTIONS)
+
+    return "".join(line for line in text.splitlines(keepends=True) if not names_index(line))
 
 
 def probe_op(env: dict) -> Op:
@@ -245,7 +261,8 @@ def ensure(settings: Settings, target: Target, client: AgentClient, env: dict, f
     echo(f"orch: building the environment {name} on {target.label} ({len(env['names'])} requirements"
          f"{', ' + str(len(wheels)) + ' wheels pushed' if wheels is not None else ''})")
     timeout = settings.env.build_timeout
-    args = {"hash": name, "requirements": env["requirements"], "python": env.get("python"),
+    requirements = env["requirements"] if wheels is None else without_index(env["requirements"])
+    args = {"hash": name, "requirements": requirements, "python": env.get("python"),
             "system_site_packages": bool(env.get("system_site_packages")), "installer": env["installer"],
             "wheels": [{"name": w["name"], "sha256": w["sha256"]} for w in wheels] if wheels is not None else None,
             "inputs": {"source": env["source"], "python": facts["version"], "platform": facts["platform"]},

@@ -20,10 +20,13 @@ def url(settings: Settings) -> str | None:
         return section.url
     if section.url_secret is None:
         return None
+    from ..agent.notify import url_fault
+
     value = secrets.collect([section.url_secret], settings.state_dir)[section.url_secret]
-    if not value.startswith(("http://", "https://")):
-        raise InputError(f"the secret {section.url_secret} named by [notify] url_secret is not an http:// or "
-                         "https:// URL", hint=f"set {section.url_secret} to the webhook's URL")
+    fault = url_fault(value)
+    if fault:
+        raise InputError(f"the secret {section.url_secret} named by [notify] url_secret {fault}",
+                         hint=f"set {section.url_secret} to the webhook's URL (https://…)")
     return value
 
 

@@ -14,6 +14,7 @@ asks each from the length it has. Hashes of the files here are kept in
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from dataclasses import asdict, dataclass, field
@@ -27,6 +28,7 @@ from ..errors import AgentError, ConflictError, InputError, TransportError
 from ..files import atomic_write, sha256_file
 from .meter import Count, Meter, silent
 from ..reach.targets import Target
+from ..watch.metrics import format_size
 from .pull_plan import SENDS, Item, Local, plan, summary, unknown
 
 CACHE = ".orch-pull.json"
@@ -225,17 +227,35 @@ def pull(settings: Settings, target: Target, exp_id: int, registry: str | None, 
         todo = [i for i in items if i.action in SENDS]
         if dry_run:
             return result
+        need, free = sum(i.sends for i in todo), None
         try:
             dest.mkdir(parents=True, exist_ok=True)
+            free = _free(dest)
+            if need > free:
+                raise InputError(f"{dest} has {format_size(free)} free and this pull needs {format_size(need)} "
+                                 f"({len(todo)} file(s)); nothing was pulled",
+                                 hint=f"free {format_size(need - free)} there, pull into another folder (--to), "
+                                      "or pull less (GLOBs, --checkpoints, --outputs, --log)")
             if todo:
                 result.sent = _transfer(settings, client, sel, exp_id, registry, dest, todo, known, meter, notice)
         except OSError as exc:
-            raise InputError(f"cannot write {exc.filename or dest}: {exc.strerror}",
-                             hint="check the folder orch pull writes into (--to) and its free space") from None
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            said = f"; this pull needs {format_size(need)}, {format_size(free)} was free when it began" \
+                if full and free is not None else ""
+            raise InputError(f"cannot write {exc.filename or dest}: {exc.strerror}{said}",
+                             hint="check the folder orch pull writes into (--to) and its free space; the same "
+                                  "orch pull goes on from what came") from None
         _write_cache(dest, known)
         return result
     finally:
         client.transport.close()
+
+
+def _free(folder: Path) -> int:
+    """Bytes free for this user in ``folder``'s filesystem (what a write there may use)."""
+    import shutil
+
+    return shutil.disk_usage(folder).free
 
 
 def _transfer(settings: Settings, client, sel: Selection, exp_id: int, registry: str | None, dest: Path,

@@ -195,7 +195,8 @@ def start_later() -> None:
 
 
 def processes() -> list[dict]:
-    """The warm orch processes of this user (any home or orch version): socket and pid."""
+    """The warm orch processes of this user (any home or orch version): socket, pid and whether it is the
+    caller's own (``mine``: same home and installation)."""
     try:
         paths = sorted(sockets.folder().glob(f"warm-*{sockets.SUFFIX}"))
     except OrchError:
@@ -204,16 +205,19 @@ def processes() -> list[dict]:
     for path in paths:
         pid = sockets.server_pid(path)
         if pid is not None:
-            found.append({"socket": str(path), "pid": pid})
+            found.append({"socket": str(path), "pid": pid, "mine": sockets.mine(path)})
     return found
 
 
-def close() -> int:
-    """Ask every warm orch process of this user to exit (they tidy up their sockets); how many were asked."""
+def close(everyone: bool = False) -> int:
+    """Ask the caller's own warm orch processes (``everyone``: all of this user's) to exit (they tidy up their
+    sockets); how many were asked."""
     import signal
 
     asked = 0
     for item in processes():
+        if not (everyone or item["mine"]):
+            continue
         try:
             os.kill(item["pid"], signal.SIGTERM)
             asked += 1

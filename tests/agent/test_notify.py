@@ -47,6 +47,12 @@ def test_redact_removes_the_url_and_its_parts():
     assert "hooks.slack.com" not in out and "secret" not in out and "abc123" not in out
 
 
+def test_redact_cuts_out_a_url_that_does_not_parse():
+    url = "http://[hooks.example/T0SECRET?k=abc123"
+    out = notify.redact(f"Invalid IPv6 URL: {url}; path T0SECRET; host [hooks.example; k=abc123", url)
+    assert "T0SECRET" not in out and "hooks.example" not in out and "abc123" not in out
+
+
 def test_post_tries_three_times_then_reports_without_the_url():
     url = closed_port_url()
     res = notify.post(url, b"{}", {}, pause=0.01)
@@ -75,6 +81,9 @@ def test_summary_counts_and_keeps_the_last_failure(tmp_path):
 
 @pytest.mark.parametrize("spec, message", [
     ({"url": "ftp://x", "format": "json", "on": []}, "notify.url must be an http"),
+    ({"url": "http://[x/T0", "format": "json", "on": []}, "notify.url does not parse as a URL"),
+    ({"url": "http:///path", "format": "json", "on": []}, "notify.url names no host"),
+    ({"url": "http://x/a b", "format": "json", "on": []}, "notify.url holds a space"),
     ({"url": "http://x", "format": "teams", "on": []}, "notify.format must be one of"),
     ({"url": "http://x", "format": "json", "on": ["spikes"]}, "notify.on must list events"),
 ])

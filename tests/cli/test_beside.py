@@ -145,6 +145,23 @@ def test_status_lists_both_and_bare_logs_and_stop_act_on_the_latest(side):
     assert _states(p) == {1: "stopped", 2: "stopped"}
 
 
+def test_stop_all_stops_every_run_side_by_side_and_empties_the_queue(side):
+    p = side
+    assert p.run("deploy", "--gpus", "1").returncode == 0
+    assert p.run("deploy", "--gpus", "1", "--beside").returncode == 0
+    _printed(p, 1), _printed(p, 2)
+    assert p.run("deploy", "--gpus", "1", "--beside", "--queue").returncode == 0
+    dry = p.run("stop", "--all", "--dry-run")
+    assert dry.returncode == 0 and "acting on the latest" not in dry.stderr, dry.stderr
+    assert "would stop: experiment 1, experiment 2\n" in dry.stdout, dry.stdout
+    res = p.run("stop", "--all")
+    assert res.returncode == 0, res.stderr
+    assert "removed from the queue on local: experiment 3" in res.stdout, res.stdout
+    assert "experiment 1 on local: stopped" in res.stdout and "experiment 2 on local: stopped" in res.stdout
+    assert _states(p) == {1: "stopped", 2: "stopped", 3: "stopped"}  # 3 never started: taken off the queue
+    assert not json.loads(p.run("status", "--json", "--no-metrics").stdout).get("live")
+
+
 def test_a_third_queued_beside_starts_on_the_gpu_freed_by_stop_e(side):
     p = side
     assert p.run("deploy", "--gpus", "1").returncode == 0
@@ -374,3 +391,40 @@ def test_bare_attach_opens_the_latest_runs_window_and_e_another(side):
     assert code == 0 and "acting on the latest" not in screen, screen
     assert f"runs/{p.run_key(2)}" not in screen and "0:exp1*" in screen
     assert _states(p) == {1: "running", 2: "running"}
+
+
+def test_a_queued_beside_run_says_it_waits_on_nvidia_smi_and_starts_once_it_answers(project, tmp_path):
+    """nvidia-smi fails (the stand-in's driver gone) as a GPU frees: the queued run beside does not start, and
+    ``orch queue``/``status`` say why; once nvidia-smi answers again the target's queue starts it by itself."""
+    from tests.testbed import gpu_standin
+    from tests.testbed.gpu_standin import gpu_state
+
+    (project.path / "train.py").write_text(TRAIN)
+    project.configure()
+    state = gpu_state(2, seed=4)
+    env = gpu_standin.install_local(tmp_path / "smi", state)
+    try:
+        for extra in ((), ("--beside",), ("--beside", "--queue")):
+            res = project.run("deploy", "--gpus", "1", *extra, env=env)
+            assert res.returncode == 0, res.stderr
+        _printed(project, 1), _printed(project, 2)
+        assert _states(project)[3] == "queued"
+        gpu_standin.install_local(tmp_path / "smi", {**state, "driver": False})
+        assert project.run("stop", "-e", "1", env=env).returncode == 0
+
+        shown = project.run("queue", "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        (entry,) = json.loads(shown.stdout)["queue"]
+        assert entry["id"] == 3 and "waiting for 1 free GPU(s): nvidia-smi fails (NVIDIA-SMI has failed because " \
+            "it couldn't communicate with the NVIDIA driver" in entry["waiting"], entry
+        assert "experiment 3 is waiting for 1 free GPU(s): nvidia-smi fails" in \
+            project.run("queue", env=env).stdout
+        status = project.run("status", "--no-metrics", env=env)
+        assert "queued 1: experiment 3, waiting for 1 free GPU(s): nvidia-smi fails" in status.stdout, \
+            status.stdout
+        assert _states(project)[3] == "queued"
+
+        gpu_standin.install_local(tmp_path / "smi", state)  # nvidia-smi answers again; no orch command from here
+        assert _printed(project, 3)["visible"] == "0"
+    finally:
+        project.run("stop", "--all", env=env)

@@ -249,3 +249,91 @@ def test_a_build_cut_midway_is_never_used_and_the_next_deploy_completes_it(proje
     exp = _exp(project, 1)  # the cut deploy recorded nothing: the build comes before the record
     wait_for(lambda: "six=" in _log(project, 1), what="the run's first line")
     assert "six=1.16.0" in _log(project, 1) and exp.env["hash"] == env_hash
+
+
+class PrivateIndex:
+    """A real package index (PEP 503 simple pages) over the session's wheels, on loopback, that answers only the
+    credentials ``reader:T0PASSWORD`` (HTTP basic auth), as a private index does."""
+
+    def __init__(self, wheels: Path) -> None:
+        import base64
+        import html
+        import re
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        want = "Basic " + base64.b64encode(b"reader:T0PASSWORD").decode()
+        self.asked: list[str] = []
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                index.asked.append(self.path)
+                if self.headers.get("Authorization") != want:
+                    return self._answer(401, b"", "text/plain")
+                parts = [p for p in self.path.split("?")[0].split("/") if p]
+                if len(parts) == 2 and parts[0] == "simple":
+                    name = re.sub(r"[-_.]+", "_", parts[1]).lower()
+                    links = "".join(f'<a href="/files/{html.escape(w.name)}">{html.escape(w.name)}</a>'
+                                    for w in sorted(wheels.iterdir()) if w.name.lower().startswith(name + "-"))
+                    return self._answer(200, f"<html><body>{links}</body></html>".encode(), "text/html")
+                if len(parts) == 2 and parts[0] == "files" and (wheels / parts[1]).is_file():
+                    return self._answer(200, (wheels / parts[1]).read_bytes(), "application/octet-stream")
+                return self._answer(404, b"", "text/plain")
+
+            def do_HEAD(self) -> None:  # noqa: N802 (uv asks a wheel's size first)
+                self.head = True
+                self.do_GET()
+
+            def _answer(self, code: int, body: bytes, kind: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                if code == 401:
+                    self.send_header("WWW-Authenticate", 'Basic realm="index"')
+                self.end_headers()
+                if not getattr(self, "head", False):
+                    self.wfile.write(body)
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://reader:T0PASSWORD@127.0.0.1:{self.server.server_address[1]}/simple"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("wheels", ["push", "index"])
+def test_an_index_s_credentials_are_kept_nowhere_on_the_target(project, wheels_folder, monkeypatch, wheels):
+    """``--extra-index-url http://user:PASSWORD@…`` in requirements.txt: with pushed wheels the target never gets
+    the option; installing from the (private, password-only) index it reads it from a 0600 file, and the copy the
+    store keeps, and the installer's log, have the credentials cut out. Nothing under the target's root holds the
+    password, and none of orch's output shows it."""
+    index = PrivateIndex(wheels_folder)
+    try:
+        monkeypatch.delenv("UV_FIND_LINKS")  # the target's installer must go to the private index
+        monkeypatch.delenv("PIP_FIND_LINKS")
+        monkeypatch.delenv("PIP_NO_INDEX")
+        monkeypatch.setenv("UV_INDEX_URL", index.url.replace("reader:T0PASSWORD@", ""))  # no other index
+        if wheels == "push":  # the controller resolves from the index too, with the file's credentials
+            monkeypatch.setenv("PIP_INDEX_URL", index.url.replace("reader:T0PASSWORD@", ""))
+        _setup(project, f"--extra-index-url {index.url}\nsix==1.16.0\ntomli==2.0.1\n", wheels=wheels)
+        res = project.run("deploy", "--wait", "20", timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert any(p.startswith("/simple/six") for p in index.asked)
+    finally:
+        index.close()
+    (kept,) = (project.root / "envs" / ".store").glob("*/requirements.txt")
+    assert ("--extra-index-url http://***@127.0.0.1:" in kept.read_text()) == (wheels == "index")
+    assert "six==1.16.0" in kept.read_text()
+    for path in project.root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert b"T0PASSWORD" not in path.read_bytes(), path
+    shown = project.run("env", "show", "--json")
+    assert "T0PASSWORD" not in res.stdout + res.stderr + shown.stdout + shown.stderr
+    assert project.run("stop").returncode == 0

@@ -206,6 +206,8 @@ def test_notify_test_without_a_webhook_says_how_to_set_one(project):
     ('on = ["crashed", "spikes"]', "'spikes' is not an event orch sends; choose among crashed, stalled"),
     ('format = "teams"', "notify.format = 'teams'"),
     ('url = "ftp://hooks.example/T0SECRET"', "notify.url: must be an http:// or https:// URL"),
+    ('url = "http://[hooks.example/T0SECRET"', "notify.url: does not parse as a URL"),
+    ('url = "https://hooks.example:T0SECRET/x"', "notify.url: does not parse as a URL"),
     ('url = "https://a.example/T0SECRET"\nurl_secret = "HOOK"', "set url or url_secret, not both"),
 ])
 def test_bad_notify_settings_are_clear_errors(project, setting, message):
@@ -215,6 +217,26 @@ def test_bad_notify_settings_are_clear_errors(project, setting, message):
     assert message in res.stderr and "hint:" in res.stderr
     assert "T0SECRET" not in res.stderr
     assert not (project.root / "runs").exists()
+
+
+BROKEN = "http://[hooks.example/T0SECRET"  # an IPv6 bracket never closed: urllib cannot parse it
+
+
+@pytest.mark.parametrize("command", [("deploy",), ("notify", "test")])
+@pytest.mark.parametrize("source", ["orch.toml", "environment", "--set", "secret"])
+def test_a_webhook_url_that_does_not_parse_is_refused_by_every_command(project, command, source):
+    """Wherever the URL comes from, a deploy and ``orch notify test`` refuse it before anything changes: exit 2,
+    ``error:`` and ``hint:``, no traceback, the URL never shown."""
+    setting, env, extra = {"orch.toml": (f'url = "{BROKEN}"', None, ()),
+                           "environment": ("", {"ORCH_NOTIFY__URL": BROKEN}, ()),
+                           "--set": ("", None, ("--set", f"notify.url={BROKEN}")),
+                           "secret": ('url_secret = "NOTIFY_WEBHOOK"', {"NOTIFY_WEBHOOK": BROKEN}, ())}[source]
+    configure(project, "finish", setting)
+    res = project.run(*command, *extra, env=env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "does not parse as a URL" in res.stderr and "hint:" in res.stderr
+    assert "Traceback" not in res.stderr and "T0SECRET" not in res.stdout + res.stderr
+    assert not (project.root / "runs").exists() or not any((project.root / "runs").iterdir())
 
 
 def test_slow_and_spike_are_read_from_the_log_by_the_supervisor(project):

@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.cli.test_lifecycle import wait_status
 
@@ -161,3 +164,44 @@ def test_a_trash_entry_is_pulled_and_bad_paths_are_refused(project):
     res = _pull(project, "-e", str(exp_id), "--node", "1")
     assert res.returncode == 2 and "--node names a node of a job" in res.stderr, res.stderr
     assert not (project.path / "orch-pull").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real tmpfs of its own, mounted for the test: ``mount(options)`` returns its folder."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+
+    def mount(options: str) -> Path:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], check=True)
+        return folder
+
+    yield mount
+    subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_pull_onto_a_full_disk_says_what_it_needs_and_what_is_free(project, small_disk):
+    import shutil
+
+    from orchestrator.watch.metrics import format_size
+
+    exp_id = _deploy(project)
+    dry = json.loads(_pull(project, "-e", str(exp_id), "--checkpoints", "--dry-run", "--json").stdout)
+    need = dry["summary"]["bytes"]
+    dest = small_disk("size=2m")  # the 3 MB checkpoint cannot fit: refused before a byte comes
+    free = shutil.disk_usage(dest).free
+    res = _pull(project, "-e", str(exp_id), "--checkpoints", "--to", str(dest / "exp"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"error: {dest / 'exp'} has {format_size(free)} free and this pull needs {format_size(need)} " \
+           "(2 file(s)); nothing was pulled" in res.stderr, res.stderr
+    assert f"hint: free {format_size(need - free)} there" in res.stderr
+    assert [p for p in (dest / "exp").rglob("*") if p.is_file()] == []
+
+    subprocess.run(["umount", str(dest)], check=True)
+    dest = small_disk("size=64m,nr_inodes=3")  # room for the bytes, not for the files: ENOSPC as they come
+    free = shutil.disk_usage(dest).free
+    res = _pull(project, "-e", str(exp_id), "--checkpoints", "--to", str(dest / "exp"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"No space left on device; this pull needs {format_size(need)}, {format_size(free)} was free when it " \
+           "began" in res.stderr, res.stderr

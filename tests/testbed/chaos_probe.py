@@ -36,14 +36,17 @@ def read_json(path):
         return None
 
 
-def alive(pid):
+def alive(pid, started=None):
+    """Whether ``pid`` runs and is the process that started at ``started`` (after a reboot its pid may be
+    another process's)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
         with open("/proc/%d/stat" % pid) as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+            fields = fh.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return False
+    return fields[0] != "Z" and (started is None or (len(fields) > 19 and fields[19] == str(started)))
 
 
 def run_state(folder):
@@ -54,7 +57,8 @@ def run_state(folder):
     if isinstance(ended, dict):
         return {"state": "ended", "exit_code": ended.get("exit_code")}
     if isinstance(pid, dict):
-        live = alive(pid.get("supervisor")) or alive(pid.get("child"))
+        live = alive(pid.get("supervisor"), pid.get("supervisor_start")) or \
+            alive(pid.get("child"), pid.get("child_start"))
         return {"state": "live" if live else "dead"}
     return {"state": "nopid"}
 

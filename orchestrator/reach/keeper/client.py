@@ -299,8 +299,8 @@ def ask(sock: socket.socket, request: dict) -> Any:
 
 
 def keepers() -> list[dict]:
-    """Every live keeper of this user (any home or orch version), with its connections. Sockets left by a
-    keeper that crashed are removed."""
+    """Every live keeper of this user (any home or orch version), with its connections and whether it is the
+    caller's own (``mine``). Sockets left by a keeper that crashed are removed."""
     found = []
     try:
         paths = place.socket_paths()
@@ -317,14 +317,17 @@ def keepers() -> list[dict]:
             continue
         finally:
             sock.close()
-        found.append({"socket": str(path), **answer})
+        found.append({"socket": str(path), **answer, "mine": sockets.mine(path)})
     return found
 
 
-def close(match: str | None = None) -> int:
-    """Close the held connections whose target matches ``match`` (all, and their keepers exit, when None)."""
+def close(match: str | None = None, everyone: bool = False) -> int:
+    """Close the held connections whose target matches ``match`` (all, and their keepers exit, when None), in
+    the caller's own keepers (same home and installation; ``everyone``: all of this user's)."""
     closed = 0
     for item in keepers():
+        if not (everyone or item["mine"]):
+            continue
         sock = sockets.connect(item["socket"])
         if sock is None:
             continue
