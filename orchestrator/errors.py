@@ -118,3 +118,9 @@ class Interrupted(OrchError):
         super().__init__(message, hint)
         if exit_code is not None:
             self.exit_code = exit_code
+
+
+def extra_hint(extra: str) -> str:
+    """The hint for a missing optional extra. The name ``orch`` on PyPI is another project, so it says to install
+    the extra from orch's own checkout or wheel (docs/install.md)."""
+    return f"install orch's {extra} extra from its checkout or wheel: pip install '<orch checkout>[{extra}]'"

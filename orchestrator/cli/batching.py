@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import InputError
+from ..errors import InputError, extra_hint
 from .render import print_json
 
 app = typer.Typer(help="Plan batching under a token budget: predict throughput and freshness before launch.",
@@ -169,7 +169,7 @@ def _plot(path: Path, values, rows, cfg) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InputError("--plot needs matplotlib, which is not installed", "pip install 'orch[plot]'") from None
+        raise InputError("--plot needs matplotlib, which is not installed", extra_hint("plot")) from None
     import numpy as np
 
     lens = np.minimum(np.asarray(values), cfg["max_seq_len"])

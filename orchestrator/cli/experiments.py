@@ -195,7 +195,7 @@ def plot(ctx: typer.Context,
                                              "(val_loss, lr, ppl: experiments show lists them)")] = "loss",
          sweep: Annotated[Optional[str], typer.Option("--sweep", help="Every variant of this sweep")] = None,
          refresh: RefreshOpt = True) -> None:
-    """Draw the experiments' loss, throughput or any other metric against the step (needs matplotlib: orch[plot])."""
+    """Draw the experiments' loss, throughput or any other metric against the step (needs the plot extra)."""
     from ..errors import InputError
     from ..watch.metrics import Series
     from ..records.plots import draw, series_key, throughput_series
@@ -233,7 +233,7 @@ def export(ctx: typer.Context,
                                                         "[mlflow] tracking_uri, else MLFLOW_TRACKING_URI, else "
                                                         "sqlite:///.orch/mlflow.db)")] = None,
            to_mlflow: Annotated[bool, typer.Option("--mlflow", help="Write each experiment as an MLflow run "
-                                                   "(needs orch[mlflow])")] = False,
+                                                   "(needs the mlflow extra)")] = False,
            ids: Annotated[Optional[list[int]], typer.Option("--experiment", "-e", min=1, max=ID_MAX,
                                                             help="Only this experiment (repeat it); default: "
                                                                  "all")] = None,

@@ -1,4 +1,4 @@
-"""orch ui: the project's experiments in a browser, live, until Ctrl-C (needs orch[ui])."""
+"""orch ui: the project's experiments in a browser, live, until Ctrl-C (needs the ui extra)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Drawing experiments' metric series to an image (``orch experiments plot``).
 
-The only module that imports matplotlib, an optional extra (``pip install 'orch[plot]'``): it is
+The only module that imports matplotlib, an optional extra (``plot``, docs/install.md): it is
 imported when a plot is drawn, never on the CLI's start-up path.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, extra_hint
 from ..files import atomic_write
 
 METRICS = {"loss": ("loss", "loss"), "throughput": ("tok_s", "throughput (tok/s)")}
@@ -47,7 +47,7 @@ def draw(curves: list[tuple[str, list[tuple[float, float]]]], metric: str, out: 
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise InputError(f"plotting needs matplotlib, which is not installed ({exc})",
-                         hint="pip install 'orch[plot]' (or pip install matplotlib)") from exc
+                         hint=extra_hint("plot") + ", or pip install matplotlib") from exc
     out = Path(out)
     fmt = out.suffix.lstrip(".").lower() or "png"
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)

@@ -1,4 +1,4 @@
-"""``orch ui``: the project's experiments in a browser, served on this machine (needs ``orch[ui]``).
+"""``orch ui``: the project's experiments in a browser, served on this machine (needs the ``ui`` extra).
 
 ``server.py`` is the web server (the only importer of starlette and uvicorn) with its token and same-origin
 checks; ``api.py`` the registry's answers, read-only; ``live.py`` a run's log followed for the pages that watch

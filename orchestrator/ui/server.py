@@ -24,7 +24,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs
 
 from ..config import Settings
-from ..errors import ConflictError, InputError, NotFoundError, OrchError
+from ..errors import ConflictError, InputError, NotFoundError, OrchError, extra_hint
 from . import actions, api
 from .live import Hub
 
@@ -277,7 +277,7 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0,
         import uvicorn
     except ImportError as exc:
         raise InputError(f"orch ui needs starlette and uvicorn, which are not installed ({exc})",
-                         hint="pip install 'orch[ui]'") from exc
+                         hint=extra_hint("ui")) from exc
     sock = _bind(host, port)
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)

@@ -1,6 +1,6 @@
 """Experiments as MLflow runs: ``orch experiments export --mlflow`` and the ``[mlflow] mirror``.
 
-The only module that imports mlflow, an optional extra (``pip install 'orch[mlflow]'``), and only inside
+The only module that imports mlflow, an optional extra (``mlflow``, docs/install.md), and only inside
 functions. Each experiment is one MLflow run, found again by its tags ``orch.registry`` and
 ``orch.experiment`` and updated in place: parameters are logged once, metric points only at steps the run
 does not have yet, tags and status set to what the record says now. Exporting again duplicates nothing.
@@ -26,14 +26,14 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..config import Settings
-from ..errors import InputError, NotFoundError, OrchError, TargetError
+from ..errors import InputError, NotFoundError, OrchError, TargetError, extra_hint
 from ..records.experiments import FINAL, Experiment, Registry, command_line
 from ..reach.targets import Target
 
 #: orch's status -> MLflow's (``lost``: its container restarted under it; it may still resume)
 STATUS = {"launching": "SCHEDULED", "queued": "SCHEDULED", "running": "RUNNING", "finished": "FINISHED",
           "crashed": "FAILED", "failed": "FAILED", "stopped": "KILLED", "lost": "FAILED"}
-INSTALL_HINT = "pip install 'orch[mlflow]' (the MLflow client and its SQLite store)"
+INSTALL_HINT = extra_hint("mlflow")
 LOG_NAME = "train.log"
 CHUNK = 4 << 20  # bytes of log per agent call
 # MLflow's limits (mlflow/utils/validation.py)

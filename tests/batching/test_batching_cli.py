@@ -155,5 +155,5 @@ def test_plot_without_matplotlib_is_input_error(project, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # import matplotlib -> ImportError
     result = invoke("plan", "--lengths", project / "lengths.npy", "--config", project / "orch.toml",
                     "--plot", project / "plan.png")
-    assert isinstance(result.exception, InputError) and "orch[plot]" in result.exception.hint
+    assert isinstance(result.exception, InputError) and "'<orch checkout>[plot]'" in result.exception.hint
     assert not (project / "plan.png").exists()

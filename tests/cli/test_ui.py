@@ -376,6 +376,16 @@ def test_a_taken_port_is_refused_with_what_to_do(project):
     assert f"error: cannot listen on 127.0.0.1:{port}" in res.stderr and "hint: choose another --port" in res.stderr
 
 
+def test_without_the_web_server_it_says_to_install_the_extra_from_orchs_checkout(project, tmp_path):
+    shadow = tmp_path / "no-uvicorn" / "uvicorn"  # a uvicorn that cannot be imported, as when the extra is missing
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'uvicorn'\", name='uvicorn')\n")
+    res = project.run("ui", timeout=60, env={"PYTHONPATH": str(shadow.parent)})
+    assert res.returncode == 2 and res.stdout == ""
+    assert "error: orch ui needs starlette and uvicorn, which are not installed" in res.stderr
+    assert "hint: install orch's ui extra from its checkout or wheel: pip install '<orch checkout>[ui]'" in res.stderr
+
+
 def test_the_gpu_map_shows_who_holds_which_gpu_and_its_utilisation_over_time(project, server, page):
     import time
 

@@ -286,7 +286,7 @@ def test_compare_two_batching_strategies_then_plot_them(project, tmp_path):
     (fake / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
     res = project.run("experiments", "plot", "1", "--out", str(tmp_path / "x.png"),
                       env={"PYTHONPATH": str(fake.parent)})
-    assert res.returncode == 2 and "needs matplotlib" in res.stderr and "orch[plot]" in res.stderr
+    assert res.returncode == 2 and "needs matplotlib" in res.stderr and "pip install '<orch checkout>[plot]'" in res.stderr
 
 
 def test_plot_refuses_an_unknown_metric(project):
