@@ -15,8 +15,8 @@ QUIET_COMPAT := PYTHONWARNINGS="ignore:Compat editable installs"
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(QUIET_COMPAT) $(BIN)/pip install -q -e '.[test,plot,mlflow]' --config-settings editable_mode=compat \
-	  || $(BIN)/pip install -q -e '.[test,plot,mlflow]'
+	$(QUIET_COMPAT) $(BIN)/pip install -q -e '.[test,plot,mlflow,ui]' --config-settings editable_mode=compat \
+	  || $(BIN)/pip install -q -e '.[test,plot,mlflow,ui]'
 	touch $@
 
 # the Debian packages: the demo's (it runs on this machine only), or the tests' too (LXC, sshd, nftables)
@@ -53,6 +53,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_mlflow.py
 	$(BIN)/python benchmarks/bench_history.py
 	$(BIN)/python benchmarks/bench_speed.py
+	$(BIN)/python benchmarks/bench_ui.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -13,7 +13,7 @@ import _signal  # the C module, loaded with Python: the handler below is in plac
 import os
 import sys
 
-HERE_ONLY = {"attach", "ssh", "forward"}
+HERE_ONLY = {"attach", "ssh", "forward", "ui"}  # interactive, or serving until Ctrl-C
 
 
 def interrupted_while_starting(_signum, _frame):
@@ -54,3 +54,7 @@ def main() -> None:
     finally:
         if warm:  # once this command is done: the warm process's start (~0.4 s of CPU) never slows it down
             warm_client.start_later()
+
+
+if __name__ == "__main__":  # ``python -m orchestrator.main``: what ``orch ui`` runs for its actions
+    main()

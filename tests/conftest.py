@@ -29,7 +29,7 @@ EXAMPLE = REPO / "examples" / "tinylm"
 WEIGHT = {"cli": 8, "packaging": 8, "agent": 2}  # a test's rough cost by its folder (CLI tests run orch as a process)
 HEAVY = {"test_mlflow_export.py": 3, "test_guard.py": 3, "test_env.py": 3, "test_queue.py": 3,
          "test_gpus.py": 2, "test_registry_faults.py": 2,
-         "test_wheel.py": 5}  # files whose tests take several times a CLI test's (the wheel's: a build and a venv)
+         "test_wheel.py": 5, "test_ui.py": 3}  # files whose tests take several times a CLI test's (the wheel's: a build and a venv)
 
 
 @pytest.hookimpl(trylast=True)  # after ``-m`` has deselected its part

@@ -121,10 +121,31 @@ def read(run_dir: str) -> list[dict]:
 
 
 def read_many(layout: Layout, ids: list, registry: str | None = None) -> dict:
-    """``journal_read``: experiment number (as a string) -> its journal's entries, for the numbers that have one."""
+    """``journal_read``: experiment number (as a string) -> its journal's entries, for the numbers that have one;
+    a launch still running its steps (its agent holds the target's lock now) ends with ``{"event": "underway"}``."""
     out = {}
     for exp_id in ids:
         entries = read(layout.run_dir(int(exp_id), registry))
         if entries:
+            begin = next((e for e in entries if e["event"] == "begin"), {})
+            if not any(e["event"] == "end" for e in entries) and _holds_lock(layout, begin.get("pid")):
+                entries.append({"event": "underway", "t": time.time()})
             out[str(int(exp_id))] = entries
     return out
+
+
+def _holds_lock(layout: Layout, pid: object) -> bool:
+    """Whether process ``pid`` holds the target's lock now (the lock file names its holder while it is held)."""
+    import fcntl
+
+    try:
+        with open(layout.lock, "rb") as fh:
+            holder = json.loads(fh.read() or b"{}").get("pid")
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return isinstance(pid, int) and holder == pid  # held, by that launch's agent
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            return False  # nobody holds it: a journal without its end was cut (its agent killed)
+    except (OSError, ValueError, AttributeError):
+        return False

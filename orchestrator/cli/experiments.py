@@ -20,12 +20,15 @@ def list_(ctx: typer.Context, as_json: JsonOpt = False,
                                              help="At most this many, newest first")] = 50) -> None:
     """Experiments, newest first."""
     settings = common.settings(ctx)
+    from ..records.experiments import listing
+
     with common.registry(settings) as reg:
         rows = reg.list(target=target, limit=limit)
-        orphaned = {e.id for e in rows if reg.orphaned(e)}
+        listed = listing(reg, rows)
     if as_json:
-        render.print_json([e.public() | {"orphaned": e.id in orphaned} for e in rows])
+        render.print_json(listed)
         return
+    orphaned = {e["id"] for e in listed if e["orphaned"]}
     if not rows:
         render.out("no experiments yet (orch deploy starts one)")
         return
@@ -53,15 +56,16 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False,
                                                "metrics are incomplete (connects to its target)")] = True) -> None:
     """One experiment's full record: revision, command, target, batching, checkpoints, outcome, metrics."""
     settings = common.settings(ctx)
+    from ..records.experiments import record
+
     with common.registry(settings) as reg:
         reg.get(exp_id)
         _refreshed(settings, reg, [exp_id], refresh)
         exp = reg.get(exp_id)
+        data = record(reg, exp)
         metrics = reg.metrics(exp_id)
     from ..records.experiments import FINAL
 
-    data = exp.public()
-    data["metrics"] = {k: v for k, v in (metrics or {}).get("summary", {}).items() if k != "_state"}
     if exp.status in FINAL and exp.status != "failed" and not metrics_complete(settings, exp, metrics):
         data["metrics_stale"] = True
     if as_json:

@@ -118,12 +118,13 @@ def _say_deployed(exp, grp, waited: dict | None) -> None:
 
 
 def restart(settings, grp, *, message, clean: bool, purge: bool, yes: bool, confirm, dry_run: bool,
-            as_json: bool) -> None:
-    """Relaunch the job's revision and command on its nodes as a new job (the old one stops first)."""
+            as_json: bool, parent=None) -> None:
+    """Relaunch the job's revision and command on its nodes as a new job (the old one stops first); ``parent``:
+    that job (``restart -e ID``), else the nodes' latest."""
     from ..launch import multinode, prepare
 
     with common.registry(settings) as reg:
-        parent = multinode.job(reg, grp)
+        parent = parent or multinode.job(reg, grp)
         launch = prepare.restart(settings, grp.members[0], reg, message=message, clean=clean, purge=purge,
                                  yes=yes, confirm=confirm, echo=render.say, parent=parent)
     launch.wait = False

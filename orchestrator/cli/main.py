@@ -247,7 +247,7 @@ def _root(ctx: typer.Context,
 
 def _register() -> None:
     from . import (batching, checkpoints, connections, doctor, env, experiments, gc, gpus, init, into, logs, notify,
-                   pull, queue, run, status, sweep, targets, use)
+                   pull, queue, run, status, sweep, targets, ui, use)
 
     run.register(app)
     gc.register(app)
@@ -268,6 +268,7 @@ def _register() -> None:
     env.register(app)
     app.add_typer(queue.app, name="queue")
     sweep.register(app)
+    ui.register(app)
     _words_in_help(app)
 
 

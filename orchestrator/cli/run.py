@@ -301,7 +301,7 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
     from . import job
 
     settings = common.settings(ctx)
-    parent = None
+    parent, named = None, bool(target or ct)
     if experiment is not None:  # where it ran, unless a target is given
         one_target, one_ct = _flags_of(settings, target, ct, experiment)
         target, ct = ([one_target] if one_target else None), ([one_ct] if one_ct is not None else None)
@@ -314,7 +314,10 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
         besides.refuse_flags(gpus, guard=guard, clean=clean_checkpoints or purge, pool=pool,
                              machines=len(target or []) + len(ct or []))
     choice, one = (None, None) if beside else _placed(settings, gpus, pool, target, ct, start, trust_new_host)
-    grp = None if choice is not None else job.group(settings, target, ct, start, trust_new_host, dry_run)
+    if parent is not None and parent.nodes and not beside and not named:  # -e of a job: on its nodes
+        grp = common.job_group(settings, parent, trust=trust_new_host)
+    else:
+        grp = None if choice is not None else job.group(settings, target, ct, start, trust_new_host, dry_run)
     if grp is not None and (guard or beside):
         from ..errors import InputError
 
@@ -323,7 +326,8 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
                          hint="restart the job without --guard" if guard else "restart the job without --beside")
     if grp is not None:
         return job.restart(settings, grp, message=message, clean=clean_checkpoints or purge, purge=purge,
-                           yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json)
+                           yes=yes, confirm=confirm, dry_run=dry_run, as_json=as_json,
+                           parent=parent if parent is not None and parent.nodes else None)
     target, ct = one or common.single(target, ct)
     tgt = choice.target if choice is not None else _target(settings, target, ct, start, trust_new_host, dry_run)
     with common.registry(settings) as reg:

@@ -22,12 +22,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from .. import checkpoints
+from .. import checkpoints, signals
 from . import distributed
 from ..watch import job_progress as progress
-from ..records import job_settle
+from ..records import job_settle, launch_journal
 from ..reach.agent_client import AgentClient, Op
-from ..errors import InputError, NotFoundError, OrchError
+from ..errors import InputError, Interrupted, NotFoundError, OrchError
 from ..records.experiments import Experiment, Registry, clone
 from . import playbooks
 from .model import Launch, PushRevision, StartRun, StopRun
@@ -292,14 +292,9 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
                             hint=err.hint)
         _check_runs(launch, nodes)  # again with the nodes' own addresses and GPU counts, before anything stops
         previous = _current_job(registry, group) if launch.has(StopRun) else None
-        if previous is not None:  # the job this one replaces stops on every node at once, like orch stop
-            _halt(launch.settings, group, registry, previous, nodes)
-            stuck = [n for n in nodes if n.error is not None]
-            if stuck:
-                why = "; ".join(_failure(n, n.error, f"stopping experiment {previous.id}")  # type: ignore[arg-type]
-                                for n in stuck)
-                raise type(stuck[0].error)(f"{why}; nothing was started on any node",  # type: ignore[misc]
-                                           hint=stuck[0].error.hint)  # type: ignore[union-attr]
+        # the job this one replaces stops on every node at once, each node's part in that node's start call: once
+        # it stopped, the node's agent starts the new part whoever listens (agent.__main__.committed)
+        halt = (previous.id, registry.run_registry(previous.id)) if previous is not None else None
         with registry.batch():  # the row and its nodes in one transaction: an interrupted launch knows its nodes
             exp = registry.create(launcher=guard, **fields)
             key = registry.run_registry(exp.id)  # the run folders are runs/<registry id>-<id>, like a single run's
@@ -307,12 +302,19 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
             runs = plan_runs(launch, nodes, exp.id)
             exp = registry.update(exp.id, nodes=_records(nodes, runs, []))
         started: dict = {}  # every node at once: a node that fails is seen with the others' starts done
-        _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key, rid)}), nodes)
+        try:
+            with signals.as_interrupts():  # SIGTERM, SIGHUP: said like Ctrl-C, with what each node does
+                _parallel(lambda n: started.update({n.rank: _start_one(n, runs[n.rank], exp, key, rid, halt)}),
+                          nodes)
+        except KeyboardInterrupt as exc:
+            how, code = signals.describe(exc)
+            told = interrupted(nodes, dict(started), previous.id if previous is not None else None)
+            raise Interrupted(f"{how}: {told}", exit_code=code) from None
         if shell is not None:
             shell.extend({"node": n.rank, "label": n.target.label, **v} for n in nodes for v in n.shell)
         failed = [n for n in nodes if n.error is not None]
         if failed:
-            found = _record_stopped(launch, registry, nodes, exp.id)
+            found = _record_stopped(launch.settings.project.name, registry, nodes, exp.id)
             if stopped is not None:
                 stopped.extend(found)
             why = "; ".join(_failure(n, n.error, "start") for n in failed)  # type: ignore[arg-type]
@@ -336,7 +338,7 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
         if done is not None:  # every node ended within its start check
             fields.update(done, ended=done["ended"] or time.time())
         with registry.batch():  # what the starts stopped and the job's state: one transaction
-            found = _record_stopped(launch, registry, nodes, exp.id)
+            found = _record_stopped(launch.settings.project.name, registry, nodes, exp.id)
             if stopped is not None:
                 stopped.extend(found)
             return registry.update(exp.id, **fields)
@@ -346,9 +348,32 @@ def deploy(launch: Launch, group: Group, registry: Registry, stopped: list | Non
             n.close()
 
 
-def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str | None, rid: str) -> dict:
+def interrupted(nodes: list[Node], started: dict, previous: int | None) -> str:
+    """What an interrupted job start left on its nodes, in one line: the nodes whose start answered, and what the
+    others do by themselves (their agents finish a start once its old part stopped, and start nothing before);
+    with the command that relaunches the job it replaced."""
+    where = {n.rank: f"node {n.rank} ({n.target.label})" for n in nodes}
+    done = [where[n.rank] for n in nodes if n.rank in started]
+    failed = [f"{where[n.rank]}: its start failed ({n.error.message})" for n in nodes
+              if n.rank not in started and n.error is not None]
+    pending = [where[n.rank] for n in nodes if n.rank not in started and n.error is None]
+    said = ([f"started on {', '.join(done)}"] if done else []) + failed
+    if pending and previous is not None:
+        said.append(f"{', '.join(pending)} had not answered: each finishes its start by itself once its part of "
+                    f"experiment {previous} stopped, or leaves that part running if its stop had not begun; "
+                    "orch status shows which")
+    elif pending:
+        said.append(f"{', '.join(pending)} had not answered (orch status shows whether each started)")
+    if previous is not None:
+        said.append(f"to go back: orch restart -e {previous}")
+    return "; ".join(said)
+
+
+def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str | None, rid: str,
+               halt: tuple[int, str | None] | None = None) -> dict:
     """The plan's locked steps on one node, as on a single target: its old run stopped, its checkpoints handled,
-    its shell steps, then its part of the job started and verified."""
+    its shell steps, then its part of the job started and verified. ``halt`` (id, registry key): the job this one
+    replaces, its part here stopped first in the same call (SIGTERM, what torchrun takes as "stop the job")."""
     launch = node.launch
     assert launch is not None
     settings = launch.settings
@@ -359,6 +384,13 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
                   _experiment_json(exp) | {"checkpoints": node.target.checkpoints},
                   _node_recovery(settings, run, key), alone=False)
     ops, keys = locked_ops(launch, node.probe, _writer(node.probe, settings), exp, key, rid, start)
+    if halt is not None:
+        at = keys.index("stop")
+        ops.insert(at, Op("run_stop", {"project": settings.project.name, "ids": [halt[0]], "stop_timeout": 0,
+                                       "term_timeout": settings.run.term_timeout, "term_first": True,
+                                       "registry": halt[1], "keep_session": True,
+                                       "by": {"experiment": exp.id, "registry": rid, "clone": clone(settings)}}))
+        keys.insert(at, "halt")
     timeout = settings.ssh.command_timeout + settings.run.stop_timeout + settings.run.term_timeout
     # the node journals each step in its run folder: a launch orch never hears back from is settled from it
     journal = {"exp_id": exp.id, "registry": key, "project": settings.project.name}
@@ -368,21 +400,25 @@ def _start_one(node: Node, run: distributed.NodeRun, exp: Experiment, key: str |
     except OrchError as exc:  # the checkpoints moved before the failure: say where they are
         done = dict(zip(keys, exc.partial or []))
         node.trash = done.get("trash")
-        node.stopped = list((done.get("stop") or {}).get("stopped") or [])
+        node.stopped = _stopped_by(done)
         raise
     done = dict(zip(keys, values))
     node.trash = done.get("trash")
-    node.stopped = list((done.get("stop") or {}).get("stopped") or [])
+    node.stopped = _stopped_by(done)
     node.shell = [v for k, v in zip(keys, values) if k == "shell"]
     return done.get("verify", {"state": "running"}) | {"run_dir": (done.get("start") or {}).get("run_dir")}
 
 
-def _record_stopped(launch: Launch, registry: Registry, nodes: list[Node], by: int) -> list[dict]:
+def _stopped_by(done: dict) -> list:
+    """The runs a node's start call stopped: its part of the job replaced, then the project's other runs."""
+    return [r for k in ("halt", "stop") for r in (done.get(k) or {}).get("stopped") or []]
+
+
+def _record_stopped(project: str, registry: Registry, nodes: list[Node], by: int) -> list[dict]:
     """The runs the nodes' starts stopped, recorded as stopped by experiment ``by``: a single-target row
     directly, another job's row through that node's record (settled once all its nodes are)."""
     from ..records.reconcile import belongs
 
-    project = launch.settings.project.name
     out = []
     for node in nodes:
         for run in node.stopped:
@@ -567,6 +603,8 @@ def _run_on(node: Node, settings, exp_id: int, key: str | None) -> dict | None:
 
 def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list[Node]]:
     """The job and each node's run as the node reports it (all asked at once)."""
+    from ..records.reconcile import INTERRUPTED
+
     exp = job(registry, group)
     key = registry.run_registry(exp.id)  # read here: the registry belongs to this thread
     nodes = _nodes_of(settings, group, read_only=True)
@@ -578,27 +616,30 @@ def status(settings, group: Group, registry: Registry) -> tuple[Experiment, list
         if n.rank in owed and (n.probe["run"] or {}).get("state") in ("running", "launching"):
             got = _stop_one(n, exp.id, key)["stopped"]  # the stop orch stop could not deliver then
             n.probe["run"] = got[0] if got else _run_on(n, settings, exp.id, key)
-        if orphaned and n.probe["run"] is None:  # a launch interrupted before this node started: its journal
-            n.probe["told"] = _not_started(n, exp.id, key)
+        if orphaned:  # an interrupted launch: what its journal on this node tells (what it stopped, or why not)
+            told = _journal_facts(n, exp.id, key)
+            n.stopped = told["stopped"]
+            n.probe["underway"] = told["underway"]  # its agent still runs the steps (a stop, then the start)
+            if n.probe["run"] is None and not told["underway"]:  # interrupted before this node started
+                n.probe["told"] = launch_journal.not_started(told, INTERRUPTED)
     try:
         _parallel(read, nodes)
     finally:
         for n in nodes:
             n.close()
     settled = _settled(settings, group, registry, exp, nodes, "run")
-    if orphaned and all(n.error is None for n in nodes):
+    if orphaned and all(n.error is None and not n.probe.get("underway") for n in nodes):
         began = {}
         if settled.status == "launching":  # interrupted once its nodes had started: the job runs
             starts = [r["started"] for r in settled.nodes or [] if r.get("started")]
             began = {"status": "running", "started": min(starts) if starts else time.time()}
-        settled = registry.settle(exp.id, nodes=settled.nodes, **began)  # every node answered: its lock file goes
+        with registry.batch():  # the runs its nodes stopped, recorded as its finished launch would have
+            _record_stopped(settings.project.name, registry, nodes, exp.id)
+            settled = registry.settle(exp.id, nodes=settled.nodes, **began)  # every node answered: its lock goes
     return settled, nodes
 
 
-def _not_started(node: Node, exp_id: int, key: str | None) -> str:
-    """Why an interrupted launch never started on ``node``, as the node's launch journal tells."""
-    from ..records import launch_journal
-    from ..records.reconcile import INTERRUPTED
-
+def _journal_facts(node: Node, exp_id: int, key: str | None) -> dict:
+    """What an interrupted launch did on ``node``, as the node's launch journal tells."""
     found = _connect(node).one("journal_read", ids=[exp_id], registry=key)
-    return launch_journal.not_started(launch_journal.facts(found.get(str(exp_id), [])), INTERRUPTED)
+    return launch_journal.facts(found.get(str(exp_id), []))

@@ -16,7 +16,7 @@ from ..reach.agent_client import AgentClient, Op, decode_log
 from ..records.end_reason import describe
 from ..errors import OrchError
 from ..records.experiments import ENDED, Experiment, Registry
-from .model import Checkpoints, Launch, Outcome, StopRun
+from .model import Checkpoints, Launch, Outcome, StartRun, StopRun
 
 
 def wait_first_metric(launch: Launch, client: AgentClient, exp: Experiment, registry: str | None) -> dict:
@@ -100,6 +100,12 @@ def settle_interrupted(launch: Launch, registry: Registry, probe: dict, exp: Exp
             trash = (probe.get("ckpt_safe") or {}).get("trash") or "the checkpoint trash"
             where = (f"; if it moved the checkpoints aside they are in an entry of {trash} (orch checkpoints list), "
                      "and orch checkpoints restore ENTRY puts them back")
+        if old and exp is not None and launch.has(StartRun):  # the call with the stop and the start was sent
+            runs = ", ".join(map(str, old))
+            return (f"{target.label} could not be asked what was done ({why}); the stop of old run {runs} and the "
+                    f"start of new run {exp.id} were sent: the target finishes the start by itself once the old run "
+                    f"stopped, or leaves the old run running if its stop had not begun; orch status shows which "
+                    f"once it answers{where}")
         return f"what the target did is unknown ({why}); orch status tells once it answers{where}"
     was_alive = {(r["id"], r.get("registry")) for r in probe["alive_runs"]} if launch.has(StopRun) else set()
     now = time.time()

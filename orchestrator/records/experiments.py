@@ -203,12 +203,14 @@ class Registry:
     launch is refused. A lock held by another process is waited for, with a message, up to ``lock_wait`` s.
     ``mirror`` (``[mlflow] mirror``) is given, when the registry closes, the ids of the experiments whose record
     or metrics this command wrote; it must not raise. ``park``: the command's own registry, whose closing checkpoint
-    may wait until the command's answer is out (``after_answer``).
+    may wait until the command's answer is out (``after_answer``). ``read_only``: a reader beside the commands
+    (``orch ui``): it never writes or takes a lock, each read is its own short transaction, so it never holds up
+    a command; a registry not made yet, or not at this orch's schema, is a ``NotFoundError``.
     """
 
     def __init__(self, path: Path, notice: Callable[[str], None] | None = None,
                  mirror: Callable[["Registry", list[int]], None] | None = None,
-                 lock_wait: float = LOCK_WAIT, park: bool = False) -> None:
+                 lock_wait: float = LOCK_WAIT, park: bool = False, read_only: bool = False) -> None:
         self.path = Path(path)
         self.park = park  # the command's own registry: closed after its answer (``after_answer``) where it can be
         self.lock_wait = lock_wait
@@ -223,6 +225,10 @@ class Registry:
         # rows decoded, by id, with the values they held: a row read again unchanged is not decoded again (a row
         # another process or a rolled-back write changed holds other values, and is decoded anew)
         self._decoded: dict[int, tuple[tuple, Experiment]] = {}
+        self.read_only = read_only
+        if read_only:
+            self._open_reader()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(self.path), timeout=1.0, isolation_level=None)
@@ -244,6 +250,20 @@ class Registry:
             self.db.close()
             self.db = self._read_only()
             self._migrate()
+
+    def _open_reader(self) -> None:
+        self.writable = False
+        try:
+            self.db = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?mode=ro", uri=True, timeout=1.0,
+                                      isolation_level=None)
+        except sqlite3.Error as exc:
+            raise NotFoundError(f"no experiment registry at {self.path} yet",
+                                hint="orch deploy records the first experiment") from exc
+        self.db.row_factory = sqlite3.Row
+        if self._exec("PRAGMA user_version", fetch="one")[0] != len(MIGRATIONS):
+            self.db.close()
+            raise NotFoundError(f"the experiment registry {self.path} is not at this orch's schema",
+                                hint="any orch command that records (orch status) upgrades it; or upgrade orch")
 
     def _read_only(self) -> sqlite3.Connection:
         """The file as it is, for reading without a lock or a ``-shm`` beside it (which needs free space)."""
@@ -302,8 +322,14 @@ class Registry:
         return OrchError(f"the experiment registry {self.path} failed: {exc}",
                          hint=f"SQLite said {name or 'an error'}; check the file and its folder")
 
+    def _reader_writes(self) -> None:
+        if self.read_only:  # a bug, not a state of the file: a reader is never handed what writes
+            raise OrchError(f"the experiment registry {self.path} is open read-only here",
+                            hint="a reader beside the commands (orch ui) never writes the registry")
+
     def require_writable(self) -> None:
         """Refuse, before anything is done on a target, what must be recorded (a new launch)."""
+        self._reader_writes()
         if self._stuck is not None:
             raise self._stuck
         if not self.writable:
@@ -494,6 +520,7 @@ class Registry:
         return self.get(exp_id)
 
     def update(self, exp_id: int, **fields: Any) -> Experiment:
+        self._reader_writes()
         if "status" in fields and fields["status"] not in STATUSES:
             raise ValueError(f"bad status {fields['status']!r}")
         row = {k: (json.dumps(v) if k in _JSON_FIELDS or k == "command" else v) for k, v in fields.items()}
@@ -631,6 +658,7 @@ class Registry:
         return exp
 
     def save_metrics(self, exp_id: int, log_offset: int, series: dict, summary: dict) -> None:
+        self._reader_writes()
         if not self.writable or self._stuck is not None:
             return  # read again from the log by the next command
         try:
@@ -647,12 +675,56 @@ class Registry:
             self._stuck = exc
             self._unwritten(f"experiment {exp_id}'s metrics", exc.message)
 
+    def overview(self, limit: int, summary_keys: Sequence[str] = ()) -> list[dict]:
+        """The newest ``limit`` experiments' table columns (``orch ui``'s first page) and the ``summary_keys`` of
+        their metric summaries, read in one query without decoding their records: its cost is the rows shown."""
+        keys = [k for k in summary_keys if k.replace("_", "").isalnum()]
+        picks = "".join(f", json_extract(m.summary, '$.{k}') AS \"m.{k}\"" for k in keys)
+        rows = self._exec(
+            "SELECT e.id, e.status, e.message, e.target, json_extract(e.target_info, '$.ct') AS ct, e.gpus, "
+            "json_extract(e.batching, '$.strategy') AS strategy, e.sweep, e.created, e.started, e.ended"
+            f"{picks} FROM experiments e LEFT JOIN metrics m ON m.experiment = e.id ORDER BY e.id DESC LIMIT ?",
+            (int(limit),), fetch="all")
+        out = []
+        for r in rows:
+            row = {k: r[k] for k in ("id", "status", "message", "target", "ct", "strategy", "sweep", "created",
+                                     "started", "ended")}
+            row["gpus"] = (json.loads(r["gpus"]) if r["gpus"] else None) or []
+            row["summary"] = {k: r[f"m.{k}"] for k in keys if r[f"m.{k}"] is not None}
+            row["orphaned"] = row["status"] == "launching" and not launcher_alive(self.path.parent, row["id"])
+            out.append(row)
+        return out
+
+    def summaries(self, ids: Sequence[int]) -> dict[int, dict]:
+        """The metric summaries (what status shows) of experiments ``ids``, read without their series."""
+        out: dict[int, dict] = {}
+        ids = [int(i) for i in ids]
+        for start in range(0, len(ids), 500):  # SQLite's bound on a statement's variables
+            part = ids[start:start + 500]
+            rows = self._exec(f"SELECT experiment, summary FROM metrics WHERE experiment IN "
+                              f"({', '.join('?' for _ in part)})", part, fetch="all")
+            out.update({r["experiment"]: json.loads(r["summary"]) for r in rows})
+        return out
+
     def metrics(self, exp_id: int) -> dict | None:
         row = self._exec("SELECT * FROM metrics WHERE experiment = ?", (exp_id,), fetch="one")
         if row is None:
             return None
         return {"updated": row["updated"], "log_offset": row["log_offset"], "series": json.loads(row["series"]),
                 "summary": json.loads(row["summary"])}
+
+
+def listing(registry: Registry, rows: list[Experiment]) -> list[dict]:
+    """Experiments as ``orch experiments list --json`` prints them (and ``orch ui``'s API answers)."""
+    return [e.public() | {"orphaned": registry.orphaned(e)} for e in rows]
+
+
+def record(registry: Registry, exp: Experiment) -> dict:
+    """One experiment as ``orch experiments show --json`` prints it: its record and its metric summary."""
+    data = exp.public()
+    data["metrics"] = {k: v for k, v in ((registry.metrics(exp.id) or {}).get("summary") or {}).items()
+                       if k != "_state"}
+    return data
 
 
 def salvage(path: Path) -> dict:

@@ -21,13 +21,15 @@ def facts(entries: list[dict]) -> dict:
     """The steps that finished and the one that failed; empty facts for a missing journal."""
     done = {e["op"]: e.get("value") for e in entries if e.get("event") == "done" and isinstance(e.get("op"), str)}
     failed = next((e for e in entries if e.get("event") == "failed"), None)
-    stop = done.get("run_stop") if isinstance(done.get("run_stop"), dict) else {}
+    stopped = [r for e in entries if e.get("event") == "done" and e.get("op") == "run_stop"  # a job's part, the rest
+               and isinstance(e.get("value"), dict) for r in e["value"].get("stopped") or []]
     trash = done.get("ckpt_trash") if isinstance(done.get("ckpt_trash"), dict) else None
     begin = next((e for e in entries if e.get("event") == "begin"), {})
     planned = [op for op in begin.get("ops") or [] if isinstance(op, str)]
-    return {"known": bool(entries), "planned": planned, "trash": trash, "stopped": list(stop.get("stopped") or []),
+    return {"known": bool(entries), "planned": planned, "trash": trash, "stopped": stopped,
             "started": "run_start" in done, "failed": _failure(failed),
-            "finished": any(e.get("event") == "end" for e in entries)}
+            "finished": any(e.get("event") == "end" for e in entries),
+            "underway": any(e.get("event") == "underway" for e in entries)}  # its agent runs its steps now
 
 
 def _failure(entry: dict | None) -> dict | None:

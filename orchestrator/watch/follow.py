@@ -14,12 +14,14 @@ one agent process writes the appended bytes as frames as soon as they are writte
 run has ended and everything is out, or when the log is no longer the one being followed. Each frame
 advances the offset exactly as a read would, so a drop mid-stream resumes at the last whole frame;
 whatever ended the stream (rotation, truncation, the run's end) is then handled by an ordinary read.
-Without streaming (or with ``STREAMING`` off), the follower reads every ``poll`` seconds.
+Without streaming (or with ``STREAMING`` off), the follower reads every ``poll`` seconds. A ``cancel`` event
+(a reader that stopped looking: ``orch ui``) ends the follow at the next frame, heartbeat or poll.
 """
 
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -34,6 +36,10 @@ OVERLAP = 16
 STREAMING = True  # off: poll with log_read only (what a transport that cannot stream does)
 STREAM_POLL = 0.05  # s between the agent's looks at the log while streaming
 HEARTBEAT = 2.0  # s of silence after which the agent sends an empty frame
+
+
+class _Cancelled(Exception):
+    """The follower's ``cancel`` was set: it stops where it is."""
 
 
 @dataclass
@@ -96,7 +102,8 @@ class _Link:
 def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[bytes], None],
            notice: Callable[[str], None], follow: bool = False, tail_lines: int | None = None,
            poll: float = 0.3, first_backoff: float = 0.5, max_backoff: float = 8.0, max_failures: int = 20,
-           max_bytes: int = 1 << 20, overlap: int = OVERLAP, registry: str | None = None) -> FollowResult:
+           max_bytes: int = 1 << 20, overlap: int = OVERLAP, registry: str | None = None,
+           cancel: threading.Event | None = None) -> FollowResult:
     """Write the log of ``exp_id`` (from its last ``tail_lines`` lines, or all of it); with ``follow``,
     keep going until the run has ended and every byte it wrote has been written out.
 
@@ -117,6 +124,8 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
     def take(header: dict, data: bytes) -> None:
         """A streamed frame: the bytes right after ``offset`` (the agent checked the log is the same)."""
         nonlocal offset, seen, taken
+        if cancel is not None and cancel.is_set():
+            raise _Cancelled
         if data:
             seen = (seen + data)[-overlap:]
             emit(data)
@@ -135,7 +144,7 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
         notice(f"connection lost ({exc.message}); reconnecting in {backoff:.1f} s "
                f"and resuming at byte {offset or 0}")
         link.close()
-        time.sleep(backoff)
+        pause(backoff)
         backoff = min(max_backoff, backoff * 2)
 
     def emit(data: bytes, flush: bool = False) -> None:
@@ -148,8 +157,16 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
             write(data)
             total += len(data)
 
+    def pause(seconds: float) -> None:
+        if cancel is None:
+            time.sleep(seconds)
+        elif cancel.wait(seconds):
+            raise _Cancelled
+
     try:
         while True:
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled
             back = 0
             args: dict = {"exp_id": exp_id, "registry": registry, "max_bytes": max_bytes, "identity": identity}
             if offset is None and tail_lines is not None:
@@ -174,7 +191,7 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
             reads += 1
             data = decode_log(value)
             if value["identity"] is None and identity is not None and value["state"].get("state") not in ENDED:
-                time.sleep(poll)  # the log was moved away and its successor is not there yet
+                pause(poll)  # the log was moved away and its successor is not there yet
                 continue
             if value["reset"] or (back and data[:back] != seen[-back:]):
                 resets += 1
@@ -215,9 +232,11 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
                     continue
                 reads += 1
                 if why != "ended" and not taken:
-                    time.sleep(poll)  # the log changed under the stream: the next read sorts it out
+                    pause(poll)  # the log changed under the stream: the next read sorts it out
                 continue
-            time.sleep(poll)
+            pause(poll)
+        emit(b"", flush=True)
+    except _Cancelled:
         emit(b"", flush=True)
     except KeyboardInterrupt:
         emit(b"", flush=True)

@@ -19,7 +19,34 @@ REGISTRY = "0123456789ab"
 def test_a_missing_journal_reads_as_nothing(tmp_path):
     assert journal.read(str(tmp_path / "no-such-run")) == []
     assert launch_journal.facts([]) == {"known": False, "planned": [], "trash": None, "stopped": [],
-                                        "started": False, "failed": None, "finished": False}
+                                        "started": False, "failed": None, "finished": False,
+                                        "underway": False}
+
+
+def test_a_launch_reads_underway_while_its_agent_holds_the_lock_and_cut_once_it_does_not(tmp_path):
+    """A journal without its end: the launch still runs its steps while its agent holds the target's lock (a
+    stop, then the start), and was cut when nobody holds it, or another process does."""
+    from orchestrator.agent.layout import Layout
+    from orchestrator.agent.lock import TargetLock
+
+    layout = Layout(str(tmp_path / "root"))
+    layout.ensure()
+    run_dir = layout.run_dir(2, REGISTRY)
+    steps = journal.Journal(run_dir)
+    steps.begin("deploy", ["run_stop", "run_start"], exp_id=2, registry=REGISTRY, project="p")
+
+    def underway() -> bool:
+        return launch_journal.facts(journal.read_many(layout, [2], REGISTRY)["2"])["underway"]
+
+    with TargetLock(layout.lock, 1, "deploy"):  # held by this process, the one that began the journal
+        assert underway()
+    assert not underway()  # released without its end: its agent was cut
+    with open(run_dir + "/" + journal.FILE) as fh:
+        began = json.loads(fh.readline())
+    assert began["pid"] == os.getpid()
+    steps.end()
+    with TargetLock(layout.lock, 1, "deploy"):
+        assert not underway()  # it ended: whoever holds the lock now runs something else
 
 
 def test_a_last_line_cut_by_a_crash_and_garbage_lines_are_left_out(tmp_path):

@@ -284,3 +284,67 @@ def test_every_node_starts_at_once_a_node_waiting_for_its_lock_holds_up_no_other
                                                                        201: "1 job process(es)"}
     assert remote.run("stop").returncode == 0
     assert remote.registry().get(1).status == "stopped"
+
+
+SLOW_STOP = """\
+import pathlib, signal, sys, time
+def stopping(*_):  # each rank takes 2 s to stop after its SIGTERM (as one saving its last checkpoint does)
+    pathlib.Path("/tmp/orch-test-job-stopping").touch()
+    time.sleep(2)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stopping)
+time.sleep(600)
+"""
+STOPPING = "test -e /tmp/orch-test-job-stopping && echo yes || true"
+
+
+def test_a_job_deploy_cut_while_the_old_job_stops_starts_the_new_one_on_every_node(remote, testbed):  # noqa: F811
+    """Ctrl-C once the job being replaced is stopping on every node: each node's stop and start are one call, so
+    each node finishes its start by itself; orch says so with the command back to the old job, which works."""
+    import signal
+    import subprocess
+    import sys
+
+    _sleeping_job(remote)
+    (remote.path / "job.py").write_text(SLOW_STOP)
+    first = remote.run("deploy", "--target", "n0", "--target", "n1")
+    assert first.returncode == 0, first.stderr
+    for vmid in (200, 201):
+        on_ct(testbed, vmid, "rm", "-f", "/tmp/orch-test-job-stopping")
+    deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "n0",
+                               "--target", "n1"], cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    begin = time.monotonic()
+    while any(on_ct(testbed, vmid, "sh", "-c", STOPPING) != "yes\n" for vmid in (200, 201)):
+        assert deploy.poll() is None and time.monotonic() - begin < 60, deploy.communicate()
+        time.sleep(0.05)
+    deploy.send_signal(signal.SIGINT)  # both parts of job 1 are stopping: no node has started job 2 yet
+    _, err = deploy.communicate(timeout=30)
+    print(err)
+    assert deploy.returncode == 130, err
+    node = testbed.node.name
+    assert (f"interrupted: node 0 (CT 200 on {node}), node 1 (CT 201 on {node}) had not answered: each finishes "
+            "its start by itself once its part of experiment 1 stopped, or leaves that part running if its stop "
+            "had not begun; orch status shows which; to go back: orch restart -e 1") in err, err
+    deadline = time.monotonic() + 60
+    while True:  # asked at once, while the nodes may still stop job 1: never read as failed, running once started
+        res = remote.run("status", "--target", "n0", "--target", "n1", "--json")
+        assert res.returncode == 0, res.stderr
+        data = json.loads(res.stdout)
+        assert data["experiment"] == 2 and data["state"] in ("launching", "running"), data
+        if data["state"] == "running" and [n["state"] for n in remote.registry().get(2).nodes] == ["running"] * 2:
+            break
+        assert time.monotonic() < deadline, data
+        time.sleep(0.5)
+    assert {vmid: _live(testbed, vmid)[-1] for vmid in (200, 201)} == {200: "1 job process(es)",
+                                                                       201: "1 job process(es)"}
+    new, old = remote.registry().get(2), remote.registry().get(1)
+    assert new.status == "running" and [n["state"] for n in new.nodes] == ["running", "running"], new.nodes
+    assert old.status == "stopped" and [n["state"] for n in old.nodes] == ["stopped", "stopped"], old.nodes
+
+    back = remote.run("restart", "-e", "1")  # the command it gave: job 1's revision and command on its nodes
+    assert back.returncode == 0, back.stderr
+    again = remote.registry().get(3)
+    assert (again.parent, again.revision, again.status) == (1, old.revision, "running"), again
+    assert [n["state"] for n in again.nodes] == ["running", "running"] and remote.registry().get(2).status == "stopped"
+    assert remote.run("stop").returncode == 0

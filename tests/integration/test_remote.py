@@ -8,6 +8,7 @@ experiment left `launching`.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -283,6 +284,65 @@ def test_connection_cut_mid_push_leaves_no_half_revision(remote, testbed, ct200)
     assert 0 < pushed["missing"] < 51 and pushed["bytes"] < 51 << 20
     assert out["experiment"]["revision"] in on_ct(testbed, 200, "ls", f"{ROOT}/revisions").split()
     assert remote.cli("stop", "--target", "cut").exit_code == 0
+
+
+SLOW_STOP = """\
+import pathlib, signal, sys, time
+def stopping(*_):  # a run that takes 4 s to stop after Ctrl-C (as one saving its last checkpoint does)
+    pathlib.Path("/tmp/orch-test-stopping").touch()
+    time.sleep(4)
+    sys.exit(0)
+signal.signal(signal.SIGINT, stopping)
+time.sleep(600)
+"""
+
+
+def _cut_target(remote, testbed, proxy) -> None:  # noqa: F811
+    """Target ``cut``: CT 200 over SSH through ``proxy``."""
+    host_key = testbed.ct(200).host_key_line.split(" ", 1)[1]
+    with remote.known_hosts.open("a") as fh:
+        fh.write(f"[127.0.0.1]:{proxy.port} {host_key}\n")
+    toml = remote.path / "orch.toml"
+    text = re.sub(r"\n\[targets\.cut\]\n.*", "", toml.read_text(), flags=re.S)
+    toml.write_text(text + f'\n[targets.cut]\nkind = "proxmox"\nct = 200\naddress = "127.0.0.1"\nport = {proxy.port}\n')
+
+
+def test_a_link_lost_for_good_once_the_stop_was_sent_says_the_target_finishes_the_start(remote, testbed, ct200):
+    """The link drops while the old run stops and cannot be opened again: orch says the target finishes the start
+    by itself (or leaves the old run), and once the target answers, orch status shows the new run running."""
+    import subprocess
+    import sys
+
+    (remote.path / "slow.py").write_text(SLOW_STOP)
+    remote.write(sources='["slow.py"]')
+    toml = remote.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('command = "python3 train.py"', 'command = "python3 slow.py"'))
+    proxy = testbed.proxy("10.77.0.200", 22)
+    _cut_target(remote, testbed, proxy)
+    first = remote.run("deploy", "--target", "cut")
+    assert first.returncode == 0, first.stderr
+    on_ct(testbed, 200, "rm", "-f", "/tmp/orch-test-stopping")
+    deploy = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "deploy", "--target", "cut"],
+                              cwd=remote.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    begin = time.monotonic()
+    while on_ct(testbed, 200, "sh", "-c", "test -e /tmp/orch-test-stopping && echo yes || true") != "yes\n":
+        assert deploy.poll() is None and time.monotonic() - begin < 60, deploy.communicate()
+        time.sleep(0.05)
+    proxy.close()  # the old run is stopping: the link drops, and no new connection gets through
+    _, err = deploy.communicate(timeout=90)
+    print(err)
+    assert deploy.returncode == 3, err
+    assert ("could not be asked what was done" in err and "the stop of old run 1 and the start of new run 2 were "
+            "sent: the target finishes the start by itself once the old run stopped, or leaves the old run running "
+            "if its stop had not begun; orch status shows which once it answers") in err, err
+    assert "what the target did is unknown" not in err, err
+    _cut_target(remote, testbed, testbed.proxy("10.77.0.200", 22))  # the link is back
+    deadline = time.monotonic() + 60
+    while (data := wait_state(remote, ["--target", "cut"], ("running",)))["experiment"] != 2:  # old run 1 stopping
+        assert time.monotonic() < deadline, data
+        time.sleep(0.5)
+    assert remote.registry().get(1).status == "stopped" and remote.registry().get(2).status == "running"
+    assert remote.run("stop", "--target", "cut").returncode == 0
 
 
 def test_a_frozen_container_times_out_instead_of_hanging(remote, testbed):

@@ -20,6 +20,7 @@ LAYERS = [
     {"watch"},
     {"checkpoints"},
     {"launch"},
+    {"ui"},  # orch ui's server: beside the CLI (it reads what the CLI reads and acts through the CLI's commands)
     {"cli"},
     {"warm"},
     {"main"},

@@ -33,6 +33,7 @@ RICH = "rich loads only to render a table or a progress bar on a terminal"
 TMUX = "libtmux runs on the target, inside the agent, never in the controller"
 PLOT = "matplotlib loads only for `orch experiments plot`"
 TOML_W = "tomlkit loads only to rewrite orch.toml (`orch init`, `orch use`)"
+WEB = "the web server loads only for `orch ui`"
 NEVER = {
     "paramiko": SSH, "invoke": SSH, "cryptography": SSH, "nacl": SSH, "bcrypt": SSH,
     "orchestrator.reach.transport.ssh": SSH, "orchestrator.reach.transport.hostkeys": SSH,
@@ -40,6 +41,7 @@ NEVER = {
     "numpy": NUMPY, "orchestrator.batching": NUMPY,
     "rich": RICH,
     "libtmux": TMUX, "matplotlib": PLOT, "orchestrator.records.plots": PLOT, "tomlkit": TOML_W,
+    "starlette": WEB, "uvicorn": WEB, "orchestrator.ui.server": WEB,
 }
 # The [batching] key table (stdlib only), which the settings are built from; the package loads nothing else.
 KEY_TABLES = {"orchestrator.batching", "orchestrator.batching.config"}

@@ -35,3 +35,21 @@ def test_a_group_names_single_targets_only():
 def test_current_target_remembers_a_jobs_nodes(tmp_path):
     current.save(tmp_path, None, None, nodes=[{"ct": 200}, {"target": "b"}])
     assert current.load(tmp_path) == {"nodes": [{"ct": 200}, {"target": "b"}]}
+
+
+def test_an_interrupted_job_start_names_the_nodes_that_started_failed_or_had_not_answered():
+    from orchestrator.errors import TargetError
+    from orchestrator.launch.multinode import Node, interrupted
+    from orchestrator.reach.targets import planned_target
+
+    s = Settings.model_validate({"targets": {n: {"kind": "ssh", "host": n} for n in ("a", "b", "c")}})
+    nodes = [Node(i, planned_target(s, n, s.targets[n]), s) for i, n in enumerate(("a", "b", "c"))]
+    nodes[1].error = TargetError("connection lost")
+    a, b, c = (n.target.label for n in nodes)
+    assert interrupted(nodes, {0: {"state": "running"}}, 7) == (
+        f"started on node 0 ({a}); node 1 ({b}): its start failed (connection lost); node 2 ({c}) had not "
+        "answered: each finishes its start by itself once its part of experiment 7 stopped, or leaves that part "
+        "running if its stop had not begun; orch status shows which; to go back: orch restart -e 7")
+    nodes[1].error = None
+    assert interrupted(nodes, {}, None) == (
+        f"node 0 ({a}), node 1 ({b}), node 2 ({c}) had not answered (orch status shows whether each started)")
