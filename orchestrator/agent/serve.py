@@ -9,7 +9,9 @@ command a request ran for goes away, so that, as in a one-shot call, no further 
 
 A resident whose own files changed under it (orch's root removed or replaced, the agent pushed again) cannot
 import what it has not imported yet: before each request it checks them, and if they changed it answers
-``stale`` instead of a chunk, runs nothing and exits. The keeper then runs that request one-shot.
+``stale`` instead of a chunk, runs nothing and exits. The keeper then runs that request one-shot. So it does when
+the root, the agent folder or its files became another user's or writable by others since it started (StrictModes,
+``strict``): the one-shot call's bootstrap refuses that request, as it would had no resident been there.
 """
 
 from __future__ import annotations
@@ -57,6 +59,17 @@ def _identity(paths: list[str]) -> list[tuple[int, int] | None]:
             continue
         out.append((st.st_dev, st.st_ino))
     return out
+
+
+def _unsafe(files: list[str]) -> bool:
+    """Whether what the bootstrap checked before this agent started (``strict``: its root, its folder, its files)
+    would be refused now: a few ``stat`` calls, made before each request."""
+    from . import strict
+
+    if not files[0].endswith(".pyz"):
+        return False  # not a pushed agent: the bootstrap checks none (nor does this)
+    folder = os.path.dirname(files[0])
+    return strict.problem(os.path.dirname(folder), [folder, *files]) is not None
 
 
 def own_files() -> list[str]:
@@ -113,7 +126,7 @@ def serve() -> int:
     files = own_files()
     identity = _identity(files)
     while stdin.peek(1):
-        if _identity(files) != identity:
+        if _identity(files) != identity or _unsafe(files):
             try:
                 _write_all(fd, STALE)
             except OSError:

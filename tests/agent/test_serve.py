@@ -120,6 +120,27 @@ def test_a_resident_whose_files_were_replaced_runs_nothing_and_says_stale(tmp_pa
         proc.kill()
 
 
+def test_a_resident_whose_root_became_writable_by_others_runs_nothing_and_says_stale(tmp_path):
+    """orch's root made writable by others under a live resident: the request goes one-shot, whose bootstrap
+    refuses it (StrictModes), never to the resident that was started while the root was safe."""
+    root, client, proc = start(tmp_path)
+    try:
+        proc.stdin.write(request(root, [{"op": "hello", "args": {}}]))
+        proc.stdin.flush()
+        assert unframe(answer(proc.stdout))["results"][0]["ok"]
+        os.chmod(root, 0o777)
+        marker = tmp_path / "ran"
+        proc.stdin.write(request(root, [{"op": "shell", "args": {"argv": ["touch", str(marker)]}}]))
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"stale\n"
+        assert proc.wait(timeout=10) == 0
+        assert not marker.exists()  # nothing ran
+        refused = subprocess.run([sys.executable, client.agent_path], input=request(root, []), capture_output=True)
+        assert refused.returncode == 6 and b"it is writable by other users" in refused.stdout, refused
+    finally:
+        proc.kill()
+
+
 def test_a_resident_loads_what_its_requests_import_late_before_they_come():
     """What a launch, a stop and a status import as they run (libtmux above all, ~50 ms on a target) is loaded
     while a resident waits: the agent a keeper readies answers the next command as fast as a used one."""
