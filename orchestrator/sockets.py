@@ -2,7 +2,9 @@
 listen, how one is started, claimed, served and tidied. Standard library only, so that either side may use it.
 
     path = folder() / "keeper-<name>.sock"
-    sock = connect_or_spawn(path, "orchestrator.reach.keeper", "600")   # None: none listens yet (one starts)
+    sock = connect(path)                  # None: none listens
+    if sock is None and spawn(path, "orchestrator.reach.keeper", "600") is None:
+        sock = wait_for(path, 2.0)        # one another command started is coming up: wait for it to listen
 
     server = Server(path)                 # in the started process
     if server.claim():                    # the lock: one server per socket, the others exit at once
@@ -192,15 +194,6 @@ def wait_for(path: Path | str, limit: float) -> socket.socket | None:
             return None
         time.sleep(0.02)
     return connect(path)
-
-
-def connect_or_spawn(path: Path | str, module: str, *args: str) -> socket.socket | None:
-    """A connection to the server at ``path``. When none listens, one is started in the background for the next
-    commands and None returned: this command does its work itself rather than wait for it."""
-    sock = connect(path)
-    if sock is None:
-        spawn(path, module, *args)
-    return sock
 
 
 def remove_if_stale(path: Path) -> bool:

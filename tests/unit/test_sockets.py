@@ -101,7 +101,10 @@ def test_commands_that_find_no_server_start_one_between_them(path):
 
     def command() -> None:
         together.wait()
-        found.append(sockets.connect_or_spawn(path, MODULE, "30"))
+        sock = sockets.connect(path)
+        if sock is None:
+            sockets.spawn(path, MODULE, "30")
+        found.append(sock)
 
     threads = [threading.Thread(target=command) for _ in range(6)]
     for t in threads:
@@ -116,12 +119,12 @@ def test_commands_that_find_no_server_start_one_between_them(path):
             sock.close()
     pid = int(Path(str(path)[:-len(sockets.SUFFIX)] + ".spawned").read_text())
     try:
-        wait_for(lambda: listening(path), timeout=20, what="the server listening")
-        assert sockets.server_pid(path) == pid
-        assert sockets.spawn(path, MODULE, "30") is None  # it is coming up or up: no second one
-        sock = sockets.connect_or_spawn(path, MODULE, "30")
+        sock = sockets.wait_for(path, 20)  # a later command waits for the one coming up, rather than start another
         assert sock is not None
         sock.close()
+        assert sockets.server_pid(path) == pid
+        assert sockets.spawn(path, MODULE, "30") is None  # it is up: no second one
+        assert sockets.wait_for(sockets.folder() / f"none-{os.getpid()}{sockets.SUFFIX}", 20) is None  # none coming
         assert ask(path) == pid
         servers = [p for p in os.listdir("/proc") if p.isdigit() and alive(int(p))
                    and str(path).encode() in Path(f"/proc/{p}/cmdline").read_bytes()]
