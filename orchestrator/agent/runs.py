@@ -83,8 +83,8 @@ def run_state(run_dir: str) -> dict:
         out["heartbeat"] = heard
     if stop_req:
         out["stopped_by"] = (read_json(os.path.join(run_dir, "stop_requested"), {}) or {}).get("by")
-    if isinstance(ended, dict) and ended.get("not_started"):  # the start failed: it never ran
-        out.update(state="failed", ended=ended.get("ended"), error=ended.get("error"))
+    if isinstance(ended, dict) and ended.get("not_started"):  # the start failed, or a stop came first: it never ran
+        out.update(state="stopped" if stop_req else "failed", ended=ended.get("ended"), error=ended.get("error"))
     elif isinstance(ended, dict):
         code = ended.get("exit_code")
         out.update(exit_code=code, ended=ended.get("ended"), signal=ended.get("signal"), cause=ended.get("cause"))
@@ -314,6 +314,9 @@ def _kill_session(server, name: str) -> None:
         raise LibTmuxException(said)
 
 
+BEFORE_START = "stopped before its command started"
+
+
 def not_started(run_dir: str, why: str) -> None:
     """Record that a run's start failed, so it reads as ``failed`` (never ``launching``, never "still running")."""
     if not os.path.exists(os.path.join(run_dir, "exit.json")):
@@ -369,6 +372,10 @@ def supervise(run_dir: str) -> int:
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, forward)
+        if attempts.stop_requested(run_dir):  # a stop came while it was launching: it is never started
+            log.write(f"orch: {BEFORE_START}\n".encode())
+            not_started(run_dir, BEFORE_START)
+            return 0
         _reserve_exit(run_dir)
         resumes = policy.resume_after_reboot
         # a boot inside the guard's window fails the guard and rolls back (``rollback.at_boot``), no orch needed
@@ -441,6 +448,9 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
         return _record_exit(run_dir, 127, None, error=exc.strerror)
     children.append(child)
     _write_pid(run_dir, child)
+    if not stopping and (read_json(os.path.join(run_dir, "exit.json"), {}) or {}).get("not_started"):
+        stopping.append(signal.SIGINT)  # a stop gave up waiting for it between its supervisor's check and here
+        os.killpg(child.pid, signal.SIGINT)
     limit = budget.Budget.from_env(launch["env"], run_dir)
     rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, metrics.tick if metrics else None, limit,
                                  guarded)
@@ -651,6 +661,8 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
                 pass
             if _wait(run_dir, wait, int(pid["child"])):
                 break
+        if not pid.get("child"):  # stopped while launching: its supervisor, if it comes, must not start it
+            not_started(run_dir, BEFORE_START)
         final = run_state(run_dir)
         stopped.append({"id": final["id"], "registry": final["registry"], "clone": final["clone"],
                         "state": final["state"], "exit_code": final["exit_code"], "signals": sent,

@@ -62,7 +62,8 @@ def _latest_window(settings, tgt) -> int | None:
 def exec_(ctx: typer.Context,
           command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
           target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
-    """Run a command on the target in the run's work folder; its exit code is orch's."""
+    """Run a command on the target in the run's work folder, with the run's variables ([project] env, ORCH_*); its
+    exit code is orch's."""
     from ..watch import into
     from ..reach.transport.interactive import stream
 
@@ -74,7 +75,8 @@ def exec_(ctx: typer.Context,
             folder = into.run_folder(settings, tgt, reg, transport)
             venv = into.venv_of(tgt, reg)
         into.require_program(tgt, transport, folder, command[0], venv)
-        code = stream(transport, into.in_env(list(command), venv), cwd=folder, python=tgt.python)
+        argv = into.with_run_variables(tgt, folder, into.in_env(list(command), venv))
+        code = stream(transport, argv, cwd=folder, python=tgt.python)
     _exit(code)
 
 

@@ -98,6 +98,28 @@ def in_env(argv: list[str], venv: str | None) -> list[str]:
     return ["sh", "-c", IN_ENV, "sh", venv, *argv] if venv else argv
 
 
+# run by the target's python with the run's launch record and the command as arguments: the command gets the
+# variables the run was given ([project] env, ORCH_EXPERIMENT_ID, ORCH_CHECKPOINT_DIR, ...) over the login
+# environment it starts in, as the run's supervisor gives them (its PATH stays the login one, the env's first:
+# ``in_env``); a run of an older orch, or one whose record is gone, adds nothing
+RUN_VARIABLES = ("import json, os, sys\n"
+                 "try:\n"
+                 "    env = json.load(open(sys.argv[1])).get('env') or {}\n"
+                 "except (OSError, ValueError, AttributeError):\n"
+                 "    env = {}\n"
+                 "os.environ.update({str(k): str(v) for k, v in env.items() if k != 'PATH'})\n"
+                 "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def with_run_variables(target: Target, folder: str, argv: list[str]) -> list[str]:
+    """``argv`` given the variables of the run that works in ``folder`` (its ``work`` folder: the record is
+    beside it); a revision folder (a run of an older orch) has no record: ``argv`` as it is."""
+    if posixpath.basename(folder.rstrip("/")) != "work":
+        return argv
+    return [target.python, "-c", RUN_VARIABLES, posixpath.join(posixpath.dirname(folder.rstrip("/")), "launch.json"),
+            *argv]
+
+
 def shell_in_env(venv: str, folder: str | None) -> list[str]:
     """A login shell in ``folder`` whose PATH starts with the run's env."""
     return ["sh", "-c", SHELL_IN_ENV, "sh", venv, folder or "."]

@@ -101,6 +101,22 @@ def test_exec_runs_in_the_work_folder_and_passes_the_exit_code(project):
     assert piped.returncode == 0 and piped.stdout == "piped\n"
 
 
+def test_exec_gives_the_command_the_runs_variables(project):
+    """What the run was given ([project] env, orch's ORCH_* variables) reaches a command run beside it, read from
+    the run's own record: a setting changed in orch.toml since the deploy is the run's, not the new one."""
+    exp = _deploy(project)
+    record = json.loads((project.run_dir(exp["id"]) / "launch.json").read_text())["env"]
+    project.configure(steps=7)  # after the deploy: not the run's
+    names = ["ORCH_EXPERIMENT_ID", "ORCH_CHECKPOINT_DIR", "ORCH_RUN_DIR", "ORCH_REVISION", "TINYLM_STEPS"]
+    res = subprocess.run(cli_argv("exec", "--", sys.executable, "-c", "import json, os, sys; print(json.dumps("
+                                  "{k: os.environ.get(k) for k in sys.argv[1:]}))", *names),
+                         cwd=project.path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    seen = json.loads(res.stdout)
+    assert seen == {k: record[k] for k in names}
+    assert seen["ORCH_EXPERIMENT_ID"] == str(exp["id"]) and seen["TINYLM_STEPS"] == "100000"
+
+
 def test_exec_without_an_experiment_says_so(project):
     res = subprocess.run(cli_argv("exec", "--", "true"), cwd=project.path, capture_output=True, text=True,
                          timeout=60)
