@@ -184,6 +184,16 @@ def test_a_deploy_in_the_warm_process_loads_nothing_the_warm_process_could_have(
     assert orch(project, "stop", env={"ORCH_WARM": "0"}).returncode == 0
 
 
+def test_the_warm_process_has_the_ssh_transport_loaded_without_invoke():
+    """The first command after a pause connects with no keeper up: paramiko and orch's SSH transport are loaded in
+    the warm process already (its one loader's way: invoke, which only a ``Match exec`` needs, held back)."""
+    code = ("import sys; from orchestrator.warm import server; server._preload(); "
+            "print(sorted(m for m in ('paramiko', 'orchestrator.reach.transport.ssh', 'invoke') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "['orchestrator.reach.transport.ssh', 'paramiko']"
+
+
 def test_a_command_run_here_starts_the_warm_process_once_it_is_done(project):
     """The first command does its work alone: the warm process (~0.4 s of imports) starts as it ends."""
     project.configure(steps=200, sleep=0.2)
