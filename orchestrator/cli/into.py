@@ -81,10 +81,11 @@ def exec_(ctx: typer.Context,
 
 
 def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_new_host: TrustOpt = False) -> None:
-    """A login shell on the target (over SSH, or through the node's pct), in the run's work folder."""
+    """A login shell on the target (over SSH, or through the node's pct), in the run's work folder, with the run's
+    variables ([project] env, ORCH_*)."""
     from ..watch import into
     from ..errors import NotFoundError
-    from ..reach.transport.interactive import terminal
+    from ..reach.transport.interactive import login_shell, terminal
 
     into.require_terminal("ssh")
     settings = common.settings(ctx)
@@ -97,8 +98,11 @@ def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_
                 venv = into.venv_of(tgt, reg)
         except NotFoundError:
             folder = None  # nothing deployed there (yet, or any more): a plain login shell
-        # with the run's env ([env]) first on the shell's PATH, as the run had it
-        _exit(terminal(transport, into.shell_in_env(venv, folder) if venv else None, cwd=folder))
+        # with the run's env ([env]) first on the shell's PATH and the run's variables, as the run had them
+        argv = into.shell_in_env(venv, folder) if venv else None
+        if folder is not None:
+            argv = into.with_run_variables(tgt, folder, argv or login_shell(transport, folder))
+        _exit(terminal(transport, argv, cwd=folder))
 
 
 def forward(ctx: typer.Context,

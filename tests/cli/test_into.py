@@ -157,6 +157,15 @@ def test_ssh_starts_in_the_work_folder_of_the_latest_run(project):
     assert f"at-{project.run_dir(exp['id']) / 'work'}-end" in screen
 
 
+def test_ssh_gives_the_shell_the_runs_variables(project):
+    exp = _deploy(project)
+    code, screen = drive_pty(cli_argv("ssh"), project.path,
+                             [("", b"echo id-$ORCH_EXPERIMENT_ID-steps-$TINYLM_STEPS-end\r"), ("-end", b"exit\r")],
+                             env={"SHELL": "/bin/sh"})
+    assert code == 0, screen
+    assert f"id-{exp['id']}-steps-100000-end" in screen
+
+
 def test_forward_on_the_local_target_says_it_is_already_local(project):
     res = project.cli("forward", "6006")
     assert res.exit_code == 2

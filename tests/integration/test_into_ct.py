@@ -43,17 +43,20 @@ def test_attach_exec_and_ssh(remote, name):
     assert f"orch: experiment run in {ROOT}/runs/{remote.run_key(1)}" in screen and "detached" in screen
     status = remote.cli("status", "--json")
     assert json.loads(status.stdout)["state"] == "running", status.output
-    res = remote.run("exec", "--", "sh", "-c", "pwd; echo to-stderr >&2; exit 7")
+    res = remote.run("exec", "--", "sh", "-c", 'pwd; echo "$ORCH_EXPERIMENT_ID $ORCH_RUN_DIR"; echo to-stderr >&2; '
+                     'exit 7')
     assert res.returncode == 7, res.stderr
-    assert res.stdout.strip() == f"{ROOT}/runs/{remote.run_key(exp['id'])}/work"
+    run_dir = f"{ROOT}/runs/{remote.run_key(exp['id'])}"
+    assert res.stdout.split("\n")[:2] == [f"{run_dir}/work", f"{exp['id']} {run_dir}"]  # the run's variables too
     assert res.stderr.strip() == "to-stderr"
     piped = subprocess.run(cli_argv("exec", "--", "cat"), cwd=remote.path, input="piped\n", capture_output=True,
                            text=True, timeout=60)
     assert piped.returncode == 0 and piped.stdout == "piped\n", piped.stderr
     code, screen = drive_pty(cli_argv("ssh"), remote.path,
-                             [("# ", b"echo marker-$((6*7)) at-$(pwd)-end\r"), ("marker-42", b"exit\r")])
+                             [("# ", b"echo marker-$((6*7)) at-$(pwd)-$ORCH_EXPERIMENT_ID-end\r"),
+                              ("marker-42", b"exit\r")])
     assert code == 0, screen
-    assert f"marker-42 at-{ROOT}/runs/{remote.run_key(exp['id'])}/work-end" in screen  # the shell starts there
+    assert f"marker-42 at-{run_dir}/work-{exp['id']}-end" in screen  # the shell starts there, with the run's variables
 
 
 def test_attach_refuses_without_a_terminal(remote):

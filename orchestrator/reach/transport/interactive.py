@@ -48,13 +48,21 @@ def direct(transport: Transport) -> Transport:
 _SSH_SHELL = 'exec "${SHELL:-/bin/sh}" -l'
 
 
+def login_shell(transport: Transport, cwd: str | None) -> list[str]:
+    """The argv of a login shell on the target, started in ``cwd`` (a constant script; the folder is an
+    argument): the one ``terminal`` runs for None, for a caller that puts something in front of it."""
+    if isinstance(transport, LocalTransport):
+        return [os.environ.get("SHELL") or "/bin/sh", "-l"]  # in cwd: the local process starts there
+    shell = LOGIN_SHELL if isinstance(transport, PctTransport) else _SSH_SHELL
+    return ["sh", "-c", 'cd -- "$1" 2>/dev/null; ' + shell, "sh", cwd or "."]
+
+
 def terminal(transport: Transport, argv: list[str] | None, cwd: str | None = None) -> int:
     """Run ``argv`` (None: a login shell, started in ``cwd`` when it is given) on a PTY on the target, joined
     to this terminal; its exit code."""
     if argv is None and (cwd is not None or isinstance(transport, PctTransport)) \
-            and not isinstance(transport, LocalTransport):  # a constant script; the folder is an argument
-        shell = LOGIN_SHELL if isinstance(transport, PctTransport) else _SSH_SHELL
-        argv = ["sh", "-c", 'cd -- "$1" 2>/dev/null; ' + shell, "sh", cwd or "."]
+            and not isinstance(transport, LocalTransport):
+        argv = login_shell(transport, cwd)
     if argv is not None and isinstance(transport, PctTransport):  # pct passes the node's env; make TERM ours
         argv = ["env", f"TERM={_term()}", *argv]
     base, full = route(transport, argv or [])
