@@ -33,7 +33,7 @@ def pull(ctx: typer.Context, words: WordsArg = None, experiment: ExperimentOpt =
     """Copy a run's checkpoints, outputs and log here (all three unless some are named), sending only what is
     missing or changed; a cut pull resumes where it stopped, and a local file that differs is never replaced
     without --force."""
-    from ..errors import InputError
+    from ..errors import InputError, NotFoundError
     from ..launch import pull as pulling
     from ..watch import log_view
     from ..watch.metrics_view import target_flags
@@ -69,8 +69,14 @@ def pull(ctx: typer.Context, words: WordsArg = None, experiment: ExperimentOpt =
         where = Path("orch-pull") / f"exp{exp.id}"
     sel = pulling.selection(exp.checkpoints or tgt.checkpoints, want_checkpoints=checkpoints, outputs=outputs,
                             log=log, words=list(words or []))
-    res = pulling.pull(settings, tgt, exp.id, run_registry, sel, to or where, force=force, dry_run=dry_run,
-                       meter=progress.meter(as_json), notice=lambda m: render.say(f"orch: {m}"))
+    try:
+        res = pulling.pull(settings, tgt, exp.id, run_registry, sel, to or where, force=force, dry_run=dry_run,
+                           meter=progress.meter(as_json), notice=lambda m: render.say(f"orch: {m}"))
+    except NotFoundError as exc:
+        if exp.status != "queued" or "no run folder" not in exc.message:
+            raise
+        raise NotFoundError(f"experiment {exp.id} is queued on {tgt.label} and has not started: it has no files to "
+                            "pull yet", hint="orch queue says why it waits; pull it once it runs") from None
     _show(res, exp.id, tgt.label, as_json)
 
 

@@ -205,3 +205,20 @@ def test_a_pull_onto_a_full_disk_says_what_it_needs_and_what_is_free(project, sm
     assert res.returncode == 2, res.stdout + res.stderr
     assert f"No space left on device; this pull needs {format_size(need)}, {format_size(free)} was free when it " \
            "began" in res.stderr, res.stderr
+
+
+def test_a_pull_of_a_queued_experiment_says_it_has_not_started(project):
+    """The latest experiment is often one waiting in the queue: no run folder yet, and the message says why."""
+    project.configure(steps=100000, sleep=0.05)
+    assert project.run("deploy").returncode == 0
+    queued = project.run("deploy", "--queue", "--json")
+    assert queued.returncode == 0, queued.stderr
+    exp_id = json.loads(queued.stdout)["experiment"]["id"]
+    try:
+        res = _pull(project, "-e", str(exp_id), "--checkpoints")
+        assert res.returncode == 7, res.stderr
+        assert f"error: experiment {exp_id} is queued on local and has not started" in res.stderr
+        assert "hint: orch queue says why it waits" in res.stderr
+        assert not (project.path / "orch-pull").exists()
+    finally:
+        assert project.run("stop", "--all").returncode == 0
