@@ -250,7 +250,7 @@ class World:
         words = {"deploy": ["deploy"], "restart": ["restart"], "restart-clean": ["restart", "--clean-checkpoints",
                                                                                    "--yes"],
                  "beside": ["deploy", "--gpus", "1", "--beside"], "queue": ["deploy", "--queue"],
-                 "guard": ["deploy", "--guard"],
+                 "guard": ["deploy", "--guard", "--yes"],  # it moves the parent's checkpoints aside: confirmed
                  "sweep": ["sweep", "--set", f"project.env.MODEL_TAG={tag}a,{tag}b", "--gpus", "1", "--steps", "25"]}
         argv = [*words[kind], "--json"]
         extra = {}
