@@ -27,7 +27,12 @@ def check(launch: Launch, probe: dict, registry: Registry) -> dict:
     if not alive:
         raise InputError(f"--guard compares the new run with the one it replaces, and no run of this project is up "
                          f"on {label}", hint="deploy without --guard (there is nothing to roll back to)")
-    if len(alive) > 1 or alive[0].get("job"):
+    if len(alive) > 1:
+        ids = ", ".join(str(r["id"]) for r in alive)
+        raise InputError(f"--guard watches one run against one parent, and {len(alive)} runs of this project are up "
+                         f"on {label} (experiments {ids})",
+                         hint="stop the ones side by side first (orch stop -e ID), or deploy without --guard")
+    if alive[0].get("job"):
         raise InputError(f"--guard watches one run against one parent; experiment {alive[0]['id']} on {label} is "
                          "a node of a job", hint="deploy without --guard")
     if not registry.owns(alive[0]):

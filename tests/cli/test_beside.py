@@ -428,3 +428,17 @@ def test_a_queued_beside_run_says_it_waits_on_nvidia_smi_and_starts_once_it_answ
         assert _printed(project, 3)["visible"] == "0"
     finally:
         project.run("stop", "--all", env=env)
+
+
+def test_a_guard_over_runs_side_by_side_is_refused_naming_them_and_nothing_changes(side):
+    p = side
+    for args in (["deploy", "--gpus", "1"], ["deploy", "--gpus", "1", "--beside"]):
+        assert p.run(*args).returncode == 0
+    before = snapshot(p.root / "checkpoints", p.path / ".orch")
+    res = p.run("deploy", "--guard", "--yes")
+    assert res.returncode == 2, res.stderr
+    assert "error: --guard watches one run against one parent, and 2 runs of this project are up on local " \
+           "(experiments " in res.stderr, res.stderr
+    assert "node of a job" not in res.stderr and "hint: stop the ones side by side first" in res.stderr
+    assert _states(p) == {1: "running", 2: "running"}
+    assert snapshot(p.root / "checkpoints", p.path / ".orch") == before
