@@ -318,7 +318,8 @@ BEFORE_START = "stopped before its command started"
 
 
 def not_started(run_dir: str, why: str) -> None:
-    """Record that a run's start failed, so it reads as ``failed`` (never ``launching``, never "still running")."""
+    """Record that a run's start failed, so it reads as ``failed`` (``stopped`` when a stop came first: it was marked),
+    never ``launching``, never "still running"."""
     if not os.path.exists(os.path.join(run_dir, "exit.json")):
         write_json(os.path.join(run_dir, "exit.json"), {"exit_code": None, "signal": None, "ended": time.time(),
                                                         "error": why, "not_started": True})

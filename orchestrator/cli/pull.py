@@ -72,8 +72,8 @@ def pull(ctx: typer.Context, words: WordsArg = None, experiment: ExperimentOpt =
     try:
         res = pulling.pull(settings, tgt, exp.id, run_registry, sel, to or where, force=force, dry_run=dry_run,
                            meter=progress.meter(as_json), notice=lambda m: render.say(f"orch: {m}"))
-    except NotFoundError as exc:
-        if exp.status != "queued" or "no run folder" not in exc.message:
+    except NotFoundError:
+        if exp.status != "queued":  # a queued experiment's files are not on the target: its run has no folder yet
             raise
         raise NotFoundError(f"experiment {exp.id} is queued on {tgt.label} and has not started: it has no files to "
                             "pull yet", hint="orch queue says why it waits; pull it once it runs") from None

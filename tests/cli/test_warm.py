@@ -191,7 +191,7 @@ def test_the_warm_process_has_the_ssh_transport_loaded_without_invoke():
             "print(sorted(m for m in ('paramiko', 'orchestrator.reach.transport.ssh', 'invoke') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[-2] == "['orchestrator.reach.transport.ssh', 'paramiko']"
+    assert done.stdout.strip().splitlines()[-1] == "['orchestrator.reach.transport.ssh', 'paramiko']"
 
 
 def test_a_command_run_here_starts_the_warm_process_once_it_is_done(project):
