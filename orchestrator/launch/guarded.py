@@ -31,7 +31,7 @@ def check(launch: Launch, probe: dict, registry: Registry) -> dict:
         ids = ", ".join(str(r["id"]) for r in alive)
         raise InputError(f"--guard watches one run against one parent, and {len(alive)} runs of this project are up "
                          f"on {label} (experiments {ids})",
-                         hint="stop the ones side by side first (orch stop -e ID), or deploy without --guard")
+                         hint="stop the ones side by side first (orch stop -e ID), or orch deploy without --guard")
     if alive[0].get("job"):
         raise InputError(f"--guard watches one run against one parent; experiment {alive[0]['id']} on {label} is "
                          "a node of a job", hint="deploy without --guard")
