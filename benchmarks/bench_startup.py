@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-HEAVY = ("paramiko", "invoke", "cryptography", "proxmoxer", "requests", "numpy", "rich", "libtmux", "pydantic",
+HEAVY = ("paramiko", "invoke", "cryptography", "proxmoxer", "requests", "numpy", "rich", "pydantic",
          "yaml", "sqlite3")
 TRAIN = "import time\nfor i in range(10 ** 6):\n    print(f'step={i} loss={1 / (i + 1):.4f}', flush=True)\n" \
         "    time.sleep(0.5)\n"

@@ -258,7 +258,7 @@ def respond(stdin) -> bytes:
 
 def main() -> int:
     launch_env.remember()  # the target's environment, before the agent's own locale: what runs start with
-    os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
+    os.environ["LC_ALL"] = "C.UTF-8"  # tmux, and the text the agent reads back from it, in a UTF-8 locale
     os.environ.pop("LANGUAGE", None)
     sys.stdout.buffer.write(respond(sys.stdin.buffer))
     sys.stdout.buffer.flush()

@@ -33,7 +33,7 @@ PANE = ("TMUX", "TMUX_PANE")
 LIMITS = ("as", "core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss",
           "rtprio", "rttime", "sigpending", "stack")
 
-_ORIGINAL: dict | None = None  # this agent's environment when it started, before it set LC_ALL for libtmux
+_ORIGINAL: dict | None = None  # this agent's environment when it started, before it set LC_ALL for tmux
 
 
 def remember() -> None:

@@ -45,8 +45,6 @@ def rollback(run_dir: str) -> int:
         print(f"orch: {run_dir} is not a guarded run", flush=True)
         return 2
     write_json(os.path.join(run_dir, PID), {"pid": os.getpid(), "start": runs._proc_start(os.getpid())})
-    import libtmux  # noqa: F401  (runs.start needs it: loaded while the failed run is being stopped)
-
     key = parse_run_key(os.path.basename(run_dir)) or (None, 0)
     failed_id = key[1]
     with TargetLock(layout.lock, LOCK_WAIT_S, f"rollback after the guard of experiment {failed_id}"):

@@ -353,8 +353,6 @@ def after_supervisor(run_dir: str) -> None:
 def next_after(run_dir: str, supervisor: int, projects: list[str]) -> int:
     """Wait for the supervisor (``supervisor``, its pid) to exit, then start the next entry of each of
     ``projects`` (a start of its own project replaces the tmux session the supervisor ran in)."""
-    import libtmux  # noqa: F401  (loaded while the supervisor exits: the next start does not wait for it)
-
     deadline = time.monotonic() + PARENT_WAIT
     while not procstat.exited(supervisor) and time.monotonic() < deadline:
         time.sleep(0.005)

@@ -9,6 +9,10 @@ panes' exit statuses) and ``work/`` (its working folder: the revision's files an
 them, its modules' ``__pycache__/`` included; see ``workdir.py``). The tmux pane runs the supervisor, never a
 shell string. Every attempt of a run, and its resume after a reboot, starts in the same work folder.
 
+A project's runs share one tmux session (``orch-<project>``), one window each (``exp<id>``). The session is
+replaced (killed, made again) only when no live run is in it; a run started beside others, or resumed after a
+reboot while another has resumed already, gets a window of its own in it instead (``tmux.py``).
+
 A shutdown of the container (its init's SIGTERM to every process) is not a stop: ``orch stop`` leaves
 ``stop_requested`` first, a shutdown does not, and the system says it is going down (``causes.shutting_down``).
 The supervisor then records no exit and leaves the reboot unit in place: the run reads as ``lost``, interrupted
@@ -27,7 +31,7 @@ import sys
 import time
 
 from . import (attempts, budget, causes, ckpt_layout, diskspace, grace, guard, handover, heartbeat, journal, launch_env,
-               procstat, reboot_unit, standby, watchdog, windows, workdir)
+               procstat, reboot_unit, standby, tmux, watchdog, workdir)
 from . import notify as notices
 from .layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from .protocol import AgentFailure
@@ -197,8 +201,6 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     lock, with ``gpu_share``). ``launch``: what the command that launched it had (``launch_env``: the local
     target's ``orch`` command sends its own); without it, this agent's own, as the target gave it. ``use_standby``
     False (``[run] standby``): tmux starts the supervisor afresh, and no standby is left for the next start."""
-    import libtmux
-
     secrets = handover.check(secrets or {})
     inherited = launch_env.check(launch) if launch is not None else launch_env.own()
     base = inherited["env"]
@@ -257,7 +259,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                {"argv": list(argv), "cwd": work, "revision": revision, "env": run_env, "secrets": sorted(secrets),
                 "created": time.time(), "recovery": recovery or {},
                 "notify": {k: v for k, v in notify.items() if k != "url"} if notify else None})
-    server = libtmux.Server(socket_name=socket_name(layout))
+    server = tmux.Server(socket_name(layout))
     name = session_name(project)
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
     piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
@@ -268,14 +270,13 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         # beside a live run: a window in its session; else the standby supervisor, if one waits, which takes the
         # project's session name in the tmux call that kills a session left under it (only ended runs can be left
         # in it: alive_runs() was empty); else tmux starts one
-        started = (windows.beside(server, name, f"exp{exp_id}", work, command, shown) if busy else
+        started = (server.new_window(name, f"exp{exp_id}", work, command, shown) if busy else
                    use_standby and standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown,
                                                   _alive, replace=True))
         if not started and not busy:
             _kill_session(server, name)  # no standby took the run: a session left under its name goes first
         if not started:
-            server.new_session(session_name=name, window_name=f"exp{exp_id}", attach=False, start_directory=work,
-                               window_command=command, **({"environment": shown} if shown else {}))
+            server.new_session(name, f"exp{exp_id}", work, command, shown)
         if sender is not None:
             sender.wait_taken(run_dir)  # if it never comes, the supervisor records why the run did not start
     except Exception as exc:
@@ -298,8 +299,8 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
 def _window_command(server, name: str, agent_path: str, run_dir: str) -> None:
     """A window the user opens in the run's session (orch attach, then new-window) is a shell with the run's
     environment (``launch_env.window``), not the tmux server's; asked of tmux without waiting for it."""
-    standby.tmux_later(server, "set-option", "-t", f"={name}:", "default-command",
-                       shlex.join([sys.executable, agent_path, "window", run_dir]))
+    server.later("set-option", "-t", f"={name}:", "default-command",
+                 shlex.join([sys.executable, agent_path, "window", run_dir]))
 
 
 GONE = ("can't find session", "no server running", "error connecting to")  # what tmux says of no such session
@@ -307,11 +308,9 @@ GONE = ("can't find session", "no server running", "error connecting to")  # wha
 
 def _kill_session(server, name: str) -> None:
     """Kill a session if it exists (one tmux call); it may end by itself meanwhile (its pane's command exited)."""
-    from libtmux.exc import LibTmuxException
-
     said = " ".join(server.cmd("kill-session", "-t", f"={name}").stderr)
     if said and not any(words in said for words in GONE) and server.has_session(name):
-        raise LibTmuxException(said)
+        raise tmux.TmuxError(said)
 
 
 BEFORE_START = "stopped before its command started"
@@ -548,8 +547,6 @@ def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = N
 
 def resume(run_dir: str) -> int:
     """After a reboot (the run's systemd unit): start the supervisor of a ``lost`` run again, as a new attempt."""
-    import libtmux
-
     run_dir = os.path.normpath(run_dir)
     state = run_state(run_dir)
     launch = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
@@ -571,16 +568,15 @@ def resume(run_dir: str) -> int:
         print(f"orch: not resuming {run_dir}: {why}", flush=True)
         return 0
     layout = Layout(os.path.dirname(os.path.dirname(run_dir)))
-    server = libtmux.Server(socket_name=socket_name(layout))
+    server = tmux.Server(socket_name(layout))
     name = session_name(str(state["project"]))
     command = shlex.join([sys.executable, os.path.abspath(sys.argv[0]), "supervise", run_dir])
     cwd = launch.get("cwd") or layout.root
-    if alive_runs(layout, str(state["project"])) and windows.beside(server, name, f"exp{state['id']}", cwd, command,
-                                                                    {}):
+    if alive_runs(layout, str(state["project"])) and server.new_window(name, f"exp{state['id']}", cwd,
+                                                                           command):
         return 0  # runs side by side: another resumed first, in this session
     _kill_session(server, name)
-    server.new_session(session_name=name, window_name=f"exp{state['id']}", attach=False,
-                       start_directory=cwd, window_command=command)
+    server.new_session(name, f"exp{state['id']}", cwd, command)
     _window_command(server, name, os.path.abspath(sys.argv[0]), run_dir)
     return 0
 
@@ -636,8 +632,6 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
     ``keep_session``: the project's tmux session is left to the start that comes next in the same call, which
     replaces it (a session whose runs all ended is otherwise killed here).
     """
-    import libtmux
-
     targets = [run_state(d) | {"dir": d} for *_, d in _runs(layout, project, ids, registry, live=True)]
     stopped = []
     for state in targets:
@@ -669,7 +663,7 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
                         "state": final["state"], "exit_code": final["exit_code"], "signals": sent,
                         "ended": final.get("ended")})
     if project is not None and not keep_session and not alive_runs(layout, project):
-        _kill_session(libtmux.Server(socket_name=socket_name(layout)), session_name(project))
+        _kill_session(tmux.Server(socket_name(layout)), session_name(project))
     return {"stopped": stopped}
 
 

@@ -78,7 +78,7 @@ def own_files() -> list[str]:
     return [agent, agent[:-4] + ".d"] if agent.endswith(".pyz") else [agent]
 
 
-PRELOAD = ("subprocess", "shutil", "socket", "libtmux", "libtmux.exc")  # what launches, stops and status import late
+PRELOAD = ("subprocess", "shutil", "socket")  # what launches, stops and status import late
 
 
 def _preload() -> None:
@@ -112,7 +112,7 @@ def serve() -> int:
     launch_env.remember()  # as sshd gave it: the runs this resident starts begin from it, as a one-shot's would
     threading.Thread(target=_preload, daemon=True).start()
 
-    os.environ["LC_ALL"] = "C.UTF-8"  # libtmux parses tmux output and needs a UTF-8 locale
+    os.environ["LC_ALL"] = "C.UTF-8"  # tmux, and the text the agent reads back from it, in a UTF-8 locale
     os.environ.pop("LANGUAGE", None)
     sys.stdout.flush()
     fd = os.dup(1)  # the answers' own copy; what children print goes nowhere (a one-shot call ignores it too)

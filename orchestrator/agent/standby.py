@@ -112,7 +112,7 @@ def leave(server, layout: Layout, agent_path: str, alive: Alive) -> None:
     if isinstance(record, dict) and server.has_session(SESSION):  # another agent's standby: replaced
         _tmux_ok(server, "kill-session", "-t", f"={SESSION}")
     command = shlex.join([sys.executable, agent_path, "standby", layout.root])
-    tmux_later(server, "new-session", "-d", "-s", SESSION, "-n", "standby", "-c", layout.root, command)
+    server.later("new-session", "-d", "-s", SESSION, "-n", "standby", "-c", layout.root, command)
 
 
 def dismiss(server, layout: Layout) -> None:
@@ -123,19 +123,6 @@ def dismiss(server, layout: Layout) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
-
-
-def tmux_later(server, *args: str) -> None:
-    """A tmux command started and not waited for: the next subprocess this process starts reaps it (or init does,
-    once this process has exited)."""
-    import shutil
-    import subprocess
-
-    tmux = server.tmux_bin or shutil.which("tmux")
-    if tmux is None:
-        return
-    subprocess.Popen([tmux, f"-L{server.socket_name}", *args], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def wait(root: str) -> str | None:

@@ -1,8 +1,7 @@
 """The controller's side of the agent: ship it, call it, translate its answers.
 
-The agent travels as one zipapp (the agent package, ``orchestrator.batching`` for training scripts,
-and libtmux), named by its content hash: ``<root>/agent/agent-<hash>.pyz``. A call simply runs that
-file; if the target lacks it (first use, or a new version) the call fails fast with "can't open
+The agent travels as one zipapp (the agent package and ``orchestrator.batching`` for training scripts),
+named by its content hash: ``<root>/agent/agent-<hash>.pyz``. A call simply runs that file; if the target lacks it (first use, or a new version) the call fails fast with "can't open
 file", the zip is pushed and the call repeated, so an up-to-date target costs no extra round trip.
 """
 
@@ -32,8 +31,6 @@ _ZIP_LOCK = threading.Lock()  # the agent's files are read, hashed and zipped on
 
 def _package_files() -> list[tuple[str, Path]]:
     """(name in zip, file) for everything the agent zip carries, in a fixed order."""
-    import importlib.util
-
     pkg = Path(__file__).resolve().parents[1]
     out = [("orchestrator/__init__.py", pkg / "__init__.py")]
     for sub in ("agent", "batching"):
@@ -41,13 +38,6 @@ def _package_files() -> list[tuple[str, Path]]:
         if folder.is_dir():
             for path in sorted(folder.rglob("*.py")):
                 out.append((f"orchestrator/{path.relative_to(folder.parent).as_posix()}", path))
-    spec = importlib.util.find_spec("libtmux")  # its location only: importing it costs ~50 ms
-    assert spec is not None and spec.origin, "libtmux is a dependency of orch"
-    tmux_dir = Path(spec.origin).resolve().parent
-    for path in sorted(tmux_dir.rglob("*.py")):
-        rel = path.relative_to(tmux_dir.parent).as_posix()
-        if "/test" not in rel and "pytest_plugin" not in rel:
-            out.append((rel, path))
     return out
 
 

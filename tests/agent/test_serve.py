@@ -142,7 +142,7 @@ def test_a_resident_whose_root_became_writable_by_others_runs_nothing_and_says_s
 
 
 def test_a_resident_loads_what_its_requests_import_late_before_they_come():
-    """What a launch, a stop and a status import as they run (libtmux above all, ~50 ms on a target) is loaded
+    """What a launch, a stop and a status import as they run (subprocess, shutil, socket) is loaded
     while a resident waits: the agent a keeper readies answers the next command as fast as a used one."""
     import subprocess
     import sys

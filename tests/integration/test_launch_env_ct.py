@@ -1,7 +1,7 @@
 """A remote run's environment is the target user's login environment, over real sshd in a CT: the same through the
 connection keeper's held connection and resident agent (and the standby supervisor) as through a connection of its
 own per command (``[ssh] persist = 0``, ``[run] standby = false``); never the controller's shell's, nor what the
-agent sets for itself (its locale, for libtmux) or tmux's server kept from the first launch; and ``orch exec`` sees
+agent sets for itself (its locale, for tmux) or tmux's server kept from the first launch; and ``orch exec`` sees
 what the runs see."""
 
 from __future__ import annotations

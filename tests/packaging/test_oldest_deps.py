@@ -1,5 +1,5 @@
 """Every lower bound in pyproject.toml is one orch works on: the wheel installed in a fresh venv with the oldest
-allowed typer, pydantic, paramiko and libtmux (read from pyproject.toml, so the test follows the bounds), its
+allowed typer, pydantic and paramiko (read from pyproject.toml, so the test follows the bounds), its
 ``orch --help``, a command's help, a small deploy on the local target, and an SSH config read through paramiko."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO, tmux_socket
 from tests.packaging.test_wheel import _env, _run, wheel  # noqa: F401  (the fixture)
 
-OLDEST = ("typer", "pydantic", "paramiko", "libtmux")
+OLDEST = ("typer", "pydantic", "paramiko")
 
 
 def oldest() -> dict[str, str]:

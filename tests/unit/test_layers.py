@@ -33,7 +33,7 @@ PURE = [*(p.relative_to(PKG).as_posix() for p in (PKG / "batching").glob("*.py")
         "launch/distributed.py", "launch/limits.py", "launch/pull_plan.py", "records/end_reason.py",
         "records/job_settle.py", "records/launch_journal.py"]
 IO = {"os", "io", "subprocess", "socket", "sqlite3", "shutil", "pathlib", "tempfile", "fcntl", "select",
-      "paramiko", "requests", "proxmoxer", "libtmux", "typer", "rich", "pydantic"}
+      "paramiko", "requests", "proxmoxer", "typer", "rich", "pydantic"}
 SCREEN = {"rich", "typer"}
 
 

@@ -30,7 +30,6 @@ SSH = "SSH libraries load only when an SSH connection is really made"
 PVE = "the Proxmox client loads only for a Proxmox lookup (a CT id, `orch targets`)"
 NUMPY = "numpy loads only for batching (a [batching] lengths file, `orch batching`)"
 RICH = "rich loads only to render a table or a progress bar on a terminal"
-TMUX = "libtmux runs on the target, inside the agent, never in the controller"
 PLOT = "matplotlib loads only for `orch experiments plot`"
 TOML_W = "tomlkit loads only to rewrite orch.toml (`orch init`, `orch use`)"
 WEB = "the web server loads only for `orch ui`"
@@ -40,7 +39,7 @@ NEVER = {
     "proxmoxer": PVE, "requests": PVE, "urllib3": PVE, "orchestrator.reach.proxmox": PVE,
     "numpy": NUMPY, "orchestrator.batching": NUMPY,
     "rich": RICH,
-    "libtmux": TMUX, "matplotlib": PLOT, "orchestrator.records.plots": PLOT, "tomlkit": TOML_W,
+    "matplotlib": PLOT, "orchestrator.records.plots": PLOT, "tomlkit": TOML_W,
     "starlette": WEB, "uvicorn": WEB, "orchestrator.ui.server": WEB,
 }
 # The [batching] key table (stdlib only), which the settings are built from; the package loads nothing else.
