@@ -17,6 +17,11 @@ with ``later``: after the answer in a warm child, not at all elsewhere, where th
 A registry file that the command goes on to move (a rebuilt one) is never parked: it must be whole, its log folded
 in, when its close returns.
 
+What the process turns into once everything else is done is queued with ``become`` (one job, in a warm child only):
+a command that reached a target with no connection keeper up becomes that keeper, its connection and resident agent
+held as they are, so the next command finds both up at once. Its ``prepare`` runs just before the answer
+(``answering``): the keeper's socket is there before the caller can run another command.
+
 Only the main thread parks (an SQLite connection is closed in the thread that opened it). Anywhere else (``orch``
 run in its own process, a thread) a closer runs at once, as before.
 """
@@ -28,6 +33,7 @@ from typing import Callable
 
 _parked: list[Callable[[], None]] | None = None  # None: not holding, closers run at once
 _later: list[Callable[[], None]] = []  # what readies later commands, run after the parked closers
+_become: tuple[Callable[[], None], Callable[[], None]] | None = None  # (prepare, job): what the process turns into
 
 
 def hold() -> None:
@@ -52,12 +58,32 @@ def later(job: Callable[[], None]) -> bool:
     return True
 
 
+def become(prepare: Callable[[], None], job: Callable[[], None]) -> bool:
+    """Queue ``job`` to run last, after the answer and everything ``later``, and ``prepare`` just before the answer
+    (quick: the caller waits for it); False (nothing queued) when not holding or another is queued already."""
+    global _become
+    if _parked is None or _become is not None:
+        return False
+    _become = (prepare, job)
+    return True
+
+
+def answering() -> None:
+    """The answer goes next: what the process will become prepares its place (its failure is the job's to meet)."""
+    if _become is not None:
+        try:
+            _become[0]()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def finish() -> None:
-    """Run what was parked, then what was queued for later (their failures are nobody's to hear: the answer is
-    out), and stop holding."""
-    global _parked
-    parked, _parked = [*(_parked or []), *_later], None
+    """Run what was parked, then what was queued for later, then what the process becomes (their failures are
+    nobody's to hear: the answer is out), and stop holding."""
+    global _parked, _become
+    parked, _parked = [*(_parked or []), *_later, *([_become[1]] if _become is not None else [])], None
     _later.clear()
+    _become = None
     for closer in parked:
         try:
             closer()

@@ -28,7 +28,7 @@ from .client import CODE_SIZE, pack, unpack
 PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.status", "orchestrator.cli.logs",
            "orchestrator.cli.common", "orchestrator.watch.status", "orchestrator.watch.log_view",
            "orchestrator.config", "orchestrator.records.experiments", "orchestrator.records.reconcile",
-           "orchestrator.reach.agent_client", "orchestrator.reach.keeper.client", "orchestrator.watch.metrics_view",
+           "orchestrator.reach.agent_client", "orchestrator.reach.keeper.client", "orchestrator.reach.keeper.server", "orchestrator.watch.metrics_view",
            "orchestrator.reach.targets", "orchestrator.launch.operations", "orchestrator.launch.push",
            "orchestrator.watch.follow", "orchestrator.cli.job", "orchestrator.launch.prepare",
            "orchestrator.launch.spare_jobs", "orchestrator.reach.current", "orchestrator.secrets",
@@ -164,6 +164,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
             os.dup2(null, fd)
         os.close(null)
         ANSWERED.set()
+        after_answer.answering()
         conn.sendall(pack(code))
         after_answer.finish()
     finally:

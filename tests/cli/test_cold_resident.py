@@ -84,3 +84,127 @@ def test_a_resident_that_cannot_start_leaves_the_call_to_a_one_shot_agent(projec
     assert (sshd.state / "root" / "agent" / name).is_file()
     assert project.run("stop", "-t", "box").returncode == 0
 
+
+
+def _orch(project, *args: str) -> "subprocess.CompletedProcess":
+    """The ``orch`` script as a user runs it: through this user's warm orch process once one is up."""
+    import subprocess
+    import sys
+
+    return subprocess.run([str(Path(sys.executable).parent / "orch"), *args], cwd=project.path, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _warm_up(project) -> None:
+    from orchestrator.warm import client as warm_client
+
+    assert _orch(project, "experiments", "list").returncode == 0  # starts the warm process for the next commands
+    deadline = time.monotonic() + 30
+    while not warm_client.processes():
+        assert time.monotonic() < deadline, "no warm orch process came up"
+        time.sleep(0.05)
+
+
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def test_a_warm_deploy_that_finds_no_keeper_becomes_the_keeper_with_its_connection_and_agent(project, sshd,
+                                                                                              tmp_path):  # noqa: F811
+    """After a break (no keeper) a deploy run by the warm process logs in once and starts one agent; once its answer
+    is out it holds that connection and that agent as the keeper, so the commands after it log in no more and start
+    no agent: none of them waits for a keeper still connecting."""
+    from orchestrator.reach.keeper import client
+
+    log = _logged_target(project, sshd, tmp_path)
+    _warm_up(project)
+    for args in (["deploy", "-t", "box"], ["stop", "-t", "box"]):  # the agent is on the target now
+        res = _orch(project, *args)
+        assert res.returncode == 0, res.stderr
+    _close_keepers()
+    log.unlink()
+    (project.path / "train.py").write_text((project.path / "train.py").read_text() + "\n# one line changed\n")
+
+    res = _orch(project, "deploy", "-t", "box")
+    assert res.returncode == 0, res.stderr
+    deadline = time.monotonic() + 30
+    while not (found := client.keepers()):
+        assert time.monotonic() < deadline, "the deploy did not become the keeper"
+        time.sleep(0.05)
+    (keeper,) = found
+    assert "orchestrator.reach.keeper" not in _cmdline(keeper["pid"])  # no keeper process was started
+    assert "orchestrator.warm.server" in _cmdline(keeper["pid"])  # the deploy's own process holds it
+    (held,) = keeper["connections"]
+    assert held["alive"] and held["commands"] == 0 and len(held["agents"]) == 1  # the deploy's, unused since
+    for args in (["status", "-t", "box"], ["stop", "-t", "box"], ["logs", "-t", "box", "-n", "5"]):
+        res = _orch(project, *args)
+        assert res.returncode == 0, (args, res.stderr)
+    (keeper_after,) = client.keepers()
+    assert keeper_after["pid"] == keeper["pid"] and keeper_after["connections"][0]["commands"] >= 3
+    started = log.read_text().splitlines()
+    assert len(started) == 1 and started[0].endswith(".pyz serve"), started  # one agent for all of them
+    with project.registry() as reg:
+        assert reg.get(2).status == "stopped"
+    _close_keepers()
+    assert not client.keepers()
+
+
+def test_a_warm_command_that_cannot_reach_its_target_holds_nothing_and_the_next_one_connects(project, sshd,
+                                                                                            tmp_path):  # noqa: F811
+    """A command that never reached its target hands the keeper nothing: the keeper it becomes holds no connection,
+    and the next command, the target back, logs in through it as usual."""
+    from orchestrator.reach.keeper import client
+
+    _logged_target(project, sshd, tmp_path)
+    good = (project.path / "orch.toml").read_text()
+    (project.path / "orch.toml").write_text(good.replace(f"port = {sshd.port}", f"port = {_closed_port()}"))
+    _warm_up(project)
+    _close_keepers()
+    res = _orch(project, "status", "-t", "box")
+    assert res.returncode == 3 and "Connection refused" in res.stderr, res.stderr
+    time.sleep(0.5)
+    assert all(not k["connections"] for k in client.keepers())  # nothing held, whoever keeps
+    (project.path / "orch.toml").write_text(good)
+    res = _orch(project, "deploy", "-t", "box")
+    assert res.returncode == 0, res.stderr
+    assert _orch(project, "stop", "-t", "box").returncode == 0
+    held = [c for k in client.keepers() for c in k["connections"]]
+    assert len(held) == 1 and held[0]["alive"], held
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+
+def test_the_keeper_a_warm_command_becomes_listens_before_its_answer(project, sshd, tmp_path):  # noqa: F811
+    """The keeper a command becomes takes its socket before that command's answer: a command typed right after it
+    (`orch connections close` above all) finds it there, rather than run before it and miss it."""
+    from orchestrator.reach.keeper import client, place
+
+    _logged_target(project, sshd, tmp_path)
+    _warm_up(project)
+    assert _orch(project, "deploy", "-t", "box").returncode == 0
+    for _ in range(5):
+        _close_keepers()
+        assert not place.socket_path().exists()
+        res = _orch(project, "status", "-t", "box")
+        assert res.returncode == 0, res.stderr
+        assert place.socket_path().exists()  # at once, as the command's answer came
+        closed = _orch(project, "connections", "close")
+        assert closed.returncode == 0, closed.stderr
+        assert not client.keepers()
+    assert _orch(project, "stop", "-t", "box").returncode == 0

@@ -50,9 +50,11 @@ class Runtime:
         return cls(Path(tempfile.mkdtemp(prefix="orch-chaos-rt-", dir="/tmp")))
 
     def pids(self, kind: str) -> list[int]:
-        """The live processes of ``kind`` (``keeper`` or ``warm``) that serve this folder."""
-        module, sock = (b"orchestrator.warm.server", b"/warm-") if kind == "warm" else \
-            (b"orchestrator.reach.keeper", b"/keeper-")
+        """The live processes of ``kind`` (``keeper`` or ``warm``) that serve this folder. A keeper is whichever
+        process listens on a keeper socket here: one started for it, or a warm process's child that became one."""
+        if kind == "keeper":
+            return _listening(self.path / "orch", "keeper-")
+        module, sock = b"orchestrator.warm.server", b"/warm-"
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -83,6 +85,27 @@ class Runtime:
         self.kill("warm")
         self.kill("keeper")
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _listening(folder: Path, prefix: str) -> list[int]:
+    """The processes that hold a listening Unix socket named ``folder/prefix*`` (its inode, in their descriptors)."""
+    inodes = set()
+    with open("/proc/net/unix") as fh:
+        next(fh)
+        for line in fh:
+            fields = line.split()
+            if len(fields) >= 8 and fields[7].startswith(f"{folder}/{prefix}") and int(fields[3], 16) & 0x10000:
+                inodes.add(f"socket:[{fields[6]}]")  # __SO_ACCEPTCON: a listening socket
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 def kill_agents(ct) -> None:

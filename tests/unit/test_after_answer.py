@@ -74,3 +74,49 @@ def test_a_registry_made_to_be_moved_is_whole_when_it_closes_even_while_holding(
     with Registry(tmp_path / "other.db") as reg:  # not the command's own (no park): closed at once too
         reg.create(project="p", target="local", revision="abc", command="python3 train.py")
     assert not Path(f"{tmp_path / 'other.db'}-wal").exists()
+
+
+def test_what_the_process_becomes_prepares_before_the_answer_and_runs_last():
+    ran = []
+    assert not after_answer.become(lambda: ran.append("prepare"), lambda: ran.append("become"))  # not holding
+    after_answer.hold()
+    assert after_answer.become(lambda: ran.append("prepare"), lambda: ran.append("become"))
+    assert not after_answer.become(lambda: ran.append("other"), lambda: ran.append("other"))  # one only
+    after_answer.later(lambda: ran.append("later"))
+    after_answer.park(lambda: ran.append("parked"))
+    after_answer.answering()
+    assert ran == ["prepare"]
+    after_answer.finish()
+    assert ran == ["prepare", "parked", "later", "become"]
+    after_answer.answering()  # nothing queued any more
+    assert ran == ["prepare", "parked", "later", "become"]
+
+
+def test_a_command_that_finds_no_keeper_listens_as_the_keeper_before_its_answer_and_serves_after(monkeypatch):
+    """In a process that goes on after its answer, a command that finds no keeper queues becoming it: the socket
+    listens once ``answering`` ran (a command typed next finds it), and it serves (a list, a close) after ``finish``."""
+    import os
+    import tempfile
+
+    from orchestrator import sockets
+    from orchestrator.reach.keeper import client, place
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="orch-rt-", dir="/tmp"))
+    monkeypatch.setattr(os, "setsid", lambda: None)  # the test process keeps its session
+    monkeypatch.setattr(os, "chdir", lambda _path: None)
+    after_answer.hold()
+    assert client.keeper(30) is None  # none listens: this command goes direct, and will become the keeper
+    assert client.keeper(30) is None  # asked again: no second keeper is queued or started
+    path = place.socket_path()
+    assert not path.exists() and not sockets.starting(path)  # no keeper process was started either
+    after_answer.answering()
+    sock = sockets.connect(path)
+    assert sock is not None  # listening before the answer; it waits until the keeper serves
+    sock.close()
+    served = threading.Thread(target=after_answer.finish)
+    served.start()
+    (found,) = client.keepers()
+    assert found["pid"] == os.getpid() and found["connections"] == []
+    assert client.close(None) == 0  # nothing held; the keeper exits
+    served.join(10)
+    assert not served.is_alive() and not path.exists()

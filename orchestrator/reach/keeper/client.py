@@ -5,11 +5,16 @@
 
 Nothing here imports paramiko. When no keeper listens (the first command, no private runtime folder,
 a keeper that cannot start), commands go over a direct connection, exactly as with ``[ssh] persist = 0``.
+A command whose process goes on after its answer (``after_answer.become``: it holds its work for after the
+answer) then becomes the keeper itself: it holds the connections it opened, and their resident agents, as a keeper would have
+(the next command finds them up, with no second login and no second agent start). Elsewhere it starts a keeper
+process in the background, which opens its own connection once this one has reached the target (``ready``).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import socket
@@ -17,7 +22,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ... import errors, sockets
+from ... import after_answer, errors, sockets
 from ...errors import OrchError, TransportError
 from ..transport.base import Input, Output, Result, Transport, pieces
 from . import place, wire
@@ -38,8 +43,14 @@ def keeper(persist: float) -> socket.socket | None:
     sock = sockets.connect(path)
     if sock is not None:
         return sock
+    if path in _ADOPTING:
+        return None  # this command becomes the keeper once its answer is out: it goes on on its own connection
     if path in _STARTED and sockets.alive(_STARTED[path][0]):
         return None  # the one this command started, still coming up: it goes on on its own connection
+    if not sockets.starting(path) and after_answer.become(functools.partial(_listen, path, persist),
+                                                          functools.partial(_become, path)):
+        _ADOPTING[path] = []
+        return None
     told, tell = os.pipe()
     try:
         started = sockets.spawn(path, place.MODULE, str(persist), stdin=told)
@@ -54,6 +65,60 @@ def keeper(persist: float) -> socket.socket | None:
 
 
 _STARTED: dict = {}  # socket path -> (pid, the pipe to it: -1 once told) of the keeper this process started
+_ADOPTING: dict = {}  # socket path -> the connections this process hands to the keeper it becomes (``_become``)
+_BECOMING: dict = {}  # socket path -> that keeper, listening from just before the answer (``_listen``)
+
+
+def _hand_over(kept: "KeptTransport") -> bool:
+    """Keep ``kept``'s own connection for the keeper this process becomes; False (the caller closes it) when it
+    becomes none, or the connection is not alive."""
+    direct = kept._direct
+    try:
+        handed = _ADOPTING.get(place.socket_path())
+    except OrchError:
+        return False
+    if handed is None or direct is None or not direct.alive():
+        return False
+    handed.append((kept.spec, direct, kept._residents, kept._signature))
+    return True
+
+
+def _listen(path, persist: float) -> None:
+    """Just before this command's answer: take the keeper's socket (a command run after this one connects to it, and
+    waits the moment until it serves); another keeper may have taken it meanwhile."""
+    from .server import Keeper
+
+    keeper = Keeper(path, persist)
+    _BECOMING[path] = keeper if keeper.listen() else None
+
+
+def _become(path) -> None:
+    """This process (one that goes on after its answer, whose command found no keeper) becomes the keeper at
+    ``path``, holding the connections its command handed over; if another keeper took the socket, they are closed
+    and the process ends."""
+    import logging
+
+    handed = _ADOPTING.pop(path, [])
+    keeper = _BECOMING.pop(path, None)
+    try:
+        if keeper is None:
+            return
+        try:
+            os.setsid()  # a session of its own, as a keeper started in the background has
+        except OSError:
+            pass
+        os.chdir("/")
+        logging.getLogger("paramiko").addHandler(logging.NullHandler())
+        for spec, transport, residents, signature in handed:
+            if keeper.adopt(spec, transport, residents, signature):
+                handed = [h for h in handed if h[1] is not transport]
+        keeper.serve()
+    finally:
+        for _spec, transport, residents, _signature in handed:
+            residents.forget(transport)
+            transport.close()
+        if keeper is not None:
+            keeper.close(None)
 
 
 def _tell(path, asked: dict | None) -> None:
@@ -97,12 +162,16 @@ class KeptTransport(Transport):
         self.persist = persist
         self._make_direct = direct
         self._direct: Transport | None = None
+        self._signature: list = []  # the trust files as the direct connection was made (a keeper checks them)
         self._residents = Residents()  # the resident agents on the direct connection, when it is used
         user, host, port = spec.get("user"), spec["host"], spec.get("port")
         self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
 
     def direct(self) -> Transport:
         if self._direct is None:
+            from .server import trust_signature
+
+            self._signature = trust_signature(self.spec)  # before it connects: what its checks will be made against
             self._direct = self._make_direct()
             self._direct.stats = self.stats
         return self._direct
@@ -266,8 +335,11 @@ class KeptTransport(Transport):
         return self.direct().open_tunnel(host, port, origin)
 
     def close(self) -> None:
-        if self._direct is not None:
+        """Close the direct connection, unless the keeper this process becomes holds it from now on."""
+        if self._direct is not None and not _hand_over(self):
+            self._residents.forget(self._direct)
             self._direct.close()
+        self._direct = None
 
 
 class _NoKeeper(Exception):

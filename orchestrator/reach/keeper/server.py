@@ -28,7 +28,7 @@ from .resident import Residents, on_resident
 TRUST_FILES = ("~/.ssh/config", "/etc/ssh/ssh_config")
 
 
-def _signature(spec: dict) -> list:
+def trust_signature(spec: dict) -> list:
     """What each file that decides this connection's trust and route looks like now (None: missing)."""
     paths = [*(spec.get("known_hosts_files") or []), spec.get("trust_file") or "",
              spec.get("ssh_config_file") or "", *TRUST_FILES]
@@ -71,7 +71,7 @@ class Keeper:
         from ..transport.ssh import SshTransport
 
         key = json.dumps(spec, sort_keys=True)
-        now = _signature(spec)
+        now = trust_signature(spec)
         with self.lock:
             held = self.held.get(key)
             if held is not None and held.signature != now:  # known_hosts or the SSH config changed: check again
@@ -240,13 +240,43 @@ class Keeper:
             with self.lock:
                 self.active -= 1
 
-    def serve(self, stdin=None) -> int:
+    def adopt(self, spec: dict, transport: Any, residents: Residents, signature: list) -> bool:
+        """Hold ``transport`` (an orch command's own connection to ``spec``, opened and checked when the trust files
+        looked like ``signature``) and its idle resident agents, as if this keeper had opened them; False (nothing
+        taken) when it is not alive or one to ``spec`` is held already."""
+        key = json.dumps(spec, sort_keys=True)
+        with self.lock:
+            if key in self.held or not transport.alive():
+                return False
+            self.held[key] = Held(transport, spec, signature)
+        with residents.lock:
+            pool = residents.pools.pop(id(transport), [])
+        with self.residents.lock:
+            self.residents.pools[id(transport)] = pool
+        return True
+
+    def listen(self) -> bool:
+        """Take the socket and listen on it (connections wait there until ``serve``); False when another keeper
+        took it a moment ago."""
+        if self.server is not None:
+            return True
         server = sockets.Server(self.path)
         if not server.claim():
-            return 0  # another keeper took this socket a moment ago
-        self.server = server
+            return False
         try:
             server.bind()
+        except BaseException:
+            server.close()
+            raise
+        self.server = server
+        return True
+
+    def serve(self, stdin=None) -> int:
+        if not self.listen():
+            return 0  # another keeper took this socket a moment ago
+        server = self.server
+        assert server is not None
+        try:
             if stdin is not None:
                 threading.Thread(target=self.told, args=(stdin,), daemon=True).start()
             for conn in server.connections(self.idle, busy=lambda: self.active > 0, stop=self.stopping):
