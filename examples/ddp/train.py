@@ -26,6 +26,7 @@ tok/s are over all ranks)::
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import os
 import re
@@ -199,6 +200,10 @@ def train(args: argparse.Namespace) -> int:
     if talk:
         print(f"done step={step} world={world} checksum={mine} " + ("params in sync" if same else
               f"params DIFFER: {' '.join(every)}"), flush=True)
+    # DDP's reducer holds work and buckets of the group: released while the interpreter is whole, not as it tears
+    # down (gloo's threads then abort the process: "terminate called without an active exception")
+    del ddp
+    gc.collect()
     dist.barrier()  # every rank done with the group before any tears it down (gloo's threads abort otherwise)
     dist.destroy_process_group()
     return 0 if same else 1
