@@ -3,8 +3,8 @@
     server = Server("orch-1a2b3c4d")                     # orch's private tmux server for one root
     server.cmd("kill-session", "-t", "=orch-proj")        # .returncode, .stdout and .stderr (lists of lines)
     server.has_session("orch-proj")
-    server.new_session("orch-proj", "exp7", "/work/dir", "python3 ... supervise RUN", {"PATH": "..."})
-    server.new_window("orch-proj", "exp8", "/work/dir", "python3 ... supervise RUN", {})   # False: no such session
+    server.new_session("orch-proj", "exp7", "RUN/work", "python3 ... supervise RUN", {"PATH": "..."})
+    server.new_window("orch-proj", "exp8", "RUN/work", "python3 ... supervise RUN", {})   # False: no such session
 
 The agent asks tmux for a handful of things (make a session or a window, kill one, ask if one is there), each one
 command whose arguments go to tmux as a list, never through a shell. A tmux library would cost every agent that

@@ -1,8 +1,9 @@
 """The controller's side of the agent: ship it, call it, translate its answers.
 
 The agent travels as one zipapp (the agent package and ``orchestrator.batching`` for training scripts),
-named by its content hash: ``<root>/agent/agent-<hash>.pyz``. A call simply runs that file; if the target lacks it (first use, or a new version) the call fails fast with "can't open
-file", the zip is pushed and the call repeated, so an up-to-date target costs no extra round trip.
+named by its content hash: ``<root>/agent/agent-<hash>.pyz``. A call simply runs that file; if the target
+lacks it (first use, or a new version) the call fails fast with "can't open file", the zip is pushed and
+the call repeated, so an up-to-date target costs no extra round trip.
 """
 
 from __future__ import annotations

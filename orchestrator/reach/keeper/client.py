@@ -5,10 +5,10 @@
 
 Nothing here imports paramiko. When no keeper listens (the first command, no private runtime folder,
 a keeper that cannot start), commands go over a direct connection, exactly as with ``[ssh] persist = 0``.
-A command whose process goes on after its answer (``after_answer.become``: it holds its work for after the
-answer) then becomes the keeper itself: it holds the connections it opened, and their resident agents, as a keeper would have
-(the next command finds them up, with no second login and no second agent start). Elsewhere it starts a keeper
-process in the background, which opens its own connection once this one has reached the target (``ready``).
+A command whose process goes on after its answer (``after_answer.become``) then becomes the keeper itself: it
+holds the connections it opened, and their resident agents, as a keeper would have (the next command finds them
+up, with no second login and no second agent start). Elsewhere it starts a keeper process in the background, which
+opens its own connection once this one has reached the target (``ready``).
 """
 
 from __future__ import annotations
@@ -70,16 +70,15 @@ _BECOMING: dict = {}  # socket path -> that keeper, listening from just before t
 
 
 def _hand_over(kept: "KeptTransport") -> bool:
-    """Keep ``kept``'s own connection for the keeper this process becomes; False (the caller closes it) when it
-    becomes none, or the connection is not alive."""
-    direct = kept._direct
+    """Keep ``kept``'s own connection for the keeper this process becomes (which takes it if it is still alive then);
+    False (the caller closes it) when it becomes none."""
     try:
         handed = _ADOPTING.get(place.socket_path())
     except OrchError:
         return False
-    if handed is None or direct is None or not direct.alive():
+    if handed is None or kept._direct is None:
         return False
-    handed.append((kept.spec, direct, kept._residents, kept._signature))
+    handed.append((kept.spec, kept._direct, kept._residents, kept._signature))
     return True
 
 
@@ -100,25 +99,22 @@ def _become(path) -> None:
 
     handed = _ADOPTING.pop(path, [])
     keeper = _BECOMING.pop(path, None)
+    left = [h for h in handed if keeper is None or not keeper.adopt(*h)]  # dead, a second to one spec, or no keeper
+    for _spec, transport, residents, _signature in left:
+        residents.forget(transport)
+        transport.close()
+    if keeper is None:
+        return
     try:
-        if keeper is None:
-            return
-        try:
-            os.setsid()  # a session of its own, as a keeper started in the background has
-        except OSError:
-            pass
-        os.chdir("/")
-        logging.getLogger("paramiko").addHandler(logging.NullHandler())
-        for spec, transport, residents, signature in handed:
-            if keeper.adopt(spec, transport, residents, signature):
-                handed = [h for h in handed if h[1] is not transport]
+        os.setsid()  # a session of its own, as a keeper started in the background has
+    except OSError:
+        pass
+    os.chdir("/")
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
+    try:
         keeper.serve()
     finally:
-        for _spec, transport, residents, _signature in handed:
-            residents.forget(transport)
-            transport.close()
-        if keeper is not None:
-            keeper.close(None)
+        keeper.close(None)
 
 
 def _tell(path, asked: dict | None) -> None:
