@@ -352,9 +352,23 @@ def _say_interrupted() -> None:
     os.write(2, b"interrupted\n" if _INVOKED[0] else b"interrupted: nothing was done\n")
 
 
+def _ctrl_c_where_python_ignores_it(unraisable: Any, _default: Callable[[Any], None] = sys.unraisablehook) -> None:
+    """A Ctrl-C that lands in code whose exceptions Python cannot raise (an import lock's weakref callback as a
+    module loads on first use) is printed as ``Exception ignored in ...`` and lost: the command would run on and
+    exit 0. Deliver it again, as a fresh signal, at the next point where it can be raised."""
+    if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+        import _thread
+
+        # from another thread: marked pending here, the hook's own next call would raise it inside the hook
+        _thread.start_new_thread(_thread.interrupt_main, ())
+        return
+    _default(unraisable)
+
+
 def main(argv: list[str] | None = None) -> None:
     command = root_command()
     _MAIN[0] = True
+    sys.unraisablehook = _ctrl_c_where_python_ignores_it
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C says what was done
     try:
         command.main(args=argv if argv is not None else sys.argv[1:], prog_name="orch")

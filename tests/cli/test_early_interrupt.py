@@ -111,3 +111,41 @@ def test_a_ctrl_c_before_typer_handles_them_says_nothing_was_done(project):
     """One that lands in typer's first step (its shell-completion check), before its own Ctrl-C handling."""
     res = _after_the_command(project, "early")
     assert res.returncode == 130 and res.stderr == "interrupted: nothing was done\n", (res.stdout, res.stderr)
+
+
+CALLBACK_INTERRUPTED = """
+import signal, sys, time, weakref
+from orchestrator.cli import main as cli
+sys.unraisablehook = cli._ctrl_c_where_python_ignores_it  # as main() sets it
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+class Lock:
+    pass
+
+def callback(_ref):  # as an import lock's callback when the Ctrl-C lands in it
+    raise KeyboardInterrupt
+
+def broken(_ref):  # any other error stays Python's to print
+    raise ValueError("kept")
+
+first, second = Lock(), Lock()
+refs = [weakref.ref(second, broken), weakref.ref(first, callback)]
+try:
+    del second, first
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pass
+    print("ran on")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_a_ctrl_c_that_python_would_ignore_in_a_callback_still_interrupts_the_command(tmp_path):
+    """A Ctrl-C that lands in a weakref callback (an import lock's, as a module loads on first use) is one Python
+    prints as ``Exception ignored`` and drops: the command ran on and exited 0. It is delivered again."""
+    res = subprocess.run([sys.executable, "-c", CALLBACK_INTERRUPTED], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert res.stdout.strip() == "interrupted", (res.stdout, res.stderr)
+    assert "KeyboardInterrupt" not in res.stderr, res.stderr
+    assert "ValueError: kept" in res.stderr, res.stderr
