@@ -22,6 +22,10 @@ a command that reached a target with no connection keeper up becomes that keeper
 held as they are, so the next command finds both up at once. Its ``prepare`` runs just before the answer
 (``answering``): the keeper's socket is there before the caller can run another command.
 
+A command that runs on until its user ends it (a followed log, a terminal, a forward) says so with ``goes_on``: the
+next commands must not wait for its end to find a keeper. It becomes nothing; what it was to become is started
+now in its place (``become``'s ``instead``: a keeper process, readied with this command's connection and agent).
+
 Only the main thread parks (an SQLite connection is closed in the thread that opened it). Anywhere else (``orch``
 run in its own process, a thread) a closer runs at once, as before.
 """
@@ -33,13 +37,16 @@ from typing import Callable
 
 _parked: list[Callable[[], None]] | None = None  # None: not holding, closers run at once
 _later: list[Callable[[], None]] = []  # what readies later commands, run after the parked closers
-_become: tuple[Callable[[], None], Callable[[], None]] | None = None  # (prepare, job): what the process turns into
+# (prepare, job, instead): what the process turns into, and what starts in its place if the command goes on
+_become: tuple[Callable[[], None], Callable[[], None], Callable[[], None] | None] | None = None
+_goes_on = False  # the command runs until its user ends it (``goes_on``): it becomes nothing
 
 
 def hold() -> None:
     """From now on the main thread's first closer waits for ``finish``."""
-    global _parked
+    global _parked, _goes_on
     _parked = []
+    _goes_on = False
 
 
 def park(closer: Callable[[], None]) -> None:
@@ -58,14 +65,28 @@ def later(job: Callable[[], None]) -> bool:
     return True
 
 
-def become(prepare: Callable[[], None], job: Callable[[], None]) -> bool:
+def become(prepare: Callable[[], None], job: Callable[[], None], instead: Callable[[], None] | None = None) -> bool:
     """Queue ``job`` to run last, after the answer and everything ``later``, and ``prepare`` just before the answer
-    (quick: the caller waits for it); False (nothing queued) when not holding or another is queued already."""
+    (quick: the caller waits for it); ``instead`` runs in their place if the command turns out to go on
+    (``goes_on``). False (nothing queued) when not holding, another is queued already, or the command goes on."""
     global _become
-    if _parked is None or _become is not None:
+    if _parked is None or _become is not None or _goes_on:
         return False
-    _become = (prepare, job)
+    _become = (prepare, job, instead)
     return True
+
+
+def goes_on() -> None:
+    """The command runs until its user ends it (a followed log, a terminal): it becomes nothing, and what it was to
+    become is replaced now by its ``instead`` (whose failure is nobody's to hear: the command goes on)."""
+    global _become, _goes_on
+    _goes_on = True
+    queued, _become = _become, None
+    if queued is not None and queued[2] is not None:
+        try:
+            queued[2]()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def answering() -> None:

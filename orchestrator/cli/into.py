@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from .. import after_answer
 from . import common, render
 from .common import CtsOpt, TargetsOpt, TrustOpt
 from .logs import ExperimentOpt
@@ -34,6 +35,7 @@ def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
     from ..reach.transport.interactive import terminal
 
     into.require_terminal("attach")
+    after_answer.goes_on()  # until its user ends it: no later command waits for its end to find a keeper
     settings = common.settings(ctx, lenient=True)
     tgt = common.target(settings, *common.one_node(target, ct, "attach"), trust=trust_new_host)
     with tgt.connect() as transport:
@@ -88,6 +90,7 @@ def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_
     from ..reach.transport.interactive import login_shell, terminal
 
     into.require_terminal("ssh")
+    after_answer.goes_on()  # until its user ends it: no later command waits for its end to find a keeper
     settings = common.settings(ctx)
     tgt = common.target(settings, *common.one_node(target, ct, "ssh"), trust=trust_new_host)
     with tgt.connect() as transport:
@@ -114,6 +117,7 @@ def forward(ctx: typer.Context,
     from ..reach.transport.interactive import forward as carry
 
     port, local = into.parse_ports(ports)
+    after_answer.goes_on()  # until its user ends it: no later command waits for its end to find a keeper
     settings = common.settings(ctx)
     tgt = common.target(settings, *common.one_node(target, ct, "forward"), trust=trust_new_host)
     with tgt.connect() as transport:

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import after_answer
 from . import common, render
 from .common import CtsOpt, TargetsOpt, TrustOpt
 
@@ -35,6 +36,8 @@ def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, exper
         from ..errors import InputError
 
         raise InputError("--json prints metric events, and needs --metrics", hint="orch logs --metrics --json")
+    if follow:
+        after_answer.goes_on()  # until the run ends: no later command waits for its end to find a keeper
     metric_writer = functools.partial(_metric_writer, as_json=as_json)
     settings = common.settings(ctx, lenient=True)
     settings = settings if follow else common.read_only(settings)  # a first read is bounded by read_timeout

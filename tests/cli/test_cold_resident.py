@@ -20,7 +20,7 @@ def _logged_target(project, sshd, tmp_path: Path) -> Path:
     """Target ``box`` on the loopback sshd, its python a wrapper that logs each agent process; the log's path."""
     log = tmp_path / "agents.log"
     wrapper = tmp_path / "python3"
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("python3")} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\necho "$SSH_CONNECTION $*" >> {log}\nexec {shutil.which("python3")} "$@"\n')
     wrapper.chmod(0o755)
     project.configure(extra=f'\n[targets.box]\nkind = "ssh"\nhost = "127.0.0.1"\nport = {sshd.port}\n'
                             f'user = "root"\nroot = "{sshd.state / "root"}"\npython = "{wrapper}"\n\n'
@@ -181,15 +181,6 @@ def _closed_port() -> int:
 
 
 
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-
 def test_the_keeper_a_warm_command_becomes_listens_before_its_answer(project, sshd, tmp_path):  # noqa: F811
     """The keeper a command becomes takes its socket before that command's answer: a command typed right after it
     (`orch connections close` above all) finds it there, rather than run before it and miss it."""
@@ -208,3 +199,56 @@ def test_the_keeper_a_warm_command_becomes_listens_before_its_answer(project, ss
         assert closed.returncode == 0, closed.stderr
         assert not client.keepers()
     assert _orch(project, "stop", "-t", "box").returncode == 0
+
+
+def test_a_warm_follow_that_finds_no_keeper_starts_one_beside_it_and_the_next_commands_use_it(project, sshd,
+                                                                                             tmp_path):  # noqa: F811
+    """``orch logs --follow`` runs until the run ends, maybe hours: a command typed meanwhile must not wait for its
+    end to find a keeper. After a break the follow starts a keeper process at once, readied with the connection and
+    agent the follow reached; the ``status`` typed beside it goes through that keeper and starts no agent."""
+    import subprocess
+    import sys
+
+    from orchestrator.reach.keeper import client
+
+    log = _logged_target(project, sshd, tmp_path)
+    (project.path / "train.py").write_text("import time\nprint('step=1 loss=2.5', flush=True)\ntime.sleep(600)\n")
+    _warm_up(project)
+    res = _orch(project, "deploy", "-t", "box")
+    assert res.returncode == 0, res.stderr
+    _close_keepers()
+    log.unlink()
+    follow = subprocess.Popen([str(Path(sys.executable).parent / "orch"), "logs", "-f", "-t", "box"],
+                              cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (held := [(k, c) for k in client.keepers() for c in k["connections"] if c["agents"]]):
+            assert follow.poll() is None and time.monotonic() < deadline, (follow.poll(), client.keepers())
+            time.sleep(0.05)
+        (keeper, conn), = held
+        assert "orchestrator.reach.keeper" in _cmdline(keeper["pid"])  # its own process, up while the follow runs
+        assert conn["alive"]  # readied (the follow's later reads may use it too)
+        res = _orch(project, "status", "-t", "box")
+        assert res.returncode == 0, res.stderr
+        (keeper_after,) = client.keepers()
+        assert keeper_after["pid"] == keeper["pid"] and keeper_after["connections"][0]["commands"] > conn["commands"]
+        # each agent logs the SSH connection it runs on: the follow's own (the first to reach the target), and the
+        # keeper's, where its readied agent and any it started since (for the status, or the follow's later reads)
+        # run; no third connection, the status's own
+        lines = log.read_text().splitlines()
+        ports = [line.split()[1] for line in lines]
+        assert set(ports) == {ports[0], str(conn["local_port"])} and len(set(ports)) == 2, lines
+        assert all(line.endswith(".pyz serve") for line in lines), lines
+        assert follow.poll() is None, follow.communicate()  # still following
+        res = _orch(project, "stop", "-t", "box")
+        assert res.returncode == 0, res.stderr
+        out, err = follow.communicate(timeout=60)
+        assert follow.returncode == 0, err
+        assert "experiment 1 stopped" in err, err
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    time.sleep(0.5)
+    assert [k["pid"] for k in client.keepers()] == [keeper["pid"]]  # the follow, ended, became no second one
+    _close_keepers()

@@ -120,3 +120,54 @@ def test_a_command_that_finds_no_keeper_listens_as_the_keeper_before_its_answer_
     assert client.close(None) == 0  # nothing held; the keeper exits
     served.join(10)
     assert not served.is_alive() and not path.exists()
+
+
+def test_a_command_that_goes_on_becomes_nothing_and_starts_what_it_would_have_become_at_once():
+    ran = []
+    after_answer.hold()
+    assert after_answer.become(lambda: ran.append("prepare"), lambda: ran.append("become"),
+                               lambda: ran.append("instead"))
+    after_answer.goes_on()  # a followed log, a terminal: its end may be hours away
+    assert ran == ["instead"]
+    assert not after_answer.become(lambda: ran.append("other"), lambda: ran.append("other"))  # nothing more queued
+    after_answer.answering()
+    after_answer.finish()
+    assert ran == ["instead"]
+    after_answer.hold()  # the next command (a warm child's) starts afresh
+    assert after_answer.become(lambda: ran.append("prepare"), lambda: ran.append("become"))
+
+
+def test_a_following_command_that_finds_no_keeper_starts_a_keeper_process_told_what_it_reached(monkeypatch):
+    """A command that goes on (``logs --follow``) and finds no keeper: a keeper process starts now (the socket
+    listens while the command still runs), and it is told the connection and agent the command's first agent call
+    reached; the command itself never takes the socket."""
+    import os
+    import tempfile
+    import time
+
+    from orchestrator.reach.keeper import client, place
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="orch-rt-", dir="/tmp"))
+    told = []
+    monkeypatch.setattr(client, "_tell", lambda path, asked: told.append(asked))
+    monkeypatch.setattr(client, "_REACHED", [])
+    monkeypatch.setattr(client, "_STARTED", {})
+    after_answer.hold()
+    assert client.keeper(30) is None  # none listens: this command would become the keeper
+    client.ready({"host": "box"}, ["python3", "agent.pyz"])  # its first agent call reached the target
+    after_answer.goes_on()
+    try:
+        deadline = time.monotonic() + 30
+        while not (found := client.keepers()):
+            assert time.monotonic() < deadline, "no keeper process came up while the command went on"
+            time.sleep(0.05)
+        assert found[0]["pid"] != os.getpid()
+        assert {"spec": {"host": "box"}, "agent": ["python3", "agent.pyz"]} in told
+        assert place.socket_path() not in client._ADOPTING
+        after_answer.answering()
+        after_answer.finish()  # nothing to become: returns at once
+    finally:
+        client.close(None)
+        for _pid, tell in client._STARTED.values():
+            if tell >= 0:
+                os.close(tell)

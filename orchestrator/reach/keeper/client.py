@@ -48,9 +48,18 @@ def keeper(persist: float) -> socket.socket | None:
     if path in _STARTED and sockets.alive(_STARTED[path][0]):
         return None  # the one this command started, still coming up: it goes on on its own connection
     if not sockets.starting(path) and after_answer.become(functools.partial(_listen, path, persist),
-                                                          functools.partial(_become, path)):
+                                                          functools.partial(_become, path),
+                                                          functools.partial(_start_instead, path, persist)):
         _ADOPTING[path] = []
         return None
+    if not _start(path, persist):
+        return sockets.wait_for(path, STARTING_WAIT)
+    return None
+
+
+def _start(path, persist: float) -> bool:
+    """Start a keeper process at ``path`` in the background, its pipe kept to tell it what to ready (``ready``);
+    False when another one is starting there."""
     told, tell = os.pipe()
     try:
         started = sockets.spawn(path, place.MODULE, str(persist), stdin=told)
@@ -58,13 +67,25 @@ def keeper(persist: float) -> socket.socket | None:
         os.close(told)
     if started is None:
         os.close(tell)
-        return sockets.wait_for(path, STARTING_WAIT)
-    _tell(path, None)
+        return False
+    _tell(path, None)  # the pipe to one this process started before, gone since
     _STARTED[path] = (started, tell)
-    return None
+    return True
+
+
+def _start_instead(path, persist: float) -> None:
+    """This command goes on until its user ends it (a followed log, a terminal), so it becomes no keeper: start one
+    now as its own process, readied at once with the connection and agent this command reached (or, not reached
+    yet, once it does: ``ready``). What was handed over for the keeper it would have become is closed."""
+    for _spec, transport, residents, _signature in _ADOPTING.pop(path, []):
+        residents.forget(transport)
+        transport.close()
+    if _start(path, persist) and _REACHED:
+        _tell(path, _REACHED[0])
 
 
 _STARTED: dict = {}  # socket path -> (pid, the pipe to it: -1 once told) of the keeper this process started
+_REACHED: list = []  # what this command's first agent call reached on its own connection: {"spec", "agent"}
 _ADOPTING: dict = {}  # socket path -> the connections this process hands to the keeper it becomes (``_become``)
 _BECOMING: dict = {}  # socket path -> that keeper, listening from just before the answer (``_listen``)
 
@@ -137,6 +158,8 @@ def ready(spec: dict, agent: list[str] | None) -> None:
     there now: this command has reached the target on its own connection, so the keeper's login is one that works,
     and the next command finds both up. A command that never reached its target tells nothing (its keeper sees the
     pipe close and opens nothing)."""
+    if not _REACHED:
+        _REACHED.append({"spec": spec, "agent": agent or None})
     for path in list(_STARTED):
         _tell(path, {"spec": spec, "agent": agent or None})
 
