@@ -67,8 +67,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _speed import Case, PeakWatch, busy_ms, check, cpu_ms, pairs, print_table, tree, wall  # noqa: E402
 from tests.testbed.procs import pids_running  # noqa: E402
 
-CASES = ("cold", "coldconn", "pxbreak", "second", "warm", "wstatus", "pct", "push", "job", "jobidle", "status",
-         "nanogpt")
+CASES = ("cold", "coldconn", "pxbreak", "second", "warm", "wstatus", "close", "pct", "push", "job", "jobidle",
+         "status", "nanogpt")
 TORCH_CASES = {"job", "nanogpt"}
 TRAIN = "import time\n# revision {n}\nwhile True:\n    time.sleep(1)\n"
 NANOGPT = REPO / "benchmarks" / "nanogpt"
@@ -303,6 +303,24 @@ def case_wstatus(b: Bench) -> Case:
     b.ssh("tmux kill-server")
     b.orch(proj, "stop")
     return Case("warm status", mine, hand, "ssh tmux ls, ControlMaster", None, ms_bar=100)
+
+
+def case_close(b: Bench) -> Case:
+    """``orch connections close`` with a keeper holding a connection and its agent, against closing an OpenSSH
+    ControlMaster by hand (``ssh -O exit``): each returns once the connection is gone."""
+    proj = deploy_project(b)
+    master = ["-o", "ControlMaster=auto", "-o", f"ControlPath={b.work}/cm-%r@%h:%p", "-o", "ControlPersist=300"]
+
+    def close_mine(i: int) -> float:
+        b.keepers_up(proj)
+        return wall(lambda j: b.orch(proj, "connections", "close"))(0)
+
+    def close_hand(i: int) -> float:
+        b.ssh("true", extra=master)
+        return wall(lambda j: check(["ssh", *b.opts, *master, "-O", "exit", b.dest]))(0)
+
+    mine, hand = pairs(close_mine, close_hand, b.runs)
+    return Case("orch connections close", mine, hand, "ssh -O exit, ControlMaster", None)
 
 
 def case_pct(b: Bench) -> Case:
@@ -595,7 +613,7 @@ def case_nanogpt(b: Bench) -> Case:
 
 
 RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "pxbreak": case_pxbreak, "second": case_second,
-           "wstatus": case_wstatus, "pct": case_pct, "warm": case_warm, "push": case_push, "job": case_job,
+           "close": case_close, "wstatus": case_wstatus, "pct": case_pct, "warm": case_warm, "push": case_push, "job": case_job,
            "jobidle": case_jobidle, "status": case_status, "nanogpt": case_nanogpt}
 
 

@@ -282,9 +282,19 @@ class Server:
                         (quiet > idle and not busy()):
                     return
                 continue
+            if stop is not None and stop.is_set():  # woken to stop (``wake``), or a caller just as it stops
+                conn.close()
+                return
             self.touch()
             conn.settimeout(None)
             yield conn
+
+    def wake(self) -> None:
+        """Wake ``connections`` waiting in accept, so that a ``stop`` just set ends it now rather than on its next
+        check (up to ``TICK`` later)."""
+        sock = connect(self.path)
+        if sock is not None:
+            sock.close()
 
     def close_in_child(self) -> None:
         """In a child forked from the server: let go of the listener and the lock, removing nothing (the server

@@ -47,6 +47,7 @@ RETRIED = "tried again every few seconds"  # in the why of an entry the retrier 
 WAITING = ".waiting.json"  # why the oldest entry has not started: {"id", "why", "since", "retry"}
 RETRY_S = 5.0  # s between the tries of an entry waiting for nvidia-smi to answer again
 RETRY_FOR = 7 * 86400.0  # s after which the retrying process gives up (the next run's end or orch queue goes on)
+LISTING_WAIT = 1.0  # s orch queue waits for the lock: an advance under way (a run just ended) shows its outcome
 
 
 
@@ -296,7 +297,7 @@ def listing(layout: Layout, project: str, start_stale: bool = True) -> dict:
     started = None
     if start_stale and _files(layout, project):
         try:
-            started = advance(layout, project, wait=0.0)
+            started = advance(layout, project, wait=LISTING_WAIT)
         except AgentFailure:
             started = None  # another operation holds the lock: it, or the next command, starts it
     return {"queue": entries(layout, project), "started": (started or {}).get("started")}

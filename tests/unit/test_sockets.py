@@ -197,3 +197,31 @@ def test_a_forked_child_lets_go_so_a_new_server_can_claim_the_socket(path):
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_a_server_told_to_stop_takes_no_more_connections_and_a_wake_ends_its_wait(path):
+    """Once ``stop`` is set, a connection that comes before the server's next check is closed, not served: that is
+    how ``wake`` ends a wait in accept at once (``orch connections close`` returns as the keeper exits)."""
+    server = sockets.Server(path)
+    assert server.claim()
+    server.bind()
+    stop = threading.Event()
+    served: list = []
+    late = None
+    waiting = threading.Thread(target=lambda: served.extend(server.connections(60, stop=stop)))
+    try:
+        waiting.start()
+        late = sockets.connect(path)  # before the stop: served
+        wait_for(lambda: len(served) == 1, timeout=20, what="the first connection served")
+        stop.set()
+        server.wake()
+        waiting.join(timeout=20)
+        assert not waiting.is_alive() and len(served) == 1  # the wake's connection was not handed on
+    finally:
+        stop.set()
+        waiting.join(timeout=20)
+        for conn in served:
+            conn.close()
+        if late is not None:
+            late.close()
+        server.close()

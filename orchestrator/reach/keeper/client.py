@@ -430,7 +430,7 @@ def close(match: str | None = None, everyone: bool = False) -> int:
             sock.close()
         deadline = time.monotonic() + 5
         while match is None and os.path.exists(item["socket"]) and time.monotonic() < deadline:
-            time.sleep(0.05)  # the keeper removes its socket as it exits
+            time.sleep(0.01)  # the keeper removes its socket as it exits
         pid = int(item.get("pid") or 0)
         while match is None and pid not in (0, os.getpid()) and sockets.alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)  # and then lets its lock go: the next command can become the keeper at once

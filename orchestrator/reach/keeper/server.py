@@ -137,6 +137,8 @@ class Keeper:
             wire.send_json(conn, b"R", {"pid": os.getpid(), "closed": closed})
             if request.get("exit"):
                 self.stopping.set()
+                if self.server is not None:
+                    self.server.wake()
         elif op == "run":
             self._serve_run(conn, request)
         elif op == "agent":
