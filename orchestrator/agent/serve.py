@@ -11,7 +11,12 @@ A resident whose own files changed under it (orch's root removed or replaced, th
 import what it has not imported yet: before each request it checks them, and if they changed it answers
 ``stale`` instead of a chunk, runs nothing and exits. The keeper then runs that request one-shot. So it does when
 the root, the agent folder or its files became another user's or writable by others since it started (StrictModes,
-``strict``): the one-shot call's bootstrap refuses that request, as it would had no resident been there.
+``strict``): the one-shot call's bootstrap refuses that request, as it would had no resident been there. And so it
+does when a file that each command's login environment is made from changed since it started (``LOGIN_FILES``: the
+shell's startup files for a command, sshd's ``~/.ssh/environment``): the runs it starts begin from its environment,
+which would be older than a fresh command's; the one-shot call, and the resident after it, read them afresh. (What
+PAM sets, from ``/etc/environment`` or ``/etc/default/locale``, sshd reads once per connection: a new agent on the
+held connection gets it as it was, and a run gets the change once that connection is reopened.)
 """
 
 from __future__ import annotations
@@ -58,6 +63,30 @@ def _identity(paths: list[str]) -> list[tuple[int, int] | None]:
             out.append(None)
             continue
         out.append((st.st_dev, st.st_ino))
+    return out
+
+
+# what each SSH command's environment is made from, read afresh for every command on a connection: sshd's user
+# environment, and the startup files the shell reads for a command (bash run by sshd its bashrc files, zsh its zshenv)
+LOGIN_FILES = ("~/.ssh/environment", "/etc/bash.bashrc", "~/.bashrc", "/etc/zsh/zshenv", "~/.zshenv")
+
+
+def login_files(home: str | None) -> list[str]:
+    """``LOGIN_FILES`` with ``~`` as ``home`` (the login's HOME; without one, only the system's files)."""
+    return [os.path.join(home, path[2:]) if path.startswith("~/") else path for path in LOGIN_FILES
+            if home or not path.startswith("~/")]
+
+
+def _contents(paths: list[str]) -> list[tuple[int, int, int] | None]:
+    """Each file as it is now: inode, size and modification time (an edit in place keeps the inode)."""
+    out: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return out
 
 
@@ -125,8 +154,10 @@ def serve() -> int:
     stdin = sys.stdin.buffer
     files = own_files()
     identity = _identity(files)
+    login = login_files(launch_env.original().get("HOME"))
+    logged_in = _contents(login)
     while stdin.peek(1):
-        if _identity(files) != identity or _unsafe(files):
+        if _identity(files) != identity or _unsafe(files) or _contents(login) != logged_in:
             try:
                 _write_all(fd, STALE)
             except OSError:

@@ -154,3 +154,41 @@ def test_a_resident_loads_what_its_requests_import_late_before_they_come():
     from orchestrator.agent import serve
 
     assert out.strip() == str(sorted(serve.PRELOAD))
+
+
+def test_a_resident_whose_login_environment_changed_runs_nothing_and_says_stale(tmp_path):
+    """A line added to the login's startup files (here ``~/.bashrc``, edited in place) under a live resident: the
+    runs it would start begin from its environment, older than a fresh login's. It answers ``stale`` (the keeper
+    runs the request one-shot, on a fresh login) and exits; until then it serves as before."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("export A=1\n")
+    root = str(tmp_path / "root")
+    client = AgentClient(LocalTransport(), root, sys.executable)
+    client.one("hello")
+    proc = subprocess.Popen([sys.executable, client.agent_path, "serve"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "HOME": str(home)})
+    try:
+        for _ in range(2):  # nothing changed: served
+            proc.stdin.write(request(root, [{"op": "hello", "args": {}}]))
+            proc.stdin.flush()
+            assert unframe(answer(proc.stdout))["results"][0]["ok"]
+        with open(home / ".bashrc", "a") as fh:
+            fh.write("export FRESH=1\n")
+        marker = tmp_path / "ran"
+        proc.stdin.write(request(root, [{"op": "shell", "args": {"argv": ["touch", str(marker)]}}]))
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"stale\n"
+        assert proc.wait(timeout=10) == 0
+        assert not marker.exists()  # nothing ran
+    finally:
+        proc.kill()
+
+
+def test_the_login_files_are_the_targets_and_the_logins_own():
+    from orchestrator.agent.serve import login_files
+
+    files = login_files("/home/ml")
+    assert "/etc/bash.bashrc" in files and "/home/ml/.bashrc" in files and "/home/ml/.ssh/environment" in files
+    assert all(not f.startswith("~") for f in files)
+    assert "/etc/bash.bashrc" in login_files(None) and not any(f.startswith("/home") for f in login_files(None))

@@ -249,3 +249,33 @@ def test_a_pct_target_gets_a_resident_agent_through_the_held_node_connection(rem
         testbed.start(201)
     ok(remote, "status", "--target", "ct201")
     assert len(serving_agents(testbed, 201)) == 1  # a new resident in the restarted CT
+
+
+def test_a_run_started_through_a_held_resident_gets_the_login_environment_as_it_is_now(remote, testbed):
+    """A variable added to the login's startup file (root's ``~/.bashrc``, which bash reads for a command sshd
+    runs) while the keeper holds its connection and resident agent: the next deploy's run has it, as a fresh login
+    would (the resident, started before the change, is replaced on the same connection)."""
+    import json
+
+    def run_environ() -> dict:
+        with remote.registry() as reg:
+            exp_id = max(e.id for e in reg.list())
+        key = remote.run_key(exp_id)
+        pid = wait_for(lambda: json.loads(on_ct(testbed, 200, "sh", "-c", f"cat {ROOT}/runs/{key}/pid.json "
+                                                "2>/dev/null || echo null")), timeout=30, what="the run's pid")
+        raw = testbed.ct(200).attach("cat", f"/proc/{pid['child']}/environ").stdout
+        return dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+
+    before = on_ct(testbed, 200, "cat", "/root/.bashrc")
+    try:
+        warm(remote)
+        ok(remote, "deploy", "--target", "ct200")
+        assert b"ORCH_FRESH_LOGIN" not in run_environ()
+        testbed.ct(200).attach("sh", "-c", "echo export ORCH_FRESH_LOGIN=yes >> /root/.bashrc")
+        ok(remote, "deploy", "--target", "ct200")
+        assert run_environ().get(b"ORCH_FRESH_LOGIN") == b"yes"
+        [conn] = held()
+        assert conn["connections"] == 1  # the same held connection: only its resident agent was replaced
+        ok(remote, "stop", "--target", "ct200")
+    finally:
+        testbed.ct(200).attach("sh", "-c", 'printf %s "$1" > /root/.bashrc', "sh", before)
