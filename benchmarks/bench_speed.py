@@ -613,8 +613,8 @@ def case_nanogpt(b: Bench) -> Case:
 
 
 RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "pxbreak": case_pxbreak, "second": case_second,
-           "close": case_close, "wstatus": case_wstatus, "pct": case_pct, "warm": case_warm, "push": case_push, "job": case_job,
-           "jobidle": case_jobidle, "status": case_status, "nanogpt": case_nanogpt}
+           "close": case_close, "wstatus": case_wstatus, "pct": case_pct, "warm": case_warm, "push": case_push,
+           "job": case_job, "jobidle": case_jobidle, "status": case_status, "nanogpt": case_nanogpt}
 
 
 def main() -> None:
