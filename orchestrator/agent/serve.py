@@ -54,16 +54,21 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _identity(paths: list[str]) -> list[tuple[int, int] | None]:
-    out: list[tuple[int, int] | None] = []
+def _stats(paths: list[str], fields: tuple[str, ...]) -> list[tuple | None]:
+    """Each file's ``fields`` of its ``stat`` as it is now (None: not there)."""
+    out: list[tuple | None] = []
     for path in paths:
         try:
             st = os.stat(path)
         except OSError:
             out.append(None)
             continue
-        out.append((st.st_dev, st.st_ino))
+        out.append(tuple(getattr(st, f) for f in fields))
     return out
+
+
+IDENTITY = ("st_dev", "st_ino")  # which files: replaced ones are others
+CONTENTS = ("st_ino", "st_size", "st_mtime_ns")  # what is in them: an edit in place keeps the inode
 
 
 # what each SSH command's environment is made from, read afresh for every command on a connection: sshd's user
@@ -75,19 +80,6 @@ def login_files(home: str | None) -> list[str]:
     """``LOGIN_FILES`` with ``~`` as ``home`` (the login's HOME; without one, only the system's files)."""
     return [os.path.join(home, path[2:]) if path.startswith("~/") else path for path in LOGIN_FILES
             if home or not path.startswith("~/")]
-
-
-def _contents(paths: list[str]) -> list[tuple[int, int, int] | None]:
-    """Each file as it is now: inode, size and modification time (an edit in place keeps the inode)."""
-    out: list[tuple[int, int, int] | None] = []
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            out.append(None)
-            continue
-        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
-    return out
 
 
 def _unsafe(files: list[str]) -> bool:
@@ -153,11 +145,11 @@ def serve() -> int:
     sys.stderr = open(os.devnull, "w")
     stdin = sys.stdin.buffer
     files = own_files()
-    identity = _identity(files)
+    identity = _stats(files, IDENTITY)
     login = login_files(launch_env.original().get("HOME"))
-    logged_in = _contents(login)
+    logged_in = _stats(login, CONTENTS)
     while stdin.peek(1):
-        if _identity(files) != identity or _unsafe(files) or _contents(login) != logged_in:
+        if _stats(files, IDENTITY) != identity or _unsafe(files) or _stats(login, CONTENTS) != logged_in:
             try:
                 _write_all(fd, STALE)
             except OSError:

@@ -38,6 +38,17 @@ def start(tmp_path):
     return root, client, proc
 
 
+def says_stale_and_runs_nothing(root: str, proc, tmp_path) -> None:
+    """The next request (one that would leave a file behind) is answered ``stale``, runs nothing, and the resident
+    exits."""
+    marker = tmp_path / "ran"
+    proc.stdin.write(request(root, [{"op": "shell", "args": {"argv": ["touch", str(marker)]}}]))
+    proc.stdin.flush()
+    assert proc.stdout.readline() == b"stale\n"
+    assert proc.wait(timeout=10) == 0
+    assert not marker.exists()  # nothing ran
+
+
 def test_requests_one_after_another_with_tricky_log_bytes_and_a_bad_request(tmp_path):
     root, client, proc = start(tmp_path)
     run_dir = Layout(root).run_dir(3, "abcdef123456")
@@ -109,13 +120,7 @@ def test_a_resident_whose_files_were_replaced_runs_nothing_and_says_stale(tmp_pa
         shutil.copytree(unpacked, unpacked + ".new")
         shutil.rmtree(unpacked)
         os.rename(unpacked + ".new", unpacked)  # same path and content, other files
-        marker = tmp_path / "ran"
-        shell = {"op": "shell", "args": {"argv": ["touch", str(marker)]}}
-        proc.stdin.write(request(root, [shell]))
-        proc.stdin.flush()
-        assert proc.stdout.readline() == b"stale\n"
-        assert proc.wait(timeout=10) == 0
-        assert not marker.exists()  # nothing ran
+        says_stale_and_runs_nothing(root, proc, tmp_path)
     finally:
         proc.kill()
 
@@ -129,12 +134,7 @@ def test_a_resident_whose_root_became_writable_by_others_runs_nothing_and_says_s
         proc.stdin.flush()
         assert unframe(answer(proc.stdout))["results"][0]["ok"]
         os.chmod(root, 0o777)
-        marker = tmp_path / "ran"
-        proc.stdin.write(request(root, [{"op": "shell", "args": {"argv": ["touch", str(marker)]}}]))
-        proc.stdin.flush()
-        assert proc.stdout.readline() == b"stale\n"
-        assert proc.wait(timeout=10) == 0
-        assert not marker.exists()  # nothing ran
+        says_stale_and_runs_nothing(root, proc, tmp_path)
         refused = subprocess.run([sys.executable, client.agent_path], input=request(root, []), capture_output=True)
         assert refused.returncode == 6 and b"it is writable by other users" in refused.stdout, refused
     finally:
@@ -175,12 +175,7 @@ def test_a_resident_whose_login_environment_changed_runs_nothing_and_says_stale(
             assert unframe(answer(proc.stdout))["results"][0]["ok"]
         with open(home / ".bashrc", "a") as fh:
             fh.write("export FRESH=1\n")
-        marker = tmp_path / "ran"
-        proc.stdin.write(request(root, [{"op": "shell", "args": {"argv": ["touch", str(marker)]}}]))
-        proc.stdin.flush()
-        assert proc.stdout.readline() == b"stale\n"
-        assert proc.wait(timeout=10) == 0
-        assert not marker.exists()  # nothing ran
+        says_stale_and_runs_nothing(root, proc, tmp_path)
     finally:
         proc.kill()
 
