@@ -16,8 +16,13 @@ from tests.loopback_sshd import SSHD
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None or not SSHD.exists(), reason="needs OpenSSH (ssh, sshd)")
 
 
+LONG_RUN = "import time\nprint('step=1 loss=2.5', flush=True)\ntime.sleep(600)\n"
+
+
 def _logged_target(project, sshd, tmp_path: Path) -> Path:
-    """Target ``box`` on the loopback sshd, its python a wrapper that logs each agent process; the log's path."""
+    """Target ``box`` on the loopback sshd, its python a wrapper that logs each agent process; the log's path. The
+    project's run goes on until it is stopped (a short one could end before a test's ``stop``)."""
+    (project.path / "train.py").write_text(LONG_RUN)
     log = tmp_path / "agents.log"
     wrapper = tmp_path / "python3"
     wrapper.write_text(f'#!/bin/sh\necho "$SSH_CONNECTION $*" >> {log}\nexec {shutil.which("python3")} "$@"\n')
@@ -212,7 +217,6 @@ def test_a_warm_follow_that_finds_no_keeper_starts_one_beside_it_and_the_next_co
     from orchestrator.reach.keeper import client
 
     log = _logged_target(project, sshd, tmp_path)
-    (project.path / "train.py").write_text("import time\nprint('step=1 loss=2.5', flush=True)\ntime.sleep(600)\n")
     _warm_up(project)
     res = _orch(project, "deploy", "-t", "box")
     assert res.returncode == 0, res.stderr
