@@ -78,8 +78,7 @@ def _start_instead(path, persist: float) -> None:
     now as its own process, readied at once with the connection and agent this command reached (or, not reached
     yet, once it does: ``ready``). What was handed over for the keeper it would have become is closed."""
     for _spec, transport, residents, _signature in _ADOPTING.pop(path, []):
-        residents.forget(transport)
-        transport.close()
+        _drop(transport, residents)
     if _start(path, persist) and _REACHED:
         _tell(path, _REACHED[0])
 
@@ -103,6 +102,12 @@ def _hand_over(kept: "KeptTransport") -> bool:
     return True
 
 
+def _drop(transport: Any, residents: Residents) -> None:
+    """Close a connection of this process's own, and its resident agents with it."""
+    residents.forget(transport)
+    transport.close()
+
+
 def _listen(path, persist: float) -> None:
     """Just before this command's answer: take the keeper's socket (a command run after this one connects to it, and
     waits the moment until it serves); another keeper may have taken it meanwhile."""
@@ -122,8 +127,7 @@ def _become(path) -> None:
     keeper = _BECOMING.pop(path, None)
     left = [h for h in handed if keeper is None or not keeper.adopt(*h)]  # dead, a second to one spec, or no keeper
     for _spec, transport, residents, _signature in left:
-        residents.forget(transport)
-        transport.close()
+        _drop(transport, residents)
     if keeper is None:
         return
     try:
@@ -356,8 +360,7 @@ class KeptTransport(Transport):
     def close(self) -> None:
         """Close the direct connection, unless the keeper this process becomes holds it from now on."""
         if self._direct is not None and not _hand_over(self):
-            self._residents.forget(self._direct)
-            self._direct.close()
+            _drop(self._direct, self._residents)
         self._direct = None
 
 
