@@ -19,8 +19,10 @@ in, when its close returns.
 
 What the process turns into once everything else is done is queued with ``become`` (one job, in a warm child only):
 a command that reached a target with no connection keeper up becomes that keeper, its connection and resident agent
-held as they are, so the next command finds both up at once. Its ``prepare`` runs just before the answer
-(``answering``): the keeper's socket is there before the caller can run another command.
+held as they are, so the next command finds both up at once. Its ``prepare`` runs as the answer goes out
+(``answering``): after the exit code was sent, which reaches the caller even if this process is killed meanwhile,
+and before the caller exits (it waits for the warm child's word that this is done), so the keeper's socket is
+there before the caller can run another command.
 
 A command that runs on until its user ends it (a followed log, a terminal, a forward) says so with ``goes_on``: the
 next commands must not wait for its end to find a keeper. It becomes nothing; what it was to become is started
@@ -66,7 +68,7 @@ def later(job: Callable[[], None]) -> bool:
 
 
 def become(prepare: Callable[[], None], job: Callable[[], None], instead: Callable[[], None] | None = None) -> bool:
-    """Queue ``job`` to run last, after the answer and everything ``later``, and ``prepare`` just before the answer
+    """Queue ``job`` to run last, after the answer and everything ``later``, and ``prepare`` as the answer goes out
     (quick: the caller waits for it); ``instead`` runs in their place if the command turns out to go on
     (``goes_on``). False (nothing queued) when not holding, another is queued already, or the command goes on."""
     global _become
@@ -90,7 +92,8 @@ def goes_on() -> None:
 
 
 def answering() -> None:
-    """The answer goes next: what the process will become prepares its place (its failure is the job's to meet)."""
+    """The answer is going out (its exit code is sent; the caller exits once this returns): what the process will
+    become prepares its place (its failure is the job's to meet)."""
     if _become is not None:
         try:
             _become[0]()

@@ -18,6 +18,7 @@ from .. import sockets
 from ..errors import OrchError
 
 CODE_SIZE = 4  # a pid or an exit code: 4 bytes, big-endian, signed (the server's ``struct`` ">i")
+DONE = b"."  # after the exit code: what the command readies for the next ones (a keeper's socket) is in place
 MODULE = "orchestrator.warm.server"  # what a warm process runs: python -m MODULE SOCKET IDLE_SECONDS
 # s a warm process waits for the next command before it exits: longer than a connection keeper ([ssh] persist,
 # 10 min), since it holds no connection, lock or open file, only memory; so the first deploy after a break pays
@@ -158,6 +159,7 @@ def run(argv: list[str]) -> int | None:
             pass
     code = _recv_exact(sock, CODE_SIZE)
     if code is not None:
+        _recv_exact(sock, len(DONE))  # or the child's end: the code is the command's either way
         return unpack(code)
     if forwarded:  # it died of the signal passed on to it: so does this process
         _signal.signal(forwarded[-1], _signal.SIG_DFL)

@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 
 from .. import sockets
-from .client import CODE_SIZE, pack, unpack
+from .client import CODE_SIZE, DONE, pack, unpack
 
 PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.status", "orchestrator.cli.logs",
            "orchestrator.cli.common", "orchestrator.watch.status", "orchestrator.watch.log_view",
@@ -165,8 +165,15 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
             os.dup2(null, fd)
         os.close(null)
         ANSWERED.set()
-        after_answer.answering()
+        # the code goes first: it reaches the caller even if this process is killed from here on (as the keeper it
+        # is about to become, say); the caller then waits for DONE, or this process's end, before it exits, so the
+        # keeper's socket listens before the next command can be typed
         conn.sendall(pack(code))
+        after_answer.answering()
+        try:
+            conn.sendall(DONE)
+        except OSError:
+            pass
         after_answer.finish()
     finally:
         os._exit(code)

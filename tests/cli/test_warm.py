@@ -222,3 +222,38 @@ def test_the_registry_is_checkpointed_after_the_answer_by_the_command_that_wrote
         wait_for(lambda: not wal.exists(), timeout=30, what=f"{args[0]}'s registry closed and checkpointed")
     with sqlite3.connect(project.path / ".orch" / "experiments.db") as db:
         assert db.execute("SELECT status, message FROM experiments").fetchall() == [("stopped", "parked")]
+
+
+KILLED_AS_IT_ANSWERS = """
+import os, signal, sys
+from orchestrator import after_answer
+from orchestrator.warm import server
+# the child is killed as it readies what it becomes after its answer (the keeper's socket): what a keeper's SIGKILL
+# meets when the command that is becoming the keeper is still answering
+after_answer.answering = lambda: os.kill(os.getpid(), signal.SIGKILL)
+sys.exit(server.main(sys.argv[1:]))
+"""
+
+
+def test_a_command_killed_as_its_answer_goes_out_ends_with_its_own_exit_code_and_output(project):
+    """The warm child sends the exit code before it readies the keeper it becomes, and the caller waits for that
+    too: a kill in that moment (the keeper fault, as `orch connections close` or the OOM killer would deal it)
+    leaves the command's own answer, not `the warm orch process running it was killed` after a deploy that worked."""
+    path = warm_client.socket_path()
+    server = subprocess.Popen([sys.executable, "-c", KILLED_AS_IT_ANSWERS, path, "60"], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: os.path.exists(path), timeout=30, what="the warm process listening")
+        for args in (["experiments", "show", "99"], ["deploy", "-m", "killed as it answers"], ["experiments", "list"]):
+            warm = orch(project, *args)
+            here = orch(project, *args, env={"ORCH_WARM": "0"}) if args[0] != "deploy" else None
+            assert "the warm orch process running it was killed" not in warm.stderr, (args, warm.stderr)
+            if here is not None:
+                assert (warm.returncode, warm.stdout, warm.stderr) == (here.returncode, here.stdout, here.stderr)
+            else:
+                assert warm.returncode == 0 and "experiment 1" in warm.stdout + warm.stderr, warm.stderr
+        assert server.poll() is None  # each command was run by a fork of it, which was killed: it serves on
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    assert orch(project, "stop", env={"ORCH_WARM": "0"}).returncode == 0

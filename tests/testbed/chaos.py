@@ -215,7 +215,9 @@ class Chaos:
         found, exits = [], [o.returncode for o in outcomes]
         for outcome in outcomes:
             self.summary.exits[outcome.returncode] += 1
-            found += checks.clean_output(outcome, ACTION_TIMEOUT)
+            found += [f"{what} (the CLI was pid {outcome.pid}; the fault killed: {'; '.join(self.killed) or 'nothing'};"
+                      f" logs: {self.runtime.logs()})" if plan.fault in ("keeper", "warm") else what
+                      for what in checks.clean_output(outcome, ACTION_TIMEOUT)]
         if plan.fault == "full" and plan.action == "stop":
             found += checks.succeeded(outcomes[:1], "on a full disk")
         if plan.fault == "locked-long":
@@ -262,6 +264,7 @@ class Chaos:
     def act(self, plan: Plan) -> list[Outcome]:
         """Run the action with its fault; the outcomes of every CLI call the cycle made."""
         self.held_by = None
+        self.killed: list[str] = []  # what a keeper or warm fault killed: the evidence if the command fails oddly
         if plan.fault in LATENCY:
             faults.shape(200, LATENCY[plan.fault])
             self.summary.landed[plan.fault] += 1
@@ -354,7 +357,8 @@ class Chaos:
             self.fill()  # and full it stays until heal(), after the remedies
         elif plan.fault in ("keeper", "warm"):
             running = target.proc.poll() is None
-            if self.runtime.kill(plan.fault) and running:
+            self.killed = self.runtime.kill(plan.fault)
+            if self.killed and running:
                 self.summary.landed[plan.fault] += 1
         elif plan.fault == "agent":
             faults.kill_agents(self.testbed.ct(200))

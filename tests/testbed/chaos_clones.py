@@ -100,6 +100,7 @@ class Outcome:
     seconds: float = 0.0
     hung: bool = False
     signalled: str | None = None  # "SIGKILL" / "SIGINT" when the loop sent one
+    pid: int = 0  # the CLI process's
 
 
 @dataclass
@@ -153,7 +154,7 @@ class Clone:
         argv = [*self.command, *args]
         proc = subprocess.Popen(argv, cwd=self.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=dict(os.environ, **self.env), start_new_session=True)
-        return Running(proc, Outcome(list(args), self.name))
+        return Running(proc, Outcome(list(args), self.name, pid=proc.pid))
 
     def run(self, *args: str, timeout: float) -> Outcome:
         return self.start(*args).wait(timeout)

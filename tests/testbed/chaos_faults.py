@@ -67,10 +67,12 @@ class Runtime:
                 found.append(int(entry.name))
         return found
 
-    def kill(self, kind: str) -> int:
+    def kill(self, kind: str) -> list[str]:
         """SIGKILL every ``kind`` process of this folder; for ``warm`` its process group too (the command it
-        forked). How many were killed."""
+        forked). What was killed, each as ``pid N (parent P) `command line```: the evidence when a command
+        fails in a way the loop did not expect."""
         pids = self.pids(kind)
+        killed = [_describe(pid) for pid in pids]
         for pid in pids:
             try:
                 if kind == "warm":
@@ -79,12 +81,33 @@ class Runtime:
                     os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        return len(pids)
+        return killed
+
+    def logs(self, lines: int = 6) -> str:
+        """The last ``lines`` lines of each log its keeper and warm processes wrote (their stderr)."""
+        found = []
+        for log in sorted((self.path / "orch").glob("*.log")):
+            try:
+                tail = log.read_text(errors="replace").strip().splitlines()[-lines:]
+            except OSError:
+                continue
+            if tail:
+                found.append(f"{log.name}: " + " | ".join(tail))
+        return "; ".join(found) or "no log lines"
 
     def close(self) -> None:
         self.kill("warm")
         self.kill("keeper")
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _describe(pid: int) -> str:
+    try:
+        words = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+        parent = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1]
+    except OSError:
+        return f"pid {pid} (gone)"
+    return f"pid {pid} (parent {parent}) `{b' '.join(w for w in words if w).decode(errors='replace')[:160]}`"
 
 
 def _listening(folder: Path, prefix: str) -> list[int]:
