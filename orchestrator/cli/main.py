@@ -197,11 +197,29 @@ class OrchGroup(TyperGroup):
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
+        except BrokenPipeError as exc:
+            if _output_gone():
+                raise  # whoever read orch's output went away (`orch status | head`): click ends quietly, as usual
+            # a pipe or socket of orch's own broke: click would end with exit 1 and not a word
+            typer.echo(f"error: a connection orch was writing to closed ({exc})", err=True)
+            typer.echo("hint: `orch status` shows what was done on the target; run the command again if it is "
+                       "still needed", err=True)
+            raise typer.Exit(1) from None
         except Exception as exc:
             if not _interrupted(exc):
                 raise
             typer.echo("interrupted", err=True)  # a Ctrl-C that a library caught and raised as its own error
             raise typer.Exit(130) from None
+
+
+def _output_gone() -> bool:
+    """Whether the reader of orch's standard output or error has gone (a pipe whose other end closed)."""
+    import select
+
+    poll = select.poll()
+    for fd in (1, 2):
+        poll.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poll.poll(0))
 
 
 def _interrupted(exc: BaseException) -> bool:

@@ -229,7 +229,10 @@ class KeptTransport(Transport):
             except OSError:
                 return
 
-        wire.send_json(sock, b"H", request)
+        try:
+            wire.send_json(sock, b"H", request)
+        except OSError:  # the keeper went away before it read the request (killed, exiting): nothing ran there
+            raise _NotAccepted() from None
         # a small input (an agent call's request) goes at once, behind the request, with no thread of its own:
         # it fits in the socket's buffer, and the keeper reads it once it has taken the request
         small = data is None or (isinstance(data, (bytes, bytearray, memoryview)) and len(data) <= SMALL_INPUT)
