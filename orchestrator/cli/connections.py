@@ -55,12 +55,17 @@ def close(target: Annotated[Optional[str], typer.Argument(help="Only the connect
     from ..reach.keeper import client
     from ..warm import client as warm_client
 
-    others_keepers = 0 if everyone else sum(not k["mine"] for k in client.keepers())
+    keepers = client.keepers()
+    ours = sum(everyone or k["mine"] for k in keepers)
+    others_keepers = len(keepers) - ours
     others_warm = 0 if everyone else sum(not w["mine"] for w in warm_client.processes())
     if target is None:
         warm_client.close(everyone)
     closed = client.close(target, everyone)
-    render.out(f"closed {closed} connection(s)" + ("" if target else "; the keepers exited"))
+    if target is None and not ours:
+        render.out("no connection keeper was running: nothing to close")
+    else:
+        render.out(f"closed {closed} connection(s)" + ("" if target else f"; {ours} keeper(s) exited"))
     left = [f"{n} {what}{'s' if n > 1 else ''}" for n, what in ((others_keepers, "other keeper"),
                                                                  (others_warm, "other warm process")) if n]
     if left:

@@ -43,7 +43,7 @@ def test_close_ends_only_the_callers_own_and_all_ends_every_one(tmp_path):
         assert sorted(k["mine"] for k in client.keepers()) == [False, True]
         res = orch("connections", "close")
         assert res.returncode == 0, res.stderr
-        assert "closed 0 connection(s); the keepers exited" in res.stdout
+        assert "closed 0 connection(s); 1 keeper(s) exited" in res.stdout
         assert "1 other keeper and 1 other warm process of this user, for other homes or orch installations, " \
                "left running; --all ends them" in res.stdout
         own.wait(timeout=20)
@@ -58,6 +58,8 @@ def test_close_ends_only_the_callers_own_and_all_ends_every_one(tmp_path):
         other.wait(timeout=20)
         warm.wait(timeout=20)
         assert client.keepers() == [] and warm_client.processes() == []
+        res = orch("connections", "close")  # nothing left: it says so, and claims no keeper exited
+        assert (res.returncode, res.stdout) == (0, "no connection keeper was running: nothing to close\n"), res
     finally:
         for proc in (own, other, warm):
             if proc.poll() is None:
