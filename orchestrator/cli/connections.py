@@ -59,13 +59,17 @@ def close(target: Annotated[Optional[str], typer.Argument(help="Only the connect
     ours = sum(everyone or k["mine"] for k in keepers)
     others_keepers = len(keepers) - ours
     others_warm = 0 if everyone else sum(not w["mine"] for w in warm_client.processes())
-    if target is None:
-        warm_client.close(everyone)
+    warm = warm_client.close(everyone) if target is None else 0
     closed = client.close(target, everyone)
-    if target is None and not ours:
-        render.out("no connection keeper was running: nothing to close")
+    if target is not None:
+        said = f"closed {closed} connection(s)"
+    elif ours:
+        said = f"closed {closed} connection(s); {ours} keeper(s) exited"
     else:
-        render.out(f"closed {closed} connection(s)" + ("" if target else f"; {ours} keeper(s) exited"))
+        said = "no connection keeper was running" + ("" if warm else ": nothing to close")
+    if warm:
+        said += f"; {warm} warm orch process(es) exited (the next command starts one)"
+    render.out(said)
     left = [f"{n} {what}{'s' if n > 1 else ''}" for n, what in ((others_keepers, "other keeper"),
                                                                  (others_warm, "other warm process")) if n]
     if left:

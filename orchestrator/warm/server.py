@@ -168,15 +168,20 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
         # the code goes first: it reaches the caller even if this process is killed from here on (as the keeper it
         # is about to become, say); the caller then waits for DONE, or this process's end, before it exits, so the
         # keeper's socket listens before the next command can be typed
-        conn.sendall(pack(code))
+        _tell_caller(conn, pack(code))
         after_answer.answering()
-        try:
-            conn.sendall(DONE)
-        except OSError:
-            pass
+        _tell_caller(conn, DONE)
         after_answer.finish()
     finally:
         os._exit(code)
+
+
+def _tell_caller(conn: socket.socket, data: bytes) -> None:
+    """Send ``data`` to the caller; one killed after its answer began hears nothing, and the upkeep still runs."""
+    try:
+        conn.sendall(data)
+    except OSError:
+        pass
 
 
 def serve(path: Path, idle: float) -> int:

@@ -55,6 +55,7 @@ def test_close_ends_only_the_callers_own_and_all_ends_every_one(tmp_path):
         res = orch("connections", "close", "--all")
         assert res.returncode == 0, res.stderr
         assert "left running" not in res.stdout
+        assert "1 warm orch process(es) exited" in res.stdout
         other.wait(timeout=20)
         warm.wait(timeout=20)
         assert client.keepers() == [] and warm_client.processes() == []

@@ -136,6 +136,7 @@ class Chaos:
         self.orch_full: Clone | None = None  # the clone whose .orch is filled
         self.holder: faults.Holder | None = None
         self.held_by: int | None = None  # the pid holding the registry this cycle
+        self.killed: list[str] = []  # what a keeper or warm fault killed: the evidence if the command fails oddly
         chaos_disk.small_workspace(testbed.ct(200))
         try:
             for clone in (self.a, self.b):
@@ -264,7 +265,7 @@ class Chaos:
     def act(self, plan: Plan) -> list[Outcome]:
         """Run the action with its fault; the outcomes of every CLI call the cycle made."""
         self.held_by = None
-        self.killed: list[str] = []  # what a keeper or warm fault killed: the evidence if the command fails oddly
+        self.killed = []
         if plan.fault in LATENCY:
             faults.shape(200, LATENCY[plan.fault])
             self.summary.landed[plan.fault] += 1

@@ -24,6 +24,6 @@ def test_a_keeper_gone_before_it_read_the_request_sends_the_command_on_the_own_c
     try:
         result = kept.run(["echo", "ran here"])
     finally:
-        kept._direct = None  # a LocalTransport holds nothing to hand over or close
+        kept.close()
     assert (result.exit_code, result.stdout) == (0, b"ran here\n")
     assert len(connected) == 2  # it tried the keeper again (one exiting as it connected), then went on directly
