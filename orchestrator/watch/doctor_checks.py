@@ -1,4 +1,4 @@
-"""``orch doctor``'s verdicts: a target's facts (``agent/doctor.py``), its CT config and its node's driver, in
+"""``orch doctor``'s verdicts: a target's facts (``agent/machine/doctor.py``), its CT config and its node's driver, in
 findings, each ``ok``/``warn``/``fail`` with the reason and the fix as the command to run. Pure: no I/O.
 
     findings = judge(Facts(agent=..., ct={"vmid": 200, "node": "pve1", "config": summary}, node_smi=...))

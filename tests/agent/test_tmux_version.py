@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from orchestrator.agent.system import tmux_version
+from orchestrator.agent.machine.system import tmux_version
 
 
 def test_each_tmux_binary_is_asked_once_until_it_changes(tmp_path):
