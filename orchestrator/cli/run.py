@@ -361,36 +361,64 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     from ..launch import prepare
     from . import job
 
+    from ..errors import CtNotRunning
+
     settings = common.settings(ctx, lenient=True)
     grp = None if dry_run or experiment is not None else job.group(settings, target, ct, False, trust_new_host, False)
     if grp is not None:
         return job.stop(settings, grp, as_json)
-    tgt = _target(settings, *_flags_of(settings, target, ct, experiment), False, trust_new_host, dry_run)
-    launch = prepare.stop(settings, tgt, echo=render.say)
-    launch.stop_ids = [experiment] if experiment is not None else \
-        None if tgt.connect is None or all_ else _latest_of_several(settings, tgt)
-    if dry_run:
-        return _run(launch, settings, True, as_json)
-    from ..launch.operations import execute
+    flags = _flags_of(settings, target, ct, experiment)
+    try:
+        tgt = _target(settings, *flags, False, trust_new_host, dry_run)
+        launch = prepare.stop(settings, tgt, echo=render.say)
+        launch.stop_ids = [experiment] if experiment is not None else \
+            None if tgt.connect is None or all_ else _latest_of_several(settings, tgt)
+        if dry_run:
+            return _run(launch, settings, True, as_json)
+        from ..launch.operations import execute
 
-    dequeued: list = []
-    with common.registry(settings) as reg:
-        if all_:  # first, so that the stop starts nothing
-            from ..launch import queueing
+        dequeued: list = []
+        with common.registry(settings) as reg:
+            if all_:  # first, so that the stop starts nothing
+                from ..launch import queueing
 
-            dequeued = queueing.remove(settings, tgt, reg)
-        outcome = execute(launch, reg)
+                dequeued = queueing.remove(settings, tgt, reg)
+            outcome = execute(launch, reg)
+    except CtNotRunning as exc:  # its runs ended with it: the row says so, rather than running for good
+        if experiment is None or dry_run or not _settle_stopped(settings, flags, experiment, exc, as_json):
+            raise
+        return
     if as_json:
-        render.print_json({"stopped": outcome.stopped, "dequeued": dequeued, "target_label": tgt.label})
+        render.print_json({"stopped": outcome.stopped, "dequeued": dequeued, "target_label": tgt.label,
+                           "settled": [{"id": i, "why": why} for i, why in outcome.settled]})
         return
     if dequeued:
         render.out(f"removed from the queue on {tgt.label}: " + ", ".join(f"experiment {i}" for i in dequeued))
-    if not outcome.stopped:
+    for exp_id, why in outcome.settled:
+        render.out(f"experiment {exp_id}: {why}; recorded as lost")
+    if not outcome.stopped and not outcome.settled:
         render.out(f"experiment {experiment} was not running on {tgt.label}" if experiment is not None else
                    f"nothing was running on {tgt.label}")
     for run in outcome.stopped if not as_json else []:
         render.out(f"{render.which(run)} on {tgt.label}: {run['state']} ({render.exit_code(run['exit_code'], 'exit')}, "
                    f"signals: {', '.join(run['signals']) or 'none'})")
+
+
+def _settle_stopped(settings, flags: tuple, experiment: int, exc, as_json: bool) -> bool:
+    """``stop -e N`` on a CT that is stopped: row N recorded lost, with what the API said; False where it was not
+    running there (the error stands)."""
+    from ..records import unknown_runs
+
+    tgt = common.target(settings, *flags, resolve=False)
+    with common.registry(settings) as reg:
+        why = unknown_runs.settle_stopped_ct(reg, tgt, settings.project.name, experiment, exc.message)
+    if why is None:
+        return False
+    if as_json:
+        render.print_json({"stopped": [], "settled": [{"id": experiment, "why": why}], "target_label": tgt.label})
+    else:
+        render.out(f"experiment {experiment}: {why}; recorded as lost")
+    return True
 
 
 def _flags_of(settings, target, ct, experiment) -> tuple:
