@@ -100,6 +100,10 @@ def test_a_clone_at_a_stopped_cts_address_is_refused_and_stop_settles_the_row(re
     assert _row(remote, 1).status == "running"  # not the clone's copy of the run read as CT 200's
 
     _remembered_at(remote, testbed, entry, clone.address)
+    res = remote.run("exec", "--ct", "200", "--", "hostname")
+    assert res.returncode == 3 and "ct201" not in res.stdout, res.stdout + res.stderr  # no command ran there
+
+    _remembered_at(remote, testbed, entry, clone.address)
     res = remote.run("stop", "-e", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     row = _row(remote, 1)
