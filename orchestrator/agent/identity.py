@@ -15,6 +15,7 @@ its own.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -48,13 +49,20 @@ def mark_path(root: str) -> str:
     return os.path.join(root, MARK)
 
 
+@functools.cache
+def _machine() -> tuple[str, str, tuple[str, ...]]:
+    """Hostname, machine id, MAC addresses: read once per agent process (a resident one serves a single machine)."""
+    return os.uname().nodename, _read("/etc/machine-id"), tuple(_hwaddrs())
+
+
 def facts(root: str) -> dict:
     """This machine as a request can check it: a few small reads, no process started."""
     try:
         mark = json.loads(_read(mark_path(root)) or "null")
     except ValueError:
         mark = None
-    return {"hostname": os.uname().nodename, "machine_id": _read("/etc/machine-id"), "hwaddrs": _hwaddrs(),
+    hostname, machine_id, hwaddrs = _machine()
+    return {"hostname": hostname, "machine_id": machine_id, "hwaddrs": list(hwaddrs),
             "mark": mark if isinstance(mark, dict) else None}
 
 
