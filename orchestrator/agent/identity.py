@@ -66,12 +66,17 @@ def facts(root: str) -> dict:
             "mark": mark if isinstance(mark, dict) else None}
 
 
+def _short(hostname: str) -> str:
+    """The name Proxmox writes into a CT for its config's hostname: the first label (``ct350`` of ``ct350.lan``)."""
+    return hostname.split(".", 1)[0].lower()
+
+
 def mismatch(expect: dict, who: dict) -> str | None:
     """Why this machine is not the CT ``expect`` describes (None: nothing says it is another)."""
     vmid = expect.get("vmid")
     why = []
     hostname = expect.get("hostname")
-    if hostname and who["hostname"] != hostname:
+    if hostname and _short(who["hostname"]) != _short(hostname):
         why.append(f"its hostname is {who['hostname']}, where the Proxmox API names CT {vmid} {hostname}")
     hwaddrs = [str(a).lower() for a in expect.get("hwaddrs") or []]
     if hwaddrs and who["hwaddrs"] and not set(hwaddrs) & set(who["hwaddrs"]):

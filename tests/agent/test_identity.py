@@ -53,6 +53,12 @@ def test_another_machine_runs_nothing_and_says_what_it_is(tmp_path, over, said):
     assert not (tmp_path / "runs").exists() and not (tmp_path / ".lock").exists()  # touched nothing
 
 
+def test_a_config_hostname_with_a_domain_is_the_cts_short_name(tmp_path):
+    root = str(tmp_path)
+    fqdn = identity.facts(root)["hostname"].split(".")[0].upper() + ".lab.example"
+    assert "fatal" not in handle(_request(root, _expect(root, hostname=fqdn)), None)
+
+
 def test_a_mark_a_clone_copied_is_not_taken_for_the_clones_own(tmp_path):
     root = str(tmp_path)
     who = identity.facts(root)
