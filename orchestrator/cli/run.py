@@ -358,10 +358,9 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
          experiment: ExperimentOpt = None) -> None:
     """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); several side by side: the
     latest (-e ID: that one; --all: every one); a job: every node at once."""
+    from ..errors import CtNotRunning
     from ..launch import prepare
     from . import job
-
-    from ..errors import CtNotRunning
 
     settings = common.settings(ctx, lenient=True)
     grp = None if dry_run or experiment is not None else job.group(settings, target, ct, False, trust_new_host, False)

@@ -303,8 +303,7 @@ class AgentClient:
 def _wrong_hint(expect: Any) -> str:
     from .identity import HINT
 
-    return HINT.format(vmid=expect.vmid if expect is not None else "?", address=expect.address if expect is not None
-                       else "its address")
+    return HINT.format(vmid=getattr(expect, "vmid", "?"), address=getattr(expect, "address", "its address"))
 
 
 BROKEN_HINT = "the target's agent or its python may be broken: rerun, and check free space under the target's root"
