@@ -413,6 +413,8 @@ def _settle_stopped(settings, flags: tuple, experiment: int, exc, as_json: bool)
         why = unknown_runs.settle_stopped_ct(reg, tgt, settings.project.name, experiment, exc.message)
     if why is None:
         return False
+    if "; " in exc.message:  # what answered at the CT's address, too
+        render.say(f"orch: {exc.message}")
     if as_json:
         render.print_json({"stopped": [], "settled": [{"id": experiment, "why": why}], "target_label": tgt.label})
     else:

@@ -66,7 +66,7 @@ class Expected:
             info = self.again()
         except CtNotRunning as exc:
             raise CtNotRunning(f"{exc.message}; what answers at its address {where} is another machine: {why}",
-                               hint=exc.hint) from None
+                               hint=f"{exc.hint}; and {HINT.format(vmid=self.vmid, address=where)}") from None
         except OrchError as exc:
             raise WrongMachine(f"{why} (at {where}), and the Proxmox API could not be asked again: {exc.message}",
                                hint=exc.hint) from None

@@ -56,6 +56,6 @@ def settle_stopped_ct(registry: Registry, target, project: str, exp_id: int, why
     exp = _row(registry, target, project, exp_id)
     if exp is None:
         return None
-    reason = f"{why}: its run ended with it (settled by orch stop)"
+    reason = f"{why.split('; ')[0]}: its run ended with it (settled by orch stop)"  # what answered: said, not kept
     registry.update(exp_id, status="lost", ended=time.time(), end_reason=reason)
     return reason
