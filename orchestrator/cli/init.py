@@ -50,8 +50,13 @@ def init(force: Annotated[bool, typer.Option("--force", help="Overwrite an exist
 
 def _said(found) -> None:
     """What the starter was read from, in a line each."""
-    if found.command is None:
-        render.out("no entry point found: set [project] command in orch.toml")
+    if found.command is None and found.candidates:
+        render.out("no train.py or main.py at the top: [project] command is left unset (a deploy refuses until it "
+                   "is set); what could start the training, best first (each is a comment in orch.toml):")
+        for command in found.candidates:
+            render.out(f"  {command}")
+    elif found.command is None:
+        render.out("no entry point found: set [project] command in orch.toml (a deploy refuses until it is set)")
     else:
         render.out(f"runs {found.entry}")
     if found.requirements:
