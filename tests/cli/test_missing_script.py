@@ -8,8 +8,6 @@ import json
 
 import pytest
 
-from orchestrator.launch.command import missing, runs_file
-
 
 def _with_command(project, command: str, sources: str = '["train.py"]') -> None:
     config = project.path / "orch.toml"
@@ -84,10 +82,14 @@ def test_a_command_orch_cannot_be_sure_of_still_runs(project):
     ("make train", None),
 ])
 def test_what_a_command_surely_runs(command, found):
+    from orchestrator.launch.command import runs_file
+
     assert runs_file(command) == found
 
 
 def test_a_module_is_checked_only_when_the_project_holds_its_package():
+    from orchestrator.launch.command import missing
+
     files = {"train.py", "pkg/__init__.py", "pkg/model.py", "src/lib/__main__.py"}
     assert missing(("module", "pkg.train"), files, []) == "pkg/train.py"
     assert missing(("module", "pkg.model"), files, []) is None
