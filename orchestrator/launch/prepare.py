@@ -123,6 +123,19 @@ def check_entry(settings: Settings, rev: revisions.Revision) -> None:
     raise InputError(what, hint=hint + "; nothing was changed on the target")
 
 
+def _check_parent(parent: Experiment, pythonpath: str) -> None:
+    """A restart runs the parent's command on the parent's revision: refused when that revision lacks the script
+    (an experiment launched before deploys checked it, which died on ``can't open file``)."""
+    found = runs_file(parent.command)
+    files = {f["path"] for f in parent.revision_files if isinstance(f, dict) and "path" in f}
+    absent = missing(found, files, pythonpath.split(":")) if found is not None and files else None
+    if absent is not None:
+        shown = parent.command if isinstance(parent.command, str) else " ".join(parent.command)
+        raise InputError(f"experiment {parent.id}'s command {shown!r} runs {absent}, which its revision "
+                         f"{parent.revision} does not hold", hint="fix [project] command (or sources) in orch.toml "
+                         "and orch deploy a new revision; nothing was changed on the target")
+
+
 def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
             purge: bool, yes: bool, confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
             parent: Experiment | None = None, job: bool | None = None) -> Launch:
@@ -137,6 +150,7 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
         raise InputError(f"experiment {parent.id} is a job over {len(parent.nodes)} nodes: restart relaunches "
                          "one target", hint="deploy the job again naming its nodes (orch deploy --ct A --ct B)")
     project = parent.config.get("project") or {}
+    _check_parent(parent, str((project.get("env") or {}).get("PYTHONPATH", "")))
     secret = secret_values(settings, list(project.get("secrets") or []))  # the parent's, as its env
     book = playbooks.load("restart", settings.project_dir)
     inputs = Inputs(target=target.name, root=target.root,

@@ -96,3 +96,15 @@ def test_a_module_is_checked_only_when_the_project_holds_its_package():
     assert missing(("module", "torch.distributed.run"), files, []) is None  # installed on the target, maybe
     assert missing(("module", "lib"), files, ["src"]) is None  # src/lib/__main__.py, with PYTHONPATH=src
     assert missing(("script", "train.py"), files, []) is None
+
+
+def test_a_restart_of_an_experiment_whose_revision_lacks_its_script_is_refused(project):
+    """An experiment recorded by an orch that did not check (its run died on can't open file) is not relaunched."""
+    assert project.run("deploy", "--wait", "60").returncode == 0
+    with project.registry() as reg:  # as an older orch recorded it: the command names a file never sent
+        reg.db.execute("UPDATE experiments SET command = ? WHERE id = 1", (json.dumps("python3 chargpt.py"),))
+    refused = project.run("restart", "--yes")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "experiment 1's command 'python3 chargpt.py' runs chargpt.py, which its revision" in refused.stderr
+    with project.registry() as reg:
+        assert [e.id for e in reg.list()] == [1]
