@@ -114,6 +114,10 @@ def test_a_toml_syntax_error_never_blocks_status_logs_or_stop(project):
     assert "read with the settings experiment 1 was launched with" in project.run("status").stderr
     with project.registry() as reg:
         assert len(reg.list()) == 1  # nothing launched
+    config.write_bytes(b"\xff\xfe[project]\n")  # not even text
+    unreadable = project.run("status")
+    assert unreadable.returncode == 0 and "experiment 1 stopped" in unreadable.stdout, unreadable.stderr
+    assert "not valid TOML: 'utf-8' codec can't decode byte 0xff" in unreadable.stderr
 
 
 def test_an_unknown_default_target_never_blocks_status_logs_or_stop(project):
