@@ -4,8 +4,8 @@ the command names a file the revision lacks); nothing is written.
 A project's own say comes first: ``train.py`` or ``main.py`` at its top, then a ``[project.scripts]`` entry of its
 pyproject. Else the candidates: the scripts anywhere in what a revision sends that run something when started
 (an ``if __name__ == "__main__":``), and the packages with a ``__main__.py``; those a README runs first, then the
-shallow ones, then those named like training. One candidate at the top of the project is chosen; among several,
-or one only below it, the user chooses::
+shallow ones, then those named like training. The one script at the top of the project is chosen (unless a
+README runs another); among several, or below the top only, the user chooses::
 
     found = find(Path("minGPT"), {}, files)     # files: the revision's paths, as sources.collect selects them
     found.command                               # None: the user chooses
@@ -47,7 +47,7 @@ def find(folder: Path, pyproject: dict, files: list[str]) -> Found:
         return found
     ranked = _ranked(folder, files or _top_level(folder))
     top = [(cmd, path) for cmd, path in ranked if "/" not in path and cmd.startswith("python3 ")]
-    if len(ranked) == 1 and top:
+    if len(top) == 1 and ranked[0] == top[0]:  # the top folder's one script, unless a README runs another
         found.command, found.entry = top[0][0], f"{top[0][1]} (its if __name__ == \"__main__\")"
     else:
         found.candidates = [cmd for cmd, _ in ranked[:MAX_SHOWN]]

@@ -118,6 +118,12 @@ def test_the_entry_point_comes_from_pyproject_scripts_or_the_one_guarded_script(
     text = starter.starter(two, name="one", batching=True)
     assert '# command = "python3 finetune.py"\n# command = "python3 eval.py"\n' in text
     assert "\ncommand" not in text and "\nenv" not in text  # unset; no thread cap nobody asked for
+    (one / "eval.py").unlink()
+    (one / "tools").mkdir()
+    (one / "tools" / "prep.py").write_text("if __name__ == '__main__':\n    pass\n")
+    assert starter.survey(one).command == "python3 finetune.py"  # the top folder's one script beats a deeper one
+    (one / "README.md").write_text("First `python tools/prep.py`, then train.\n")
+    assert starter.survey(one).candidates == ["python3 tools/prep.py", "python3 finetune.py"]  # unless a README
     settings = load_settings(_write(one, text), env={})
     assert settings.batching.strategy == "megabatch" and "batching" in settings.model_fields_set
 
