@@ -764,21 +764,28 @@ def load_settings(config_path: Path | str | None = None, *, overrides: list[str]
             raise ConfigError(f"--set {item!r} needs the form section.key=value", hint="e.g. --set batching.seed=3")
         dotted, value = item.split("=", 1)
         _assign(data, dotted.strip(), _parse_value(value.strip()), f"--set {dotted.strip()}", sources)
-    _renamed(data, sources, label, notice)
+    try:
+        _renamed(data, sources, label, notice)
+    except ConfigError as exc:  # an old and a new name that disagree: the new one is read (the old one is dropped)
+        if not lenient:
+            raise
+        notice(f"orch: warning: {exc.message}; read as the new name says\n  {REFUSED}")
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
         lines = [_describe(e, data, sources, label) for e in exc.errors()]
         instead: dict[str, Any] = {}
-        if lenient and any(tuple(e["loc"]) == ("default_target",) for e in exc.errors()):
-            ran = newest()
-            if ran is not None and (ran.target == "local" or ran.target in (data.get("targets") or {})):
-                instead["default_target"] = ran.target
-                lines.append(f"(default_target read as {ran.target!r}: experiment {ran.experiment} ran there)")
+        ran = newest() if lenient else None
+        if ran is not None and any(tuple(e["loc"]) == ("default_target",) for e in exc.errors()) and \
+                (ran.target == "local" or ran.target in (data.get("targets") or {})):
+            instead["default_target"] = ran.target
+            lines.append(f"(default_target read as {ran.target!r}: experiment {ran.experiment} ran there)")
         settings = _without_errors(data, exc, instead) if lenient else None
-        if settings is None and lenient and newest() is not None:
-            settings = _recorded_settings(newest())  # type: ignore[arg-type]
-            lines.append(f"(read as experiment {newest().experiment} was launched)")  # type: ignore[union-attr]
+        if settings is None and lenient:  # nothing left to drop (a whole-file rule): as the run was launched
+            settings = _recorded_settings(ran) if ran is not None else None
+            lines.append(f"(read as experiment {ran.experiment} was launched)" if settings is not None
+                         else "(read with the built-in defaults)")
+            settings = settings or Settings()
         if settings is None:
             raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines),
                               hint="fix the value(s) above (`orch init --print` shows a commented starter "
