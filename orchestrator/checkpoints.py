@@ -23,7 +23,7 @@ from .reach.agent_client import AgentClient, Op
 if TYPE_CHECKING:
     from .config import Settings
     from .reach.targets import Target
-    from .records.experiments import Registry
+    from .records.experiments import Experiment, Registry
 
     OpenRegistry = Callable[[], ContextManager[Registry]]
     Confirm = Callable[[str], bool] | None
@@ -166,6 +166,50 @@ def own_folder(target: Target, exp_id: int, recorded: str | None) -> str | None:
                               f"({variant_folder(target, None, exp_id)}); orch checkpoints list shows the folder")
     raise InputError(f"experiment {exp_id} wrote its checkpoints to {path}, not to {conf} or a folder beside it",
                      hint="name the target it ran on, or check [paths] checkpoints")
+
+
+def lineage(exp: Experiment) -> str | None:
+    """The lineage folder experiment ``exp`` ran in, from its record: the folder it wrote to, or for a run beside
+    the lineage (a sweep's variant, ``--beside``, an older orch's nested folder) the folder it was beside.
+
+    The folder it wrote to decides, not the configuration it recorded: an older orch's restart recorded its
+    parent's configuration with today's folder, and ran in today's."""
+    from .agent import ckpt_layout
+
+    path = (exp.checkpoints or "").rstrip("/")
+    if not path:
+        return None
+    cfg = exp.config or {}
+    spec = (cfg.get("targets") or {}).get(exp.target) or {}
+    named = spec.get("checkpoints") or (cfg.get("paths") or {}).get("checkpoints")
+    conf = str(named).replace("{project}", str((cfg.get("project") or {}).get("name") or exp.project)).rstrip("/") \
+        if named else None
+    if conf and (ckpt_layout.is_variant_of(path, conf) or path == f"{conf}/exp{exp.id}"):
+        return conf
+    for mark in (f"@exp{exp.id}", f"/{ckpt_layout.VARIANTS}/exp{exp.id}"):
+        if path.endswith(mark):
+            return path[: -len(mark)]
+    return path
+
+
+def ran_with(target: Target, exp: Experiment) -> Target:
+    """``target`` as experiment ``exp`` ran on it: the root and checkpoint folder its record names, never today's
+    orch.toml or defaults (a run launched with ``--set paths.checkpoints=...`` is restarted, cleaned, listed and
+    pulled there). A record without them (a job's, an old one) leaves the target as it is."""
+    from dataclasses import replace
+
+    if exp.nodes:
+        return target
+    cfg = exp.config or {}
+    spec = (cfg.get("targets") or {}).get(exp.target) or {}
+    root = spec.get("root") or (cfg.get("paths") or {}).get("root")
+    changes: dict = {}
+    folder_ = lineage(exp)
+    if folder_ and folder_ != target.checkpoints.rstrip("/"):
+        changes["checkpoints"] = folder_
+    if root and str(root) != target.root:
+        changes.update(root=str(root), machine=exp.machine or target.machine)
+    return replace(target, **changes) if changes else target
 
 
 def restore_op(target: Target, name: str, path: str | None = None) -> Op:

@@ -67,6 +67,9 @@ def pull(ctx: typer.Context, words: WordsArg = None, experiment: ExperimentOpt =
                 tgt, exp, run_registry = log_view.find_run(settings, reg, experiment, common.single(target, ct),
                                                            lambda name, ct_: resolve(name, ct_))
         where = Path("orch-pull") / f"exp{exp.id}"
+        from .. import checkpoints as ckpts
+
+        tgt = ckpts.ran_with(tgt, exp)  # the root and folder it ran with, not today's orch.toml
     sel = pulling.selection(exp.checkpoints or tgt.checkpoints, want_checkpoints=checkpoints, outputs=outputs,
                             log=log, words=list(words or []))
     try:

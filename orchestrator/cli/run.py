@@ -330,6 +330,10 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
                            parent=parent if parent is not None and parent.nodes else None)
     target, ct = one or common.single(target, ct)
     tgt = choice.target if choice is not None else _target(settings, target, ct, start, trust_new_host, dry_run)
+    if parent is not None:  # where it ran: its root and checkpoint folder
+        from .. import checkpoints
+
+        tgt = checkpoints.ran_with(tgt, parent)
     with common.registry(settings) as reg:
         if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
             from ..records.reconcile import recover

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import envs, notify, playbooks, revisions, sources
-from .. import secrets
+from .. import checkpoints, secrets
 from ..config import Settings
 from ..errors import InputError, NotFoundError
 from ..records.experiments import Experiment, Registry
@@ -105,6 +105,8 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
     if parent.nodes and not job:
         raise InputError(f"experiment {parent.id} is a job over {len(parent.nodes)} nodes: restart relaunches "
                          "one target", hint="deploy the job again naming its nodes (orch deploy --ct A --ct B)")
+    if not job:  # where the parent ran: its root and checkpoint folder, whatever orch.toml says today
+        target = checkpoints.ran_with(target, parent)
     project = parent.config.get("project") or {}
     secret = secret_values(settings, list(project.get("secrets") or []))  # the parent's, as its env
     book = playbooks.load("restart", settings.project_dir)
