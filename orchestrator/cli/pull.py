@@ -90,8 +90,16 @@ def _show(res, exp_id: int, label: str, as_json: bool) -> None:
         render.print_json(res.public())
         return
     for s in res.skipped:
-        render.say(f"orch: skipped {s['key']}: {s['why']} (links are never followed)")
+        links = " (links are never followed)" if "symlink" in s["why"] else ""
+        render.say(f"orch: skipped {s['key']}: {s['why']}{links}")
     counts = summary(res.items)
+    moved: dict = {}
+    for i in res.items:
+        if i.entry:
+            moved[i.entry] = moved.get(i.entry, 0) + 1
+    for entry, n in moved.items():
+        render.say(f"orch: {n} of experiment {exp_id}'s checkpoint file(s) come from trash entry {entry}, where a "
+                   "clean moved them")
     if res.dry_run:
         rows = [[i.key, render.size(i.size), i.action + (f" from {render.size(i.offset)}" if i.offset else "")]
                 for i in res.items]
