@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ContextManager, NamedTuple
 
-from .errors import InputError, OrchError
+from .errors import InputError, OrchError, cancelled
 from .reach.agent_client import AgentClient, Op
 
 if TYPE_CHECKING:
@@ -244,9 +244,10 @@ def notice(inv: dict | None, writer: Writer | None) -> str | None:
 
 
 def confirm_launch(inv: dict, action: str, where: str, writer: Writer | None, *, yes: bool, confirm: Confirm,
-                   echo: Callable[[str], None]) -> None:
-    """A launch's clean (``action`` "move" or "purge") of ``inv`` on ``where``: said, then asked unless ``yes``;
-    refused (InputError) without a way to ask, or when the answer is no. An empty folder asks nothing."""
+                   echo: Callable[[str], None], guard: bool = False) -> None:
+    """A launch's clean (``action`` "move" or "purge"; ``guard``: a guarded launch's) of ``inv`` on ``where``:
+    said, then asked unless ``yes``; refused (InputError) without a way to ask, or when the answer is no, saying
+    what was left and what to type instead. An empty folder asks nothing."""
     from .watch.metrics import format_size as size
 
     if not inv["files"]:
@@ -268,16 +269,26 @@ def confirm_launch(inv: dict, action: str, where: str, writer: Writer | None, *,
         raise InputError(f"refusing to {verb.lower()} checkpoints without confirmation",
                          hint="rerun with --yes to confirm, or in a terminal to be asked")
     if not confirm(question):
-        raise InputError("cancelled: the checkpoints were left as they are")
+        flag = "--purge" if action == "purge" else "--guard" if guard else "--clean-checkpoints"
+        keep = f"or without {flag} to keep them (the new run resumes from them)"
+        if action == "purge":
+            keep = "--clean-checkpoints instead of --purge to move them to the trash (restorable), " + keep
+        elif guard:
+            keep = "or without --guard, which moves them aside to put them back if the new run is worse"
+        raise cancelled(f"nothing was changed on {where}; the {inv['files']} checkpoint file(s) in {inv['path']} "
+                        "are where they were",
+                        f"rerun with --yes to {'delete them for good' if action == 'purge' else 'move them to the trash'}"
+                        f" without being asked, {keep}")
 
 
-def _ask(yes: bool, confirm: Confirm, question: str) -> None:
+def _ask(yes: bool, confirm: Confirm, question: str, left: str) -> None:
     if yes:
         return
     if confirm is None:
         raise InputError("refusing without confirmation", hint="rerun with --yes, or in a terminal to be asked")
     if not confirm(question):
-        raise InputError("cancelled: nothing was changed")
+        raise cancelled(left, "rerun with --yes to go on without being asked; orch checkpoints list shows what "
+                              "the folder and its trash hold")
 
 
 def _entries(n: int) -> str:
@@ -367,7 +378,8 @@ def clean(settings: Settings, target: Target, open_registry: OpenRegistry, *, ye
         if victims:
             warn(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {', '.join(victims)}")
         _ask(yes, confirm, f"move {inv['files']} file(s), {size(inv['bytes'])}, from {inv['path']} to the trash"
-                           + (f" and delete {len(victims)} older trash {_entries(len(victims))}?" if victims else "?"))
+                           + (f" and delete {len(victims)} older trash {_entries(len(victims))}?" if victims else "?"),
+             f"nothing was moved; the {inv['files']} file(s) in {inv['path']} are where they were")
         runs = s.client.one("status", project=settings.project.name, tail=False, gpus=False)["runs"]
         res = s.change(clean_now_op(target, settings, inv, writer(runs, inv)))
     return {"path": inv["path"], **res}
@@ -392,6 +404,7 @@ def purge(settings: Settings, target: Target, open_registry: OpenRegistry, names
         if not names:
             raise InputError("name the trash entries to delete, or pass --all", hint="see orch checkpoints list")
         total = sum(e["bytes"] for e in inv["entries"] if e["name"] in names)
-        _ask(yes, confirm, f"PERMANENTLY delete {len(names)} trash {_entries(len(names))} ({size(total)})?")
+        _ask(yes, confirm, f"PERMANENTLY delete {len(names)} trash {_entries(len(names))} ({size(total)})?",
+             f"nothing was deleted; trash {_entries(len(names))} {', '.join(names)} are as they were")
         return s.change(purge_op(target, names, path))
 

@@ -139,3 +139,23 @@ def test_a_differing_local_copy_of_the_experiments_own_file_is_refused_without_n
     assert res.returncode == 5, res.stdout + res.stderr
     assert "differ from experiment 1's own" in res.stderr, res.stderr
     assert (mine / "last.ckpt").read_text() == "weights of experiment 9999"
+
+
+def test_no_at_the_restart_prompt_says_what_was_left_and_what_to_type_instead(own):
+    import sys
+
+    from tests.conftest import run_on_pty
+
+    p = own
+    assert _deploy(p) == 1
+    _written(p.checkpoints, 1)
+    argv = [sys.executable, "-m", "orchestrator.cli.main", "restart", "--clean-checkpoints"]
+    code, screen = run_on_pty(argv, p.path, {"move to the trash": "n"})
+    assert code == 2, screen
+    assert f"error: cancelled: nothing was changed on local; the 2 checkpoint file(s) in {p.checkpoints} are where " \
+           "they were" in screen, screen
+    assert "hint: rerun with --yes to move them to the trash without being asked, or without --clean-checkpoints " \
+           "to keep them (the new run resumes from them)" in screen, screen
+    assert sorted(os.listdir(p.checkpoints)) == ["last.ckpt", "only-exp1.bin"] and _entries(p.checkpoints) == {}
+    with p.registry() as reg:
+        assert [(e.id, e.status) for e in reg.list()] == [(1, "running")]

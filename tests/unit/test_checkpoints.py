@@ -178,8 +178,10 @@ def test_a_launch_without_a_way_to_ask_or_told_no_is_refused(place):
     assert "--yes" in exc.value.hint
     with pytest.raises(InputError, match="refusing to permanently delete checkpoints"):
         _confirm(INV, "purge")
-    with pytest.raises(InputError, match="cancelled: the checkpoints were left as they are"):
+    with pytest.raises(InputError, match="cancelled: nothing was changed on .*; the 2 checkpoint file") as exc:
         _confirm(INV, "move", answer=False)
+    assert exc.value.hint == ("rerun with --yes to move them to the trash without being asked, or without "
+                              "--clean-checkpoints to keep them (the new run resumes from them)")
 
 
 def test_a_kept_folder_is_noticed_with_its_writer():
