@@ -80,6 +80,11 @@ def test_restart_of_a_run_launched_with_another_folder_cleans_and_resumes_from_t
 
     listed = json.loads(p.run("checkpoints", "list", "-e", "3", "--json").stdout)
     assert (listed["path"], listed["files"]) == (str(other), 2)
+    from orchestrator.config import load_settings
+    from orchestrator.ui import actions
+
+    answer = actions.checkpoints(load_settings(p.path / "orch.toml"), three)  # the dashboard's checkpoints panel
+    assert answer.ok and (answer.data["path"], answer.data["files"]) == (str(other), 2), answer
     # a bare restart relaunches the latest experiment (3) where it ran, too
     res = p.run("restart", "--clean-checkpoints", "--yes", "--json")
     assert res.returncode == 0, res.stderr
@@ -159,3 +164,17 @@ def test_no_at_the_restart_prompt_says_what_was_left_and_what_to_type_instead(ow
     assert sorted(os.listdir(p.checkpoints)) == ["last.ckpt", "only-exp1.bin"] and _entries(p.checkpoints) == {}
     with p.registry() as reg:
         assert [(e.id, e.status) for e in reg.list()] == [(1, "running")]
+
+
+def test_pull_of_an_experiment_finds_it_under_the_root_it_ran_with_after_orch_toml_changed(own, tmp_path):
+    p = own
+    assert _deploy(p) == 1
+    _written(p.checkpoints, 1)
+    assert p.run("stop").returncode == 0
+    toml = p.path / "orch.toml"
+    toml.write_text(toml.read_text().replace(f'root = "{p.root}"', f'root = "{tmp_path / "new-root"}"'))
+    res = p.run("pull", "-e", "1", "--checkpoints", "--to", str(tmp_path / "one"))
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "one" / "checkpoints" / "last.ckpt").read_text() == "weights of experiment 0001"
+    listed = json.loads(p.run("checkpoints", "list", "-e", "1", "--json").stdout)
+    assert (listed["path"], listed["files"]) == (str(p.checkpoints), 2)
