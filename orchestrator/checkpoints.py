@@ -195,10 +195,14 @@ def lineage(exp: Experiment) -> str | None:
 def ran_with(target: Target, exp: Experiment) -> Target:
     """``target`` as experiment ``exp`` ran on it: the root and checkpoint folder its record names, never today's
     orch.toml or defaults (a run launched with ``--set paths.checkpoints=...`` is restarted, cleaned, listed and
-    pulled there). A record without them (a job's, an old one) leaves the target as it is."""
+    pulled there). A record without them (a job's, an old one), or a target other than the one it ran on, leaves
+    the target as it is."""
     from dataclasses import replace
 
-    if exp.nodes:
+    def place(machine: str | None) -> str:  # the machine key without the root it ends with (targets.machine_key)
+        return (machine or "").rsplit(":", 1)[0]
+
+    if exp.nodes or (exp.target != target.name and place(exp.machine) != place(target.machine)):
         return target
     cfg = exp.config or {}
     spec = (cfg.get("targets") or {}).get(exp.target) or {}
