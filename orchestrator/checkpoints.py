@@ -279,10 +279,9 @@ def confirm_launch(inv: dict, action: str, where: str, writer: Writer | None, *,
             keep = "--clean-checkpoints instead of --purge to move them to the trash (restorable), " + keep
         elif guard:
             keep = "or without --guard, which moves them aside to put them back if the new run is worse"
+        act = "delete them for good" if action == "purge" else "move them to the trash"
         raise cancelled(f"nothing was changed on {where}; the {inv['files']} checkpoint file(s) in {inv['path']} "
-                        "are where they were",
-                        f"rerun with --yes to {'delete them for good' if action == 'purge' else 'move them to the trash'}"
-                        f" without being asked, {keep}")
+                        "are where they were", f"rerun with --yes to {act} without being asked, {keep}")
 
 
 def _ask(yes: bool, confirm: Confirm, question: str, left: str) -> None:
@@ -409,6 +408,6 @@ def purge(settings: Settings, target: Target, open_registry: OpenRegistry, names
             raise InputError("name the trash entries to delete, or pass --all", hint="see orch checkpoints list")
         total = sum(e["bytes"] for e in inv["entries"] if e["name"] in names)
         _ask(yes, confirm, f"PERMANENTLY delete {len(names)} trash {_entries(len(names))} ({size(total)})?",
-             f"nothing was deleted; trash {_entries(len(names))} {', '.join(names)} are as they were")
+             f"nothing was deleted; the trash holds {', '.join(names)} as before")
         return s.change(purge_op(target, names, path))
 

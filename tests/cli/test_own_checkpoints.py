@@ -37,7 +37,8 @@ def own(project):
     (project.path / "train.py").write_text(TRAIN)
     toml = project.path / "orch.toml"
     text = toml.read_text()
-    toml.write_text(text[:text.index("[targets.local]")] + f'[targets.local]\nkind = "local"\nroot = "{project.root}"\n')
+    local = f'[targets.local]\nkind = "local"\nroot = "{project.root}"\n'
+    toml.write_text(text[:text.index("[targets.local]")] + local)
     yield project
     project.run("stop", "--all")
 

@@ -213,7 +213,8 @@ while True:
 """
 
 
-def test_restart_and_pull_of_an_experiment_use_its_own_folder_and_files_on_a_ct(remote, testbed, tmp_path):  # noqa: F811
+def test_restart_and_pull_of_an_experiment_use_its_own_folder_and_files_on_a_ct(remote, testbed,  # noqa: F811
+                                                                               tmp_path):
     """Experiment 2, launched with --set paths.checkpoints: restart -e 2 cleans its folder (not the default one
     experiment 1 wrote), and pull -e 2 brings its own last.ckpt from the trash entry, never experiment 3's."""
     from tests.conftest import wait_for
