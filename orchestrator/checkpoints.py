@@ -179,17 +179,39 @@ def lineage(exp: Experiment) -> str | None:
     path = (exp.checkpoints or "").rstrip("/")
     if not path:
         return None
-    cfg = exp.config or {}
-    spec = (cfg.get("targets") or {}).get(exp.target) or {}
-    named = spec.get("checkpoints") or (cfg.get("paths") or {}).get("checkpoints")
-    conf = str(named).replace("{project}", str((cfg.get("project") or {}).get("name") or exp.project)).rstrip("/") \
-        if named else None
+    conf = _configured(exp)
     if conf and (ckpt_layout.is_variant_of(path, conf) or path == f"{conf}/exp{exp.id}"):
         return conf
     for mark in (f"@exp{exp.id}", f"/{ckpt_layout.VARIANTS}/exp{exp.id}"):
         if path.endswith(mark):
             return path[: -len(mark)]
     return path
+
+
+def _configured(exp: Experiment) -> str | None:
+    """The checkpoint folder ``exp``'s recorded configuration names (``{project}`` filled in), if it names one."""
+    cfg = exp.config or {}
+    spec = (cfg.get("targets") or {}).get(exp.target) or {}
+    named = spec.get("checkpoints") or (cfg.get("paths") or {}).get("checkpoints")
+    name = (cfg.get("project") or {}).get("name") or exp.project
+    return str(named).replace("{project}", str(name)).rstrip("/") if named else None
+
+
+def config_with(exp: Experiment, used: str) -> dict:
+    """``exp``'s recorded configuration for a relaunch in the folder ``used``: as it is, or, where it names another
+    folder (a restart by an older orch recorded its parent's with today's folder), naming ``used``, so that the
+    new record's folder and its configuration agree."""
+    conf = _configured(exp)
+    if not exp.config or conf is None or conf == used.rstrip("/"):
+        return exp.config
+    import copy
+
+    cfg = copy.deepcopy(exp.config)
+    cfg.setdefault("paths", {})["checkpoints"] = used
+    spec = (cfg.get("targets") or {}).get(exp.target)
+    if isinstance(spec, dict) and spec.get("checkpoints"):
+        spec["checkpoints"] = used
+    return cfg
 
 
 def ran_with(target: Target, exp: Experiment) -> Target:

@@ -119,7 +119,7 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
                     env=(parent.env or {}).get("spec"))  # the parent's environment, built again if it is gone
     env = _env(project.get("env") or {}, echo)
     launch = Launch(settings, target, book, inputs, playbooks.plan(book, inputs), revision=None, env=env,
-                    secrets=secret, config=parent.config,
+                    secrets=secret, config=checkpoints.config_with(parent, target.checkpoints),
                     batching_plan=parent.batching_plan, yes=yes, confirm=confirm, echo=echo,
                     inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
                                "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})

@@ -209,3 +209,16 @@ def test_a_command_on_an_experiment_takes_the_folder_and_root_it_ran_with_where_
     elsewhere = Target("ct201", TargetSection(kind="proxmox", ct=201), "/new/orch", "/ck/tinylm", "python3",
                        machine="ct:201@pve:/new/orch")
     assert checkpoints.ran_with(elsewhere, exp) is elsewhere  # restart -e 7 --ct 201: that target's own
+
+
+def test_a_relaunch_records_the_folder_it_uses_in_its_configuration_too():
+    from orchestrator.records.experiments import Experiment
+
+    cfg = {"project": {"name": "tinylm"}, "paths": {"root": "/r", "checkpoints": "/x/{project}"},
+           "targets": {"local": {"kind": "local", "checkpoints": None}}}
+    exp = Experiment(id=7, project="tinylm", created=0, target="local", revision="r", command="python3 t.py",
+                     config=cfg, checkpoints="/x/tinylm")
+    assert checkpoints.config_with(exp, "/x/tinylm") is exp.config  # they agree: as recorded
+    # a row an older orch's restart wrote: its parent's configuration, today's folder
+    fixed = checkpoints.config_with(exp.model_copy(update={"checkpoints": "/d/tinylm"}), "/d/tinylm")
+    assert fixed["paths"]["checkpoints"] == "/d/tinylm" and cfg["paths"]["checkpoints"] == "/x/{project}"
