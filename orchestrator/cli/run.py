@@ -178,14 +178,15 @@ def _say_outcome(outcome, target) -> None:
         resumed = f", resuming after {render.size(p['resumed_bytes'])} sent before" if p.get("resumed_bytes") else ""
         render.say(f"revision: {p['missing']} of {p['files']} file(s) sent ({render.size(p['bytes'])}{resumed})")
     ck = outcome.checkpoints
+    # -e names the folder the entry belongs to whatever orch.toml says later (a --set paths.checkpoints launch)
+    restore = f"orch checkpoints restore -e {exp.id}" if exp is not None else "orch checkpoints restore"
     if ck and ck.get("action") == "moved":
-        render.say(f"checkpoints: {ck['moved']} file(s) moved to {ck['entry_path']} "
-                   f"(orch checkpoints restore {ck['entry']})")
+        render.say(f"checkpoints: {ck['moved']} file(s) moved to {ck['entry_path']} ({restore} {ck['entry']})")
     elif ck and ck.get("action") == "purged":
         render.say(f"checkpoints: {ck.get('deleted', ck['moved'])} file(s) deleted")
         if ck.get("kept"):
             render.say(f"checkpoints: {len(ck['kept'])} file(s) written after the confirmation were moved to "
-                       f"{ck['entry_path']}, not deleted (orch checkpoints restore {ck['entry']})")
+                       f"{ck['entry_path']}, not deleted ({restore} {ck['entry']})")
     for p in (ck or {}).get("purged", []) or []:
         render.say(f"trash retention: deleted {p['entry']} ({render.size(p['bytes'])})")
     for sh in outcome.shell:

@@ -73,6 +73,7 @@ def test_restart_of_a_run_launched_with_another_folder_cleans_and_resumes_from_t
     assert sorted(os.listdir(default)) == ["last.ckpt", "only-exp1.bin"] and _entries(default) == {}
     [(entry, files)] = _entries(other).items()
     assert entry.endswith("-exp2") and files == [".orch-trash.json", "last.ckpt", "only-exp2.bin"]
+    assert f"(orch checkpoints restore -e 3 {entry})" in res.stderr, res.stderr  # the folder, whatever orch.toml says
     _written(other, 3)
     with p.registry() as reg:
         three = reg.get(3)
