@@ -134,3 +134,9 @@ def extra_hint(extra: str) -> str:
     """The hint for a missing optional extra. The name ``orch`` on PyPI is another project, so it says to install
     the extra from orch's own checkout or wheel (docs/install.md)."""
     return f"install orch's {extra} extra from its checkout or wheel: pip install '<orch checkout>[{extra}]'"
+
+
+def cancelled(left: str, instead: str) -> InputError:
+    """Every prompt's "no" (exit 2): ``left``, what was left as it was, and ``instead``, what to type to go on
+    without being asked or to do the other thing, as its hint."""
+    return InputError(f"cancelled: {left}", hint=instead)

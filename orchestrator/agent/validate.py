@@ -323,7 +323,7 @@ def _pull_files(value: Any, name: str) -> list:
 
 
 _PULL_FROM = {"exp_id": exp_id, "registry": registry_id, "checkpoints": _optional(_str),
-              "entry": _optional(trash_name), "outputs": _bool, "log": _bool}
+              "entry": _optional(trash_name), "outputs": _bool, "log": _bool, "own": _bool}
 
 # op -> {argument: check}; an argument not named here is refused (the op would fail on it anyway)
 ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {

@@ -178,14 +178,15 @@ def _say_outcome(outcome, target) -> None:
         resumed = f", resuming after {render.size(p['resumed_bytes'])} sent before" if p.get("resumed_bytes") else ""
         render.say(f"revision: {p['missing']} of {p['files']} file(s) sent ({render.size(p['bytes'])}{resumed})")
     ck = outcome.checkpoints
+    # -e names the folder the entry belongs to whatever orch.toml says later (a --set paths.checkpoints launch)
+    restore = f"orch checkpoints restore -e {exp.id}" if exp is not None else "orch checkpoints restore"
     if ck and ck.get("action") == "moved":
-        render.say(f"checkpoints: {ck['moved']} file(s) moved to {ck['entry_path']} "
-                   f"(orch checkpoints restore {ck['entry']})")
+        render.say(f"checkpoints: {ck['moved']} file(s) moved to {ck['entry_path']} ({restore} {ck['entry']})")
     elif ck and ck.get("action") == "purged":
         render.say(f"checkpoints: {ck.get('deleted', ck['moved'])} file(s) deleted")
         if ck.get("kept"):
             render.say(f"checkpoints: {len(ck['kept'])} file(s) written after the confirmation were moved to "
-                       f"{ck['entry_path']}, not deleted (orch checkpoints restore {ck['entry']})")
+                       f"{ck['entry_path']}, not deleted ({restore} {ck['entry']})")
     for p in (ck or {}).get("purged", []) or []:
         render.say(f"trash retention: deleted {p['entry']} ({render.size(p['bytes'])})")
     for sh in outcome.shell:
@@ -330,6 +331,10 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
                            parent=parent if parent is not None and parent.nodes else None)
     target, ct = one or common.single(target, ct)
     tgt = choice.target if choice is not None else _target(settings, target, ct, start, trust_new_host, dry_run)
+    if parent is not None:  # where it ran: its root and checkpoint folder
+        from .. import checkpoints
+
+        tgt = checkpoints.ran_with(tgt, parent)
     with common.registry(settings) as reg:
         if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
             from ..records.reconcile import recover

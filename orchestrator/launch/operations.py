@@ -79,7 +79,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         writer = _writer(probe, settings)
         if action != "keep":
             checkpoints.confirm_launch(probe["inventory"], action, target.label, writer, yes=launch.yes,
-                                       confirm=launch.confirm, echo=launch.echo)
+                                       confirm=launch.confirm, echo=launch.echo, guard=launch.guard)
         elif launch.has(StartRun) and not (launch.beside or launch.sweep):  # those get a folder of their own
             _notice_checkpoints(launch, probe.get("inventory"), writer)
         _push(launch, client, probe, out)

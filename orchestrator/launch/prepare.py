@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import envs, notify, playbooks, revisions, sources
-from .. import secrets
+from .. import checkpoints, secrets
 from ..config import Settings
 from ..errors import InputError, NotFoundError
 from ..records.experiments import Experiment, Registry
@@ -149,6 +149,8 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
     if parent.nodes and not job:
         raise InputError(f"experiment {parent.id} is a job over {len(parent.nodes)} nodes: restart relaunches "
                          "one target", hint="deploy the job again naming its nodes (orch deploy --ct A --ct B)")
+    if not job:  # where the parent ran: its root and checkpoint folder, whatever orch.toml says today
+        target = checkpoints.ran_with(target, parent)
     project = parent.config.get("project") or {}
     _check_parent(parent, str((project.get("env") or {}).get("PYTHONPATH", "")))
     secret = secret_values(settings, list(project.get("secrets") or []))  # the parent's, as its env
@@ -162,7 +164,7 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
                     env=(parent.env or {}).get("spec"))  # the parent's environment, built again if it is gone
     env = _env(project.get("env") or {}, echo)
     launch = Launch(settings, target, book, inputs, playbooks.plan(book, inputs), revision=None, env=env,
-                    secrets=secret, config=parent.config,
+                    secrets=secret, config=checkpoints.config_with(parent, target.checkpoints),
                     batching_plan=parent.batching_plan, yes=yes, confirm=confirm, echo=echo,
                     inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
                                "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})
