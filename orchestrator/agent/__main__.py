@@ -10,7 +10,7 @@ import traceback
 
 from . import diskspace, journal
 from .ckpt import checkpoints, ckpt_move
-from .machine import doctor, system
+from .machine import doctor, identity, system
 from .queue import gpu_share, runqueue
 from .run import launch_env, rollback, runs, start_check, workdir
 from .serving import logs, run_files, validate
@@ -198,6 +198,12 @@ def handle(request: dict, payload: Payload, results: list | None = None) -> dict
         raise AgentFailure("agent", f"protocol {request.get('v')} is not this agent's ({PROTOCOL})")
     layout = Layout(request.get("root", ""))
     results = [] if results is None else results
+    who, why = identity.check(layout.root, request.get("expect"))  # before the lock and every op: touch nothing
+    if why is not None:
+        expect = request["expect"]
+        return {"v": PROTOCOL, "results": [], "who": who,
+                "fatal": {"kind": "identity", "hint": "", "message": f"the machine answering is not CT "
+                          f"{expect.get('vmid')} ({expect.get('hostname')}): {why}"}}
     ops = request.get("ops", [])
     steps = _journal(layout, request)
 
@@ -233,7 +239,7 @@ def handle(request: dict, payload: Payload, results: list | None = None) -> dict
             run_all()
     else:
         run_all()
-    return {"v": PROTOCOL, "results": results}
+    return {"v": PROTOCOL, "results": results} | ({"who": who} if who is not None else {})
 
 
 def read_request(line: bytes) -> object:
