@@ -184,8 +184,9 @@ def test_a_live_run_from_the_table_to_its_growing_chart_a_refused_forgery_and_a_
                                      "r.dataset.state, r.querySelector('td.msg').textContent])")
     assert rows == [[e["id"], e["status"], e["message"]] for e in listed]
     assert [r[0] for r in rows] == [2, 1]
-    page.fill("[data-filter='message']", "long")
-    assert page.eval_on_selector_all("tr[data-experiment-id]", "rs => rs.map(r => r.dataset.experimentId)") == ["2"]
+    page.fill("[data-filter='message']", "long")  # filtered by the server, a moment after the typing stops
+    wait_for(lambda: page.eval_on_selector_all("tr[data-experiment-id]", "rs => rs.map(r => r.dataset.experimentId)")
+             == ["2"], what="the filtered table")
     shot(page, "1-table")
 
     # the run's page: its loss chart grows as the run prints, with no reload
@@ -261,8 +262,9 @@ def test_compare_overlays_the_curves_beside_the_batching_difference(project, ser
     assert points == stored and points > 0
     assert page.locator(".chart[data-series='loss'] .u-legend .u-series").count() == 3  # step + two curves
     shot(page, "5-compare")
-    page.click("[data-x='time']")  # the same points, each run's steps over its start to its end
-    wait_for(lambda: "minutes since start" in page.inner_text(".chart[data-series='loss']"), what="the time axis")
+    page.select_option("[data-control='xaxis']", "time")  # the same points, each run's steps over its start to end
+    wait_for(lambda: page.get_attribute(".chart[data-series='loss']", "data-x") == "time", what="the time axis")
+    assert "minutes since start" in page.inner_text(".chart[data-series='loss']")
     wait_for(lambda: page.get_attribute(".chart[data-series='loss']", "data-points") == str(stored),
              what="every point by time")
     shot(page, "6-compare-by-time")
