@@ -93,7 +93,7 @@ class Follower:
             target = resolve_target(self.settings, name, ct, notice=lambda _m: None)
             live = exp.status in ("running", "launching", "queued", "lost")
             result = follow(self.settings, target, self.exp_id, write=self._feed, notice=lambda _m: None,
-                            follow=live, registry=run_registry, cancel=self.cancel)
+                            follow=live, registry=run_registry, cancel=self.cancel, whole_lines=False)
             self._feed(b"", end=True)
             self.state = result.state
             ended = {"state": result.state.get("state"), "exit_code": result.state.get("exit_code"),

@@ -123,7 +123,8 @@ async function experimentsView() {
     const th = h("th", { class: num ? "num" : "", "data-sort": UNSORTED.includes(key) ? null : key }, label);
     if (!UNSORTED.includes(key)) th.onclick = () => {
       if (tableState.sort === key) tableState.desc = !tableState.desc;
-      else { tableState.sort = key; tableState.desc = !["message", "target", "state", "batching"].includes(key); }
+      // a first click: the newest, the fastest, the longest first; a loss lowest (best) first; text from A
+      else { tableState.sort = key; tableState.desc = ["id", "started", "duration", "throughput"].includes(key); }
       tableState.offset = 0;
       load();
     };

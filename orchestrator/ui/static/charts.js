@@ -2,7 +2,8 @@
 // line and a min–max band), drawn with uPlot. The controls of a view (which metrics, log scale, smoothing, the
 // x-axis, grouping) are shared by its charts and said on each chart as data- attributes:
 //   data-series (the metric), data-points (the points it holds), data-scale (linear/log), data-smoothing (the EMA
-//   weight, 0 = raw), data-x (step/time/tokens), data-group (the setting grouped by, "" for none).
+//   weight, 0 = raw), data-x (step/time/tokens), data-group (the setting grouped by, "" for none), data-xmin and
+//   data-xmax (the x range on view: a drag across a chart zooms in, a double-click shows all).
 "use strict";
 
 const COLORS = ["#2463eb", "#e4572e", "#17a398", "#f3a712", "#8e44ad", "#6b7280", "#c2185b", "#2e7d32"];
@@ -240,6 +241,8 @@ class Chart {
                { size: 56, values: (u, vals) => vals.map(axisNumber) }],
         series: [{ label: X_LABELS[s.x], value: (u, v) => v === null || v === undefined ? "-" : sig3(v) }, ...specs],
         bands,
+        // the x range on view (a drag zooms it, a double-click shows all), said on the chart as data-xmin/xmax
+        hooks: { setScale: [(u, key) => { if (key === "x") Object.assign(this.el.dataset, { xmin: sig3(u.scales.x.min), xmax: sig3(u.scales.x.max) }); }] },
       };
       this.plot = new uPlot(opts, data, this.plotEl);
     } else {
