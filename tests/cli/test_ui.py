@@ -389,6 +389,28 @@ def test_without_the_web_server_it_says_to_install_the_extra_from_orchs_checkout
     assert "hint: install orch's ui extra from its checkout or wheel: pip install '<orch checkout>[ui]'" in res.stderr
 
 
+@pytest.mark.parametrize("home, says", [
+    ("pipx/venvs/orch", "orch runs from pipx's environment 'orch': add the extra with pipx install --force "
+                        "'<orch checkout>[ui]'"),
+    ("share/uv/tools/orch", "orch runs from uv's tool environment 'orch': add the extra with uv tool install --force "
+                            "'<orch checkout>[ui]'")])
+def test_from_a_pipx_or_uv_tool_environment_the_hint_names_that_tool(project, tmp_path, home, says):
+    import site
+    import venv
+
+    env = tmp_path / ".local" / home  # where pipx and uv keep a tool's environment
+    venv.EnvBuilder(with_pip=False).create(env)
+    shadow = tmp_path / "no-uvicorn" / "uvicorn"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'uvicorn'\", name='uvicorn')\n")
+    repo = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(shadow.parent), str(repo), *site.getsitepackages()])  # orch and its libraries
+    res = subprocess.run([str(env / "bin" / "python"), "-m", "orchestrator.cli.main", "ui"], cwd=project.path,
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": path})
+    assert res.returncode == 2 and res.stdout == ""
+    assert f"hint: {says}" in res.stderr and "pip install" not in res.stderr.replace("pipx install", "")
+
+
 def test_the_gpu_map_shows_who_holds_which_gpu_and_its_utilisation_over_time(project, server, page):
     import time
 
