@@ -67,7 +67,8 @@ def record(reg, i: int, strategy: str, series: dict[str, list[tuple[float, float
     last_step = max(x for pts in series.values() for x, _ in pts)
     summary = {"step": last_step, "loss": series["loss"][-1][1], "best": best_of(stored),
                "metrics": {k: v[-1][1] for k, v in series.items()}, "median_tok_s": 15000.0 + i,
-               "_state": {"first_step": 0, "last_step": last_step, "complete": True, **({"tokens": tokens} if tokens else {})}}
+               "_state": {"first_step": 0, "last_step": last_step, "complete": True,
+                          **({"tokens": tokens} if tokens else {})}}
     if "val_loss" in series:
         summary.update(eval_loss=series["val_loss"][-1][1], eval_metric="val_loss")
     reg.save_metrics(exp.id, 1000, stored, summary)
@@ -87,7 +88,7 @@ def colour_pixels(page, selector: str, rgb: tuple[int, int, int]) -> int:
     return page.eval_on_selector(selector + " canvas", """(c, rgb) => {
         const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data; let n = 0;
         for (let i = 0; i < d.length; i += 4)
-          if (Math.abs(d[i] - rgb[0]) < 40 && Math.abs(d[i + 1] - rgb[1]) < 40 && Math.abs(d[i + 2] - rgb[2]) < 40 && d[i + 3] > 100) n++;
+          if ([0, 1, 2].every(k => Math.abs(d[i + k] - rgb[k]) < 40) && d[i + 3] > 100) n++;
         return n; }""", list(rgb))
 
 
