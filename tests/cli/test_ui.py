@@ -334,6 +334,10 @@ def test_restart_asks_with_what_will_move_and_moves_the_checkpoints_to_the_trash
     page.wait_for_selector("h2:has-text('(finished, exit 0)')")  # its whole log read: the follower ended
     printed = (project.run_dir(1) / "train.log").read_text().count(" loss=")
     assert page.get_attribute(".chart[data-series='loss']", "data-points") == str(printed) != "0"  # once each
+    page.wait_for_selector("#checkpoints tbody tr", timeout=60000)  # in name order, sizes as people read them
+    assert page.locator("#checkpoints tbody td:first-child").all_inner_texts() == kept
+    sizes = page.locator("#checkpoints tbody td.num").all_inner_texts()
+    assert sizes and all(re.fullmatch(r"\d+(\.\d+)? (B|KiB|MiB)", size) for size in sizes), sizes
     asked: list[str] = []
     page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
     page.click("[data-action='restart']")  # the dry run's plan is asked first, then the confirmation
@@ -343,6 +347,11 @@ def test_restart_asks_with_what_will_move_and_moves_the_checkpoints_to_the_trash
     assert all(name in moves for name in kept) and str(project.checkpoints) in moves and "trash" in moves
     trashed = sorted(p.name for p in (project.checkpoints.parent / "checkpoints.trash").rglob("ckpt-*"))
     assert trashed == kept  # moved, never deleted
+    entry = page.locator("#trash tbody tr").first  # the new experiment's page: the trash entry, its size and date
+    entry.wait_for(timeout=60000)
+    cells = entry.locator("td").all_inner_texts()
+    assert cells[3:5] == ["exp1", "exp 2"] and re.fullmatch(r"\d+(\.\d+)? (B|KiB|MiB)", cells[2]), cells
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", cells[5]), cells
     show = json.loads(project.cli("experiments", "show", "2", "--json").stdout)
     assert show["parent"] == 1 and show["checkpoints_action"] == "moved"
     assert project.cli("stop").exit_code == 0

@@ -422,7 +422,7 @@ function checkpointTables(c) {
     h("h3", {}, `Trash (${c.trash})`),
     trash.length ? h("table", { id: "trash" }, h("thead", {}, h("tr", {}, ...["entry", "files", "size", "holds", "moved by", "moved"].map(k => h("th", {}, k)))),
       h("tbody", {}, ...trash.map(e => h("tr", {}, h("td", {}, e.name), h("td", { class: "num" }, e.files ?? "-"), h("td", { class: "num" }, fmt.size(e.bytes)),
-        h("td", {}, e.experiment !== null && e.experiment !== undefined ? `exp ${e.experiment}` : "-"),
+        h("td", {}, e.experiment ?? "-"),
         h("td", {}, e.moved_by !== null && e.moved_by !== undefined ? `exp ${e.moved_by}` : "-"), h("td", {}, fmt.when(e.created))))))
       : h("p", { class: "muted" }, "the trash is empty")];
 }
