@@ -64,6 +64,7 @@ class Follower:
         self._open = ""  # the line being written now (after the last newline): the log panel's last line
         self._current: str | None = None
         self._decode = codecs.getincrementaldecoder("utf-8")("replace")  # a character split across reads
+        self._axes_moved = False
         self.axes: dict[str, Any] = {}  # "time"/"tokens" -> Series of (step, seconds since start / tokens)
         self.started: float | None = None
         self.opened = time.time()
@@ -149,8 +150,9 @@ class Follower:
             self.lines.extend(shown)
             self._current = current
             self._seq += 1
-            event = {"type": "data", "seq": self._seq, "points": points, "log": shown, "current": current,
-                     "axes": self._axes_dict(), "at": now}
+            event = {"type": "data", "seq": self._seq, "points": points, "log": shown, "current": current, "at": now}
+            if self._axes_moved:  # sent only when they changed: a bar's redraws add no time or tokens of their own
+                event["axes"], self._axes_moved = self._axes_dict(), False
         self._send(event)
 
     def _axis(self, name: str, x: float, value: float) -> None:
@@ -161,6 +163,7 @@ class Follower:
             s = self.axes[name] = Series(max_points=512)
         if s.last is None or x > s.last[0]:
             s.add(x, value)
+            self._axes_moved = True
 
     def _axes_dict(self) -> dict[str, list]:
         return {k: [list(p) for p in s.points()] for k, s in self.axes.items()}

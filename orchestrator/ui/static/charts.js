@@ -248,6 +248,13 @@ class Chart {
     } else {
       this.plot.setData(data);
     }
+    // an axis nothing is known of (a log that printed no token count): said, rather than an empty chart
+    const unknown = s.x !== "step" && this.count() > 0 && this.runs.every(r => !mapper((r.axes || {})[s.x]));
+    if (unknown !== !!this.note) {
+      if (unknown) { this.note = h("p", { class: "muted" }, `no ${s.x} is known for ${this.runs.length > 1 ? "these runs" : "this run"}: ` +
+                                     (s.x === "tokens" ? "its log printed no token count (tokens=…)" : "it has no start time")); this.el.append(this.note); }
+      else { this.note.remove(); this.note = null; }
+    }
     Object.assign(this.el.dataset, { points: this.count(), scale: s.logy ? "log" : "linear", smoothing: s.smoothing,
                                      x: s.x, group: this.runs.length > 1 ? s.group : "" });
   }
