@@ -202,7 +202,7 @@ function kv(obj) {
   const rows = Object.entries(obj || {}).filter(([, v]) => v !== null && v !== undefined && v !== "");
   if (!rows.length) return h("p", { class: "muted" }, "none");
   return h("table", {}, h("tbody", {}, ...rows.map(([k, v]) =>
-    h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v))))));
+    h("tr", { "data-key": k }, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v))))));
 }
 
 async function act(kind, exp, run) {
@@ -332,7 +332,12 @@ async function experimentView(id) {
   const newAxes = axes => { if (axes) { live.axes = axes; runs[0].axes = runAxes(); } };
   let lastStep = null;
   const stepSeen = pts => { for (const p of Object.values(pts)) for (const [x] of p) lastStep = Math.max(lastStep ?? x, x); };
-  const markLive = () => { liveMark.textContent = `● live${lastStep !== null ? ` · step ${sig3(lastStep)}` : ""}`; liveMark.className = "live"; };
+  let targetTotal = null;  // the step the target last said, moved on by what the page reads as the run prints
+  const markLive = () => {
+    liveMark.textContent = `● live${lastStep !== null ? ` · step ${Math.round(lastStep)}` : ""}`; liveMark.className = "live";
+    const cell = guard.querySelector("tr[data-key='step'] td");
+    if (cell && lastStep !== null) cell.textContent = targetTotal ? `${Math.round(lastStep)} of ${targetTotal}` : `${Math.round(lastStep)}`;
+  };
   source.onmessage = msg => {
     const ev = JSON.parse(msg.data);
     if (ev.type === "snapshot") {
@@ -399,6 +404,7 @@ async function experimentView(id) {
              notes: (sum.notes || []).join("; ") || null }),
         s.guard ? [h("h3", {}, "Guard progress and verdict"), kv(s.guard)] : h("p", { class: "muted" }, "not a guarded run"));
       guard.dataset.state = s.state || "";
+      targetTotal = sum.total_steps || null;
     }).catch(e => guard.replaceChildren(h("p", { class: "error" }, e.message)));
     const two = get(`/api/experiments/${id}/checkpoints`).then(c => ckpts.replaceChildren(...checkpointTables(c)))
       .catch(e => ckpts.replaceChildren(h("p", { class: "error" }, e.message)));
