@@ -130,10 +130,14 @@ def extra_hint(extra: str, prefix: str | None = None) -> str:
 
     where = os.path.normpath(prefix or sys.prefix)
     parent, name = os.path.split(where)
+    parts = where.split(os.sep)
     spec = f"'<orch checkout>[{extra}]'"
-    if os.path.basename(parent) == "venvs" and "pipx" in where.split(os.sep):
+    # each tool leaves its mark in the environment (wherever PIPX_HOME or UV_TOOL_DIR put it), else its usual place
+    if os.path.exists(os.path.join(where, "pipx_metadata.json")) or (os.path.basename(parent) == "venvs"
+                                                                     and "pipx" in parts):
         return f"orch runs from pipx's environment {name!r}: add the extra with pipx install --force {spec} " \
                "(without --force, pipx leaves an installed orch as it is)"
-    if os.path.basename(parent) == "tools" and "uv" in where.split(os.sep):
+    if os.path.exists(os.path.join(where, "uv-receipt.toml")) or (os.path.basename(parent) == "tools"
+                                                                   and "uv" in parts):
         return f"orch runs from uv's tool environment {name!r}: add the extra with uv tool install --force {spec}"
     return f"install orch's {extra} extra from its checkout or wheel: pip install {spec}"

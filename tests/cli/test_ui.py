@@ -398,17 +398,21 @@ def test_without_the_web_server_it_says_to_install_the_extra_from_orchs_checkout
     assert "hint: install orch's ui extra from its checkout or wheel: pip install '<orch checkout>[ui]'" in res.stderr
 
 
-@pytest.mark.parametrize("home, says", [
-    ("pipx/venvs/orch", "orch runs from pipx's environment 'orch': add the extra with pipx install --force "
-                        "'<orch checkout>[ui]'"),
-    ("share/uv/tools/orch", "orch runs from uv's tool environment 'orch': add the extra with uv tool install --force "
-                            "'<orch checkout>[ui]'")])
-def test_from_a_pipx_or_uv_tool_environment_the_hint_names_that_tool(project, tmp_path, home, says):
+PIPX = "orch runs from pipx's environment 'orch': add the extra with pipx install --force '<orch checkout>[ui]'"
+UV = "orch runs from uv's tool environment 'orch': add the extra with uv tool install --force '<orch checkout>[ui]'"
+
+
+@pytest.mark.parametrize("home, mark, says", [
+    ("pipx/venvs/orch", None, PIPX), ("elsewhere/orch", "pipx_metadata.json", PIPX),  # PIPX_HOME set
+    ("share/uv/tools/orch", None, UV), ("elsewhere/orch", "uv-receipt.toml", UV)])  # UV_TOOL_DIR set
+def test_from_a_pipx_or_uv_tool_environment_the_hint_names_that_tool(project, tmp_path, home, mark, says):
     import site
     import venv
 
-    env = tmp_path / ".local" / home  # where pipx and uv keep a tool's environment
+    env = tmp_path / ".local" / home  # where pipx and uv keep a tool's environment, or elsewhere with their mark
     venv.EnvBuilder(with_pip=False).create(env)
+    if mark:
+        (env / mark).write_text("{}\n")
     shadow = tmp_path / "no-uvicorn" / "uvicorn"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'uvicorn'\", name='uvicorn')\n")
