@@ -74,6 +74,8 @@ class Parser:
 
     def parse_lines(self, lines: Iterable[str]) -> list[Event]:
         """All events of ``lines``, in order, skipping lines without metrics."""
+        if not self._user:
+            return self.reader.lines(lines)
         out: list[Event] = []
         for line in lines:
             out.extend(self.events(line))
