@@ -31,6 +31,9 @@ from .metric_shapes import STRUCTURAL, Event, dict_found, dict_items, event, kin
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _FIELD = re.compile(r"^\s+\S+\s*[=:]")  # "  eval_loss = 0.35", a line of a Hugging Face metrics section
+_BAR_COUNTS = ("step", "epoch", "total_steps", "steps_s")  # what a bar's counter shows; the rest is its postfix
+_BAR_PLACE = ("step", "epoch", "total_steps")
+_EVAL = ("val_", "test_")
 AGENT_KEYS = ("step", "loss", "tok_s", "steps_s", "samples_s", "val_loss", "test_loss")
 
 
@@ -43,7 +46,7 @@ class Reader:
     """Reads the lines of one log in order (``read`` one update, ``events`` a whole line); ``state`` and
     ``Reader(state)`` carry what it remembers across reads of the same log."""
 
-    __slots__ = ("base", "epoch", "epochs", "section", "last")
+    __slots__ = ("base", "epoch", "epochs", "section", "last", "bar")
 
     def __init__(self, state: dict | None = None) -> None:
         state = state or {}
@@ -52,9 +55,10 @@ class Reader:
         self.epochs: float | None = state.get("epochs")  # how many epochs, when a line said
         self.section: str | None = None
         self.last: str = ""
+        self.bar: dict | None = state.get("bar")  # a tqdm bar's last event and update (``_bar``)
 
     def state(self) -> dict:
-        return {"base": self.base, "epoch": self.epoch, "epochs": self.epochs}
+        return {"base": self.base, "epoch": self.epoch, "epochs": self.epochs, "bar": self.bar}
 
     def events(self, line: str):
         """One event per update of ``line`` (``\\r``, Keras's backspaces) that holds a metric, in order."""
@@ -111,6 +115,8 @@ class Reader:
         known = framework(text)
         if known is not None:
             keep(key, metric_templates.FULL if known else metric_templates.NOTHING)
+            if known and "%|" in text:
+                return self._bar(known)
             return known or None
         brace = stripped.find("{") if stripped.endswith("}") else -1
         items = dict_items(stripped[brace:]) if brace >= 0 else None
@@ -136,6 +142,37 @@ class Reader:
                 return None
             kind = self.section or kind_of(text, self.last)
         return self._event(event(found, kind), kind, found.epoch_total, found.step_total, found.progress)
+
+    def _bar(self, update: Event) -> Event | None:
+        """A tqdm bar's update as the step's event, None for a redraw that shows nothing new.
+
+        A bar whose postfix is set each step (Lightning's ``train_loss=…``) prints twice per step: tqdm redraws the
+        new count with the old postfix, then ``set_postfix`` redraws it with the new one. Only the second is the
+        step's; the first would put the previous step's loss at this step::
+
+            Epoch 0:  10%|█  | 2/20 [00:00<00:00, 266.20it/s, train_loss=1.440]   <- held: step 1's loss
+            Epoch 0:  10%|█  | 2/20 [00:00<00:00, 256.75it/s, train_loss=0.731]   <- step 2's event
+
+        So an update whose postfix is the last event's is held (the next one of its step is the event, even with an
+        equal postfix), and a redraw at the step of the last event (Lightning's after a validation) gives only what
+        changed (``val_loss``); an evaluation's metric still shown at later steps is left out of their events. A bar
+        without a postfix is an event at each update, as before.
+        """
+        step = update.get("step")
+        shown = {k: v for k, v in update.items() if k not in _BAR_COUNTS}
+        bar = self.bar or {}
+        last = bar.get("shown")
+        moved = bar.get("held") and step is not None and step == bar.get("seen") != bar.get("step")
+        if shown and not moved:  # (moved: the update after a held one that moved the counter is the step's)
+            if shown == last:
+                self.bar = {**bar, "seen": step, "held": True}
+                return None
+            if last is not None and step == bar.get("step"):
+                update = {k: v for k, v in update.items() if k in _BAR_PLACE or (k in shown and last.get(k) != v)}
+        if last:  # an evaluation's metric the postfix keeps showing is that evaluation's, not a new one
+            update = {k: v for k, v in update.items() if not (k.startswith(_EVAL) and last.get(k) == v)}
+        self.bar = {"step": step, "shown": shown, "seen": step, "held": False}
+        return update
 
     def _event(self, out: Event, kind: str, epoch_total: float | None, step_total: float | None,
                progress: tuple[float, float] | None) -> Event | None:

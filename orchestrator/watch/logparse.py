@@ -32,7 +32,7 @@ from orchestrator.errors import ConfigError
 __all__ = ["PARSER_VERSION", "Event", "Parser", "parser_key", "plain"]
 
 # Bumped whenever a line may now read differently: stored summaries made by another version are re-read.
-PARSER_VERSION = 3
+PARSER_VERSION = 4
 
 
 class Parser:
