@@ -5,7 +5,9 @@ per metric event, every metric of it (``loss``, ``lr``, ``val_loss``, ``test_acc
 evaluation and summary kept apart by name), with its step and tokens where the line gave them::
 
     [1832, 1733571234.52, {"step": 120.0, "loss": 2.3125, "tok_s": 11873.0}]
-     ^ the log's byte offset just after the line   ^ when it was read (within a tick, 0.2 s, of its printing)
+     ^ the log's byte offset after the line   ^ when it was read (within a tick, 0.2 s, of its printing)
+
+(a whole number is written as one: ``120``, not ``120.0``).
 
 Appended whole lines only, never rewritten: a reader keeps its byte offset in the file and reads what is new.
 ``metrics.state.json`` says how far the log is read and what the reader remembers (the epoch a header opened, a
@@ -16,6 +18,7 @@ state's offset, and appends only the events after the last record there: none is
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -74,27 +77,34 @@ class Series:
         return at, n
 
     def tick(self, final: bool = False) -> None:
-        """Append the events of the lines written since the last tick (``final``: also an unterminated last line,
-        the run having ended); save the state every ``SAVE_EVERY_S`` and at the end."""
+        """Append the events of the lines written since the last tick, at most ``READ_MAX`` bytes of them (``final``:
+        all of them, to an unterminated last line: the run has ended); save the state every ``SAVE_EVERY_S`` and at
+        the end."""
+        while self._read(final) and final:
+            pass
+
+    def _read(self, final: bool) -> bool:
+        """One read of the log; whether it read all ``READ_MAX`` bytes (there may be more)."""
         try:
             with open(self.log, "rb") as fh:
                 fh.seek(self.offset)
                 data = fh.read(READ_MAX)
         except OSError:
-            return
+            return False
         cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1  # a progress bar's update ends with \r
         if final and len(data) < READ_MAX:
             cut = len(data)
         elif not cut and len(data) >= READ_MAX:
             cut = len(data)  # one line longer than a read
-        records, at, now = [], self.offset, round(time.time(), 3)
+        records, at, now = [], self.offset, round(time.time(), 2)
         for raw in data[:cut].splitlines(keepends=True):
             at += len(raw)
             for event in self.reader.events(raw.decode("utf-8", "replace").rstrip("\r\n")):
                 if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
                     self.skip_n -= at == self.skip_to
                     continue
-                records.append(json.dumps([at, now, event], separators=(",", ":")))
+                compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
+                records.append(json.dumps([at, now, compact], separators=(",", ":")))
         self.offset += cut
         if records:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -103,8 +113,10 @@ class Series:
             finally:
                 os.close(fd)
         self.dirty = self.dirty or cut > 0
-        if self.dirty and (final or time.monotonic() - self.saved >= SAVE_EVERY_S):
+        more = len(data) >= READ_MAX
+        if self.dirty and ((final and not more) or time.monotonic() - self.saved >= SAVE_EVERY_S):
             self.save()
+        return more
 
     def save(self) -> None:
         """The state, once the records it covers are on disk: a later start never skips an event it lost."""
@@ -123,11 +135,42 @@ class Series:
 
 def read(run_dir: str, offset: int = 0, max_bytes: int = 4 << 20) -> tuple[list, int]:
     """The records of ``run_dir``'s series from byte ``offset`` (whole lines only) and the offset after them."""
+    data, end = _lines(run_dir, offset, max_bytes)
+    return records(data), end
+
+
+def records(data: bytes) -> list:
+    """The records of whole lines of the file: one JSON array for all of them, read in one call."""
+    return json.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]") if data else []
+
+
+def _lines(run_dir: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
     try:
         with open(os.path.join(run_dir, FILE), "rb") as fh:
             fh.seek(offset)
             data = fh.read(max_bytes)
     except FileNotFoundError:
-        return [], offset
+        return b"", offset
     cut = data.rfind(b"\n") + 1
-    return [json.loads(line) for line in data[:cut].splitlines()], offset + cut
+    return data[:cut], offset + cut
+
+
+def answer(run_dir: str, offset: int, max_bytes: int) -> dict | None:
+    """What a ``log_read`` with ``series_offset`` answers: the file's whole lines from ``offset`` as they are
+    (``data``, base64: the controller reads them, ``records``), the offset after them, the file's size, and whether
+    the series covers the whole log (the supervisor's last save reached its end); None while the run has no record
+    kept (an older supervisor, no metric line yet): the log is read then."""
+    try:
+        size = os.path.getsize(os.path.join(run_dir, FILE))
+    except OSError:
+        return None
+    if not size:
+        return None
+    data, end = _lines(run_dir, min(offset, size), max_bytes)
+    state = read_json(os.path.join(run_dir, STATE))
+    read_to = state.get("log", 0) if isinstance(state, dict) else 0
+    try:
+        log_size = os.path.getsize(os.path.join(run_dir, LOG))
+    except OSError:
+        log_size = 0
+    return {"data": base64.b64encode(data).decode(), "offset": end, "size": size, "whole": read_to >= log_size}

@@ -120,3 +120,14 @@ def test_the_supervisor_keeps_the_series_of_a_real_run(project):
     want = [e for line in text.split("\n") for piece in line.split("\r") for e in reader.events(piece)]
     kept = records(run)
     assert [r[2] for r in kept] == want and any("loss" in e for e in want)
+
+
+def test_the_last_tick_reads_the_log_to_its_end_however_far_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(series, "READ_MAX", 64)  # a log written faster than the ticks read it
+    (tmp_path / series.LOG).write_text("".join(f"step={i} loss={1.0 / i:.4f}\n" for i in range(1, 200)))
+    keeper = series.Series(str(tmp_path))
+    keeper.tick()
+    assert 0 < len(records(tmp_path)) < 10
+    keeper.tick(final=True)
+    assert [r[2]["step"] for r in records(tmp_path)] == list(range(1, 200))
+    assert json.loads((tmp_path / series.STATE).read_text())["log"] == (tmp_path / series.LOG).stat().st_size
