@@ -5,4 +5,4 @@ starts runs, so it lives beside them).
 """
 
 # the modules the rest of the agent may import; the others are this room's own (tests/unit/test_layers.py)
-__all__ = ["launch_env", "reboot_unit", "rollback", "runs", "standby", "start_check", "tmux", "workdir"]
+__all__ = ["launch_env", "reboot_unit", "rollback", "runs", "series", "standby", "start_check", "tmux", "workdir"]
