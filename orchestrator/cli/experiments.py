@@ -20,34 +20,34 @@ def list_(ctx: typer.Context, as_json: JsonOpt = False,
                                              help="At most this many, newest first")] = 50) -> None:
     """Experiments, newest first."""
     settings = common.settings(ctx)
-    from ..records.experiments import listing
+    from ..records import listing
 
     with common.registry(settings) as reg:
-        rows = reg.list(target=target, limit=limit)
-        listed = listing(reg, rows)
+        rows, total = (listing.public_records if as_json else listing.rows)(reg, target=target, limit=limit)
     if as_json:
-        render.print_json(listed)
-        return
-    orphaned = {e["id"] for e in listed if e["orphaned"]}
-    if not rows:
+        render.print_json_records(rows)
+    elif not rows:
         render.out("no experiments yet (orch deploy starts one)")
-        return
-    render.table(None, ["id", "status", "exit", "target", "revision", "batching", "sweep", "parent", "created",
-                        "message"],
-                 [[e.id, _status(e, e.id in orphaned), e.exit_code, e.target, e.revision[:10],
-                   e.batching.get("strategy"), e.sweep, e.parent, render.when(e.created), e.message] for e in rows])
-    if orphaned:
-        render.say("orphaned: the orch that launched it was killed; the next command that reaches its target "
-                   "(orch status) records what became of it")
+    else:
+        render.grid(["id", "status", "exit", "target", "revision", "batching", "sweep", "parent", "created",
+                     "message"],
+                    [[e["id"], _status(e), e["exit_code"], e["target"], e["revision"][:10], e["strategy"], e["sweep"],
+                      e["parent"], render.when(e["created"]), e["message"]] for e in rows])
+        if any(e["orphaned"] for e in rows):
+            render.say("orphaned: the orch that launched it was killed; the next command that reaches its target "
+                       "(orch status) records what became of it")
+    if total > len(rows):
+        render.say(f"orch: the newest {len(rows)} of {total} experiments{f' on {target}' if target else ''}; "
+                   f"{total - len(rows)} more (--limit {total} lists them all)")
 
 
-def _status(exp, orphaned: bool) -> str:
+def _status(row: dict) -> str:
     """A launch that never finished says so: ``orphaned`` (not yet settled) or ``failed (interrupted)``."""
-    if orphaned:
+    if row["orphaned"]:
         return "orphaned"
-    if exp.status == "failed" and "interrupted" in (exp.error or ""):
+    if row["status"] == "failed" and "interrupted" in (row["error"] or ""):
         return "failed (interrupted)"
-    return exp.status
+    return row["status"]
 
 
 @app.command()

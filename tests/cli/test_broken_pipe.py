@@ -9,10 +9,10 @@ import sys
 
 BREAKS = """
 import sys
-from orchestrator.records import experiments
+from orchestrator.records import listing
 def broke(*_a, **_k):
     raise BrokenPipeError(32, "Broken pipe")
-experiments.Registry.list = broke
+listing.rows = broke
 from orchestrator.cli.main import run_as_main
 sys.argv = ["orch", "experiments", "list"]
 run_as_main()
