@@ -350,9 +350,11 @@ def root_command(prepare: tuple[str, ...] = ()) -> click_core.Command:
     assert isinstance(root, TyperGroup)
     if prepare:
         top = click_core.Context(root, info_name="orch", **root.context_settings)
-        for name in ("", *prepare):
-            command = root.commands[name] if name else root
-            ctx = click_core.Context(command, parent=top, info_name=name) if name else top
+        for name in ("", *prepare):  # a group's sub-command as "group sub"
+            command, ctx = root, top
+            for word in name.split():
+                command = command.get_command(ctx, word)
+                ctx = click_core.Context(command, parent=ctx, info_name=word)
             for param in command.get_params(ctx):  # with its --help option
                 getattr(param, "get_runtime_param", lambda: None)()
     return root

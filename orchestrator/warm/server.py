@@ -29,7 +29,7 @@ PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.st
            "orchestrator.cli.common", "orchestrator.watch.status", "orchestrator.watch.log_view",
            "orchestrator.config", "orchestrator.records.experiments", "orchestrator.records.reconcile",
            "orchestrator.reach.agent_client", "orchestrator.reach.keeper.client", "orchestrator.reach.keeper.server",
-           "orchestrator.watch.metrics_view",
+           "orchestrator.watch.metrics_view", "orchestrator.agent.run.series", "orchestrator.records.listing",
            "orchestrator.reach.targets", "orchestrator.launch.operations", "orchestrator.launch.push",
            "orchestrator.watch.follow", "orchestrator.cli.job", "orchestrator.launch.prepare",
            "orchestrator.launch.spare_jobs", "orchestrator.reach.current", "orchestrator.secrets",
@@ -45,7 +45,8 @@ PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.st
            "orchestrator.launch.multinode", "orchestrator.launch.distributed", "orchestrator.records.job_settle",
            "orchestrator.watch.job_progress", "orchestrator.reach.ct_cache", "orchestrator.reach.proxmox")
 
-PREPARED = ("deploy", "restart", "stop", "status", "logs", "checkpoints", "experiments")  # their command lines read
+# their command lines read ("group sub": a group's sub-command)
+PREPARED = ("deploy", "restart", "stop", "status", "logs", "checkpoints", "experiments", "experiments list")
 
 
 def _preload() -> None:

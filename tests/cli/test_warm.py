@@ -184,6 +184,22 @@ def test_a_deploy_in_the_warm_process_loads_nothing_the_warm_process_could_have(
     assert orch(project, "stop", env={"ORCH_WARM": "0"}).returncode == 0
 
 
+def test_a_status_and_a_listing_in_the_warm_process_load_nothing_the_warm_process_could_have(project):
+    """A warm status of a running run (its metric series read) and ``experiments list`` import no module afresh:
+    every one they need was loaded once, in the warm process."""
+    project.configure(steps=400, sleep=0.1)
+    env = dict(os.environ, ORCH_WARM="0")
+    assert orch(project, "deploy", "--wait", "-m", "live", env={"ORCH_WARM": "0"}).returncode == 0
+    try:
+        for args in (["status"], ["experiments", "list"], ["experiments", "list", "--json"]):
+            done = subprocess.run([sys.executable, "-c", LOADS, *args], cwd=project.path, capture_output=True,
+                                  text=True, timeout=120, env=env)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.splitlines()[-1] == "loaded:", f"{args}: loaded by the command: {done.stdout}"
+    finally:
+        assert orch(project, "stop", env={"ORCH_WARM": "0"}).returncode == 0
+
+
 def test_the_warm_process_has_the_ssh_transport_loaded_without_invoke():
     """The first command after a pause connects with no keeper up: paramiko and orch's SSH transport are loaded in
     the warm process already (its one loader's way: invoke, which only a ``Match exec`` needs, held back)."""
