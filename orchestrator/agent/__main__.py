@@ -9,7 +9,7 @@ import time
 import traceback
 
 from . import (checkpoints, ckpt_move, diskspace, doctor, envs, gc, gpu_share, journal, launch_env, logs, notify,
-               revisions, rollback, run_files, runqueue, runs, start_check, system, validate, workdir)
+               revisions, rollback, run_files, runqueue, runs, slurm, start_check, system, validate, workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -66,6 +66,8 @@ OPS = {
     "revision_assemble": (revisions.revision_assemble, False),
     "run_start": (lambda layout, **a: runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **a), False),
     "run_check": (start_check.check, False),
+    "slurm_check": (lambda layout, exp_id, registry, **a: slurm.check(layout, layout.run_dir(exp_id, registry), a),
+                    False),
     "run_stop": (runs.stop, False),
     "run_verify": (runs.verify_started, False),
     "status": (lambda layout, gpus=True, **a: {**_status(layout, **a), "gpus": system.gpus() if gpus else [],

@@ -72,9 +72,13 @@ def node_report(code: int, stdout: str, stderr: str) -> dict:
 
 def findings(target: Target, answer: dict, node: tuple[dict | None, str | None], sent: float, received: float,
              *, min_free_mb: int = 50, torch: bool = False) -> list[Finding]:
+    slurm = target.spec.kind == "slurm"
+    if slurm:  # the agent answers from the login node: the GPUs (and what drives them) are the compute nodes'
+        answer = dict(answer, devices=[], nvidia_smi={"found": False}, nvml_libraries=[], kernel_module=None)
     facts = Facts(agent=answer, ct=_ct(target), node_smi=node[0], node_error=node[1], sent=sent,
                   received=received, min_free_mb=min_free_mb, torch_asked=torch)
-    return judge(facts)
+    found = judge(facts)
+    return [f for f in found if f.check != "tmux"] if slurm else found  # Slurm runs the job, not tmux
 
 
 def examine(settings: Settings, target: Target, *, torch: bool = True) -> dict:

@@ -1,0 +1,202 @@
+"""A run as a Slurm job: submitted from the login node, its state from ``squeue``, stopped with ``scancel``.
+
+On a ``kind = "slurm"`` target the agent runs on the login node, and orch's root (revisions, run folders,
+checkpoints) is on the cluster's shared file system. A run's folder is written as for any run (``runs.start``);
+then, instead of a tmux window, its job is submitted: ``job.sh`` in the run folder runs the run's own supervisor
+under ``srun`` (one task per node), so restarts, checkpoints to resume from, budgets and the exit record are the
+supervisor's as on a container. ``slurm.json`` keeps the job id. Slurm's commands are run with argument lists; the
+one shell text is ``job.sh``, quoted by ``shlex``.
+
+    slurm.json  {"job_id": "42", "partition": "gpu", "submitted": 1733.0, "nodes": 1}
+
+States: a job Slurm holds back (PENDING) reads as ``queued`` with Slurm's reason; one that runs, as ``running`` on
+its nodes; a job Slurm no longer lists that left no exit record ended without its supervisor (a node lost, a
+``scancel`` before it started, a compute node without Python): ``crashed``, with that said.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+
+from .layout import read_json, write_atomic, write_json
+from .protocol import AgentFailure
+
+JOB_FILE = "slurm.json"
+SCRIPT = "job.sh"
+FIELDS = ("job_id", "state", "reason", "nodes", "submitted", "start", "partition")
+FORMAT = "%i|%T|%r|%N|%V|%S|%P"  # one squeue line: the FIELDS, in order
+RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
+ALLOCATION = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")  # what Slurm gives beside SLURM_*
+TIMEOUT_S = 60.0  # a slurmctld that does not answer a command within this is reported, not waited for
+
+
+def _slurm(argv: list[str], what: str) -> subprocess.CompletedProcess:
+    """One Slurm command; its absence is the login node's fault, said once here."""
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise AgentFailure("input", f"{argv[0]} is not on the login node's PATH: it is not a Slurm login node, or "
+                                    "Slurm's commands are not installed there",
+                           "point host = at the cluster's login node (the one where sbatch and squeue work)") from None
+    except subprocess.TimeoutExpired:
+        raise AgentFailure("agent", f"{argv[0]} did not answer within {TIMEOUT_S:g} s while {what}",
+                           "check slurmctld (scontrol ping on the login node)") from None
+
+
+def sbatch_argv(run_dir: str, spec: dict, *, test_only: bool = False) -> list[str]:
+    """``sbatch``'s arguments for a run: the target's options, the run's ``gpus`` and ``nodes``, its output in the
+    run folder (appended to, so that a requeued job keeps the first attempt's lines)."""
+    nodes = int(spec.get("nodes") or 1)
+    argv = ["sbatch", "--test-only" if test_only else "--parsable", f"--job-name={spec.get('name') or 'orch'}",
+            f"--nodes={nodes}", "--ntasks-per-node=1", f"--output={os.path.join(run_dir, 'slurm-%j.out')}",
+            "--open-mode=append", f"--chdir={run_dir}"]
+    for key in ("partition", "account", "qos", "time"):
+        if spec.get(key):
+            argv.append(f"--{key}={spec[key]}")
+    if spec.get("gpus"):
+        argv.append(f"--gres=gpu:{int(spec['gpus'])}")
+    if spec.get("signal"):
+        argv.append(f"--signal={spec['signal']}")
+    argv += [str(a) for a in spec.get("sbatch_args") or []]
+    return argv + [os.path.join(run_dir, SCRIPT)]
+
+
+def script(python: str, agent_path: str, run_dir: str) -> str:
+    """``job.sh``: the run's supervisor on every node of the allocation, under ``srun`` so that a ``scancel
+    --signal`` (which reaches a job's steps, not its batch shell) reaches it."""
+    srun = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", python, agent_path, "supervise", run_dir]
+    return f"#!/bin/sh\n# orch: the run's supervisor, one per node of this allocation\nexec {shlex.join(srun)}\n"
+
+
+def refusal(said: str) -> tuple[str, str]:
+    """Slurm's own words of a refused submission, and what to do about them."""
+    words = " ".join(line.strip() for line in said.strip().splitlines() if line.strip())
+    low = words.lower()
+    if "partition" in low:
+        hint = "sinfo on the login node lists the partitions; set partition = \"...\" on the target"
+    elif "account" in low or "association" in low:
+        hint = "sacctmgr show assoc user=$USER lists your accounts; set account = \"...\" on the target"
+    elif "qos" in low:
+        hint = "sacctmgr show qos lists them; set qos = \"...\" on the target (or leave it out)"
+    elif "node configuration is not available" in low or "gres" in low:
+        hint = "ask for fewer GPUs or nodes (orch gpus --target NAME shows what the nodes have)"
+    elif "time limit" in low:
+        hint = "set time = \"HH:MM:SS\" on the target within the partition's limit"
+    else:
+        hint = "fix the target's Slurm options (partition, account, qos, time, sbatch_args)"
+    return words or "no reason given", hint
+
+
+def check(layout, run_dir: str, spec: dict) -> dict:
+    """``sbatch --test-only``: whether Slurm would take the job, asked before anything changes."""
+    import tempfile
+
+    os.makedirs(layout.root, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=layout.root, prefix=".sbatch-test-", suffix=".sh") as probe:
+        probe.write("#!/bin/sh\n")  # sbatch reads the script even to test: the run folder is not made yet
+        probe.flush()
+        argv = sbatch_argv(run_dir, spec, test_only=True)
+        proc = _slurm(argv[:-1] + [probe.name], "testing the job")
+    if proc.returncode != 0:
+        words, hint = refusal(proc.stderr.decode("utf-8", "replace"))
+        raise AgentFailure("input", f"Slurm refuses the job: {words}", hint)
+    return {"ok": True, "said": proc.stderr.decode("utf-8", "replace").strip()[-300:]}
+
+
+def submit(run_dir: str, python: str, agent_path: str, spec: dict) -> dict:
+    """Write ``job.sh``, ``sbatch`` it, keep its id in ``slurm.json``."""
+    path = os.path.join(run_dir, SCRIPT)
+    write_atomic(path, script(python, agent_path, run_dir).encode())
+    os.chmod(path, 0o755)
+    proc = _slurm(sbatch_argv(run_dir, spec), "submitting the job")
+    if proc.returncode != 0:
+        words, hint = refusal(proc.stderr.decode("utf-8", "replace"))
+        raise AgentFailure("input", f"sbatch refused the job: {words}", hint)
+    job_id = proc.stdout.decode().strip().split(";")[0]
+    if not job_id.isdigit():
+        raise AgentFailure("agent", f"sbatch answered {proc.stdout.decode()[:200]!r}, not a job id")
+    record = {"job_id": job_id, "partition": spec.get("partition"), "submitted": time.time(),
+              "nodes": int(spec.get("nodes") or 1)}
+    write_json(os.path.join(run_dir, JOB_FILE), record)
+    return record
+
+
+def job_of(run_dir: str) -> dict | None:
+    """The run's ``slurm.json``, or None for a run that is not a Slurm job."""
+    found = read_json(os.path.join(run_dir, JOB_FILE))
+    return found if isinstance(found, dict) and found.get("job_id") else None
+
+
+def queue(job_ids: list[str]) -> dict[str, dict]:
+    """What ``squeue`` says of these jobs, by id; a job it no longer lists is absent."""
+    if not job_ids:
+        return {}
+    proc = _slurm(["squeue", "-h", "-j", ",".join(job_ids), "-o", FORMAT], "reading the queue")
+    if proc.returncode != 0:  # every id unknown: squeue refuses ("Invalid job id specified")
+        return {}
+    out = {}
+    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+        parts = line.split("|")
+        if len(parts) == len(FIELDS):
+            out[parts[0]] = dict(zip(FIELDS, parts))
+    return out
+
+
+def state(job: dict, pid: dict, stop_requested: bool, listed: dict | None = None) -> dict:
+    """A run's state (``runs.run_state``'s fields) from its job, when its supervisor left no exit record."""
+    found = (listed if listed is not None else queue([job["job_id"]])).get(job["job_id"])
+    told = {"job_id": job["job_id"], "partition": job.get("partition")}
+    if found is not None:
+        told.update(state=found["state"], reason=found["reason"], partition=found["partition"] or job.get("partition"))
+        if found["state"] == "PENDING":
+            return {"state": "queued", "slurm": told | {"since": job.get("submitted")}}
+        if found["state"] in RUNNING:
+            return {"state": "running", "slurm": told | {"nodes": found["nodes"]}}
+    if stop_requested:
+        return {"state": "stopped", "slurm": told, "ended": None}
+    why = "its Slurm job ended without the supervisor's exit record (node lost, cancelled, or no Python or " \
+          "no shared root on the compute node: see slurm-<job>.out in the run folder)"
+    return {"state": "crashed", "slurm": told, "cause": why, "error": why, "lost": not pid}
+
+
+def cancel(job_id: str, signal: str | None = None) -> None:
+    """``scancel`` (with ``signal``: that signal to the job's steps, the supervisors); a job already gone is not
+    an error."""
+    argv = ["scancel"] + ([f"--signal={signal}"] if signal else []) + [job_id]
+    proc = _slurm(argv, "cancelling the job")
+    said = proc.stderr.decode("utf-8", "replace").strip()
+    if proc.returncode != 0 and "already completing or completed" not in said and "Invalid job id" not in said:
+        raise AgentFailure("agent", f"scancel {job_id} failed: {said[-300:]}")
+
+
+def stop(run_dir: str, job: dict, stop_timeout: float, term_timeout: float, running: bool) -> list[str]:
+    """SIGINT to the supervisors, ``stop_timeout`` for the final checkpoint, then ``scancel``; a pending job is
+    cancelled at once. Returns the signals sent."""
+    exit_path = os.path.join(run_dir, "exit.json")
+    if not running:
+        cancel(job["job_id"])
+        return []
+    cancel(job["job_id"], "INT")
+    if _until(lambda: os.path.exists(exit_path) or job["job_id"] not in queue([job["job_id"]]), stop_timeout):
+        return ["SIGINT"]
+    cancel(job["job_id"])  # Slurm's own end: SIGTERM, KillWait, SIGKILL
+    _until(lambda: job["job_id"] not in queue([job["job_id"]]), term_timeout + 10)
+    return ["SIGINT", "scancel"]
+
+
+def _until(done, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        if done():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.3)
+
+
+def allocation(environ: dict) -> dict:
+    """The variables of the Slurm allocation the supervisor runs in, which the run keeps over the launch's own."""
+    return {k: v for k, v in environ.items() if k.startswith(("SLURM_", "SLURMD_")) or k in ALLOCATION}

@@ -1,0 +1,74 @@
+"""A launch on a ``kind = "slurm"`` target: the options its job is submitted with, and how its record reads.
+
+The login node is reached like any SSH host and runs orch's agent; the run folder, revision and checkpoints are
+on the shared file system under the target's root. Only the run's start differs: the agent submits a job that
+runs the run's supervisor on the allocated nodes (``agent/slurm.py``), where a container's agent starts it in
+tmux. So a deploy is the same plan on both: push, stop the project's run (``scancel --signal=INT``, then
+``scancel``), move checkpoints, start; and ``status``, ``logs``, ``stop`` read and act through the same agent ops.
+"""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from ..reach.targets import Target
+
+
+def is_slurm(target: Target) -> bool:
+    return target.spec.kind == "slurm"
+
+
+def job_spec(target: Target, project: str, exp_id: int | None, wanted: dict | None) -> dict:
+    """sbatch's options for the run: the target's (partition, account, qos, time, sbatch_args) and the launch's
+    (``--gpus``: GPUs per node, ``--nodes``)."""
+    spec = target.spec
+    wanted = wanted or {}
+    out: dict = {"name": f"orch-{project}" + (f"-{exp_id}" if exp_id is not None else "")}
+    for key in ("partition", "account", "qos", "time"):
+        if getattr(spec, key):
+            out[key] = getattr(spec, key)
+    if spec.sbatch_args:
+        out["sbatch_args"] = list(spec.sbatch_args)
+    if wanted.get("gpus"):
+        out["gpus"] = int(wanted["gpus"])
+    if wanted.get("nodes"):
+        out["nodes"] = int(wanted["nodes"])
+    return out
+
+
+def wanted(target: Target, gpus: int | None, nodes: int | None) -> dict | None:
+    """``--gpus``/``--nodes`` of a launch on ``target``: Slurm's to satisfy there; refused elsewhere."""
+    if not is_slurm(target):
+        if nodes is not None:
+            raise InputError("--nodes asks Slurm for nodes: it is for a kind = \"slurm\" target",
+                             hint="a job over several CTs names them: --ct 200 --ct 201")
+        return None
+    if nodes is not None and nodes > 1:
+        raise InputError("a run over several Slurm nodes is not supported yet",
+                         hint="deploy with --nodes 1 (or without --nodes)")
+    return {"gpus": gpus, "nodes": nodes}
+
+
+def describe(info: dict) -> str:
+    """``Slurm job 42 (partition debug)`` from a row's ``target_info["slurm"]``."""
+    job = info.get("slurm") or {}
+    part = f", partition {job['partition']}" if job.get("partition") else ""
+    return f"Slurm job {job.get('job_id')}{part}"
+
+
+def beside_running(launch):
+    """``deploy --queue`` on Slurm: submitted without stopping the project's running job (Slurm queues it)."""
+    from dataclasses import replace
+
+    from .model import StopRun
+
+    return replace(launch, actions=tuple(a for a in launch.actions if not isinstance(a, StopRun)))
+
+
+def state_words(status: str, job: dict | None) -> str:
+    """``pending (Resources)``, ``running on ct210``, or the status itself."""
+    job = job or {}
+    if status == "queued":
+        return f"pending ({job.get('reason') or 'None'})"
+    if status == "running" and job.get("nodes"):
+        return f"running on {job['nodes']}"
+    return status

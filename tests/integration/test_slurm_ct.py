@@ -1,0 +1,200 @@
+"""A ``kind = "slurm"`` target end to end: the real CLI against a real two-node Slurm cluster in LXC containers.
+
+The login node (CT 210) is reached over SSH with strict host keys; orch's root is on ``/shared``, a folder both
+nodes mount, as a cluster's shared file system. The run is a small script that prints what its allocation gave it
+(``SLURM_JOB_ID``, ``CUDA_VISIBLE_DEVICES``, ``ORCH_RESUME_FROM``), writes a checkpoint every 5 steps and one more
+on SIGINT, so a graceful stop shows as a final checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Project
+
+pytestmark = pytest.mark.testbed
+
+ROOT = "/shared/orch"
+
+TRAIN = """\
+import os, pathlib, signal, sys, time
+ck = pathlib.Path(os.environ["ORCH_CHECKPOINT_DIR"])
+ck.mkdir(parents=True, exist_ok=True)
+print("job", os.environ.get("SLURM_JOB_ID", "-"), "node", os.environ.get("SLURMD_NODENAME", "-"),
+      "cuda", os.environ.get("CUDA_VISIBLE_DEVICES", "-"), "resume", os.environ.get("ORCH_RESUME_FROM") or "-",
+      "restarts", os.environ.get("SLURM_RESTART_COUNT", "-"), flush=True)
+stop = []
+signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+resume = os.environ.get("ORCH_RESUME_FROM")
+first = int(pathlib.Path(resume).stem.split("-")[1]) if resume else 0
+steps, pause = int(os.environ.get("STEPS", "5")), float(os.environ.get("PAUSE", "0.2"))
+for step in range(first + 1, steps + 1):
+    time.sleep(pause)
+    print(f"step={step} loss={1.0 / step:.4f}", flush=True)
+    if stop:
+        (ck / f"ckpt-{step}.pt").write_text(str(step))
+        print(f"final checkpoint at step {step}", flush=True)
+        sys.exit(0)
+    if step % 5 == 0:
+        (ck / f"ckpt-{step}.pt").write_text(str(step))
+print("done", flush=True)
+"""
+
+
+class SlurmProject(Project):
+    def __init__(self, path: Path, cluster) -> None:
+        super().__init__(path, Path(cluster.shared) / "orch")
+        self.cluster = cluster
+
+    def write(self, *, steps: int = 5, pause: float = 0.2, target: str = "", name: str = "slurmy") -> None:
+        login = self.cluster.login
+        (self.path / "train.py").write_text(TRAIN)
+        (self.path / "orch.toml").write_text(f"""\
+default_target = "lab"
+
+[project]
+name = "{name}"
+sources = ["train.py"]
+command = "python3 train.py"
+env = {{ STEPS = "{steps}", PAUSE = "{pause}" }}
+
+[run]
+stop_timeout = 15
+term_timeout = 3
+checkpoint_glob = "ckpt-*.pt"
+
+[ssh]
+known_hosts = ["{self.cluster.known_hosts_path}"]
+identity_file = "{self.cluster.key_path}"
+trust_file = "{self.path / 'trusted_hosts'}"
+
+[targets.lab]
+kind = "slurm"
+host = "{login.address}"
+user = "root"
+root = "{ROOT}"
+{target}
+""")
+
+    def json(self, *args: str) -> dict:
+        done = self.run(*args, "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    def until(self, wanted, what: str, timeout: float = 90) -> dict:
+        """``orch status --json`` until ``wanted(it)``."""
+        deadline = time.monotonic() + timeout
+        seen: dict = {}
+        while time.monotonic() < deadline:
+            seen = self.json("status")
+            if wanted(seen):
+                return seen
+            time.sleep(1)
+        raise AssertionError(f"not {what} within {timeout:g} s: {seen}")
+
+
+@pytest.fixture
+def lab(tmp_path: Path, slurm_cluster) -> SlurmProject:
+    slurm_cluster.cancel_all()
+    path = tmp_path / "proj"
+    path.mkdir()
+    proj = SlurmProject(path, slurm_cluster)
+    proj.write()
+    return proj
+
+
+def _job_of(proj: SlurmProject, exp_id: int) -> str:
+    with proj.registry() as reg:
+        return reg.get(exp_id).target_info["slurm"]["job_id"]
+
+
+def test_a_run_goes_through_slurm_to_its_end(lab: SlurmProject) -> None:
+    done = lab.run("deploy", "-m", "first")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Slurm job" in done.stdout and "lab (Slurm at 10.77.0.210)" in done.stdout, done.stdout
+    job = _job_of(lab, 1)
+    end = lab.until(lambda s: s["state"] == "finished", "finished")
+    assert end["exit_code"] == 0 and end["slurm"]["job_id"] == job
+    log = lab.run("logs", "-e", "1")
+    assert log.returncode == 0, log.stderr
+    # the run's own supervisor ran it in the allocation: Slurm's variables and orch's together
+    assert f"job {job} node ct21" in log.stdout and "step=5" in log.stdout and "done" in log.stdout, log.stdout
+    shown = lab.run("status")
+    assert "experiment 1 finished" in shown.stdout and f"Slurm job {job}" in shown.stdout, shown.stdout
+    # the checkpoints default to the shared file system, under the target's root
+    assert (lab.root / "checkpoints" / "slurmy" / "ckpt-5.pt").exists()
+    with lab.registry() as reg:
+        assert reg.get(1).checkpoints == f"{ROOT}/checkpoints/slurmy"
+
+
+def test_pending_while_the_nodes_are_full_then_running(lab: SlurmProject) -> None:
+    cluster = lab.cluster
+    blocker = cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300").stdout.decode().strip()
+    lab.write(steps=200, pause=0.1)
+    done = lab.run("deploy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    pending = lab.until(lambda s: s["state"] == "queued" and s["slurm"].get("reason") in ("Resources", "Priority"),
+                        "pending")
+    shown = lab.run("status")
+    assert f"experiment 1 pending ({pending['slurm']['reason']})" in shown.stdout, shown.stdout
+    cluster.run("scancel", blocker)
+    running = lab.until(lambda s: s["state"] == "running", "running", timeout=60)
+    assert running["slurm"]["nodes"].startswith("ct21")
+    assert "running on ct21" in lab.run("status").stdout
+    stopped = lab.run("stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+
+
+def test_stop_sends_sigint_and_the_run_writes_its_final_checkpoint(lab: SlurmProject) -> None:
+    lab.write(steps=1000, pause=0.1)
+    assert lab.run("deploy").returncode == 0
+    lab.until(lambda s: s["state"] == "running" and "step=" in (s.get("last_line") or ""), "running")
+    stopped = lab.run("stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "experiment 1" in stopped.stdout and "stopped" in stopped.stdout and "SIGINT" in stopped.stdout
+    log = lab.run("logs", "-e", "1").stdout
+    assert "final checkpoint at step" in log, log
+    job = _job_of(lab, 1)
+    assert not lab.cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip()  # nothing left running
+    assert lab.json("status")["state"] == "stopped"
+
+
+def test_a_pending_job_is_cancelled_by_stop(lab: SlurmProject) -> None:
+    cluster = lab.cluster
+    blocker = cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300").stdout.decode().strip()
+    try:
+        assert lab.run("deploy").returncode == 0
+        lab.until(lambda s: s["state"] == "queued", "pending")
+        stopped = lab.run("stop")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert lab.json("status")["state"] == "stopped"
+        assert not cluster.run("squeue", "-h", "-j", _job_of(lab, 1), check=False).stdout.strip()
+    finally:
+        cluster.run("scancel", blocker, check=False)
+
+
+def test_gpus_1_gives_the_run_one_device(lab: SlurmProject) -> None:
+    done = lab.run("deploy", "--gpus", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lab.until(lambda s: s["state"] == "finished", "finished")
+    log = lab.run("logs", "-e", "1").stdout
+    assert " cuda 0 " in log or " cuda 1 " in log, log
+
+
+@pytest.mark.parametrize(("flags", "target", "words"), [
+    ((), 'partition = "nope"', "invalid partition"),
+    (("--gpus", "3"), "", "node configuration is not available"),
+    ((), 'sbatch_args = ["--bogus-flag"]', "unrecognized option"),
+])
+def test_a_job_slurm_refuses_is_an_error_and_nothing_runs(lab: SlurmProject, flags, target, words) -> None:
+    lab.write(target=target)
+    done = lab.run("deploy", *flags)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error:" in done.stderr and words in done.stderr.lower() and "hint:" in done.stderr, done.stderr
+    with lab.registry() as reg:
+        assert all(e.status not in ("running", "queued", "launching") for e in reg.list())
+    assert not lab.cluster.run("squeue", "-h", check=False).stdout.strip()
