@@ -237,8 +237,9 @@ def status_answered(settings: Settings, target: Target, registry: Registry, aske
     sync(registry, answer["runs"], target, settings.project.name)
     guard_records.record(registry, answer["runs"], target.machine)
     sync(registry, answer["runs"], target, settings.project.name)  # a restored run just recorded
-    latest: Experiment | None = registry.latest(target.machine, target.name) if experiment is None else \
-        registry.get(experiment)
+    slurm = target.spec.kind == "slurm"  # a job pending for its nodes is what the cluster runs next
+    latest: Experiment | None = registry.latest(target.machine, target.name, queued=slurm) if experiment is None \
+        else registry.get(experiment)
     run = None
     if latest is not None:
         run = next((r for r in answer["runs"] if r.get("id") == latest.id and registry.owns(r)), None)
