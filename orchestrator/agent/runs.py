@@ -87,6 +87,9 @@ def run_state(run_dir: str) -> dict:
         out["heartbeat"] = heard
     if stop_req:
         out["stopped_by"] = (read_json(os.path.join(run_dir, "stop_requested"), {}) or {}).get("by")
+    job = slurm.job_of(run_dir)
+    if job is not None and isinstance(ended, dict) and not stop_req and slurm.requeued(job, ended):
+        ended = None  # Slurm requeued its job (preempted, a node failed, scontrol requeue): it comes back
     if isinstance(ended, dict) and ended.get("not_started"):  # the start failed, or a stop came first: it never ran
         out.update(state="stopped" if stop_req else "failed", ended=ended.get("ended"), error=ended.get("error"))
     elif isinstance(ended, dict):
@@ -96,7 +99,7 @@ def run_state(run_dir: str) -> dict:
         spent = budget.spent(run_dir)
         if spent is not None and not stop_req:  # ended gracefully at its budget, whatever its exit code
             out.update(state="finished", budget=spent, cause=f"reached its budget of {spent.get('spent')}")
-    elif (job := slurm.job_of(run_dir)) is not None:  # its supervisor runs on a compute node: Slurm says
+    elif job is not None:  # its supervisor runs on a compute node: Slurm says
         out.update(slurm.state(job, pid, stop_req))
     elif _alive(pid.get("supervisor"), pid.get("supervisor_start")) or \
             _alive(pid.get("child"), pid.get("child_start")):
@@ -340,7 +343,7 @@ def not_started(run_dir: str, why: str) -> None:
 
 def supervise(run_dir: str) -> int:
     """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
-    if os.path.exists(os.path.join(run_dir, "exit.json")):
+    if os.path.exists(os.path.join(run_dir, "exit.json")) and not slurm.resumes(run_dir, os.environ):
         return 0  # too late: its start was already given up (``not_started``)
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)

@@ -200,3 +200,32 @@ def _until(done, seconds: float) -> bool:
 def allocation(environ: dict) -> dict:
     """The variables of the Slurm allocation the supervisor runs in, which the run keeps over the launch's own."""
     return {k: v for k, v in environ.items() if k.startswith(("SLURM_", "SLURMD_")) or k in ALLOCATION}
+
+
+REQUEUE_WINDOW_S = 900.0  # how long after a run's exit record a pending job of its id is taken as requeued
+
+
+def requeued(job: dict, ended: dict) -> bool:
+    """Whether a run whose supervisor recorded an end is pending again: its job was requeued (its exit record is
+    the killed attempt's; the next attempt resumes from the newest checkpoint). Asked of ``squeue`` only for a
+    recent end that was not a stop, so that a status of many old runs costs no Slurm call each."""
+    if ended.get("not_started") or time.time() - float(ended.get("ended") or 0) > REQUEUE_WINDOW_S:
+        return False
+    found = queue([job["job_id"]]).get(job["job_id"])
+    return found is not None and found["state"] == "PENDING"
+
+
+def resumes(run_dir: str, environ: dict) -> bool:
+    """In a requeued job (``SLURM_RESTART_COUNT`` > 0): the attempt Slurm killed left an exit record, which is
+    set aside so that this supervisor goes on with the same run, as its next attempt."""
+    restarts = environ.get("SLURM_RESTART_COUNT", "")
+    if not restarts.isdigit() or int(restarts) < 1 or job_of(run_dir) is None:
+        return False
+    if os.path.exists(os.path.join(run_dir, "stop_requested")):
+        return False
+    path = os.path.join(run_dir, "exit.json")
+    ended = read_json(path, {}) or {}
+    if ended.get("not_started"):
+        return False
+    os.replace(path, os.path.join(run_dir, f"exit-requeued-{restarts}.json"))
+    return True

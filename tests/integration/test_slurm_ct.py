@@ -119,7 +119,7 @@ def test_a_run_goes_through_slurm_to_its_end(lab: SlurmProject) -> None:
     job = _job_of(lab, 1)
     end = lab.until(lambda s: s["state"] == "finished", "finished")
     assert end["exit_code"] == 0 and end["slurm"]["job_id"] == job
-    log = lab.run("logs", "-e", "1")
+    log = lab.run("logs", "-e", "1", "-n", "1000")
     assert log.returncode == 0, log.stderr
     # the run's own supervisor ran it in the allocation: Slurm's variables and orch's together
     assert f"job {job} node ct21" in log.stdout and "step=5" in log.stdout and "done" in log.stdout, log.stdout
@@ -156,7 +156,7 @@ def test_stop_sends_sigint_and_the_run_writes_its_final_checkpoint(lab: SlurmPro
     stopped = lab.run("stop")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert "experiment 1" in stopped.stdout and "stopped" in stopped.stdout and "SIGINT" in stopped.stdout
-    log = lab.run("logs", "-e", "1").stdout
+    log = lab.run("logs", "-e", "1", "-n", "1000").stdout
     assert "final checkpoint at step" in log, log
     job = _job_of(lab, 1)
     assert not lab.cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip()  # nothing left running
@@ -181,7 +181,7 @@ def test_gpus_1_gives_the_run_one_device(lab: SlurmProject) -> None:
     done = lab.run("deploy", "--gpus", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     lab.until(lambda s: s["state"] == "finished", "finished")
-    log = lab.run("logs", "-e", "1").stdout
+    log = lab.run("logs", "-e", "1", "-n", "1000").stdout
     assert " cuda 0 " in log or " cuda 1 " in log, log
 
 
@@ -198,3 +198,34 @@ def test_a_job_slurm_refuses_is_an_error_and_nothing_runs(lab: SlurmProject, fla
     with lab.registry() as reg:
         assert all(e.status not in ("running", "queued", "launching") for e in reg.list())
     assert not lab.cluster.run("squeue", "-h", check=False).stdout.strip()
+
+
+def test_a_requeued_job_is_the_same_experiment_resuming_from_its_checkpoint(lab: SlurmProject) -> None:
+    lab.write(steps=60, pause=0.2)
+    assert lab.run("deploy").returncode == 0
+    lab.until(lambda s: s["state"] == "running" and "step=1" in (s.get("last_line") or ""), "past step 10")
+    assert (lab.root / "checkpoints" / "slurmy" / "ckpt-10.pt").exists()
+    job = _job_of(lab, 1)
+    lab.cluster.run("scontrol", "requeue", job)
+    back = lab.until(lambda s: s["state"] == "running" and s["experiment"] == 1 and (s.get("attempt") or 0) >= 2,
+                     "running again", timeout=150)
+    assert back["slurm"]["job_id"] == job
+    end = lab.until(lambda s: s["state"] == "finished", "finished", timeout=120)
+    assert end["experiment"] == 1 and end["exit_code"] == 0
+    log = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert "restarts 1" in log and f"resume {ROOT}/checkpoints/slurmy/ckpt-" in log, log
+    with lab.registry() as reg:
+        assert [e.id for e in reg.list()] == [1]
+
+
+def test_a_login_node_without_slurm_is_an_error(lab: SlurmProject) -> None:
+    cluster = lab.cluster
+    cluster.run("mv", "/usr/bin/sbatch", "/usr/bin/sbatch.away")
+    try:
+        done = lab.run("deploy")
+    finally:
+        cluster.run("mv", "/usr/bin/sbatch.away", "/usr/bin/sbatch")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: sbatch is not on the login node's PATH" in done.stderr and "hint:" in done.stderr, done.stderr
+    with lab.registry() as reg:
+        assert all(e.status not in ("running", "queued", "launching") for e in reg.list())
