@@ -68,7 +68,8 @@ def state_words(status: str, job: dict | None) -> str:
     """``pending (Resources)``, ``running on ct210``, or the status itself."""
     job = job or {}
     if status == "queued":
-        return f"pending ({job.get('reason') or 'None'})"
+        reason = job.get("reason")
+        return f"pending ({reason})" if reason and reason != "None" else "pending"  # None: not yet scheduled
     if status == "running" and job.get("nodes"):
         return f"running on {job['nodes']}"
     return status

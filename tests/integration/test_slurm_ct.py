@@ -229,3 +229,23 @@ def test_a_login_node_without_slurm_is_an_error(lab: SlurmProject) -> None:
     assert "error: sbatch is not on the login node's PATH" in done.stderr and "hint:" in done.stderr, done.stderr
     with lab.registry() as reg:
         assert all(e.status not in ("running", "queued", "launching") for e in reg.list())
+
+
+def test_restart_with_clean_checkpoints_moves_them_aside_and_submits_anew(lab: SlurmProject) -> None:
+    lab.write(steps=1000, pause=0.1)
+    assert lab.run("deploy").returncode == 0
+    lab.until(lambda s: s["state"] == "running" and "step=1" in (s.get("last_line") or ""), "past step 10")
+    done = lab.run("restart", "--clean-checkpoints", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "moved to" in done.stderr and "experiment 2" in done.stdout and "Slurm job" in done.stdout, done.stdout
+    first, second = _job_of(lab, 1), _job_of(lab, 2)
+    assert first != second
+    with lab.registry() as reg:
+        assert reg.get(1).status == "stopped"
+    lab.until(lambda s: s["experiment"] == 2 and s["state"] == "running" and "step=" in (s.get("last_line") or ""),
+              "the new run going")
+    log = lab.run("logs", "-e", "2", "-n", "1000").stdout
+    assert "resume -" in log, log  # its checkpoints were moved aside: it starts afresh
+    listed = lab.run("checkpoints", "list")
+    assert listed.returncode == 0 and "trash" in listed.stdout, listed.stdout + listed.stderr
+    assert lab.run("stop").returncode == 0
