@@ -26,8 +26,8 @@ from .protocol import AgentFailure
 
 JOB_FILE = "slurm.json"
 SCRIPT = "job.sh"
-FIELDS = ("job_id", "state", "reason", "nodes", "submitted", "start", "partition")
-FORMAT = "%i|%T|%r|%N|%V|%S|%P"  # one squeue line: the FIELDS, in order
+FIELDS = ("job_id", "state", "reason", "nodes", "submitted", "start", "partition", "priority")
+FORMAT = "%i|%T|%r|%N|%V|%S|%P|%Q"  # one squeue line: the FIELDS, in order
 RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
 ALLOCATION = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")  # what Slurm gives beside SLURM_*
 TIMEOUT_S = 60.0  # a slurmctld that does not answer a command within this is reported, not waited for
@@ -150,7 +150,8 @@ def state(job: dict, pid: dict, stop_requested: bool, listed: dict | None = None
     found = (listed if listed is not None else queue([job["job_id"]])).get(job["job_id"])
     told = {"job_id": job["job_id"], "partition": job.get("partition")}
     if found is not None:
-        told.update(state=found["state"], reason=found["reason"], partition=found["partition"] or job.get("partition"))
+        told.update(state=found["state"], reason=found["reason"], partition=found["partition"] or job.get("partition"),
+                    priority=found["priority"], start=found["start"])
         if found["state"] == "PENDING":
             return {"state": "queued", "slurm": told | {"since": job.get("submitted")}}
         if found["state"] in RUNNING:

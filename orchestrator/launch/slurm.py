@@ -73,3 +73,21 @@ def state_words(status: str, job: dict | None) -> str:
     if status == "running" and job.get("nodes"):
         return f"running on {job['nodes']}"
     return status
+
+
+def pending(settings, target: Target, registry) -> list[dict]:
+    """``orch queue`` on a Slurm target: the project's jobs Slurm holds back, oldest first, with its reason and
+    priority (the rows reconciled in the same call)."""
+    from ..reach.agent_client import Op
+    from ..records.reconcile import client_for, reconcile
+
+    client = client_for(settings, target, read_only=True)
+    try:
+        answer, = reconcile(settings, target, registry, client, also=[Op("status", {
+            "project": settings.project.name, "tail": False, "gpus": False, "registry": registry.registry_id})])
+    finally:
+        client.transport.close()
+    runs = [r for r in answer["runs"] if r.get("state") == "queued" and r.get("slurm") and registry.owns(r)]
+    return [{"position": i + 1, "id": r["id"], "job_id": r["slurm"].get("job_id"), "reason": r["slurm"].get("reason"),
+             "priority": r["slurm"].get("priority"), "since": r["slurm"].get("since"),
+             "partition": r["slurm"].get("partition")} for i, r in enumerate(runs)]

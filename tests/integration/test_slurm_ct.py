@@ -141,6 +141,12 @@ def test_pending_while_the_nodes_are_full_then_running(lab: SlurmProject) -> Non
                         "pending")
     shown = lab.run("status")
     assert f"experiment 1 pending ({pending['slurm']['reason']})" in shown.stdout, shown.stdout
+    # --queue: Slurm is the queue, so the second job is submitted beside the first, which goes on pending
+    queued = lab.run("deploy", "--queue")
+    assert queued.returncode == 0 and "experiment 2: pending" in queued.stdout, queued.stdout + queued.stderr
+    listed = lab.json("queue", "--target", "lab")["queue"]
+    assert [e["id"] for e in listed] == [1, 2] and all(e["reason"] and e["priority"] for e in listed), listed
+    assert "pending on lab" in lab.run("queue").stdout
     cluster.run("scancel", blocker)
     running = lab.until(lambda s: s["state"] == "running", "running", timeout=60)
     assert running["slurm"]["nodes"].startswith("ct21")
