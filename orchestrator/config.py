@@ -150,11 +150,11 @@ class TargetSection(_Section):
     members: list[str] = Field(default_factory=list)  # kind = "group": names of other targets; node 0 first
     gpus: int | None = Field(None, ge=1)  # the machine's GPU count (0..N-1) where nvidia-smi sees none; wins if both
     # kind = "slurm": host is the login node; these become sbatch's options (launch/slurm.py)
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: str | None = None  # Slurm's time limit: "2-00:00:00", "30:00"
-    sbatch_args: list[str] = Field(default_factory=list)
+    partition: str | None = None  # kind = "slurm": the partition jobs are submitted to (sbatch --partition)
+    account: str | None = None  # kind = "slurm": the account jobs are charged to (sbatch --account)
+    qos: str | None = None  # kind = "slurm": the quality of service (sbatch --qos)
+    time: str | None = None  # kind = "slurm": the job's time limit, "2-00:00:00" or "30:00" (sbatch --time)
+    sbatch_args: list[str] = Field(default_factory=list)  # kind = "slurm": more sbatch options, e.g. ["--mem=32G"]
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "TargetSection":

@@ -323,3 +323,5 @@ def slurm_cluster() -> Iterator[Any]:
         yield cluster
     finally:
         stack.close()
+        if _shared["bed"] is None:  # the testbed's own teardown removes the bridge when it is up
+            lxc.remove_bridge()
