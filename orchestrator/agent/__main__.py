@@ -69,6 +69,7 @@ OPS = {
     "slurm_check": (lambda layout, exp_id, registry, **a: slurm.check(layout, layout.run_dir(exp_id, registry), a),
                     False),
     "run_stop": (runs.stop, False),
+    "slurm_nodes": (slurm.nodes, False),
     "run_verify": (runs.verify_started, False),
     "status": (lambda layout, gpus=True, **a: {**_status(layout, **a), "gpus": system.gpus() if gpus else [],
                                                "queue": runqueue.entries(layout, a["project"]) if a.get("project")

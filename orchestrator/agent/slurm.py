@@ -230,3 +230,54 @@ def resumes(run_dir: str, environ: dict) -> bool:
         return False
     os.replace(path, os.path.join(run_dir, f"exit-requeued-{restarts}.json"))
     return True
+
+
+def _pairs(line: str) -> dict:
+    """``Key=value`` words of one ``scontrol show -o`` line (values with spaces, like ``OS=``, are cut: unused)."""
+    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+
+
+def _gpu_count(text: str) -> int:
+    """GPUs in a GRES or TRES list: ``gpu:2``, ``gpu:a100:4(S:0-1)``, ``cpu=1,gres/gpu=1``."""
+    total = 0
+    for part in text.replace(",", " ").split():
+        if part.startswith("gres/gpu="):
+            total += int(part.split("=", 1)[1]) if part.split("=", 1)[1].isdigit() else 0
+        elif part.startswith("gpu"):
+            count = part.split("(")[0].split(":")[-1]
+            total += int(count) if count.isdigit() else 0
+    return total
+
+
+def nodes(layout) -> dict:
+    """``orch gpus`` on a Slurm target: each node's GPUs (GRES), how many are allocated, its state and partitions,
+    and the running jobs on it (an orch experiment's job is named ``orch-<project>-<id>``)."""
+    shown = _slurm(["scontrol", "show", "-d", "-o", "node"], "reading the nodes")  # -d: GresUsed
+    if shown.returncode != 0:
+        raise AgentFailure("agent", f"scontrol show node failed: {shown.stderr.decode('utf-8', 'replace')[-300:]}")
+    running = _slurm(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%u|%j|%N|%b"], "reading the queue")
+    jobs: dict[str, list] = {}
+    for line in running.stdout.decode("utf-8", "replace").splitlines() if running.returncode == 0 else []:
+        parts = line.split("|")
+        if len(parts) == 5:
+            for node in expand(parts[3]):
+                jobs.setdefault(node, []).append({"job_id": parts[0], "user": parts[1], "name": parts[2],
+                                                  "gres": parts[4]})
+    out = []
+    for line in shown.stdout.decode("utf-8", "replace").splitlines():
+        facts = _pairs(line)
+        if not facts.get("NodeName"):
+            continue
+        name = facts["NodeName"]
+        out.append({"node": name, "state": facts.get("State", "?"), "partitions": facts.get("Partitions", ""),
+                    "gpus": _gpu_count(facts.get("Gres", "")), "gpus_used": max(_gpu_count(facts.get("GresUsed", "")), _gpu_count(facts.get("AllocTRES", ""))),
+                    "jobs": jobs.get(name, [])})
+    return {"nodes": out}
+
+
+def expand(nodelist: str) -> list[str]:
+    """Slurm's host list as names (``scontrol show hostnames``): ``ct[210-211]`` -> ``ct210``, ``ct211``."""
+    if not nodelist or nodelist in ("(null)", "None"):
+        return []
+    proc = _slurm(["scontrol", "show", "hostnames", nodelist], "expanding a node list")
+    return proc.stdout.decode("utf-8", "replace").split() if proc.returncode == 0 else [nodelist]

@@ -91,3 +91,14 @@ def pending(settings, target: Target, registry) -> list[dict]:
     return [{"position": i + 1, "id": r["id"], "job_id": r["slurm"].get("job_id"), "reason": r["slurm"].get("reason"),
              "priority": r["slurm"].get("priority"), "since": r["slurm"].get("since"),
              "partition": r["slurm"].get("partition")} for i, r in enumerate(runs)]
+
+
+def nodes(settings, target: Target) -> list[dict]:
+    """``orch gpus`` on a Slurm target: each node's GPUs, in use, state, and the jobs running there."""
+    from ..records.reconcile import client_for
+
+    client = client_for(settings, target, read_only=True)
+    try:
+        return client.one("slurm_nodes")["nodes"]
+    finally:
+        client.transport.close()

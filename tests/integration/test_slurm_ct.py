@@ -255,3 +255,17 @@ def test_restart_with_clean_checkpoints_moves_them_aside_and_submits_anew(lab: S
     listed = lab.run("checkpoints", "list")
     assert listed.returncode == 0 and "trash" in listed.stdout, listed.stdout + listed.stderr
     assert lab.run("stop").returncode == 0
+
+
+def test_gpus_lists_each_node_with_its_gres_and_the_jobs_holding_them(lab: SlurmProject) -> None:
+    lab.write(steps=1000, pause=0.1)
+    assert lab.run("deploy", "--gpus", "1").returncode == 0
+    running = lab.until(lambda s: s["state"] == "running", "running")
+    shown = lab.json("gpus", "--target", "lab")["nodes"]
+    by = {n["node"]: n for n in shown}
+    assert sorted(by) == ["ct210", "ct211"] and all(n["gpus"] == 2 for n in shown), shown
+    held = by[running["slurm"]["nodes"]]
+    assert held["gpus_used"] == 1 and held["jobs"][0]["name"] == "orch-slurmy-1", shown
+    table = lab.run("gpus")
+    assert table.returncode == 0 and "orch-slurmy-1" in table.stdout, table.stdout + table.stderr
+    assert lab.run("stop").returncode == 0
