@@ -343,13 +343,15 @@ def not_started(run_dir: str, why: str) -> None:
 
 def supervise(run_dir: str) -> int:
     """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
+    run_dir = slurm.node_folder(run_dir, os.environ)  # a Slurm job's second node and on: a folder of its own
     if os.path.exists(os.path.join(run_dir, "exit.json")) and not slurm.resumes(run_dir, os.environ):
         return 0  # too late: its start was already given up (``not_started``)
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)
     # the launch's variables, umask and limits (never this process's: a standby's, the tmux server's)
     env, missed = launch_env.apply(launch_env.read(run_dir))
-    env.update(slurm.allocation(os.environ))  # in a Slurm job: its allocation (SLURM_JOB_ID, the GPUs it was given)
+    # in a Slurm job: its allocation (SLURM_JOB_ID, the GPUs it was given) and, over several nodes, each one's rank
+    env.update(slurm.allocation(os.environ), **slurm.node_env(os.environ))
     secrets = handover.receive(run_dir) if launch.get("secrets") or launch.get("notify") else {}
     url = (secrets or {}).pop(notices.URL_KEY, None)
     if secrets is None and not launch.get("secrets"):

@@ -281,3 +281,33 @@ def expand(nodelist: str) -> list[str]:
         return []
     proc = _slurm(["scontrol", "show", "hostnames", nodelist], "expanding a node list")
     return proc.stdout.decode("utf-8", "replace").split() if proc.returncode == 0 else [nodelist]
+
+
+NODE_FILES = ("launch.json", "launch-env.json", "experiment.json", "batching.json")  # every node's supervisor reads
+
+
+def node_folder(run_dir: str, environ: dict) -> str:
+    """The folder this node's supervisor keeps its log, pid and exit records in: the run folder on the job's first
+    node, ``nodes/<rank>/`` in it on the others (one shared file system: each node writes its own files)."""
+    rank = environ.get("SLURM_NODEID", "0")
+    if not rank.isdigit() or int(rank) == 0 or job_of(run_dir) is None:
+        return run_dir
+    own = os.path.join(run_dir, "nodes", rank)
+    os.makedirs(own, exist_ok=True)
+    for name in NODE_FILES:
+        link = os.path.join(own, name)
+        if not os.path.lexists(link) and os.path.exists(os.path.join(run_dir, name)):
+            os.symlink(os.path.join("..", "..", name), link)
+    return own
+
+
+def node_env(environ: dict, port: int = 29400) -> dict:
+    """A job over several nodes: the variables a run of a job over CTs gets (``launch/distributed.py``), from the
+    allocation's."""
+    count = environ.get("SLURM_NNODES") or environ.get("SLURM_JOB_NUM_NODES") or ""
+    if not count.isdigit() or int(count) < 2:
+        return {}
+    names = expand(environ.get("SLURM_JOB_NODELIST", ""))
+    return {"ORCH_NNODES": count, "ORCH_NODE_RANK": environ.get("SLURM_NODEID", "0"),
+            "ORCH_NODE_ADDRS": " ".join(names), "ORCH_MASTER_ADDR": names[0] if names else "",
+            "ORCH_MASTER_PORT": str(port)}

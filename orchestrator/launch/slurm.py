@@ -42,9 +42,6 @@ def wanted(target: Target, gpus: int | None, nodes: int | None) -> dict | None:
             raise InputError("--nodes asks Slurm for nodes: it is for a kind = \"slurm\" target",
                              hint="a job over several CTs names them: --ct 200 --ct 201")
         return None
-    if nodes is not None and nodes > 1:
-        raise InputError("a run over several Slurm nodes is not supported yet",
-                         hint="deploy with --nodes 1 (or without --nodes)")
     return {"gpus": gpus, "nodes": nodes}
 
 

@@ -26,7 +26,8 @@ ck = pathlib.Path(os.environ["ORCH_CHECKPOINT_DIR"])
 ck.mkdir(parents=True, exist_ok=True)
 print("job", os.environ.get("SLURM_JOB_ID", "-"), "node", os.environ.get("SLURMD_NODENAME", "-"),
       "cuda", os.environ.get("CUDA_VISIBLE_DEVICES", "-"), "resume", os.environ.get("ORCH_RESUME_FROM") or "-",
-      "restarts", os.environ.get("SLURM_RESTART_COUNT", "-"), flush=True)
+      "restarts", os.environ.get("SLURM_RESTART_COUNT", "-"), "rank", os.environ.get("ORCH_NODE_RANK", "-"),
+      "of", os.environ.get("ORCH_NNODES", "-"), "master", os.environ.get("ORCH_MASTER_ADDR", "-"), flush=True)
 stop = []
 signal.signal(signal.SIGINT, lambda *_: stop.append(1))
 resume = os.environ.get("ORCH_RESUME_FROM")
@@ -269,3 +270,14 @@ def test_gpus_lists_each_node_with_its_gres_and_the_jobs_holding_them(lab: Slurm
     table = lab.run("gpus")
     assert table.returncode == 0 and "orch-slurmy-1" in table.stdout, table.stdout + table.stderr
     assert lab.run("stop").returncode == 0
+
+
+def test_a_job_over_two_nodes_runs_a_supervisor_on_each(lab: SlurmProject) -> None:
+    done = lab.run("deploy", "--nodes", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    end = lab.until(lambda s: s["state"] == "finished", "finished")
+    assert end["exit_code"] == 0
+    first = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert "rank 0 of 2 master ct210" in first and "done" in first, first
+    second = (lab.run_dir(1) / "nodes" / "1" / "train.log").read_text()
+    assert "node ct211" in second and "rank 1 of 2 master ct210" in second and "done" in second, second
