@@ -70,6 +70,7 @@ OPS = {
                     False),
     "run_stop": (runs.stop, False),
     "slurm_nodes": (slurm.nodes, False),
+    "slurm_doctor": (slurm.doctor, False),
     "run_verify": (runs.verify_started, False),
     "status": (lambda layout, gpus=True, **a: {**_status(layout, **a), "gpus": system.gpus() if gpus else [],
                                                "queue": runqueue.entries(layout, a["project"]) if a.get("project")

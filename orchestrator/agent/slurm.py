@@ -311,3 +311,64 @@ def node_env(environ: dict, port: int = 29400) -> dict:
     return {"ORCH_NNODES": count, "ORCH_NODE_RANK": environ.get("SLURM_NODEID", "0"),
             "ORCH_NODE_ADDRS": " ".join(names), "ORCH_MASTER_ADDR": names[0] if names else "",
             "ORCH_MASTER_PORT": str(port)}
+
+
+def doctor(layout, partition: str | None = None, time_limit: str | None = None) -> dict:
+    """``orch doctor`` on a Slurm target, from the login node: the controller answers, the partition is there and
+    up (and whether a time limit must be given), a compute node runs Python 3.10+ and sees ``root`` writable,
+    and whether Slurm confines a job to its GPUs. Findings as ``watch/doctor_checks.Finding``'s fields."""
+    out = []
+
+    def finding(check: str, status: str, reason: str, fix: str | None = None) -> None:
+        out.append({"check": check, "status": status, "reason": reason, "fix": fix})
+
+    ping = _slurm(["scontrol", "ping"], "asking the controller")
+    said = (ping.stdout + ping.stderr).decode("utf-8", "replace").strip()
+    finding("slurmctld", "ok" if ping.returncode == 0 and "UP" in said else "fail", said or "no answer",
+            "ask the cluster's admins: slurmctld does not answer")
+    shown = _slurm(["scontrol", "show", "-o", "partition"] + ([partition] if partition else []), "reading partitions")
+    parts = [_pairs(line) for line in shown.stdout.decode("utf-8", "replace").splitlines() if "PartitionName=" in line]
+    chosen = next((p for p in parts if not partition and p.get("Default") == "YES" or
+                   partition and p.get("PartitionName") == partition), None)
+    if shown.returncode != 0 or chosen is None:
+        words = shown.stderr.decode("utf-8", "replace").strip() or "no default partition"
+        finding("partition", "fail", f"{partition or 'the default partition'}: {words}",
+                "sinfo lists the partitions; set partition = \"...\" on the target")
+    else:
+        name, state = chosen.get("PartitionName"), chosen.get("State", "?")
+        finding("partition", "ok" if state == "UP" else "fail", f"{name}: {state}, {chosen.get('TotalNodes')} "
+                f"node(s), time limit {chosen.get('MaxTime')}", "ask the admins why the partition is not up")
+        if chosen.get("DefaultTime") in (None, "NONE") and chosen.get("MaxTime") != "UNLIMITED" and not time_limit:
+            finding("time limit", "warn", f"partition {name} has no default time: a job without one gets "
+                    f"{chosen.get('MaxTime')}", "set time = \"HH:MM:SS\" on the target")
+    root = layout.root
+    probe = "import os, sys; print(sys.version_info[0], sys.version_info[1], os.access(sys.argv[1], os.W_OK))"
+    argv = ["srun", "-N1", "-n1", "--immediate=30", "--time=1"] + ([f"--partition={partition}"] if partition else []) \
+        + [sys_python(), "-c", probe, root]
+    ran = _slurm(argv, "trying a compute node")
+    text = ran.stdout.decode("utf-8", "replace").split()
+    if ran.returncode == 0 and len(text) >= 3:
+        good = (int(text[0]), int(text[1])) >= (3, 10)
+        finding("compute node python", "ok" if good else "fail", f"python {text[0]}.{text[1]} on a compute node",
+                "install Python 3.10+ on the compute nodes at the login node's path")
+        finding("shared root", "ok" if text[2] == "True" else "fail", f"{root} is "
+                + ("writable" if text[2] == "True" else "not writable") + " on a compute node",
+                "set root = \"...\" to a folder of the shared file system that compute nodes mount")
+    else:
+        why = ran.stderr.decode("utf-8", "replace").strip().splitlines()
+        finding("compute node", "warn", f"could not run on a compute node within 30 s: {why[-1] if why else 'no answer'}",
+                "run orch doctor again when a node is free")
+    config = _pairs(_slurm(["scontrol", "show", "config"], "reading the config").stdout.decode("utf-8", "replace")
+                    .replace(" = ", "="))
+    plugins = config.get("TaskPlugin", "")
+    finding("gpu confinement", "ok" if "cgroup" in plugins else "warn",
+            f"TaskPlugin={plugins or '?'}" + ("" if "cgroup" in plugins else ": a job sees every GPU of its node "
+                                              "(CUDA_VISIBLE_DEVICES only says which are its own)"),
+            "the admins enable task/cgroup with ConstrainDevices=yes (needs cgroup delegation)")
+    return {"findings": out}
+
+
+def sys_python() -> str:
+    import sys
+
+    return sys.executable

@@ -367,6 +367,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                "tail": _bool, "gpus": _bool, "registry": registry_id},
     "gpus": {},
     "slurm_nodes": {},
+    "slurm_doctor": {"partition": _optional(_str), "time_limit": _optional(_str)},
     "run_records": {"project": project},
     "log_read": {"exp_id": exp_id, "registry": registry_id, "offset": _optional(_int), "tail_lines": _optional(_int),
                  "max_bytes": lambda v, n: _int(v, n, 0, 1 << 30), "identity": _optional(_str)},

@@ -100,8 +100,23 @@ def examine(settings: Settings, target: Target, *, torch: bool = True) -> dict:
     finally:
         transport.close()
     found = findings(target, answer, node, sent, received, torch=torch)
+    if target.spec.kind == "slurm":  # the cluster's own checks, asked of the login node
+        found += slurm_findings(settings, target)
     return {"target": target.label, "ct": target.info.get("ct"), "node": target.info.get("node"),
             "status": worst(found), "findings": [f.to_dict() for f in found]}
+
+
+def slurm_findings(settings: Settings, target: Target) -> list[Finding]:
+    """A Slurm target's checks (``agent/slurm.doctor``): the controller, the partition, a compute node's Python and
+    view of ``root``, GPU confinement."""
+    assert target.connect is not None
+    transport = target.connect()
+    try:
+        client = AgentClient(transport, target.root, target.python, timeout=settings.ssh.command_timeout)
+        got = client.one("slurm_doctor", partition=target.spec.partition, time_limit=target.spec.time)
+    finally:
+        transport.close()
+    return [Finding(**f) for f in got["findings"]]
 
 
 def refuse(found: list[Finding] | None, label: str, echo) -> None:

@@ -281,3 +281,15 @@ def test_a_job_over_two_nodes_runs_a_supervisor_on_each(lab: SlurmProject) -> No
     assert "rank 0 of 2 master ct210" in first and "done" in first, first
     second = (lab.run_dir(1) / "nodes" / "1" / "train.log").read_text()
     assert "node ct211" in second and "rank 1 of 2 master ct210" in second and "done" in second, second
+
+
+def test_doctor_checks_the_controller_partition_and_a_compute_node(lab: SlurmProject) -> None:
+    report = lab.run("doctor", "--json")
+    found = {f["check"]: f for f in json.loads(report.stdout)["findings"]}
+    assert found["slurmctld"]["status"] == "ok" and found["partition"]["status"] == "ok", found
+    assert found["compute node python"]["status"] == "ok" and found["shared root"]["status"] == "ok", found
+    # task/none here: no confinement, said as a warning, never a failure
+    assert found["gpu confinement"]["status"] == "warn" and report.returncode == 0, found
+    lab.write(target='partition = "nope"')
+    bad = lab.run("doctor")
+    assert bad.returncode == 6 and "FAIL  partition" in bad.stdout and "nope" in bad.stdout, bad.stdout
