@@ -9,12 +9,13 @@ on SIGINT, so a graceful stop shows as a final checkpoint.
 from __future__ import annotations
 
 import json
-import time
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Project
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.testbed
 
@@ -88,19 +89,20 @@ root = "{ROOT}"
 
     def until(self, wanted, what: str, timeout: float = 90) -> dict:
         """``orch status --json`` until ``wanted(it)``."""
-        deadline = time.monotonic() + timeout
-        seen: dict = {}
-        while time.monotonic() < deadline:
-            seen = self.json("status")
-            if wanted(seen):
-                return seen
-            time.sleep(1)
-        raise AssertionError(f"not {what} within {timeout:g} s: {seen}")
+        seen: list = [{}]
+
+        def check() -> dict | None:
+            seen[0] = self.json("status")
+            return seen[0] if wanted(seen[0]) else None
+
+        return wait_for(check, timeout=timeout, what=what, every=1, describe=lambda: f"last status: {seen[0]}")
 
 
 @pytest.fixture
 def lab(tmp_path: Path, slurm_cluster) -> SlurmProject:
     slurm_cluster.cancel_all()
+    # the shared file system lives for the session: another test's checkpoints must not be this one's to resume
+    shutil.rmtree(Path(slurm_cluster.shared) / "orch" / "checkpoints", ignore_errors=True)
     path = tmp_path / "proj"
     path.mkdir()
     proj = SlurmProject(path, slurm_cluster)
