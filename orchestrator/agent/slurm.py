@@ -75,10 +75,10 @@ def refusal(said: str) -> tuple[str, str]:
     """Slurm's own words of a refused submission, and what to do about them."""
     words = " ".join(line.strip() for line in said.strip().splitlines() if line.strip())
     low = words.lower()
-    if "partition" in low:
-        hint = "sinfo on the login node lists the partitions; set partition = \"...\" on the target"
-    elif "account" in low or "association" in low:
+    if "account" in low or "association" in low:  # before partition: "Invalid account/partition combination"
         hint = "sacctmgr show assoc user=$USER lists your accounts; set account = \"...\" on the target"
+    elif "partition" in low:
+        hint = "sinfo on the login node lists the partitions; set partition = \"...\" on the target"
     elif "qos" in low:
         hint = "sacctmgr show qos lists them; set qos = \"...\" on the target (or leave it out)"
     elif "node configuration is not available" in low or "gres" in low:
