@@ -65,7 +65,9 @@ def _ask(settings: Settings, target: Target, registry: Registry, *, metrics: boo
     ahead = None
     if metrics:
         try:
-            exp = registry.latest(target.machine, target.name, queued=target.spec.kind == "slurm") if experiment is None else registry.get(experiment)
+            slurm = target.spec.kind == "slurm"  # a job pending for its nodes is what the cluster runs next
+            exp = registry.latest(target.machine, target.name, queued=slurm) if experiment is None \
+                else registry.get(experiment)
         except NotFoundError:
             exp = None  # said once the target has been asked, as before
         ahead = metrics_view.first_read(settings, registry, exp) if exp is not None else None

@@ -120,6 +120,9 @@ def test_a_run_goes_through_slurm_to_its_end(lab: SlurmProject) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Slurm job" in done.stdout and "lab (Slurm at 10.77.0.210)" in done.stdout, done.stdout
     job = _job_of(lab, 1)
+    followed = lab.run("logs", "--follow", timeout=90)  # from pending on, to the run's end
+    assert followed.returncode == 0 and "step=5" in followed.stdout and "done" in followed.stdout, \
+        followed.stdout + followed.stderr
     end = lab.until(lambda s: s["state"] == "finished", "finished")
     assert end["exit_code"] == 0 and end["slurm"]["job_id"] == job
     log = lab.run("logs", "-e", "1", "-n", "1000")
