@@ -204,8 +204,9 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
           slurm_job: dict | None = None) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session (``beside``: next to
     the project's live runs, on GPUs none of them was given: checked by ``start_check``/``runqueue`` under the same
-    lock, with ``gpu_share``; ``slurm_job``: submitted as a Slurm job instead, see ``slurm.py``). ``launch``: what the command that launched it had (``launch_env``: the local
-    target's ``orch`` command sends its own); without it, this agent's own, as the target gave it. ``use_standby``
+    lock, with ``gpu_share``; ``slurm_job``: submitted as a Slurm job instead, see ``slurm.py``). ``launch``: what
+    the command that launched it had (``launch_env``: the local target's ``orch`` command sends its own); without
+    it, this agent's own, as the target gave it. ``use_standby``
     False (``[run] standby``): tmux starts the supervisor afresh, and no standby is left for the next start."""
     secrets = handover.check(secrets or {})
     if slurm_job is not None and (secrets or notify):

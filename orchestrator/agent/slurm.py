@@ -270,7 +270,8 @@ def nodes(layout) -> dict:
             continue
         name = facts["NodeName"]
         out.append({"node": name, "state": facts.get("State", "?"), "partitions": facts.get("Partitions", ""),
-                    "gpus": _gpu_count(facts.get("Gres", "")), "gpus_used": max(_gpu_count(facts.get("GresUsed", "")), _gpu_count(facts.get("AllocTRES", ""))),
+                    "gpus": _gpu_count(facts.get("Gres", "")),
+                    "gpus_used": max(_gpu_count(facts.get("GresUsed", "")), _gpu_count(facts.get("AllocTRES", ""))),
                     "jobs": jobs.get(name, [])})
     return {"nodes": out}
 
@@ -356,7 +357,8 @@ def doctor(layout, partition: str | None = None, time_limit: str | None = None) 
                 "set root = \"...\" to a folder of the shared file system that compute nodes mount")
     else:
         why = ran.stderr.decode("utf-8", "replace").strip().splitlines()
-        finding("compute node", "warn", f"could not run on a compute node within 30 s: {why[-1] if why else 'no answer'}",
+        last = why[-1] if why else "no answer"
+        finding("compute node", "warn", f"could not run on a compute node within 30 s: {last}",
                 "run orch doctor again when a node is free")
     config = _pairs(_slurm(["scontrol", "show", "config"], "reading the config").stdout.decode("utf-8", "replace")
                     .replace(" = ", "="))

@@ -38,7 +38,8 @@ def as_dict(st: dict) -> dict:
             "phase": run.get("phase"), "attempt": run.get("attempt"),
             "max_attempts": run.get("max_attempts"), "last_reason": run.get("last_reason"),
             "resumed_from": run.get("resumed_from"), "notify": run.get("notify"), "queue": st.get("queue", []),
-            "guard": run.get("guard"), "slurm": run.get("slurm") or ((exp.target_info or {}).get("slurm") if exp else None),
+            "guard": run.get("guard"),
+            "slurm": run.get("slurm") or ((exp.target_info or {}).get("slurm") if exp else None),
             "live": [{"experiment": e.id, "state": e.status, "gpus": [g.get("index") for g in e.gpus or []],
                       "revision": e.revision, "message": e.message, "started": e.started,
                       "checkpoints": e.checkpoints} for e in st.get("live") or []]}
