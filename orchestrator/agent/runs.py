@@ -100,7 +100,7 @@ def run_state(run_dir: str) -> dict:
         if spent is not None and not stop_req:  # ended gracefully at its budget, whatever its exit code
             out.update(state="finished", budget=spent, cause=f"reached its budget of {spent.get('spent')}")
     elif job is not None:  # its supervisor runs on a compute node: Slurm says
-        out.update(slurm.state(job, pid, stop_req))
+        out.update(slurm.state(job, pid, stop_req, run_dir=run_dir))
     elif _alive(pid.get("supervisor"), pid.get("supervisor_start")) or \
             _alive(pid.get("child"), pid.get("child_start")):
         out["state"] = "running"  # a supervisor still alive is about to record the exit code, or to restart

@@ -145,7 +145,7 @@ def queue(job_ids: list[str]) -> dict[str, dict]:
     return out
 
 
-def state(job: dict, pid: dict, stop_requested: bool, listed: dict | None = None) -> dict:
+def state(job: dict, pid: dict, stop_requested: bool, listed: dict | None = None, run_dir: str | None = None) -> dict:
     """A run's state (``runs.run_state``'s fields) from its job, when its supervisor left no exit record."""
     found = (listed if listed is not None else queue([job["job_id"]])).get(job["job_id"])
     told = {"job_id": job["job_id"], "partition": job.get("partition")}
@@ -158,9 +158,23 @@ def state(job: dict, pid: dict, stop_requested: bool, listed: dict | None = None
             return {"state": "running", "slurm": told | {"nodes": found["nodes"]}}
     if stop_requested:
         return {"state": "stopped", "slurm": told, "ended": None}
-    why = "its Slurm job ended without the supervisor's exit record (node lost, cancelled, or no Python or " \
-          "no shared root on the compute node: see slurm-<job>.out in the run folder)"
+    said = _last_words(os.path.join(run_dir, f"slurm-{job['job_id']}.out")) if run_dir else None
+    why = "its Slurm job ended without the supervisor's exit record" + (
+        f": {said}" if said else " (node lost, cancelled, or no Python or no shared root on the compute node: see "
+                                 f"slurm-{job['job_id']}.out in the run folder)")
     return {"state": "crashed", "slurm": told, "cause": why, "error": why, "lost": not pid}
+
+
+def _last_words(path: str) -> str | None:
+    """The last line of a job's output (Slurm's own words of why its step failed), if it wrote one."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 2000))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
 
 
 def cancel(job_id: str, signal: str | None = None) -> None:

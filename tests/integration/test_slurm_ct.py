@@ -298,3 +298,16 @@ def test_doctor_checks_the_controller_partition_and_a_compute_node(lab: SlurmPro
     lab.write(target='partition = "nope"')
     bad = lab.run("doctor")
     assert bad.returncode == 6 and "FAIL  partition" in bad.stdout and "nope" in bad.stdout, bad.stdout
+
+
+def test_a_compute_node_without_python_ends_the_run_crashed_with_slurms_words(lab: SlurmProject) -> None:
+    second = lab.cluster.nodes[1]
+    second.attach("mv", "/usr/bin/python3.11", "/usr/bin/python3.11.away")
+    try:
+        lab.write(target='sbatch_args = ["--nodelist=ct211"]')
+        assert lab.run("deploy").returncode == 0
+        end = lab.until(lambda s: s["state"] == "crashed", "crashed")
+    finally:
+        second.attach("mv", "/usr/bin/python3.11.away", "/usr/bin/python3.11")
+    assert "without the supervisor's exit record" in (end["end_reason"] or ""), end
+    assert "python3" in end["end_reason"], end
