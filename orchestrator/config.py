@@ -155,6 +155,10 @@ class TargetSection(_Section):
     qos: str | None = None  # kind = "slurm": the quality of service (sbatch --qos)
     time: str | None = None  # kind = "slurm": the job's time limit, "2-00:00:00" or "30:00" (sbatch --time)
     sbatch_args: list[str] = Field(default_factory=list)  # kind = "slurm": more sbatch options, e.g. ["--mem=32G"]
+    signal: str | None = Field(None, pattern=r"^(INT|TERM)@[0-9]+$", description=(
+        'kind = "slurm": "INT@120" sends the run SIGINT 120 s before its time limit, to checkpoint (sbatch --signal)'))
+    resubmit: bool = Field(False, description='kind = "slurm": a run the time limit\'s signal ended is requeued and '
+                                              "goes on as the same experiment in a new allocation")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "TargetSection":
@@ -166,7 +170,8 @@ class TargetSection(_Section):
             raise ValueError("an ssh target needs host = \"...\"")
         if self.kind == "slurm" and not self.host:
             raise ValueError("a slurm target needs host = \"...\" (the cluster's login node)")
-        slurm_only = [k for k in ("partition", "account", "qos", "time") if getattr(self, k) is not None]
+        slurm_only = [k for k in ("partition", "account", "qos", "time", "signal") if getattr(self, k) is not None]
+        slurm_only += ["resubmit"] if self.resubmit else []
         if self.kind != "slurm" and (slurm_only or self.sbatch_args):
             raise ValueError(f"{(slurm_only or ['sbatch_args'])[0]} is for kind = \"slurm\" targets only")
         if self.kind == "proxmox" and self.ct is None:

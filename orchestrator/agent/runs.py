@@ -435,6 +435,10 @@ def supervise(run_dir: str) -> int:
     if guarded is not None:  # the verdict before the exit: whoever reads the end reads the guard's too
         guarded.ended(code, history.items[-1].get("reason") or "", attempts.stop_requested(run_dir))
     _record_exit(run_dir, code, sig, cause=cause)
+    if stopping and not attempts.stop_requested(run_dir) and slurm.resubmit(run_dir, os.environ):
+        with open(log_path, "ab") as tail:  # said in the run's log, where orch logs shows it
+            tail.write(b"orch: the time limit's signal ended it: requeued, to go on in a new allocation\n")
+        return code  # its next attempt is the requeued job's (``slurm.resumes``), so nothing is told yet
     if not stopping and not attempts.stop_requested(run_dir):
         told.send("finished" if code == 0 else "crashed", exit_code=code, signal=sig, reason=reason, cause=cause,
                   attempts=len(history.items), last_lines=[] if code == 0 else notices.last_lines(log_path))

@@ -60,6 +60,8 @@ def sbatch_argv(run_dir: str, spec: dict, *, test_only: bool = False) -> list[st
         argv.append(f"--gres=gpu:{int(spec['gpus'])}")
     if spec.get("signal"):
         argv.append(f"--signal={spec['signal']}")
+    if spec.get("resubmit"):  # the run asks Slurm to requeue it at its time limit (``resubmit``)
+        argv.append("--requeue")
     argv += [str(a) for a in spec.get("sbatch_args") or []]
     return argv + [os.path.join(run_dir, SCRIPT)]
 
@@ -119,7 +121,7 @@ def submit(run_dir: str, python: str, agent_path: str, spec: dict) -> dict:
     if not job_id.isdigit():
         raise AgentFailure("agent", f"sbatch answered {proc.stdout.decode()[:200]!r}, not a job id")
     record = {"job_id": job_id, "partition": spec.get("partition"), "submitted": time.time(),
-              "nodes": int(spec.get("nodes") or 1)}
+              "nodes": int(spec.get("nodes") or 1), "resubmit": bool(spec.get("resubmit"))}
     write_json(os.path.join(run_dir, JOB_FILE), record)
     return record
 
@@ -388,3 +390,15 @@ def sys_python() -> str:
     import sys
 
     return sys.executable
+
+
+def resubmit(run_dir: str, environ: dict) -> bool:
+    """A run whose target has ``resubmit`` and that a signal ended without ``orch stop`` (the time limit's,
+    ``signal``): its job is requeued from its first node, so the same run goes on in a new allocation. Whether
+    it was."""
+    job = job_of(run_dir)
+    if job is None or not job.get("resubmit") or environ.get("SLURM_NODEID", "0") != "0":
+        return False
+    if environ.get("SLURM_JOB_ID") != job["job_id"]:
+        return False
+    return _slurm(["scontrol", "requeue", job["job_id"]], "requeueing the job").returncode == 0

@@ -350,7 +350,7 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "slurm_check": {"exp_id": exp_id, "registry": registry_id, "name": _str, "partition": _optional(_str),
                     "account": _optional(_str), "qos": _optional(_str), "time": _optional(_str),
                     "gpus": _optional(_int), "nodes": _optional(_int), "signal": _optional(_str),
-                    "sbatch_args": _optional(_STRINGS)},
+                    "sbatch_args": _optional(_STRINGS), "resubmit": _optional(_bool)},
     "queue_add": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "argv": _STRINGS, "env": _env,
                   "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict), "start_idle": _bool,

@@ -23,7 +23,7 @@ def job_spec(target: Target, project: str, exp_id: int | None, wanted: dict | No
     spec = target.spec
     wanted = wanted or {}
     out: dict = {"name": f"orch-{project}" + (f"-{exp_id}" if exp_id is not None else "")}
-    for key in ("partition", "account", "qos", "time"):
+    for key in ("partition", "account", "qos", "time", "signal", "resubmit"):
         if getattr(spec, key):
             out[key] = getattr(spec, key)
     if spec.sbatch_args:

@@ -311,3 +311,17 @@ def test_a_compute_node_without_python_ends_the_run_crashed_with_slurms_words(la
         second.attach("mv", "/usr/bin/python3.11.away", "/usr/bin/python3.11")
     assert "without the supervisor's exit record" in (end["end_reason"] or ""), end
     assert "python3" in end["end_reason"], end
+
+
+def test_at_its_time_limit_a_run_checkpoints_and_goes_on_in_a_new_allocation(lab: SlurmProject) -> None:
+    lab.write(steps=5000, pause=0.2, target='time = "1"\nsignal = "INT@45"\nresubmit = true')
+    assert lab.run("deploy").returncode == 0
+    job = _job_of(lab, 1)
+    back = lab.until(lambda s: s["state"] == "running" and (s.get("attempt") or 0) >= 2, "in its second allocation",
+                     timeout=200)
+    assert back["experiment"] == 1 and back["slurm"]["job_id"] == job
+    log = lab.run("logs", "-e", "1", "-n", "5000").stdout
+    assert "final checkpoint at step" in log and "requeued, to go on in a new allocation" in log, log
+    assert "restarts 1" in log and f"resume {ROOT}/checkpoints/slurmy/ckpt-" in log, log
+    assert lab.run("stop").returncode == 0
+    assert lab.json("status")["state"] == "stopped"
