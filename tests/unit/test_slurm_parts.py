@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from orchestrator.agent import slurm
+from orchestrator.agent.run import slurm
 
 
 def test_sbatch_gets_the_targets_options_the_runs_gpus_and_appends_to_its_output() -> None:
