@@ -32,17 +32,17 @@ pair) and prints one table (case, orch, baseline, ratio, bar, met or not, peak R
            tests/loopback_sshd.py starts them, with an orch root and a running run of its own) vs the slowest
            single target: the largest of the targets' medians of `orch status --target NAME`, each round asking
            every target alone and then all together (the order swapped every round);
-  nanogpt  deploy -> nanoGPT's first `iter 0:` line in the run's log on CT 200: `orch deploy` of a one-line change
-           vs the hand-typed `scp -r` of the same tree and `ssh ct "tmux new -d ..."` of the same command, both
-           timed from the controller to the line appearing in the CT's file (read from the host through the CT's
-           root folder, every 20 ms).
-The nanoGPT case runs karpathy/nanoGPT's own train.py, model.py, configurator.py and config (vendored in
-benchmarks/nanogpt/, with its LICENSE) with the README's CPU line. Its data/shakespeare_char/prepare.py downloads
-tiny shakespeare, which is out of reach here: the benchmark gives it an input.txt of the same length made of
-Python's standard library sources (a 96-character vocabulary instead of 65; the same model, steps and file sizes),
-then runs prepare.py on the controller. nanoGPT's .gitignore drops *.bin and *.pkl; the project's .orchignore
-re-includes them. torch comes from the testbed's torch site folder (tests/testbed/torchsite.py: installed once by
-pip, CPU wheel, into the testbed cache outside the repository), bind-mounted read-only into the CTs.
+  charlm   deploy -> the first `iter 0:` line of a GPT-style training script in the run's log on CT 200: `orch
+           deploy` of a one-line change vs the hand-typed `scp -r` of the same tree and `ssh ct "tmux new -d ..."`
+           of the same command, both timed from the controller to the line appearing in the CT's file (read from
+           the host through the CT's root folder, every 20 ms).
+The charlm case runs benchmarks/charlm/train.py, a small character-level GPT of this project's own written the way
+public training scripts are (a config file with --key=value overrides, memory-mapped train.bin/val.bin, a log line
+per iteration, checkpoints by rename), with its CPU config. Its data is made on the controller: an input.txt of
+1,115,394 characters of Python's standard library sources, turned into train.bin, val.bin and meta.pkl by
+benchmarks/charlm/prepare.py. Its .gitignore drops *.bin and *.pkl; the project's .orchignore re-includes them.
+torch comes from the testbed's torch site folder (tests/testbed/torchsite.py: installed once by pip, CPU wheel,
+into the testbed cache outside the repository), bind-mounted read-only into the CTs.
 Never asserts on time. Run as root:
     python benchmarks/bench_speed.py [--runs 5] [--cases cold,coldconn,pxbreak,second,warm,wstatus,pct,...] [--quick]
 """
@@ -68,15 +68,13 @@ from _speed import Case, PeakWatch, busy_ms, check, cpu_ms, pairs, print_table, 
 from tests.testbed.procs import pids_running  # noqa: E402
 
 CASES = ("cold", "coldconn", "pxbreak", "second", "warm", "wstatus", "close", "pct", "push", "job", "jobidle",
-         "status", "nanogpt")
-TORCH_CASES = {"job", "nanogpt"}
+         "status", "charlm")
+TORCH_CASES = {"job", "charlm"}
 TRAIN = "import time\n# revision {n}\nwhile True:\n    time.sleep(1)\n"
-NANOGPT = REPO / "benchmarks" / "nanogpt"
-NANOGPT_FILES = ("train.py", "model.py", "configurator.py", "config")
-NANOGPT_ARGS = ("config/train_shakespeare_char.py --device=cpu --compile=False --eval_iters=20 --log_interval=1 "
-                "--block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000 "
-                "--lr_decay_iters=2000 --dropout=0.0")
-TINY_SHAKESPEARE_CHARS = 1_115_394
+CHARLM = REPO / "benchmarks" / "charlm"
+CHARLM_FILES = ("train.py", "config")
+CHARLM_ARGS = "config/cpu.py --device=cpu --max_iters=2000"
+INPUT_CHARS = 1_115_394
 DDP = REPO / "examples" / "ddp"
 DDP_ENV = {"OMP_NUM_THREADS": "1", "DDP_STEPS": "100000", "DDP_SLEEP": "0.2", "DDP_CKPT_EVERY": "100000"}
 HAND = "/root/hand"
@@ -529,29 +527,25 @@ def all_and_slowest(b: Bench, proj: Path, names: list[str]) -> tuple[float, floa
     return statistics.median(together), max(statistics.median(times) for times in alone.values())
 
 
-# deploy -> nanoGPT's first training step
+# deploy -> a GPT-style script's first training step
 
 
-def nanogpt_project(b: Bench) -> Path:
-    """nanoGPT's tree with its data prepared on this machine: train.bin, val.bin and meta.pkl."""
-    prep = b.work / "nanogpt-prepare"
-    shutil.copytree(NANOGPT / "data", prep / "data")
+def charlm_project(b: Bench) -> Path:
+    """benchmarks/charlm with its data prepared on this machine: train.bin, val.bin and meta.pkl."""
     text, size = [], 0
     for path in sorted(Path(os.__file__).parent.glob("*.py")):
         text.append(path.read_text(errors="replace"))
         size += len(text[-1])
-        if size >= TINY_SHAKESPEARE_CHARS:
+        if size >= INPUT_CHARS:
             break
-    data = prep / "data" / "shakespeare_char"
-    (data / "input.txt").write_text("".join(text)[:TINY_SHAKESPEARE_CHARS])
-    check([sys.executable, str(data / "prepare.py")])
-    proj = b.project("nanogpt", [*NANOGPT_FILES, "data"], f"python3 train.py {NANOGPT_ARGS}")
-    for name in (*NANOGPT_FILES, "LICENSE", ".gitignore"):
-        (shutil.copytree if (NANOGPT / name).is_dir() else shutil.copy)(NANOGPT / name, proj / name)
+    proj = b.project("charlm", [*CHARLM_FILES, "data"], f"python3 train.py {CHARLM_ARGS}")
+    for name in (*CHARLM_FILES, ".gitignore"):
+        (shutil.copytree if (CHARLM / name).is_dir() else shutil.copy)(CHARLM / name, proj / name)
+    data = proj / "data" / "chars"
+    data.mkdir(parents=True)
+    (data / "input.txt").write_text("".join(text)[:INPUT_CHARS])
+    check([sys.executable, str(CHARLM / "prepare.py"), str(data)])
     (proj / ".orchignore").write_text("!*.bin\n!*.pkl\n")
-    (proj / "data" / "shakespeare_char").mkdir(parents=True)
-    for name in ("train.bin", "val.bin", "meta.pkl"):
-        shutil.copy(data / name, proj / "data" / "shakespeare_char" / name)
     return proj
 
 
@@ -569,18 +563,18 @@ def first_line(files, begin: float, timeout: float = 300) -> float:
     raise SystemExit(f"no `iter 0:` line within {timeout:g} s")
 
 
-def case_nanogpt(b: Bench) -> Case:
-    proj = nanogpt_project(b)
+def case_charlm(b: Bench) -> Case:
+    proj = charlm_project(b)
     ct = b.bed.ct(200)
-    config = proj / "config" / "train_shakespeare_char.py"
+    config = proj / "config" / "cpu.py"
     original = config.read_text()
     b.orch(proj, "deploy")  # the torch-free part of a first deploy is not what this case measures
     b.orch(proj, "stop")
     b.ssh("python3 -c 'import numpy, torch'")  # torch's files in the page cache before either side's first run
-    b.ssh("rm -rf /root/nanogpt && mkdir -p /root/nanogpt")
+    b.ssh("rm -rf /root/charlm && mkdir -p /root/charlm")
     b.hold_tmux()
     runs_dir = ct.delta / "workspace" / "orch" / "runs"
-    hand_log = ct.delta / "root" / "nanogpt" / "train.log"
+    hand_log = ct.delta / "root" / "charlm" / "train.log"
 
     def orch_once(i: int) -> float:
         config.write_text(original + f"# run {time.time_ns()}\n")
@@ -591,17 +585,17 @@ def case_nanogpt(b: Bench) -> Case:
         took = first_line(lambda: set(runs_dir.glob("*/train.log")) - earlier, begin)
         out, err = proc.communicate(timeout=300)
         if proc.returncode != 0:
-            raise SystemExit(f"orch deploy (nanogpt) failed: {err.decode()}")
+            raise SystemExit(f"orch deploy (charlm) failed: {err.decode()}")
         b.orch(proj, "stop")
         return took
 
     def hand_once(i: int) -> float:
         config.write_text(original + f"# run {time.time_ns()}\n")
-        b.ssh("rm -f /root/nanogpt/train.log")
+        b.ssh("rm -f /root/charlm/train.log")
         begin = time.time()
-        check(["scp", "-rq", *b.opts, *(str(proj / n) for n in (*NANOGPT_FILES, "data")), f"{b.dest}:nanogpt/"])
-        b.ssh(f"tmux kill-session -t nano 2>/dev/null; tmux new -d -s nano -c /root/nanogpt "
-              f"'PYTHONUNBUFFERED=1 python3 train.py {NANOGPT_ARGS} > train.log 2>&1'")
+        check(["scp", "-rq", *b.opts, *(str(proj / n) for n in (*CHARLM_FILES, "data")), f"{b.dest}:charlm/"])
+        b.ssh(f"tmux kill-session -t nano 2>/dev/null; tmux new -d -s nano -c /root/charlm "
+              f"'PYTHONUNBUFFERED=1 python3 train.py {CHARLM_ARGS} > train.log 2>&1'")
         took = first_line(lambda: [hand_log], begin)
         b.ssh("tmux kill-session -t nano; while pgrep -f '[t]rain.py config' >/dev/null; do sleep 0.05; done")
         return took
@@ -609,12 +603,12 @@ def case_nanogpt(b: Bench) -> Case:
     mine, hand = pairs(orch_once, hand_once, b.runs)
     b.ssh("tmux kill-server")
     config.write_text(original)
-    return Case("deploy -> nanoGPT iter 0 (CPU config)", mine, hand, "scp -r + ssh tmux", 1.1)
+    return Case("deploy -> GPT-style script iter 0 (CPU config)", mine, hand, "scp -r + ssh tmux", 1.1)
 
 
 RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "pxbreak": case_pxbreak, "second": case_second,
            "close": case_close, "wstatus": case_wstatus, "pct": case_pct, "warm": case_warm, "push": case_push,
-           "job": case_job, "jobidle": case_jobidle, "status": case_status, "nanogpt": case_nanogpt}
+           "job": case_job, "jobidle": case_jobidle, "status": case_status, "charlm": case_charlm}
 
 
 def main() -> None:

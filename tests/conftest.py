@@ -17,6 +17,8 @@ from typing import Iterator
 
 import pytest
 
+from tests.waits import wait_for  # noqa: F401  (tests import it from here too)
+
 REPO = Path(__file__).resolve().parent.parent
 
 # A suite started in the background (``cmd &`` in a script) inherits SIGINT ignored, and so would every CLI it
@@ -266,12 +268,3 @@ def run_on_pty(argv: list[str], cwd: Path, answers: dict[str, str], timeout: flo
     return os.waitstatus_to_exitcode(status), seen.decode("utf-8", "replace").replace("\r\n", "\n")
 
 
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return result

@@ -16,6 +16,7 @@ import pytest
 
 from tests.testbed import gpu_standin
 from tests.testbed.gpu_standin import gpu_state, gpu_uuid
+from tests.waits import wait_for
 
 COMMAND = 'echo "visible=$CUDA_VISIBLE_DEVICES"; sleep 300 & wait'
 
@@ -54,11 +55,11 @@ def _child_of_run(project, exp_id: int) -> int:
 
 
 def _log(project, exp_id: int) -> str:
-    deadline = time.monotonic() + 20
-    while "visible=" not in (text := (project.run_dir(exp_id) / "train.log").read_text(errors="replace")):
-        assert time.monotonic() < deadline, text
-        time.sleep(0.1)
-    return text
+    def seen() -> str:
+        text = (project.run_dir(exp_id) / "train.log").read_text(errors="replace")
+        return text if "visible=" in text else ""
+
+    return wait_for(seen, 20, "the run's visible= line")
 
 
 def test_gpus_names_free_orchs_and_strangers_gpus(gpu_project):

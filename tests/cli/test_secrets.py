@@ -11,10 +11,10 @@ import hashlib
 import json
 import os
 import secrets
-import time
 from pathlib import Path
 
 from tests.cli.test_lifecycle import wait_status
+from tests.waits import wait_for
 
 WATCHER = """\
 import hashlib, os, time
@@ -82,10 +82,8 @@ def test_secrets_reach_only_the_runs_environment(project):
     orch("deploy", "-m", "first")
     wait_status(project, 1, ("running",))
     run_dir = project.run_dir(1)
-    deadline = time.monotonic() + 30
-    while "step=1" not in (run_dir / "train.log").read_text():  # after both hashes (orch's own line names them first)
-        assert time.monotonic() < deadline, "the run never printed its secrets' hashes"
-        time.sleep(0.1)
+    # step 1 comes after both hashes (orch's own line names them first)
+    wait_for(lambda: "step=1" in (run_dir / "train.log").read_text(), 30, "the run's secrets' hashes")
     cmdlines = every_cmdline()  # while the run, its supervisor and tmux are alive
     log = (run_dir / "train.log").read_text()
     assert f"WANDB_API_KEY {hashlib.sha256(key.encode()).hexdigest()}" in log
@@ -102,10 +100,7 @@ def test_secrets_reach_only_the_runs_environment(project):
     # a restart hands them to its run again; show, list and compare name them
     orch("restart", "-m", "second")
     wait_status(project, 2, ("running",))
-    deadline = time.monotonic() + 30
-    while "step=1" not in (project.run_dir(2) / "train.log").read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_for(lambda: "step=1" in (project.run_dir(2) / "train.log").read_text(), 30, "the restart's first step")
     cmdlines += every_cmdline()
     show = json.loads(orch("experiments", "show", "2", "--json").stdout)
     assert show["secrets"] == ["WANDB_API_KEY", "HF_TOKEN"]

@@ -19,6 +19,7 @@ from tests.cli.test_lifecycle import wait_status
 from tests.cli.test_secrets import configure as configure_secrets
 from tests.cli.test_secrets import write_secrets_file
 from tests.conftest import tmux_socket
+from tests.waits import wait_for
 
 SESSION = "orch-tinylm"
 STANDBY = "orch~standby"
@@ -103,11 +104,8 @@ def test_secrets_reach_a_run_the_standby_took_only_through_the_pipe(project):
     assert res.returncode == 0, res.stderr
     assert supervisor(project, 2) == pane(project, SESSION)[0]
     log = project.run_dir(2) / "train.log"
-    deadline = time.monotonic() + 30
     want = [f"{k} {hashlib.sha256(v.encode()).hexdigest()}" for k, v in values.items()]
-    while not all(w in log.read_text() for w in want):
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
+    wait_for(lambda: all(w in log.read_text() for w in want), 30, "the run's hashes of its values")
     for path in project.root.rglob("*"):
         if path.is_file():
             data = path.read_bytes()

@@ -20,6 +20,7 @@ from orchestrator.errors import TransportError
 from orchestrator.watch.follow import follow
 from orchestrator.reach.targets import resolve_target
 from orchestrator.reach.transport.local import LocalTransport
+from tests import waits
 
 SPEW = """\
 import os, sys, time
@@ -75,10 +76,7 @@ def run_dir(project, exp_id: int) -> Path:
 
 
 def wait_for(predicate, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    waits.wait_for(predicate, timeout=timeout, what=what)
 
 
 def status_json(project) -> dict:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 from tests.conftest import EXAMPLE, tmux_socket
 from tests.integration.test_remote import ROOT, SMALL_BATCHES, RemoteProject
 from tests.testbed.lxc import Container, sh
+from tests import waits
 
 pytestmark = pytest.mark.testbed
 
@@ -103,13 +103,11 @@ def checkpoints_in(volume: Path) -> dict[str, str]:
 
 def wait_for(what: str, check, timeout: float = 30) -> None:
     """Poll ``check``; on timeout, say what the CT shows (the runs' logs, the folder and its mount)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            seen = on_ct("sh", "-c", 'tail -n 5 "$0"/runs/*/train.log; ls -la "$1"; findmnt "$1"', ROOT, CKPT,
-                         check=False)
-            pytest.fail(f"timed out waiting for {what}; the CT shows:\n{seen.stdout.decode()}")
-        time.sleep(0.2)
+    def shown() -> str:
+        seen = on_ct("sh", "-c", 'tail -n 5 "$0"/runs/*/train.log; ls -la "$1"; findmnt "$1"', ROOT, CKPT, check=False)
+        return f"the CT shows:\n{seen.stdout.decode()}"
+
+    waits.wait_for(check, timeout=timeout, what=what, every=0.2, describe=shown)
 
 
 def status(project: RemoteProject) -> dict:

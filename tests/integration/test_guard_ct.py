@@ -12,6 +12,7 @@ import pytest
 
 from tests.cli.test_guard import JOB
 from tests.integration.test_remote import CKPT, ROOT, RemoteProject, on_ct, remote  # noqa: F401 (fixture)
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.testbed
 
@@ -38,11 +39,7 @@ def units(testbed) -> str:
 
 
 def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (got := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return got
+    return wait_for(predicate, timeout=timeout, what=what, every=0.2)
 
 
 def _step(text: str) -> int:

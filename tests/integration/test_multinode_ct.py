@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import run_on_pty
 from tests.integration.test_remote import on_ct, remote  # noqa: F401  (the fixture)
 from tests.testbed import torchsite
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.testbed
 
@@ -337,11 +338,17 @@ def test_deploy_wait_of_a_job_fails_when_a_node_crashes_during_the_wait(remote, 
 WRITER = """\
 import os, sys, time
 rank = os.environ["ORCH_NODE_RANK"]
+release = os.path.join(os.environ["ORCH_RUN_DIR"], "release")
 for i in range(20000):
     sys.stdout.write(f"node={rank} line={i} pad={'x' * (i % 40)}\\n")
     if i % 400 == 0:
         sys.stdout.flush()
-        time.sleep(0.2)  # 10 s in all: the follower is cut twice while both nodes still write
+        time.sleep(0.05)
+    if i == 10000:  # half way, the run waits for the test: its cuts land while both nodes are still writing
+        sys.stdout.flush()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.1)
 """
 
 
@@ -361,19 +368,24 @@ def test_merged_follow_across_a_cut_to_one_node_loses_and_repeats_nothing(remote
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: follower.stdout.read(65536), b"")))
     reader.start()
-    time.sleep(1.5)
-    for _ in range(2):
+    nodes = remote.registry().get(1).nodes
+    # line 8000: the follower's own output buffer may still hold the last lines before the nodes' pause
+    halfway = [f"[{rank}] node={rank} line=8000 ".encode() for rank in (0, 1)]
+    wait_for(lambda: all(mark in b"".join(chunks) for mark in halfway), timeout=120, what="both nodes half way",
+             describe=lambda: f"the follower printed, at its end: {b''.join(chunks)[-400:]!r}")
+    for _ in range(2):  # both nodes wait half way until released: the cuts land while the job is still going
         proxy.stall()
         time.sleep(0.8)
         proxy.kill()
         time.sleep(1.0)
+    for rank, vmid in ((0, 200), (1, 201)):
+        testbed.ct(vmid).attach("touch", f"{nodes[rank]['run_dir']}/release")
     follower.wait(timeout=180)
     err = follower.stderr.read().decode()
     reader.join(timeout=30)
     assert follower.returncode == 0, err
     assert "node 1: connection lost" in err and "node 0: connection lost" not in err, err
     out = b"".join(chunks).splitlines(keepends=True)
-    nodes = remote.registry().get(1).nodes
     for rank, vmid in ((0, 200), (1, 201)):
         mine = b"".join(line[4:] for line in out if line.startswith(f"[{rank}] ".encode()))
         full = testbed.ct(vmid).attach("cat", f"{nodes[rank]['run_dir']}/train.log").stdout

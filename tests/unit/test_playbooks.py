@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 
 import pytest
@@ -12,6 +11,7 @@ from orchestrator.cli.render import plan_lines
 from orchestrator.launch import model, playbooks
 from orchestrator.errors import ConfigError, InputError
 from orchestrator.launch.model import Inputs
+from tests.waits import wait_for
 
 INPUTS = Inputs(target="local", root="/r", checkpoints="/r/ck", checkpoint_action="move", revision="abc", files=2,
                 size=10, argv=["/bin/sh", "-c", "exec python3 t.py"], command="python3 t.py",
@@ -194,10 +194,7 @@ def test_a_shell_step_before_the_start_writes_into_the_runs_work_folder(project)
     assert "probed" in res.stdout
     work = project.run_dir(1) / "work"
     assert (work / "gpu.txt").read_text() == f"probed in {work} for 1\n"
-    deadline = time.monotonic() + 20
-    while "probed in" not in (project.run_dir(1) / "train.log").read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_for(lambda: "probed in" in (project.run_dir(1) / "train.log").read_text(), 20, "the probe's line")
     exp = project.registry().get(1)
     assert exp.status == "finished" and exp.exit_code == 0, exp
     assert not (project.root / "revisions" / exp.revision / "gpu.txt").exists()  # the revision stays as pushed
