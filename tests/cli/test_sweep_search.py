@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.waits import wait_for
 
 pytest.importorskip("optuna")
 
@@ -85,7 +85,7 @@ def _ended(project, sweep: str, timeout: float = 240) -> dict:
         table = _show(project, sweep)
         return table["conductor"] is None and (table["trials_asked"] == table["trials"] or table["error"]) and \
             all(r["state"] in ("complete", "pruned", "failed") for r in table["rows"])
-    wait_for(done, timeout=timeout, what="the sweep's end")
+    wait_for(done, timeout=timeout, what="the sweep's end", every=1.0)  # each look is an orch command
     return _show(project, sweep)
 
 
@@ -131,9 +131,9 @@ def test_a_conductor_killed_mid_sweep_resumes_with_no_trial_run_twice_or_lost(qu
     started = _start(quad, "--set", "project.env.LR=loguniform(1e-5,1.0)", "--set", "project.env.X=a,b",
                      "--trials", "6", "--steps", "20", "--prune", "none", "--seed", "2")
     sweep, pid = started["sweep"], started["conductor"]
-    wait_for(lambda: _show(quad, sweep)["trials_asked"] >= 3, timeout=120, what="the third trial")
+    wait_for(lambda: _show(quad, sweep)["trials_asked"] >= 3, timeout=120, what="the third trial", every=0.5)
     os.kill(pid, signal.SIGKILL)  # mid-trial: its run goes on, on the target, without a conductor
-    wait_for(lambda: _show(quad, sweep)["conductor"] is None, what="the conductor's end")
+    wait_for(lambda: _show(quad, sweep)["conductor"] is None, what="the conductor's end", every=0.5)
     time.sleep(4)  # the trial in flight ends while nobody conducts
     table = _show(quad, sweep)
     asked = table["trials_asked"]
