@@ -80,6 +80,16 @@ class Study:
         return cls(optuna, study)
 
     @classmethod
+    def in_memory(cls, name: str, *, mode: str = "min", sampler: str = "tpe", prune: str = "median",
+                  first_rung: int = 1, space: dict[str, Dist] | None = None, trials: int = 1,
+                  seed: int | None = None) -> "Study":
+        """The same study kept in memory (benchmarks/bench_search.py: a simulated sweep has nothing to resume)."""
+        optuna = _optuna()
+        return cls(optuna, optuna.create_study(
+            study_name=name, direction="minimize" if mode == "min" else "maximize",
+            sampler=_sampler(optuna, sampler, space or {}, trials, seed), pruner=_pruner(optuna, prune, first_rung)))
+
+    @classmethod
     def read(cls, path: Path, name: str) -> "Study":
         """The study to look at (``sweep show``): no sampler or pruner is set up."""
         optuna = _optuna()
