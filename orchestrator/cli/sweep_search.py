@@ -132,7 +132,7 @@ def resume(ctx: typer.Context, sweep: str, as_json: bool) -> None:
     where = conductor.paths(settings.state_dir, sweep)
     if not where["db"].exists():
         raise InputError(f"no search {sweep!r} in this project",
-                         hint="orch sweep resume takes a sweep started with --trials N")
+                         hint="only a searching sweep has a conductor to resume (orch sweep --set K=RANGE --trials N)")
     pid = conductor.holder(where["lock"])
     started = False
     if pid is None:
