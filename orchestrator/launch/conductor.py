@@ -30,6 +30,7 @@ from ..errors import OrchError
 from ..records.experiments import FINAL
 from . import space as spaces
 
+LAUNCH_TRIES = 3
 POLL_S = 0.5  # a round also reads every live log: the time between a rung crossed and its verdict
 TRIAL = re.compile(r"^sweep (\S+): trial (\d+):")
 AUTO = "auto"  # the eval loss when the run prints one, else the loss
@@ -186,6 +187,19 @@ class Conductor:
 
     # -- launching -----------------------------------------------------------------------------------------
     def _launch(self, reg, number: int, params: dict, nth: int) -> None:
+        """Queue the trial; a launch that fails (the target unreachable for a moment) is tried again next round,
+        and a trial that failed to launch three times is told it failed."""
+        try:
+            self._queue(reg, number, params, nth)
+        except OrchError as exc:
+            tries = int(self.study.trial_attrs(number).get("launch_errors", 0)) + 1
+            self.study.trial_attr(number, "launch_errors", tries)
+            self.say(f"trial {number} not launched ({tries}/{LAUNCH_TRIES}): {exc.message}")
+            if tries >= LAUNCH_TRIES:
+                self.study.trial_attr(number, "error", f"not launched: {exc.message}")
+                self.study.tell(number, state="failed")
+
+    def _queue(self, reg, number: int, params: dict, nth: int) -> None:
         from .sweep import queue_one
 
         sets = [spaces.as_set(k, v) for k, v in params.items()]

@@ -117,6 +117,9 @@ class Study:
     def trial_attr(self, number: int, key: str, value: Any) -> None:
         self.study._storage.set_trial_user_attr(self._id(number), key, value)
 
+    def trial_attrs(self, number: int) -> dict[str, Any]:
+        return dict(self.study._storage.get_trial(self._id(number)).user_attrs)
+
     def report(self, number: int, at: int, value: float) -> None:
         self._trial(number).report(value, at)
 
