@@ -110,7 +110,11 @@ class Conductor:
         signal.signal(signal.SIGTERM, self._stop_signal)
         try:
             while True:
-                done = self.round()
+                try:
+                    done = self.round()
+                except OrchError as exc:  # a registry held too long, a target gone: the next round tries again
+                    self.say(f"round not finished: {exc.message}")
+                    done = False
                 if done or self.stopping:
                     break
                 time.sleep(poll_s)
