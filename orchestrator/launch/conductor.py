@@ -108,6 +108,9 @@ class Conductor:
     # -- one round ------------------------------------------------------------------------------------------
     def run(self, poll_s: float = POLL_S) -> None:
         signal.signal(signal.SIGTERM, self._stop_signal)
+        trials = self.study.trials()
+        self.say(f"conductor starts (process {os.getpid()}): {len(trials)} of {self.spec.trials} trial(s) asked, "
+                 f"{sum(t['state'] == 'running' for t in trials)} in flight")
         try:
             while True:
                 try:
@@ -213,7 +216,8 @@ class Conductor:
             # the same data for every trial: a trial with twice the tokens per step runs half the steps
             steps = max(1, math.ceil(steps * self.spec.base_tokens / _tokens_per_step_of(settings)))
         target = self.targets[number % len(self.targets)]
-        said = ", ".join(f"{k}={_short(v)}" for k, v in params.items())
+        said = ", ".join(f"{k}={_short(v)}" for k, v in params.items()
+                         if not (isinstance(self.space.get(k), spaces.Choice) and len(self.space[k].values) == 1))
         exp, position = queue_one(settings, target, reg, sweep=self.spec.sweep, echo=lambda _m: None,
                                   env={"ORCH_MAX_STEPS": str(steps), "ORCH_SWEEP_TRIAL": str(number)},
                                   message=f"sweep {self.spec.sweep}: trial {number}: {said}"

@@ -213,3 +213,19 @@ def test_bad_search_input_is_refused_before_any_trial_starts(quad, args, message
     assert "Traceback" not in done.stderr
     assert not (quad.path / ".orch" / "sweeps").exists()
     assert not (quad.root / "runs").exists() or not any((quad.root / "runs").iterdir())
+
+
+def test_parallel_trials_run_side_by_side_each_on_its_gpus(quad):
+    text = (quad.path / "orch.toml").read_text().replace('kind = "local"\n', 'kind = "local"\ngpus = 2\n')
+    (quad.path / "orch.toml").write_text(text)
+    started = _start(quad, "--set", "project.env.LR=loguniform(1e-5,1.0)", "--trials", "4", "--steps", "20",
+                     "--prune", "none", "--parallel", "2", "--gpus", "1", "--seed", "4")
+    table = _ended(quad, started["sweep"])
+    assert all(r["state"] == "complete" for r in table["rows"]), table["rows"]
+    with quad.registry() as reg:
+        exps = sorted(reg.list(sweep=started["sweep"]), key=lambda e: e.id)
+    first, second = exps[0], exps[1]
+    assert second.started < first.ended, (first, second)  # side by side, not one after the other
+    given = [json.loads((quad.run_dir(e.id) / "launch.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"]
+             for e in (first, second)]
+    assert sorted(given) == ["0", "1"], given
