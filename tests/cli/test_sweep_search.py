@@ -229,3 +229,20 @@ def test_parallel_trials_run_side_by_side_each_on_its_gpus(quad):
     given = [json.loads((quad.run_dir(e.id) / "launch.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"]
              for e in (first, second)]
     assert sorted(given) == ["0", "1"], given
+
+
+def test_sweep_stop_ends_the_conductor_first_then_its_trials(quad):
+    started = _start(quad, "--set", "project.env.LR=loguniform(1e-5,1.0)", "--trials", "6", "--steps", "100000",
+                     "--prune", "none")
+    sweep = started["sweep"]
+    wait_for(lambda: "step=5 " in (quad.run_dir(1) / "train.log").read_text(), what="the first trial's steps")
+    stopped = quad.run("sweep", "stop", sweep)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"its conductor (process {started['conductor']}) ended" in stopped.stdout, stopped.stdout
+    assert "experiment 1" in stopped.stdout and "stopped" in stopped.stdout, stopped.stdout
+    time.sleep(2)  # a conductor left behind would ask the next trial within a second
+    table = _show(quad, sweep)
+    assert table["conductor"] is None and table["trials_asked"] == 1, table
+    assert table["rows"][0]["state"] == "failed" and table["rows"][0]["error"] == "stopped by orch sweep stop"
+    with quad.registry() as reg:
+        assert [e.status for e in reg.list(sweep=sweep)] == ["stopped"]
