@@ -3,6 +3,7 @@ searched, compared, stopped as one."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -190,6 +191,15 @@ def resume(ctx: typer.Context, sweep_id: SweepArg, as_json: JsonOpt = False) -> 
     """Start a search's conductor again (after a reboot, or once it was killed): it picks up every trial where
     the study left it, runs none twice and loses none."""
     sweep_search.resume(ctx, sweep_id, as_json)
+
+
+@app.command()
+def plot(ctx: typer.Context, sweep_id: SweepArg,
+         out: Annotated[Path, typer.Option("--out", "-o", help="Image to write (.png, .svg, .pdf)")]) -> None:
+    """Draw a search's trials: parallel coordinates (one line per trial, the objective last, pruned trials grey)
+    and the objective against each searched parameter (needs the plot extra)."""
+    path = sweep_search.plot(common.settings(ctx), sweep_id, out)
+    render.out(f"wrote {path}")
 
 
 @app.command(hidden=True)

@@ -220,3 +220,21 @@ def _short(value) -> str | None:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def plot(settings, sweep: str, out: Path) -> Path:
+    from ..launch import conductor, search_view, space, study
+    from ..records.plots import draw_search
+
+    where = conductor.paths(settings.state_dir, sweep)
+    if not where["db"].exists():
+        raise InputError(f"no search {sweep!r} in this project",
+                         hint="orch experiments plot --sweep S draws any sweep's curves; a parallel-coordinates "
+                              "plot is of a search (orch sweep --set K=RANGE --trials N)")
+    found = study.Study.read(where["db"], sweep)
+    attrs = found.attrs
+    table = search_view.table(attrs["spec"], found.trials(), attrs.get("metric"), attrs.get("error"))
+    coords = search_view.coordinates(table, space.axes(attrs["spec"]["sets"]))
+    if not coords["lines"]:
+        raise InputError(f"sweep {sweep} has no ended trial to draw yet", hint=f"orch sweep show {sweep} says where it is")
+    return draw_search(coords, out)

@@ -45,3 +45,42 @@ def table(spec: dict, trials: list[dict], metric: str | None, error: str | None 
             "trials_asked": len(trials), "trials": spec["trials"], "keys": sorted({k for t in trials for k in t["params"]}),
             "rows": rows, "steps_run": run, "steps_budget": budget,
             "saved": (1 - run / budget) if budget else None, "error": error}
+
+
+def coordinates(table: dict, space: dict) -> dict[str, Any]:
+    """Each ended trial's place on every axis of a parallel-coordinates plot, from 0 to 1: a range by its bounds
+    (a log range by its logarithm), a choice by its position, the objective from the best to the worst seen."""
+    import math
+
+    from .space import Choice
+
+    rows = [r for r in table["rows"] if r["state"] in ("complete", "pruned") and r["objective"] is not None]
+    names = [k for k in table["keys"] if not (isinstance(space.get(k), Choice) and len(space[k].values) == 1)]
+    values = [r["objective"] for r in rows]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+
+    def place(key: str, value: Any) -> float:
+        dist = space[key]
+        if isinstance(dist, Choice):
+            return dist.values.index(str(value)) / max(1, len(dist.values) - 1)
+        if dist.log:
+            return (math.log(float(value)) - math.log(dist.low)) / (math.log(dist.high) - math.log(dist.low))
+        return (float(value) - dist.low) / (dist.high - dist.low)
+
+    def span(key: str) -> tuple[str, str]:
+        dist = space[key]
+        return (dist.values[0], dist.values[-1]) if isinstance(dist, Choice) else (f"{dist.low:g}", f"{dist.high:g}")
+
+    better_low = table["mode"] == "min"
+    lines = [{"trial": r["trial"], "state": r["state"],
+              "y": [place(k, r["params"][k]) for k in names]
+              + [((r["objective"] - lo) / (hi - lo) if hi > lo else 0.5) if better_low
+                 else ((hi - r["objective"]) / (hi - lo) if hi > lo else 0.5)]} for r in rows]
+    best = next((ln for ln, r in zip(lines, rows) if r["best"]), None)
+    return {"axes": [*names, table["metric"]], "lines": lines, "best": best,
+            "ticks": [span(k) for k in names] + [(f"{lo:.4g}", f"{hi:.4g}") if better_low else (f"{hi:.4g}", f"{lo:.4g}")],
+            "scatter": {k: [(float(r["params"][k]) if not isinstance(space[k], Choice) else str(r["params"][k]),
+                             r["objective"], r["state"]) for r in rows] for k in names},
+            "log": {k: bool(getattr(space[k], "log", False)) for k in names},
+            "title": f"sweep {table['sweep']}: {len(rows)} trials ({sum(r['state'] == 'pruned' for r in rows)} "
+                     f"pruned, grey), {table['metric']} ({table['mode']}) on the last axis, best at the bottom"}

@@ -125,6 +125,10 @@ def test_a_search_prunes_losers_at_their_rungs_keeps_their_checkpoints_and_finds
             assert reg.get(r["experiment"]).status == "finished" and r["steps"] >= 30
     text = quad.run("sweep", "show", sweep).stdout
     assert "pruned" in text and "best" in text and "pruning saved" in text, text
+    image = quad.path / "search.png"
+    drawn = quad.run("sweep", "plot", sweep, "-o", str(image))
+    assert drawn.returncode == 0, drawn.stderr
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_conductor_killed_mid_sweep_resumes_with_no_trial_run_twice_or_lost(quad):
