@@ -136,6 +136,8 @@ class Conductor:
         trials = self.study.trials()
         with self.hooks.registry(self.base) as reg:
             linked = self._linked(reg, trials)
+            if self.study.attrs.get("error"):
+                return self._drain(reg, list(linked.values()))
             live = [t for t in trials if t["state"] == "running"]
             self._refresh(reg, [linked[t["number"]] for t in live if t["number"] in linked])
             for t in live:
@@ -145,7 +147,7 @@ class Conductor:
                 else:
                     self._follow(reg, t, reg.get(exp.id))
                 if self.study.attrs.get("error"):
-                    return True
+                    return self._drain(reg, list(linked.values()))
             asked = len(trials)
             in_flight = sum(1 for t in self.study.trials() if t["state"] == "running")
             while not self.stopping and in_flight < self.spec.parallel and asked < self.spec.trials:
@@ -330,10 +332,17 @@ class Conductor:
                 self.say(f"queue on {target.label} not emptied: {exc.message}")
         for t in self.study.trials():
             if t["state"] == "running":
-                live = t["attrs"].get("experiment")
-                if live is not None and reg.get(live).status not in FINAL:
-                    self._stop(reg, reg.get(live))
                 self.study.tell(t["number"], state="failed")
+
+    def _drain(self, reg, exps: list) -> bool:
+        """After an error, every trial still running is stopped; True once none is (a stop that did not land
+        this round is tried again the next)."""
+        left = [e for e in (reg.get(e.id) for e in exps) if e.status not in FINAL]
+        self._refresh(reg, left)
+        for exp in left:
+            if reg.get(exp.id).status not in FINAL:
+                self._stop(reg, reg.get(exp.id))
+        return all(reg.get(e.id).status in FINAL for e in exps)
 
 
 def _all_series(stored: dict | None) -> dict:
