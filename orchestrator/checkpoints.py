@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ContextManager, NamedTuple
 
-from .errors import InputError, OrchError
+from .errors import InputError, OrchError, cancelled
 from .reach.agent_client import AgentClient, Op
 
 if TYPE_CHECKING:
     from .config import Settings
     from .reach.targets import Target
-    from .records.experiments import Registry
+    from .records.experiments import Experiment, Registry
 
     OpenRegistry = Callable[[], ContextManager[Registry]]
     Confirm = Callable[[str], bool] | None
@@ -168,6 +168,76 @@ def own_folder(target: Target, exp_id: int, recorded: str | None) -> str | None:
                      hint="name the target it ran on, or check [paths] checkpoints")
 
 
+def lineage(exp: Experiment) -> str | None:
+    """The lineage folder experiment ``exp`` ran in, from its record: the folder it wrote to, or for a run beside
+    the lineage (a sweep's variant, ``--beside``, an older orch's nested folder) the folder it was beside.
+
+    The folder it wrote to decides, not the configuration it recorded: an older orch's restart recorded its
+    parent's configuration with today's folder, and ran in today's."""
+    from .agent import ckpt_layout
+
+    path = (exp.checkpoints or "").rstrip("/")
+    if not path:
+        return None
+    conf = _configured(exp)
+    if conf and (ckpt_layout.is_variant_of(path, conf) or path == f"{conf}/exp{exp.id}"):
+        return conf
+    for mark in (f"@exp{exp.id}", f"/{ckpt_layout.VARIANTS}/exp{exp.id}"):
+        if path.endswith(mark):
+            return path[: -len(mark)]
+    return path
+
+
+def _configured(exp: Experiment) -> str | None:
+    """The checkpoint folder ``exp``'s recorded configuration names (``{project}`` filled in), if it names one."""
+    cfg = exp.config or {}
+    spec = (cfg.get("targets") or {}).get(exp.target) or {}
+    named = spec.get("checkpoints") or (cfg.get("paths") or {}).get("checkpoints")
+    name = (cfg.get("project") or {}).get("name") or exp.project
+    return str(named).replace("{project}", str(name)).rstrip("/") if named else None
+
+
+def config_with(exp: Experiment, used: str) -> dict:
+    """``exp``'s recorded configuration for a relaunch in the folder ``used``: as it is, or, where it names another
+    folder (a restart by an older orch recorded its parent's with today's folder), naming ``used``, so that the
+    new record's folder and its configuration agree."""
+    conf = _configured(exp)
+    if not exp.config or conf is None or conf == used.rstrip("/"):
+        return exp.config
+    import copy
+
+    cfg = copy.deepcopy(exp.config)
+    cfg.setdefault("paths", {})["checkpoints"] = used
+    spec = (cfg.get("targets") or {}).get(exp.target)
+    if isinstance(spec, dict) and spec.get("checkpoints"):
+        spec["checkpoints"] = used
+    return cfg
+
+
+def ran_with(target: Target, exp: Experiment) -> Target:
+    """``target`` as experiment ``exp`` ran on it: the root and checkpoint folder its record names, never today's
+    orch.toml or defaults (a run launched with ``--set paths.checkpoints=...`` is restarted, cleaned, listed and
+    pulled there). A record without them (a job's, an old one), or a target other than the one it ran on, leaves
+    the target as it is."""
+    from dataclasses import replace
+
+    def place(machine: str | None) -> str:  # the machine key without the root it ends with (targets.machine_key)
+        return (machine or "").rsplit(":", 1)[0]
+
+    if exp.nodes or (exp.target != target.name and place(exp.machine) != place(target.machine)):
+        return target
+    cfg = exp.config or {}
+    spec = (cfg.get("targets") or {}).get(exp.target) or {}
+    root = spec.get("root") or (cfg.get("paths") or {}).get("root")
+    changes: dict = {}
+    folder_ = lineage(exp)
+    if folder_ and folder_ != target.checkpoints.rstrip("/"):
+        changes["checkpoints"] = folder_
+    if root and str(root) != target.root:
+        changes.update(root=str(root), machine=exp.machine or target.machine)
+    return replace(target, **changes) if changes else target
+
+
 def restore_op(target: Target, name: str, path: str | None = None) -> Op:
     return Op("ckpt_restore", {**folder(target, path), "name": name})
 
@@ -200,9 +270,10 @@ def notice(inv: dict | None, writer: Writer | None) -> str | None:
 
 
 def confirm_launch(inv: dict, action: str, where: str, writer: Writer | None, *, yes: bool, confirm: Confirm,
-                   echo: Callable[[str], None]) -> None:
-    """A launch's clean (``action`` "move" or "purge") of ``inv`` on ``where``: said, then asked unless ``yes``;
-    refused (InputError) without a way to ask, or when the answer is no. An empty folder asks nothing."""
+                   echo: Callable[[str], None], guard: bool = False) -> None:
+    """A launch's clean (``action`` "move" or "purge"; ``guard``: a guarded launch's) of ``inv`` on ``where``:
+    said, then asked unless ``yes``; refused (InputError) without a way to ask, or when the answer is no, saying
+    what was left and what to type instead. An empty folder asks nothing."""
     from .watch.metrics import format_size as size
 
     if not inv["files"]:
@@ -224,16 +295,25 @@ def confirm_launch(inv: dict, action: str, where: str, writer: Writer | None, *,
         raise InputError(f"refusing to {verb.lower()} checkpoints without confirmation",
                          hint="rerun with --yes to confirm, or in a terminal to be asked")
     if not confirm(question):
-        raise InputError("cancelled: the checkpoints were left as they are")
+        flag = "--purge" if action == "purge" else "--guard" if guard else "--clean-checkpoints"
+        keep = f"or without {flag} to keep them (the new run resumes from them)"
+        if action == "purge":
+            keep = "--clean-checkpoints instead of --purge to move them to the trash (restorable), " + keep
+        elif guard:
+            keep = "or without --guard, which moves them aside to put them back if the new run is worse"
+        act = "delete them for good" if action == "purge" else "move them to the trash"
+        raise cancelled(f"nothing was changed on {where}; the {inv['files']} checkpoint file(s) in {inv['path']} "
+                        "are where they were", f"rerun with --yes to {act} without being asked, {keep}")
 
 
-def _ask(yes: bool, confirm: Confirm, question: str) -> None:
+def _ask(yes: bool, confirm: Confirm, question: str, left: str) -> None:
     if yes:
         return
     if confirm is None:
         raise InputError("refusing without confirmation", hint="rerun with --yes, or in a terminal to be asked")
     if not confirm(question):
-        raise InputError("cancelled: nothing was changed")
+        raise cancelled(left, "rerun with --yes to go on without being asked; orch checkpoints list shows what "
+                              "the folder and its trash hold")
 
 
 def _entries(n: int) -> str:
@@ -323,7 +403,8 @@ def clean(settings: Settings, target: Target, open_registry: OpenRegistry, *, ye
         if victims:
             warn(f"trash retention ([trash] keep / max_gb) will PERMANENTLY DELETE {', '.join(victims)}")
         _ask(yes, confirm, f"move {inv['files']} file(s), {size(inv['bytes'])}, from {inv['path']} to the trash"
-                           + (f" and delete {len(victims)} older trash {_entries(len(victims))}?" if victims else "?"))
+                           + (f" and delete {len(victims)} older trash {_entries(len(victims))}?" if victims else "?"),
+             f"nothing was moved; the {inv['files']} file(s) in {inv['path']} are where they were")
         runs = s.client.one("status", project=settings.project.name, tail=False, gpus=False)["runs"]
         res = s.change(clean_now_op(target, settings, inv, writer(runs, inv)))
     return {"path": inv["path"], **res}
@@ -348,6 +429,7 @@ def purge(settings: Settings, target: Target, open_registry: OpenRegistry, names
         if not names:
             raise InputError("name the trash entries to delete, or pass --all", hint="see orch checkpoints list")
         total = sum(e["bytes"] for e in inv["entries"] if e["name"] in names)
-        _ask(yes, confirm, f"PERMANENTLY delete {len(names)} trash {_entries(len(names))} ({size(total)})?")
+        _ask(yes, confirm, f"PERMANENTLY delete {len(names)} trash {_entries(len(names))} ({size(total)})?",
+             f"nothing was deleted; the trash holds {', '.join(names)} as before")
         return s.change(purge_op(target, names, path))
 

@@ -15,7 +15,7 @@ import os
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
                       field_validator, model_validator)
@@ -454,6 +454,15 @@ class Settings(_Section):
     _config_path: Path | None = PrivateAttr(default=None)
     _project_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
+    @field_validator("default_target")
+    @classmethod
+    def _default_target(cls, v: str, info: ValidationInfo) -> str:
+        # a key of its own (not the whole model's) in an error, so that a forgiving read can put it right alone
+        targets = info.data.get("targets")
+        if targets is not None and v != "local" and v not in targets:
+            raise ValueError(f"is not one of the [targets] ({', '.join(sorted({*targets, 'local'}))})")
+        return v
+
     @model_validator(mode="after")
     def _builtin_local(self) -> "Settings":
         if "local" not in self.targets:
@@ -470,9 +479,6 @@ class Settings(_Section):
             if unknown:
                 raise ValueError(f"pools.{name}.members: {', '.join(unknown)} is not a single target "
                                  f"(configured: {', '.join(sorted(self.targets))}); a CT id is a number")
-        if self.default_target not in self.targets:
-            raise ValueError(f"default_target {self.default_target!r} is not one of the [targets]: "
-                             f"{', '.join(sorted(self.targets))}")
         return self
 
     @property
@@ -667,12 +673,15 @@ def _model_at(loc: list[str]) -> type[BaseModel] | None:
     return model
 
 
-def _without_errors(data: dict, exc: ValidationError, tries: int = 8) -> Settings | None:
-    """The settings with every key in error dropped (its default reads instead); a key whose section cannot stand
-    without it takes the section with it. None when nothing is left to drop."""
+def _without_errors(data: dict, exc: ValidationError, instead: dict[str, Any], tries: int = 8) -> Settings | None:
+    """The settings with every key in error dropped (its default reads instead, or the value ``instead`` holds for
+    it); a key whose section cannot stand without it takes the section with it. None when nothing is left to drop."""
     for _ in range(tries):
         for err in exc.errors():
             loc = [str(p) for p in err["loc"]]
+            if ".".join(loc) in instead and data.get(loc[0]) != instead[".".join(loc)]:
+                data[loc[0]] = instead[".".join(loc)]
+                continue
             while loc and not _drop(data, loc):
                 loc = loc[:-1]
             if not loc:
@@ -695,19 +704,44 @@ def _drop(data: dict, loc: list[str]) -> bool:
     return False
 
 
+SYNTAX_HINT = "fix the syntax there; `orch init --print` shows a commented starter orch.toml"
+REFUSED = "(deploy, restart, sweep and queue refuse it until it is fixed)"
+
+
+class Recorded(NamedTuple):
+    """The settings an experiment was launched with, for reading a project whose orch.toml cannot be read."""
+
+    experiment: int
+    config: dict  # as recorded (``recorded_as_now`` reads it under today's names)
+    target: str  # the target it ran on
+
+
 def load_settings(config_path: Path | str | None = None, *, overrides: list[str] | tuple[str, ...] = (),
                   env: dict[str, str] | None = None, start: Path | None = None,
-                  notice: Callable[[str], None] | None = None, lenient: bool = False) -> Settings:
+                  notice: Callable[[str], None] | None = None, lenient: bool = False,
+                  recorded: Callable[[Path], Recorded | None] | None = None) -> Settings:
     """Merge every layer and validate once; raise ``ConfigError`` naming source, key and value.
 
     An old key (``RENAMED``) is read as its new one and ``notice`` (default: stderr) told so. ``lenient`` (for
-    the commands that only look or stop: a typo must not keep a user from stopping a run): each key in error is
-    left at its default (its section, when the section cannot stand without it) and ``notice`` told which."""
+    the commands that only look or stop: no mistake in orch.toml may keep a user from stopping a run): each key in
+    error is left at its default (its section, when the section cannot stand without it) and ``notice`` told which;
+    an unknown ``default_target`` reads as the target the newest experiment ran on, and a file that cannot be read
+    or parsed as the settings that experiment was launched with. ``recorded(state_dir)`` gives them (the registry
+    is above this module)."""
     env = dict(os.environ) if env is None else env
+    notice = notice or (lambda line: print(line, file=sys.stderr, flush=True))
     named_by = "--config"
     if config_path is None and env.get("ORCH_CONFIG"):
         config_path, named_by = env["ORCH_CONFIG"], "ORCH_CONFIG"
     path = Path(config_path).expanduser() if config_path else find_config(start)
+    project_dir = path.resolve().parent if path else (start or Path.cwd()).resolve()
+    last: list[Recorded | None] = []  # asked of the registry once, and only when orch.toml is in error
+
+    def newest() -> Recorded | None:
+        if not last:
+            last.append(recorded(project_dir / ".orch") if recorded else None)
+        return last[0]
+
     data: dict[str, Any] = {}
     sources: dict[str, str] = {}
     label = "built-in defaults"
@@ -715,9 +749,14 @@ def load_settings(config_path: Path | str | None = None, *, overrides: list[str]
         label = str(path)
         try:
             data = tomllib.loads(_read_config(path, named_by if config_path else None))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}",
-                              hint="fix the syntax; `orch init` shows a sample") from exc
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, ConfigError) as exc:
+            broken = exc if isinstance(exc, ConfigError) else \
+                ConfigError(f"{path}: not valid TOML: {exc}", hint=SYNTAX_HINT)
+            # read past only a file that is there and, when it cannot be read at all, beside a project's records:
+            # one missing, a folder or /proc/self/mem names no project to act on
+            if not lenient or not path.is_file() or (broken is exc and not (project_dir / ".orch").is_dir()):
+                raise broken from None
+            data = _instead_of_file(broken, newest(), notice)
     for dotted, value, source in _env_overrides(env):
         _assign(data, dotted, _parse_value(value), source, sources)
     for item in overrides:
@@ -725,18 +764,49 @@ def load_settings(config_path: Path | str | None = None, *, overrides: list[str]
             raise ConfigError(f"--set {item!r} needs the form section.key=value", hint="e.g. --set batching.seed=3")
         dotted, value = item.split("=", 1)
         _assign(data, dotted.strip(), _parse_value(value.strip()), f"--set {dotted.strip()}", sources)
-    notice = notice or (lambda line: print(line, file=sys.stderr, flush=True))
-    _renamed(data, sources, label, notice)
+    try:
+        _renamed(data, sources, label, notice)
+    except ConfigError as exc:  # an old and a new name that disagree: the new one is read (the old one is dropped)
+        if not lenient:
+            raise
+        notice(f"orch: warning: {exc.message}; read as the new name says\n  {REFUSED}")
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
         lines = [_describe(e, data, sources, label) for e in exc.errors()]
-        settings = _without_errors(data, exc) if lenient else None
+        instead: dict[str, Any] = {}
+        ran = newest() if lenient else None
+        if ran is not None and any(tuple(e["loc"]) == ("default_target",) for e in exc.errors()) and \
+                (ran.target == "local" or ran.target in (data.get("targets") or {})):
+            instead["default_target"] = ran.target
+            lines.append(f"(default_target read as {ran.target!r}: experiment {ran.experiment} ran there)")
+        settings = _without_errors(data, exc, instead) if lenient else None
+        if settings is None and lenient:  # nothing left to drop (a whole-file rule): as the run was launched
+            settings = _recorded_settings(ran) if ran is not None else None
+            lines.append(f"(read as experiment {ran.experiment} was launched)" if settings is not None
+                         else "(read with the built-in defaults)")
+            settings = settings or Settings()
         if settings is None:
             raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines),
-                              hint="fix the value(s) above; `orch init` writes a commented example") from None
-        notice("orch: warning: invalid configuration, read without it:\n  " + "\n  ".join(lines)
-               + "\n  (deploy, restart, sweep and queue refuse it until it is fixed)")
+                              hint="fix the value(s) above (`orch init --print` shows a commented starter "
+                                   "orch.toml)") from None
+        notice("orch: warning: invalid configuration, read without it:\n  " + "\n  ".join(lines) + "\n  " + REFUSED)
     settings._config_path = path.resolve() if path else None
-    settings._project_dir = path.resolve().parent if path else (start or Path.cwd()).resolve()
+    settings._project_dir = project_dir
     return settings
+
+
+def _instead_of_file(broken: ConfigError, ran: Recorded | None, notice: Callable[[str], None]) -> dict:
+    """What a forgiving read takes for a file it cannot read: the newest experiment's recorded settings (its
+    targets, project name and roots are what the run on the target was started with), else the defaults."""
+    how = (f"read with the settings experiment {ran.experiment} was launched with" if ran is not None
+           else "read with the built-in defaults")
+    notice(f"orch: warning: {broken.message}\n  ({how}) {REFUSED}")
+    return recorded_as_now(ran.config) if ran is not None else {}
+
+
+def _recorded_settings(ran: Recorded) -> Settings | None:
+    try:
+        return Settings.model_validate(recorded_as_now(ran.config))
+    except ValidationError:
+        return None

@@ -11,6 +11,8 @@ place (``cli/main.py``).
     │   └── ConfigError            exit 2   orch.toml / ORCH_* / --set failed validation
     ├── TargetError                exit 3   the target cannot be resolved or reached
     │   ├── ProxmoxError           exit 3   the Proxmox API refused or failed
+    │   ├── CtNotRunning           exit 3   the CT is stopped (a launch starts it with --start)
+    │   ├── WrongMachine           exit 3   another machine answered where the CT was (its host key is no proof)
     │   └── TransportError         exit 3   SSH / pct / subprocess transport failed
     │       ├── HostKeyError       exit 3   unknown or changed SSH host key
     │       └── TransportTimeout   exit 3   no answer within the configured time
@@ -62,6 +64,14 @@ class TargetError(OrchError):
 
 
 class ProxmoxError(TargetError):
+    exit_code = 3
+
+
+class CtNotRunning(TargetError):
+    exit_code = 3
+
+
+class WrongMachine(TargetError):
     exit_code = 3
 
 
@@ -124,3 +134,9 @@ def extra_hint(extra: str) -> str:
     """The hint for a missing optional extra. The name ``orch`` on PyPI is another project, so it says to install
     the extra from orch's own checkout or wheel (docs/install.md)."""
     return f"install orch's {extra} extra from its checkout or wheel: pip install '<orch checkout>[{extra}]'"
+
+
+def cancelled(left: str, instead: str) -> InputError:
+    """Every prompt's "no" (exit 2): ``left``, what was left as it was, and ``instead``, what to type to go on
+    without being asked or to do the other thing, as its hint."""
+    return InputError(f"cancelled: {left}", hint=instead)

@@ -8,8 +8,8 @@ import sys
 import time
 import traceback
 
-from . import (checkpoints, ckpt_move, diskspace, doctor, envs, gc, gpu_share, journal, launch_env, logs, notify,
-               revisions, rollback, run_files, runqueue, runs, start_check, system, validate, workdir)
+from . import (checkpoints, ckpt_move, diskspace, doctor, envs, gc, gpu_share, identity, journal, launch_env, logs,
+               notify, revisions, rollback, run_files, runqueue, runs, start_check, system, validate, workdir)
 from .blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -192,6 +192,12 @@ def handle(request: dict, payload: Payload, results: list | None = None) -> dict
         raise AgentFailure("agent", f"protocol {request.get('v')} is not this agent's ({PROTOCOL})")
     layout = Layout(request.get("root", ""))
     results = [] if results is None else results
+    who, why = identity.check(layout.root, request.get("expect"))  # before the lock and every op: touch nothing
+    if why is not None:
+        expect = request["expect"]
+        return {"v": PROTOCOL, "results": [], "who": who,
+                "fatal": {"kind": "identity", "hint": "", "message": f"the machine answering is not CT "
+                          f"{expect.get('vmid')} ({expect.get('hostname')}): {why}"}}
     ops = request.get("ops", [])
     steps = _journal(layout, request)
 
@@ -227,7 +233,7 @@ def handle(request: dict, payload: Payload, results: list | None = None) -> dict
             run_all()
     else:
         run_all()
-    return {"v": PROTOCOL, "results": results}
+    return {"v": PROTOCOL, "results": results} | ({"who": who} if who is not None else {})
 
 
 def read_request(line: bytes) -> object:

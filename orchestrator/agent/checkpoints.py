@@ -125,6 +125,11 @@ def _entries(norm: str) -> list[dict]:
     return sorted(entries, key=lambda e: e["name"])
 
 
+def trash_entries(norm: str) -> list[dict]:
+    """The folder's trash entries, oldest first: ``{"name", "path", "trash"}`` each."""
+    return _entries(norm)
+
+
 def inventory(layout: Layout, path: str, configured: str, keep: int | None = None, max_bytes: int | None = None,
               full: bool = False, ignore: list | None = None) -> dict:
     """What the folder holds now, and what its trash holds.

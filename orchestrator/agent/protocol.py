@@ -5,6 +5,9 @@ Request (stdin): one JSON line ``{"v": PROTOCOL, "root": ..., "ops": [{"op": nam
 that takes them reads as a stream (``blob_stream.Payload``).
 Response (stdout): ``MARK_BEGIN + json + MARK_END`` so that shell noise (motd, rc files) around it is
 harmless. The ops run in order and stop at the first failure; ``results`` holds one entry per op run.
+A request with ``"expect"`` (what the Proxmox API says the CT is) runs only on that machine: its answer carries
+``who`` (this machine's facts, ``identity.py``), and where they differ a ``fatal`` of kind ``identity`` and no
+results.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ MARK_END = b"@@END@@\n"
 MARK_FRAME = b"\n@@ORCH-FRAME@@"
 
 # error kinds the agent reports; the controller maps them onto orch's exception tree
-KINDS = ("input", "safety", "conflict", "notfound", "agent")
+KINDS = ("input", "safety", "conflict", "notfound", "agent", "identity")  # identity: another machine answered
 
 
 class AgentFailure(Exception):

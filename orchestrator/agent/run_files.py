@@ -2,7 +2,8 @@
 
 Three sources, each a folder on the target, each key a path under one of them:
 
-    checkpoints/<rel>   the checkpoint folder (or one of its trash entries)
+    checkpoints/<rel>   the checkpoint folder (or one of its trash entries); with ``own``, the files the run
+                        wrote (``ckpt_writers``), from the folder or the trash entry a clean moved them to
     outputs/<rel>       what the run wrote in its work folder (the revision's own files and __pycache__ left out)
     train.log           the run's log
 
@@ -24,7 +25,7 @@ import os
 import stat
 import sys
 
-from . import checkpoints as ckpt, ckpt_layout
+from . import checkpoints as ckpt, ckpt_layout, ckpt_writers
 from .layout import Layout, read_json, write_json
 from .protocol import AgentFailure, data_frame, frame_head
 from .runs import LOG
@@ -201,30 +202,77 @@ class _Hashes:
                 pass  # only a cache: the next listing hashes again
 
 
+def _own(layout: Layout, run_dir: str, norm: str, exp_id: int, registry: str | None, globs: list,
+         skipped: list) -> list:
+    """The checkpoint files run ``exp_id`` wrote (``ckpt_writers``), as ``(key, rel, full, st, root, entry)``:
+    those in its folder, and those a clean moved from it into one of the folder's trash entries (the newest copy
+    of each, from entries made after it started). A file in the folder that another run wrote, or that was
+    written after the run ended by none the target knows, is not its own: it goes to ``skipped``, saying so."""
+    runs = ckpt_writers.folder_runs(layout, norm)
+    me = next((r for r in runs if ckpt_writers.is_run(r, exp_id, registry)), None)
+    ended = me["ended"] if me is not None and isinstance(me.get("ended"), (int, float)) else float("inf")
+    here: list = []
+    _walk(layout, "checkpoints", norm, run_dir, globs, here, skipped)
+    out = []
+    for key, rel, full, st in here:
+        who = ckpt_writers.writer_of(st.st_mtime, runs)
+        if who is not None and not ckpt_writers.is_run(who, exp_id, registry):
+            skipped.append({"key": key, "why": ckpt_writers.written_by(who, registry),
+                            "writer": {k: who.get(k) for k in ("id", "registry")}})
+        elif who is None and me is not None and st.st_mtime > ended + ckpt_writers.SLACK:
+            skipped.append({"key": key, "why": f"written after experiment {exp_id} ended, by no run this "
+                                               "target has a record of"})
+        else:
+            out.append((key, rel, full, st, norm, None))
+    if me is None:
+        return out
+    taken = {f[0] for f in out}
+    for e in reversed(ckpt.trash_entries(norm)):  # newest first: a file moved twice is the newer copy
+        created = (read_json(os.path.join(e["path"], ckpt.META), {}) or {}).get("created")
+        if isinstance(created, (int, float)) and created < me["started"]:
+            continue  # made before the run started: none of its files can be the run's
+        moved: list = []
+        _walk(layout, "checkpoints", e["path"], run_dir, globs, moved, [])
+        for key, rel, full, st in moved:
+            if key not in taken and ckpt_writers.is_run(ckpt_writers.writer_of(st.st_mtime, runs), exp_id, registry):
+                taken.add(key)
+                out.append((key, rel, full, st, e["path"], e["name"]))
+    return out
+
+
 def _select(layout: Layout, exp_id: int, registry: str | None, checkpoints: str | None, entry: str | None,
-            outputs: bool, log: bool, globs: list | None) -> tuple[str, dict, list, list]:
+            outputs: bool, log: bool, globs: list | None, own: bool = False) -> tuple[str, dict, list, list]:
+    """The files of the selection, ``(key, rel, full, st, root, entry)`` each; ``own``: of the checkpoints, the
+    run's own (``_own``), wherever a clean moved them, rather than what the folder holds now."""
     run_dir = _run_dir(layout, exp_id, registry)
     roots = _roots(layout, run_dir, checkpoints, entry, outputs, log)
     files, skipped = [], []
     for source, root in roots.items():
-        _walk(layout, source, root, run_dir, list(globs or []), files, skipped)
+        if source == "checkpoints" and own and entry is None:
+            files += _own(layout, run_dir, root, exp_id, registry, list(globs or []), skipped)
+            continue
+        found: list = []
+        _walk(layout, source, root, run_dir, list(globs or []), found, skipped)
+        files += [(key, rel, full, st, root, None) for key, rel, full, st in found]
     return run_dir, roots, files, skipped
 
 
 def manifest(layout: Layout, exp_id: int, registry: str | None = None, checkpoints: str | None = None,
              entry: str | None = None, outputs: bool = False, log: bool = False, globs: list | None = None,
-             hash: list | None = None) -> dict:
+             hash: list | None = None, own: bool = False) -> dict:
     """The files a pull may fetch: key, size and the sha256 where it is known (cached, or asked in ``hash``,
-    a list of keys; ``["*"]``: every file), and what was left out (``skipped``: links, devices)."""
-    run_dir, roots, files, skipped = _select(layout, exp_id, registry, checkpoints, entry, outputs, log, globs)
+    a list of keys; ``["*"]``: every file), the trash entry a file comes from (``own``), and what was left out
+    (``skipped``: links, devices, another run's checkpoints)."""
+    run_dir, roots, files, skipped = _select(layout, exp_id, registry, checkpoints, entry, outputs, log, globs, own)
     cache = _Hashes(run_dir)
     wanted = set(hash or [])
     out = []
-    for key, _rel, full, st in files:
+    for key, _rel, full, st, root, moved_to in files:
         item = {"key": key, "size": st.st_size, "mtime": st.st_mtime}
+        if moved_to is not None:
+            item["entry"] = moved_to
         sha = cache.get(full, st)
         if sha is None and (key in wanted or "*" in wanted):
-            root = roots[key.split("/", 1)[0]] if key != LOG else run_dir
             fd, fst = _open(full, root)
             try:
                 sha = _hash(fd)
@@ -239,13 +287,16 @@ def manifest(layout: Layout, exp_id: int, registry: str | None = None, checkpoin
 
 
 def send(layout: Layout, exp_id: int, files: list, registry: str | None = None, checkpoints: str | None = None,
-         entry: str | None = None, outputs: bool = False, log: bool = False) -> dict:
+         entry: str | None = None, outputs: bool = False, log: bool = False, own: bool = False) -> dict:
     """Write ``files`` (``{"key", "offset"}`` each) as frames: each file's bytes from its offset, then its end
     frame with its size and the sha256 of all of it. Only files under the selection's folders, reached through
-    no link, are sent."""
+    no link, are sent; with ``own``, a checkpoint only from where the manifest found the run's own."""
     out = sys.stdout.buffer  # frames go out between the request and the envelope
     run_dir = _run_dir(layout, exp_id, registry)
     roots = _roots(layout, run_dir, checkpoints, entry, outputs, log)
+    mine = None
+    if own and entry is None and "checkpoints" in roots and any(f["key"].startswith("checkpoints/") for f in files):
+        mine = {f[0]: (f[4], f[2]) for f in _own(layout, run_dir, roots["checkpoints"], exp_id, registry, [], [])}
     cache = _Hashes(run_dir)
     _widen(out)
     sent = 0
@@ -253,9 +304,13 @@ def send(layout: Layout, exp_id: int, files: list, registry: str | None = None, 
         key, offset = item["key"], int(item.get("offset") or 0)
         source, _, rel = key.partition("/")
         root = roots.get(LOG if key == LOG else source)
-        if root is None or (key != LOG and not rel):
+        if root is None or (key != LOG and not rel) or (mine is not None and source == "checkpoints"
+                                                        and key not in mine):
             raise AgentFailure("input", f"{key!r} is not one of the files this pull lists")
-        full = os.path.join(root, LOG if key == LOG else rel)
+        if mine is not None and source == "checkpoints":
+            root, full = mine[key]
+        else:
+            full = os.path.join(root, LOG if key == LOG else rel)
         fd, st = _open(full, root)
         try:
             digest = hashlib.sha256()

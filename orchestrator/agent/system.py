@@ -175,7 +175,10 @@ def preflight(layout: Layout, min_free_mb: int = 50) -> dict:
     if not tmux:
         raise AgentFailure("agent", "tmux is not installed on the target",
                            "install it there (apt-get install tmux) and deploy again")
+    from .tmux import too_old
+
     version = tmux_version(tmux)
+    too_old(version)
     layout.ensure()
     usage = shutil.disk_usage(layout.root)
     free_mb = usage.free // (1 << 20)

@@ -15,8 +15,24 @@ tmux's own command line is the interface its manual documents.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+
+from .protocol import AgentFailure
+
+NEEDED = (3, 2)  # a run's session is made with its environment: ``new-session -e`` came in tmux 3.2
+
+
+def too_old(version: str) -> None:
+    """Refuse a tmux older than ``NEEDED`` (``tmux 3.1c``) before anything changes: its ``new-session`` would answer
+    ``usage: ...``. A version that does not read as numbers (``tmux master``) is let through."""
+    found = re.search(r"(\d+)\.(\d+)", version)
+    if found and (int(found[1]), int(found[2])) < NEEDED:
+        raise AgentFailure("agent", f"{version} on the target is too old: orch needs tmux {NEEDED[0]}.{NEEDED[1]} "
+                                    "or newer (a run's session starts with its environment: tmux new-session -e)",
+                           f"install tmux {NEEDED[0]}.{NEEDED[1]} or newer there (Debian 12 and Ubuntu 22.04 ship it), "
+                           "and deploy again")
 
 
 class TmuxError(Exception):
@@ -68,6 +84,7 @@ class Server:
         shell, as it would typed) in ``start_directory``; ``environment`` is what windows opened in it later see."""
         said = self.cmd("new-session", "-d", "-s", name, "-n", window, "-c", start_directory,
                         *_environment(environment), command)
+        self._understood(said)
         if said.returncode != 0 or said.stderr:
             raise TmuxError(" ".join(said.stderr) or f"tmux new-session exited {said.returncode}")
 
@@ -79,9 +96,25 @@ class Server:
                         *_environment(environment), command)
         if said.returncode == 0 and not said.stderr:
             return True
+        self._understood(said)
         if not self.has_session(session):
             return False
         raise TmuxError(" ".join(said.stderr) or f"tmux new-window exited {said.returncode}")
+
+
+    def _understood(self, said: Answer) -> None:
+        """A tmux that answers ``usage: ...`` does not know an option orch gives it: it is too old, said as such
+        (not as a failure to report)."""
+        if not said.stderr or not said.stderr[0].startswith("usage:"):
+            return
+        try:
+            version = subprocess.run([self.tmux_bin or "tmux", "-V"], capture_output=True, text=True,
+                                     timeout=10).stdout.strip() or "tmux"
+        except (OSError, subprocess.TimeoutExpired):
+            version = "tmux"
+        too_old(version)
+        raise AgentFailure("agent", f"{version} on the target refused orch's command ({said.stderr[0][:160]})",
+                           f"orch needs tmux {NEEDED[0]}.{NEEDED[1]} or newer: install a newer tmux there")
 
 
 def _without_tmux() -> dict | None:

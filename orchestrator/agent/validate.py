@@ -323,7 +323,7 @@ def _pull_files(value: Any, name: str) -> list:
 
 
 _PULL_FROM = {"exp_id": exp_id, "registry": registry_id, "checkpoints": _optional(_str),
-              "entry": _optional(trash_name), "outputs": _bool, "log": _bool}
+              "entry": _optional(trash_name), "outputs": _bool, "log": _bool, "own": _bool}
 
 # op -> {argument: check}; an argument not named here is refused (the op would fail on it anyway)
 ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
@@ -418,8 +418,25 @@ def request(req: Any) -> dict:
     _optional(_num)(req.get("lock"), "lock")
     _optional(_str)(req.get("what"), "what")
     _journal_spec(req.get("journal"))
+    _expect(req.get("expect"))
     payload_size(req)
     return req
+
+
+def _expect(spec: Any) -> None:
+    """``expect``: the CT the request may run on (``identity.py``)."""
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise fail("expect must be an object")
+    _int(spec.get("vmid"), "expect.vmid", 0, 1 << 31)
+    for key in ("node", "hostname", "machine_id", "cluster"):
+        _optional(_str)(spec.get(key), f"expect.{key}")
+    addresses = spec.get("hwaddrs") or []
+    if not isinstance(addresses, list) or len(addresses) > 32:
+        raise fail("expect.hwaddrs must be a list")
+    for address in addresses:
+        _str(address, "expect.hwaddrs[]", 64)
 
 
 def _journal_spec(spec: Any) -> None:

@@ -36,7 +36,7 @@ def _own(ctx: typer.Context, target: str | None, ct: int | None, trust: bool, ex
         exp = reg.get(experiment)
     if target is None and ct is None:
         target, ct = target_flags(settings, exp)
-    tgt = common.target(settings, target, ct, trust=trust)
+    tgt = checkpoints.ran_with(common.target(settings, target, ct, trust=trust), exp)  # its folder, not today's
     return settings, tgt, lambda: common.registry(settings), checkpoints.own_folder(tgt, exp.id, exp.checkpoints)
 
 

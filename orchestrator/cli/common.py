@@ -35,11 +35,30 @@ def settings(ctx: typer.Context, overrides: list[str] | None = None, *, lenient:
     from ..errors import ConfigError
 
     path: Path | None = (ctx.obj or {}).get("config") if ctx.obj else None
-    settings = load_settings(path, overrides=overrides or [], lenient=lenient)
+    settings = load_settings(path, overrides=overrides or [], lenient=lenient,
+                             recorded=last_launched if lenient else None)
     if settings.config_path is None:  # records live beside orch.toml: never scatter them in random folders
         raise ConfigError(f"no orch.toml in {Path.cwd()} or any folder above it",
                           hint="run `orch init` in your project folder, or pass --config PATH")
     return settings
+
+
+def last_launched(state_dir: Path):
+    """The settings the project's running experiment (else its newest one) was launched with, read from the
+    registry beside orch.toml, for a ``lenient`` command whose orch.toml cannot be read; None when there is none."""
+    from ..config import Recorded
+    from ..errors import OrchError
+    from ..records.experiments import Registry
+
+    if not (state_dir / "experiments.db").is_file():
+        return None
+    try:
+        with Registry(state_dir / "experiments.db", read_only=True) as reg:
+            exp = next(reg.newest(status="running", limit=1), None) or \
+                next((e for e in reg.newest(limit=50) if e.config), None)
+    except OrchError:
+        return None  # a registry orch cannot read: the command goes on with the defaults, and says so
+    return Recorded(exp.id, exp.config, exp.target) if exp is not None and exp.config else None
 
 
 def read_only(settings):

@@ -56,7 +56,8 @@ def gc(ctx: typer.Context, keep: KeepOpt = 5, dry_run: DryOpt = False, yes: YesO
     def confirm(plan: dict) -> None:
         if not as_json:
             _show(plan, tgt.label)
-        render.confirm_or_refuse(yes, f"remove these {len(plan['items'])} item(s) from {tgt.label}?")
+        render.confirm_or_refuse(yes, f"remove these {len(plan['items'])} item(s) from {tgt.label}?",
+                                 f"nothing was removed from {tgt.label}")
 
     plan, res = collect(settings, tgt, functools.partial(common.registry, settings), keep=keep, dry_run=dry_run,
                         confirm=confirm)

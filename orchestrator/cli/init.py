@@ -22,6 +22,8 @@ def init(force: Annotated[bool, typer.Option("--force", help="Overwrite an exist
                                                 "every launch, handed to the run)")] = False,
          gitignore: Annotated[bool, typer.Option("--gitignore/--no-gitignore", help="Add .orch/ and orch-pull/ "
                                                  "to .gitignore in a git project (asked on a terminal)")] = True,
+         print_: Annotated[bool, typer.Option("--print", help="Print the starter orch.toml read from this folder "
+                                              "on stdout; write nothing (also where an orch.toml exists)")] = False,
          ) -> None:
     """Write a commented starter orch.toml for the project in the working directory: it runs the entry point
     found there (train.py, main.py, a [project.scripts] entry, the one script with a __main__ guard)."""
@@ -29,6 +31,9 @@ def init(force: Annotated[bool, typer.Option("--force", help="Overwrite an exist
 
     folder = Path.cwd()
     found = starter.survey(folder)
+    if print_:
+        render.out(starter.starter(found, name=name or starter.project_name(folder), batching=batching).rstrip("\n"))
+        return
     for path in starter.write(folder, name=name, force=force, playbooks=playbooks, batching=batching, found=found):
         render.out(f"wrote {path}")
         if path.name == "orch.toml":
@@ -45,8 +50,13 @@ def init(force: Annotated[bool, typer.Option("--force", help="Overwrite an exist
 
 def _said(found) -> None:
     """What the starter was read from, in a line each."""
-    if found.command is None:
-        render.out("no entry point found: set [project] command in orch.toml")
+    if found.command is None and found.candidates:
+        render.out("no train.py or main.py at the top: [project] command is left unset (a deploy refuses until it "
+                   "is set); what could start the training, best first (each is a comment in orch.toml):")
+        for command in found.candidates:
+            render.out(f"  {command}")
+    elif found.command is None:
+        render.out("no entry point found: set [project] command in orch.toml (a deploy refuses until it is set)")
     else:
         render.out(f"runs {found.entry}")
     if found.requirements:

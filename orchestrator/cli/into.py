@@ -27,6 +27,16 @@ def _reconcile(settings, tgt, transport) -> None:
         render.say(f"orch: the registry was not brought up to date ({why})")
 
 
+def _is_the_ct(settings, tgt, transport) -> None:
+    """A CT reached from a lookup orch remembered answers as itself (the agent's hello carries the check) before a
+    terminal, a command or a forwarded port goes there: its address may be another machine's by now."""
+    from ..records.reconcile import client_for
+
+    expect = transport.identity
+    if expect is not None and expect.cached:
+        client_for(settings, tgt, read_only=True, transport=transport).one("hello")
+
+
 def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
            trust_new_host: TrustOpt = False, experiment: ExperimentOpt = None) -> None:
     """Attach this terminal to the run's tmux pane (several side by side: the latest's, or -e ID's); detach with
@@ -39,6 +49,7 @@ def attach(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None,
     settings = common.settings(ctx, lenient=True)
     tgt = common.target(settings, *common.one_node(target, ct, "attach"), trust=trust_new_host)
     with tgt.connect() as transport:
+        _is_the_ct(settings, tgt, transport)
         _reconcile(settings, tgt, transport)
         into.require_alive(settings, tgt, transport)
         window = experiment if experiment is not None else _latest_window(settings, tgt)
@@ -72,6 +83,7 @@ def exec_(ctx: typer.Context,
     settings = common.settings(ctx)
     tgt = common.target(settings, *common.one_node(target, ct, "exec"), trust=trust_new_host)
     with tgt.connect() as transport:
+        _is_the_ct(settings, tgt, transport)
         _reconcile(settings, tgt, transport)
         with common.registry(settings) as reg:
             folder = into.run_folder(settings, tgt, reg, transport)
@@ -94,6 +106,7 @@ def ssh(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, trust_
     settings = common.settings(ctx)
     tgt = common.target(settings, *common.one_node(target, ct, "ssh"), trust=trust_new_host)
     with tgt.connect() as transport:
+        _is_the_ct(settings, tgt, transport)
         venv = None
         try:
             with common.registry(settings) as reg:
@@ -121,6 +134,7 @@ def forward(ctx: typer.Context,
     settings = common.settings(ctx)
     tgt = common.target(settings, *common.one_node(target, ct, "forward"), trust=trust_new_host)
     with tgt.connect() as transport:
+        _is_the_ct(settings, tgt, transport)
         via, host = into.forward_destination(tgt, transport)
         try:
             carry(via, host, port, local, into.say_forwarding(tgt, port, host, render.say),

@@ -33,6 +33,7 @@ def pull(ctx: typer.Context, words: WordsArg = None, experiment: ExperimentOpt =
     """Copy a run's checkpoints, outputs and log here (all three unless some are named), sending only what is
     missing or changed; a cut pull resumes where it stopped, and a local file that differs is never replaced
     without --force."""
+    from .. import checkpoints as ckpts
     from ..errors import InputError, NotFoundError
     from ..launch import pull as pulling
     from ..watch import log_view
@@ -67,6 +68,7 @@ def pull(ctx: typer.Context, words: WordsArg = None, experiment: ExperimentOpt =
                 tgt, exp, run_registry = log_view.find_run(settings, reg, experiment, common.single(target, ct),
                                                            lambda name, ct_: resolve(name, ct_))
         where = Path("orch-pull") / f"exp{exp.id}"
+        tgt = ckpts.ran_with(tgt, exp)  # the root and folder it ran with, not today's orch.toml
     sel = pulling.selection(exp.checkpoints or tgt.checkpoints, want_checkpoints=checkpoints, outputs=outputs,
                             log=log, words=list(words or []))
     try:
@@ -87,11 +89,19 @@ def _show(res, exp_id: int, label: str, as_json: bool) -> None:
         render.print_json(res.public())
         return
     for s in res.skipped:
-        render.say(f"orch: skipped {s['key']}: {s['why']} (links are never followed)")
+        links = " (links are never followed)" if "symlink" in s["why"] else ""
+        render.say(f"orch: skipped {s['key']}: {s['why']}{links}")
     counts = summary(res.items)
+    moved: dict = {}
+    for i in res.items:
+        if i.entry:
+            moved[i.entry] = moved.get(i.entry, 0) + 1
+    for entry, n in moved.items():
+        render.say(f"orch: {n} of experiment {exp_id}'s checkpoint file(s) come from trash entry {entry}, where a "
+                   "clean moved them")
     if res.dry_run:
-        rows = [[i.key, render.size(i.size), i.action + (f" from {render.size(i.offset)}" if i.offset else "")]
-                for i in res.items]
+        rows = [[i.key, render.size(i.size), i.action + (f" from {render.size(i.offset)}" if i.offset else "")
+                 + (f" (from trash entry {i.entry})" if i.entry else "")] for i in res.items]
         if rows:
             render.table(f"experiment {exp_id} on {label} -> {res.dest}", ["file", "size", "would"], rows)
         render.out(f"would pull {counts['files'] - counts.get('same', 0)} of {counts['files']} file(s), "

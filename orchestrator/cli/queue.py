@@ -41,7 +41,7 @@ def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_jso
                   for e in entries])
     for e in entries:
         if e.get("waiting"):
-            render.out(f"experiment {e['id']} is {e['waiting']}")
+            render.out(f"experiment {e['id']} has not started: {e['waiting']}")  # "experiment 31 is running", ...
 
 
 def _budget(entry: dict) -> str | None:

@@ -83,16 +83,17 @@ def interactive() -> bool:
     return sys.stdin.isatty()
 
 
-def confirm_or_refuse(yes: bool, question: str) -> None:
-    """Go on with ``--yes`` or a "y" at the prompt; off a terminal without ``--yes``, refuse with a hint."""
-    from ..errors import InputError
+def confirm_or_refuse(yes: bool, question: str, left: str = "nothing was changed") -> None:
+    """Go on with ``--yes`` or a "y" at the prompt; off a terminal without ``--yes``, refuse with a hint; a "no"
+    says ``left`` (what was left as it was) and what to type instead."""
+    from ..errors import InputError, cancelled
 
     if yes:
         return
     if not interactive():
         raise InputError("refusing without confirmation", hint="rerun with --yes, or in a terminal to be asked")
     if not confirm(question):
-        raise InputError("cancelled: nothing was changed")
+        raise cancelled(left, "rerun with --yes to go on without being asked")
 
 
 def plan_lines(actions, stop_ids: list | None = None) -> list[str]:

@@ -178,14 +178,15 @@ def _say_outcome(outcome, target) -> None:
         resumed = f", resuming after {render.size(p['resumed_bytes'])} sent before" if p.get("resumed_bytes") else ""
         render.say(f"revision: {p['missing']} of {p['files']} file(s) sent ({render.size(p['bytes'])}{resumed})")
     ck = outcome.checkpoints
+    # -e names the folder the entry belongs to whatever orch.toml says later (a --set paths.checkpoints launch)
+    restore = f"orch checkpoints restore -e {exp.id}" if exp is not None else "orch checkpoints restore"
     if ck and ck.get("action") == "moved":
-        render.say(f"checkpoints: {ck['moved']} file(s) moved to {ck['entry_path']} "
-                   f"(orch checkpoints restore {ck['entry']})")
+        render.say(f"checkpoints: {ck['moved']} file(s) moved to {ck['entry_path']} ({restore} {ck['entry']})")
     elif ck and ck.get("action") == "purged":
         render.say(f"checkpoints: {ck.get('deleted', ck['moved'])} file(s) deleted")
         if ck.get("kept"):
             render.say(f"checkpoints: {len(ck['kept'])} file(s) written after the confirmation were moved to "
-                       f"{ck['entry_path']}, not deleted (orch checkpoints restore {ck['entry']})")
+                       f"{ck['entry_path']}, not deleted ({restore} {ck['entry']})")
     for p in (ck or {}).get("purged", []) or []:
         render.say(f"trash retention: deleted {p['entry']} ({render.size(p['bytes'])})")
     for sh in outcome.shell:
@@ -330,6 +331,10 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
                            parent=parent if parent is not None and parent.nodes else None)
     target, ct = one or common.single(target, ct)
     tgt = choice.target if choice is not None else _target(settings, target, ct, start, trust_new_host, dry_run)
+    if parent is not None:  # where it ran: its root and checkpoint folder
+        from .. import checkpoints
+
+        tgt = checkpoints.ran_with(tgt, parent)
     with common.registry(settings) as reg:
         if tgt.connect is not None:  # a launch an earlier orch left behind may be the one to restart
             from ..records.reconcile import recover
@@ -358,6 +363,7 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
          experiment: ExperimentOpt = None) -> None:
     """Stop the running experiment gracefully (SIGINT, then SIGTERM, then SIGKILL); several side by side: the
     latest (-e ID: that one; --all: every one); a job: every node at once."""
+    from ..errors import CtNotRunning
     from ..launch import prepare
     from . import job
 
@@ -365,32 +371,60 @@ def stop(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, dry_r
     grp = None if dry_run or experiment is not None else job.group(settings, target, ct, False, trust_new_host, False)
     if grp is not None:
         return job.stop(settings, grp, as_json)
-    tgt = _target(settings, *_flags_of(settings, target, ct, experiment), False, trust_new_host, dry_run)
-    launch = prepare.stop(settings, tgt, echo=render.say)
-    launch.stop_ids = [experiment] if experiment is not None else \
-        None if tgt.connect is None or all_ else _latest_of_several(settings, tgt)
-    if dry_run:
-        return _run(launch, settings, True, as_json)
-    from ..launch.operations import execute
+    flags = _flags_of(settings, target, ct, experiment)
+    try:
+        tgt = _target(settings, *flags, False, trust_new_host, dry_run)
+        launch = prepare.stop(settings, tgt, echo=render.say)
+        launch.stop_ids = [experiment] if experiment is not None else \
+            None if tgt.connect is None or all_ else _latest_of_several(settings, tgt)
+        if dry_run:
+            return _run(launch, settings, True, as_json)
+        from ..launch.operations import execute
 
-    dequeued: list = []
-    with common.registry(settings) as reg:
-        if all_:  # first, so that the stop starts nothing
-            from ..launch import queueing
+        dequeued: list = []
+        with common.registry(settings) as reg:
+            if all_:  # first, so that the stop starts nothing
+                from ..launch import queueing
 
-            dequeued = queueing.remove(settings, tgt, reg)
-        outcome = execute(launch, reg)
+                dequeued = queueing.remove(settings, tgt, reg)
+            outcome = execute(launch, reg)
+    except CtNotRunning as exc:  # its runs ended with it: the row says so, rather than running for good
+        if experiment is None or dry_run or not _settle_stopped(settings, flags, experiment, exc, as_json):
+            raise
+        return
     if as_json:
-        render.print_json({"stopped": outcome.stopped, "dequeued": dequeued, "target_label": tgt.label})
+        render.print_json({"stopped": outcome.stopped, "dequeued": dequeued, "target_label": tgt.label,
+                           "settled": [{"id": i, "why": why} for i, why in outcome.settled]})
         return
     if dequeued:
         render.out(f"removed from the queue on {tgt.label}: " + ", ".join(f"experiment {i}" for i in dequeued))
-    if not outcome.stopped:
+    for exp_id, why in outcome.settled:
+        render.out(f"experiment {exp_id}: {why}; recorded as lost")
+    if not outcome.stopped and not outcome.settled:
         render.out(f"experiment {experiment} was not running on {tgt.label}" if experiment is not None else
                    f"nothing was running on {tgt.label}")
     for run in outcome.stopped if not as_json else []:
         render.out(f"{render.which(run)} on {tgt.label}: {run['state']} ({render.exit_code(run['exit_code'], 'exit')}, "
                    f"signals: {', '.join(run['signals']) or 'none'})")
+
+
+def _settle_stopped(settings, flags: tuple, experiment: int, exc, as_json: bool) -> bool:
+    """``stop -e N`` on a CT that is stopped: row N recorded lost, with what the API said; False where it was not
+    running there (the error stands)."""
+    from ..records import unknown_runs
+
+    tgt = common.target(settings, *flags, resolve=False)
+    with common.registry(settings) as reg:
+        why = unknown_runs.settle_stopped_ct(reg, tgt, settings.project.name, experiment, exc.message)
+    if why is None:
+        return False
+    if "; " in exc.message:  # what answered at the CT's address, too
+        render.say(f"orch: {exc.message}")
+    if as_json:
+        render.print_json({"stopped": [], "settled": [{"id": experiment, "why": why}], "target_label": tgt.label})
+    else:
+        render.out(f"experiment {experiment}: {why}; recorded as lost")
+    return True
 
 
 def _flags_of(settings, target, ct, experiment) -> tuple:

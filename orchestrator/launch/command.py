@@ -117,3 +117,119 @@ def how_it_runs(command: str | list[str]) -> str:
 def references(line: str, names: list[str]) -> list[str]:
     """Which of ``names`` the line expands (``$NAME``, ``${NAME...}``)."""
     return [n for n in names if re.search(r"\$(\{)?" + re.escape(n) + r"(?![A-Za-z0-9_])", line)]
+
+
+PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+LAUNCHERS = ("torchrun", "deepspeed")  # then options, then the script: ``torchrun --nproc_per_node 2 train.py``
+UNSURE = set("$`*?[~{") | {"\\"}  # a word a shell expands: what it names is only known on the target
+
+
+def runs_file(command: str | list[str]) -> tuple[str, str] | None:
+    """What the command surely runs from its work folder: ``("script", "projects/x/run.py")`` or
+    ``("module", "pkg.train")``; None where it is not sure (a compound line, a ``cd``, an absolute path, a ``$VAR``,
+    ``-c``), so that only a command that cannot start is ever refused::
+
+        runs_file("python3 -u train.py --lr 3e-4")          # ("script", "train.py")
+        runs_file("torchrun --nproc_per_node 2 ddp.py")     # ("script", "ddp.py")
+        runs_file("python3 -m mingpt.train")                # ("module", "mingpt.train")
+        runs_file("cd sub && python3 train.py")             # None
+    """
+    if isinstance(command, str):
+        if not simple(command):
+            return None
+        try:
+            tokens, raw = _tokens(command), words(command)
+        except ValueError:
+            return None
+        if len(tokens) != len(raw) or any(UNSURE & set(w) for w in raw):
+            return None
+        tokens = tokens[next(i for i, w in enumerate(tokens) if not ASSIGNMENT.match(w)):]
+    else:
+        tokens = list(command)
+    if not tokens:
+        return None
+    prog, args = tokens[0].rsplit("/", 1)[-1], tokens[1:]
+    found: tuple[str, str] | None = None
+    if PYTHON.fullmatch(prog):
+        found = _python_target(args)
+    elif prog in LAUNCHERS or (prog == "accelerate" and args[:1] == ["launch"]):
+        found = _launched_script(args[1:] if prog == "accelerate" else args)
+    elif prog in ("bash", "sh"):
+        found = _shell_script(args)
+    elif tokens[0].startswith("./"):
+        found = ("script", tokens[0])
+    if found is None or found[0] == "module":
+        return found if found is None or re.fullmatch(r"\w+(\.\w+)*", found[1]) else None
+    return _relative(found[1])
+
+
+def _python_target(args: list[str]) -> tuple[str, str] | None:
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "-m" or (word.startswith("-m") and len(word) > 2):
+            module = args[i + 1] if word == "-m" and i + 1 < len(args) else word[2:]
+            return ("module", module) if module else None
+        if word in ("-", "--") or (word.startswith("-") and "c" in word[1:] and not word.startswith("--")):
+            return None  # a program from stdin or -c: no file
+        if word in ("-X", "-W", "--check-hash-based-pycs"):
+            i += 2
+            continue
+        if word.startswith("-"):
+            i += 1
+            continue
+        return "script", word
+    return None
+
+
+def _launched_script(args: list[str]) -> tuple[str, str] | None:
+    """The first ``.py`` word of a launcher's arguments (an option's value is a number or a name, not a script);
+    a launcher told to run a module or a program is not checked."""
+    for word in args:
+        if word in ("-m", "--module", "--no-python", "--no_python") or word.startswith(("--module=", "--no-python")):
+            return None
+        if not word.startswith("-") and word.endswith(".py"):
+            return "script", word
+    return None
+
+
+def _shell_script(args: list[str]) -> tuple[str, str] | None:
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word.startswith(("-", "+")) and word not in ("-", "--"):
+            if "c" in word[1:] or "s" in word[1:]:
+                return None  # the commands come from -c or stdin
+            i += 2 if word in ("-o", "+o", "-O", "+O") else 1
+            continue
+        return ("script", word) if word not in ("-", "--") else None
+    return None
+
+
+def _relative(path: str) -> tuple[str, str] | None:
+    """The path relative to the work folder, or None when it leaves it (absolute, ``..``)."""
+    import posixpath
+
+    if not path or path.startswith("/"):
+        return None
+    normal = posixpath.normpath(path)
+    if normal == "." or normal.startswith("../") or normal == "..":
+        return None
+    return "script", normal
+
+
+def missing(found: tuple[str, str], files: set[str], pythonpath: list[str]) -> str | None:
+    """The file ``runs_file`` found, when the revision's ``files`` lack it (None: it is there, or a module that
+    is not the project's own, which the target's Python may have installed)."""
+    kind, name = found
+    if kind == "script":
+        return None if name in files else name
+    parts = name.split(".")
+    roots = [""] + [p.strip("/") + "/" for p in pythonpath if p and not p.startswith("/") and ".." not in p]
+    for root in roots:
+        top = root + parts[0]
+        if top + ".py" in files or any(f.startswith(top + "/") for f in files):
+            path = root + "/".join(parts)
+            wanted = [path + ".py", path + "/__main__.py"]
+            return None if any(w in files for w in wanted) else wanted[0]
+    return None

@@ -175,6 +175,7 @@ class Launch:
 class Outcome:
     experiment: Experiment | None = None
     stopped: list = field(default_factory=list)
+    settled: list = field(default_factory=list)  # stop -e N of runs the target does not know: (id, why)
     checkpoints: dict | None = None
     pushed: dict = field(default_factory=dict)
     shell: list = field(default_factory=list)

@@ -79,7 +79,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
         writer = _writer(probe, settings)
         if action != "keep":
             checkpoints.confirm_launch(probe["inventory"], action, target.label, writer, yes=launch.yes,
-                                       confirm=launch.confirm, echo=launch.echo)
+                                       confirm=launch.confirm, echo=launch.echo, guard=launch.guard)
         elif launch.has(StartRun) and not (launch.beside or launch.sweep):  # those get a folder of their own
             _notice_checkpoints(launch, probe.get("inventory"), writer)
         _push(launch, client, probe, out)
@@ -112,6 +112,11 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             raise
         with registry.batch():  # the stopped runs and the new one's state: one transaction
             _record_results(launch, registry, results, out)
+            if "known" in probe:
+                from ..records import unknown_runs
+
+                out.settled = unknown_runs.settle(registry, target, project, launch.stop_ids or [],
+                                                  probe["known"]["runs"], out.stopped)
         guard.release()
         if launch.wait and out.experiment is not None and out.experiment.status == "running":
             try:
@@ -250,6 +255,11 @@ def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry
         keys.append("doctor")
     ops.append(Op("status", {"project": project, "tail": False, "gpus": False}))  # preflight reports GPUs
     keys.append("status")
+    if launch.has(StopRun) and launch.stop_ids and not launch.has(StartRun) and registry is not None:
+        # stop -e N: whether the target knows N at all (a row it does not know is settled, not left running)
+        ops.append(Op("status", {"project": project, "ids": list(launch.stop_ids), "tail": False, "gpus": False,
+                                 "registry": registry.registry_id}))
+        keys.append("known")
     action = checkpoint_action(launch.actions)
     if launch.has(StartRun) or action != "keep":
         ops += checkpoints.probe_ops(target, launch.settings, action)

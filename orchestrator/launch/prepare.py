@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Callable
 
 from . import envs, notify, playbooks, revisions, sources
-from .. import secrets
+from .. import checkpoints, secrets
 from ..config import Settings
 from ..errors import InputError, NotFoundError
 from ..records.experiments import Experiment, Registry
-from .command import exec_argv
+from .command import exec_argv, missing, runs_file
 from .limits import check as check_limits
 from .meter import Meter
 from .model import Inputs, Launch
@@ -74,6 +74,7 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
                           defer=STREAM_FROM if stream and book.has("push_revision") else None)
     for line in sources.left_out_warning(rev.left_out):
         echo(line)
+    check_entry(settings, rev)
     batching, planned = resolve_batching(settings)
     if settings.env.active and not book.has("build_env"):
         echo(f"warning: playbook {book.name} has no build_env step: [env] is not built, and the run uses the "
@@ -92,6 +93,49 @@ def deploy(settings: Settings, target: Target, *, message: str | None, clean: bo
     return launch
 
 
+def check_entry(settings: Settings, rev: revisions.Revision) -> None:
+    """Refuse a command that names a script (or a module of the project's own) the revision does not hold: it
+    would start, die at once on ``can't open file`` and read as a run that failed."""
+    command = settings.project.command
+    found = runs_file(command)
+    absent = missing(found, {f["path"] for f in rev.files}, settings.project.env.get("PYTHONPATH", "").split(":")) \
+        if found is not None else None
+    if absent is None:
+        return
+    shown = command if isinstance(command, str) else " ".join(command)
+    unset = "command" not in settings.project.model_fields_set
+    what = (f"[project] command is not set, and orch's default {shown!r}" if unset
+            else f"[project] command {shown!r}") + f" runs {absent}, which is not among the {len(rev.files)} " \
+        f"file(s) of the revision"
+    left = next((lo for lo in rev.left_out if lo.path == absent or (lo.path.endswith("/") and
+                                                                    absent.startswith(lo.path))), None)
+    if left is not None:
+        hint = f"{left.path} is left out by {left.rule}: the line !{left.path} in .orchignore sends it"
+    elif (settings.project_dir / absent).is_file():
+        hint = f"add {absent} to [project] sources in orch.toml (it sends {', '.join(settings.project.sources)})"
+    else:
+        from .starter import survey
+
+        seen = survey(settings.project_dir)
+        found_here = seen.candidates or ([seen.command] if isinstance(seen.command, str) else [])
+        where = f"; found in the project: {', '.join(found_here[:6])}" if found_here else ""
+        hint = f"set [project] command in orch.toml to what starts the training{where}"
+    raise InputError(what, hint=hint + "; nothing was changed on the target")
+
+
+def _check_parent(parent: Experiment, pythonpath: str) -> None:
+    """A restart runs the parent's command on the parent's revision: refused when that revision lacks the script
+    (an experiment launched before deploys checked it, which died on ``can't open file``)."""
+    found = runs_file(parent.command)
+    files = {f["path"] for f in parent.revision_files if isinstance(f, dict) and "path" in f}
+    absent = missing(found, files, pythonpath.split(":")) if found is not None and files else None
+    if absent is not None:
+        shown = parent.command if isinstance(parent.command, str) else " ".join(parent.command)
+        raise InputError(f"experiment {parent.id}'s command {shown!r} runs {absent}, which its revision "
+                         f"{parent.revision} does not hold", hint="fix [project] command (or sources) in orch.toml "
+                         "and orch deploy a new revision; nothing was changed on the target")
+
+
 def restart(settings: Settings, target: Target, registry: Registry, *, message: str | None, clean: bool,
             purge: bool, yes: bool, confirm: Callable[[str], bool] | None, echo: Callable[[str], None],
             parent: Experiment | None = None, job: bool | None = None) -> Launch:
@@ -105,7 +149,10 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
     if parent.nodes and not job:
         raise InputError(f"experiment {parent.id} is a job over {len(parent.nodes)} nodes: restart relaunches "
                          "one target", hint="deploy the job again naming its nodes (orch deploy --ct A --ct B)")
+    if not job:  # where the parent ran: its root and checkpoint folder, whatever orch.toml says today
+        target = checkpoints.ran_with(target, parent)
     project = parent.config.get("project") or {}
+    _check_parent(parent, str((project.get("env") or {}).get("PYTHONPATH", "")))
     secret = secret_values(settings, list(project.get("secrets") or []))  # the parent's, as its env
     book = playbooks.load("restart", settings.project_dir)
     inputs = Inputs(target=target.name, root=target.root,
@@ -117,7 +164,7 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
                     env=(parent.env or {}).get("spec"))  # the parent's environment, built again if it is gone
     env = _env(project.get("env") or {}, echo)
     launch = Launch(settings, target, book, inputs, playbooks.plan(book, inputs), revision=None, env=env,
-                    secrets=secret, config=parent.config,
+                    secrets=secret, config=checkpoints.config_with(parent, target.checkpoints),
                     batching_plan=parent.batching_plan, yes=yes, confirm=confirm, echo=echo,
                     inherited={"revision_files": parent.revision_files, "git_commit": parent.git_commit,
                                "git_dirty": parent.git_dirty, "git_diff": parent.git_diff})

@@ -47,8 +47,10 @@ class Selection:
     globs: list[str] = field(default_factory=list)
 
     def args(self, exp_id: int, registry: str | None) -> dict:
+        """The agent's arguments: of the checkpoints, the files the run wrote (``own``), wherever a clean moved
+        them, never what another run left in the folder; a named trash entry, as it is."""
         return {"exp_id": exp_id, "registry": registry, "checkpoints": self.checkpoints, "entry": self.entry,
-                "outputs": self.outputs, "log": self.log}
+                "outputs": self.outputs, "log": self.log, "own": self.checkpoints is not None and self.entry is None}
 
 
 @dataclass
@@ -221,8 +223,9 @@ def pull(settings: Settings, target: Target, exp_id: int, registry: str | None, 
         clash = [i.key for i in items if i.action in ("conflict", "unknown")]
         if clash:
             shown = ", ".join(clash[:8]) + (f" and {len(clash) - 8} more" if len(clash) > 8 else "")
-            raise ConflictError(f"{len(clash)} file(s) in {dest} differ from experiment {exp_id}'s: {shown}",
-                                hint="orch pull --force replaces them, or --to another folder keeps both")
+            raise ConflictError(f"{len(clash)} file(s) in {dest} differ from experiment {exp_id}'s own: {shown}",
+                                hint=f"the target's are the ones experiment {exp_id} wrote last: orch pull --force "
+                                     "replaces these with them, or --to another folder keeps both")
         result = Pulled(str(dest), items, listed.get("skipped") or [], dry_run=dry_run)
         todo = [i for i in items if i.action in SENDS]
         if dry_run:
@@ -304,7 +307,7 @@ def _resumed(dest: Path, item: Item) -> Item:
     except OSError:
         have = 0
     return Item(item.key, item.size, "resume" if 0 < have <= item.size else item.action,
-                offset=have if 0 < have <= item.size else 0, sha256=item.sha256)
+                offset=have if 0 < have <= item.size else 0, sha256=item.sha256, entry=item.entry)
 
 ENTRY_SHAPE = r"\d{8}T\d{6}Z-[A-Za-z0-9_.:-]+"  # a trash entry's name: the time it was made, then its label
 

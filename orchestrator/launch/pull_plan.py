@@ -12,7 +12,7 @@ it (here, or asks the target) and plans again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class Item:
     action: str
     offset: int = 0  # where the transfer starts (a resumed .part's length)
     sha256: str | None = None  # the target's hash, when it was listed
+    entry: str | None = None  # the trash entry a clean moved the run's own checkpoint into
 
     @property
     def sends(self) -> int:
@@ -44,6 +45,11 @@ SENDS = ("new", "resume", "replace")
 
 
 def decide(remote: dict, local: Local, force: bool) -> Item:
+    item = _decide(remote, local, force)
+    return replace(item, entry=remote["entry"]) if remote.get("entry") else item
+
+
+def _decide(remote: dict, local: Local, force: bool) -> Item:
     key, size, sha = remote["key"], int(remote["size"]), remote.get("sha256")
     if local.kind == "file":
         if local.size == size:

@@ -28,6 +28,7 @@ NEVER_SENT = (".git", ".orch")  # version control and orch's own state (secrets.
 BUILT_IN = ("__pycache__/", "*.pyc", ".venv", ".orchignore")
 BUILT_IN_ORIGIN = "built-in"
 IGNORE_FILES = (".orchignore", ".gitignore")  # asked in this order, the built-in set between them
+ORCH_OWN = "orch-pull/"  # where orch pull copies runs' files (orch init ignores it): its leaving out is no news
 
 
 @dataclass(frozen=True)
@@ -267,8 +268,9 @@ def collect(project_dir: Path, sources: list[str], follow_symlinks: list[str] | 
 
 
 def left_out_warning(left_out: list[LeftOut], shown: int = 5) -> list[str]:
-    """The lines that tell a deploy what its ignore files left out (the built-in set is not worth a warning)."""
-    told = [d for d in left_out if d.by_user]
+    """The lines that tell a deploy what its ignore files left out (the built-in set and orch's own ``orch-pull/``
+    are not worth a warning)."""
+    told = [d for d in left_out if d.by_user and not d.path.startswith(ORCH_OWN)]
     if not told:
         return []
     lines = [f"warning: {len(told)} path(s) under [project] sources left out of the revision:"]

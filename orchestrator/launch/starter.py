@@ -8,14 +8,11 @@ leaves out) without writing anything; ``starter(survey, ...)`` is the orch.toml'
 from __future__ import annotations
 
 import json
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ORCH_FOLDERS = (".orch/", "orch-pull/")  # the registry (and secrets.env), and what `orch pull` copies here
-_MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
-_NOT_ENTRIES = ("setup.py", "conftest.py", "noxfile.py", "fabfile.py", "manage.py")
 _NOT_DATA = {"build", "dist", "venv", "env", "node_modules", "site", "htmlcov"}
 
 
@@ -25,7 +22,8 @@ class Survey:
 
     command: str | list[str] | None = None  # how the entry point runs; None: none was found
     entry: str = ""  # what was found, in words: "main.py", "[project.scripts] tinylm = tinylm.cli:main"
-    candidates: list[str] = field(default_factory=list)  # scripts with a __main__ guard, when none was chosen
+    candidates: list[str] = field(default_factory=list)  # commands proposed, best first, when none was chosen
+    packages: list[str] = field(default_factory=list)  # the project's top-level packages a candidate may import
     env: dict[str, str] = field(default_factory=dict)
     requirements: tuple[str, str] | None = None  # ([env] key, its TOML value), e.g. ("requirements", '"req.txt"')
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (folder/, the .gitignore rule that drops it)
@@ -43,38 +41,6 @@ def _pyproject(folder: Path) -> dict:
         return tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return {}
-
-
-def _entry(folder: Path, pyproject: dict, survey: Survey) -> None:
-    """The entry point: train.py, main.py, a ``[project.scripts]`` entry, or the one script with a __main__ guard."""
-    for name in ("train.py", "main.py"):
-        if (folder / name).is_file():
-            survey.command, survey.entry = f"python3 {name}", name
-            return
-    scripts = (pyproject.get("project") or {}).get("scripts") or {}
-    for script, target in scripts.items():
-        module, _, func = str(target).partition(":")
-        top = module.split(".")[0]
-        if not re.fullmatch(r"[\w.]+", module) or not re.fullmatch(r"[\w.]*", func):
-            continue
-        if (folder / "src" / top).is_dir() and not (folder / top).is_dir():
-            survey.env["PYTHONPATH"] = "src"  # the run's work folder holds src/: its packages import from there
-        call = f"from {module} import {func.split('.')[0]}; sys.exit({func}())" if func else f"import {module}"
-        survey.command = ["python3", "-c", f"import sys; {call}"]
-        survey.entry = f"[project.scripts] {script} = {target}"
-        return
-    guarded = []
-    for path in sorted(folder.glob("*.py")):
-        if path.name in _NOT_ENTRIES or path.name.startswith("test"):
-            continue
-        try:
-            if _MAIN_GUARD.search(path.read_text(encoding="utf-8", errors="replace")):
-                guarded.append(path.name)
-        except OSError:
-            continue
-    if len(guarded) == 1:
-        survey.command, survey.entry = f"python3 {guarded[0]}", f"{guarded[0]} (its if __name__ == \"__main__\")"
-    survey.candidates = guarded if len(guarded) > 1 else []
 
 
 def _requirements(folder: Path, pyproject: dict) -> tuple[str, str] | None:
@@ -101,14 +67,20 @@ def _git_ignored(folder: Path) -> tuple[bool, list[str]]:
     return git, [name for name in ORCH_FOLDERS if not spec.match_file(name)]
 
 
-def _left_out(folder: Path) -> list[tuple[str, str]]:
-    """The folders a ``sources = ["."]`` revision leaves out by the project's .gitignore (data, runs, ...)."""
+def _selection(folder: Path):
+    """What a ``sources = ["."]`` revision would hold (None where it cannot be listed: a symlink out, no file)."""
     from ..errors import OrchError
     from .sources import collect
 
     try:
-        selection = collect(folder, ["."])
+        return collect(folder, ["."])
     except (OrchError, OSError):
+        return None
+
+
+def _left_out(selection) -> list[tuple[str, str]]:
+    """The folders a ``sources = ["."]`` revision leaves out by the project's .gitignore (data, runs, ...)."""
+    if selection is None:
         return []
     out = []
     for item in selection.left_out:
@@ -121,12 +93,16 @@ def _left_out(folder: Path) -> list[tuple[str, str]]:
 
 def survey(folder: Path) -> Survey:
     """Read ``folder`` for a starter orch.toml; nothing is written."""
-    found = Survey()
+    from .entry_points import find
+
     pyproject = _pyproject(folder)
-    _entry(folder, pyproject, found)
+    selection = _selection(folder)
+    entry = find(folder, pyproject, list(selection.files) if selection is not None else [])
+    found = Survey(command=entry.command, entry=entry.entry, candidates=entry.candidates, env=entry.env,
+                   packages=entry.packages)
     found.requirements = _requirements(folder, pyproject)
     found.git, found.unignored = _git_ignored(folder)
-    found.left_out = _left_out(folder)
+    found.left_out = _left_out(selection)
     return found
 
 
@@ -191,15 +167,27 @@ window = 8                             # stratified order: every 8 steps mix sho
 def starter(found: Survey, *, name: str, batching: bool) -> str:
     """The orch.toml text for what ``survey`` found."""
     if found.command is None:
-        why = (f"several scripts could be it ({', '.join(found.candidates)})" if found.candidates
-               else "no train.py, main.py, [project.scripts] entry or script with a __main__ guard")
-        command = f'command = "python3 train.py"           # no entry point found: {why}; name yours\n'
+        command = ("# command: not set. No train.py or main.py at the top of the project, no [project.scripts];\n"
+                   "# a deploy refuses until it is set. ")
+        if found.candidates:
+            command += ("What could start the training (uncomment one, or write yours):\n"
+                        + "".join(f"# command = {_toml(c)}\n" for c in found.candidates))
+            if found.packages:
+                command += (f"# (a script below the top folder imports {', '.join(found.packages)} from the run's "
+                            'work folder with env = { PYTHONPATH = "." })\n')
+        else:
+            command += 'No script with an if __name__ == "__main__" was found: name yours, e.g.\n' \
+                       '# command = "python3 train.py --out $ORCH_CHECKPOINT_DIR"\n'
     else:
         command = f"command = {_toml(found.command)}\n# (found: {found.entry}); a shell line ($VARS, &&) run in " \
                   "the run's work folder; a list: no shell\n"
-    env = dict(found.env)
-    env.setdefault("OMP_NUM_THREADS", "4")
-    env_line = "env = { " + ", ".join(f"{k} = {_toml(v)}" for k, v in env.items()) + " }\n"
+    # only what the project needs: a thread cap is the user's call (torchrun sets its own), so it stays a comment
+    if found.env:
+        env_line = "env = { " + ", ".join(f"{k} = {_toml(v)}" for k, v in found.env.items()) + " }" \
+            "  # and e.g. OMP_NUM_THREADS = \"4\" to cap numpy's/torch's CPU threads\n"
+    else:
+        env_line = '# env = { OMP_NUM_THREADS = "4" }     # variables the run gets (e.g. a cap on numpy\'s/torch\'s ' \
+                   "CPU threads)\n"
     left_out = "".join(f"# not sent: {path} ({rule}); the line !{path} in .orchignore sends it\n"
                        for path, rule in found.left_out)
     requirements = ""

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..agent.protocol import MARK_BEGIN, MARK_FRAME, PROTOCOL, unframe
-from ..errors import AgentError, ConflictError, InputError, NotFoundError, OrchError, SafetyError, TransportTimeout
+from ..errors import (AgentError, ConflictError, InputError, NotFoundError, OrchError, SafetyError, TransportTimeout,
+                      WrongMachine)
 from .transport.base import Transport
 from .transport.local import LocalTransport
 
@@ -212,6 +213,9 @@ class AgentClient:
         size = payload.size if isinstance(payload, Stream) else len(payload)
         request = {"v": PROTOCOL, "root": self.root, "ops": [{"op": o.name, "args": o.args} for o in ops],
                    "lock": lock, "what": what, "payload": size} | ({"journal": journal} if journal else {})
+        expect = self.transport.identity  # a Proxmox CT: the agent runs nothing on another machine
+        if expect is not None:
+            request["expect"] = expect.wire()
         head = json.dumps(request, separators=(",", ":")).encode() + b"\n"
 
         def run() -> Any:
@@ -232,22 +236,36 @@ class AgentClient:
                 return send(argv, input=stdin, timeout=None, stall=limit)
             return send(argv, input=stdin, timeout=limit)
 
-        argv = [self.python, self.agent_path]
-        try:
-            result = run()
-        except TransportTimeout as exc:
-            if timeout is not None or streamed:
-                raise
-            raise TransportTimeout(f"{exc.message} ({what})", hint=f"the target may be frozen or overloaded: "
-                                   f"check it, or raise {self.timeout_setting} in orch.toml if it is just slow") \
-                from None
-        envelope = _envelope(result.stdout)
-        if envelope is None and self._agent_missing(result):
-            self.push_agent()
-            result = run()
+        def answer() -> dict:
+            try:
+                result = run()
+            except TransportTimeout as exc:
+                if timeout is not None or streamed:
+                    raise
+                raise TransportTimeout(f"{exc.message} ({what})", hint=f"the target may be frozen or overloaded: "
+                                       f"check it, or raise {self.timeout_setting} in orch.toml if it is just slow") \
+                    from None
             envelope = _envelope(result.stdout)
-        if envelope is None:
-            raise self._no_envelope(result)
+            if envelope is None and self._agent_missing(result):
+                self.push_agent()
+                result = run()
+                envelope = _envelope(result.stdout)
+            if envelope is None:
+                raise self._no_envelope(result)
+            return envelope
+
+        argv = [self.python, self.agent_path]
+        envelope = answer()
+        if expect is not None and envelope.get("fatal", {}).get("kind") == "identity":
+            # nothing ran there: ask the API where the CT is now, and go there (or refuse, saying what answered)
+            self.transport.retarget(expect.resolve_again(str(envelope["fatal"].get("message"))))
+            request["expect"] = expect.wire()
+            head = json.dumps(request, separators=(",", ":")).encode() + b"\n"
+            envelope = answer()
+        if envelope.get("fatal", {}).get("kind") == "identity":
+            raise WrongMachine(str(envelope["fatal"].get("message")), hint=_wrong_hint(expect))
+        if expect is not None:
+            expect.answered(envelope.get("who"))
         values = []
         for op, item in zip(ops, envelope["results"]):
             if not item["ok"]:
@@ -280,6 +298,12 @@ class AgentClient:
                               detail=result.stdout[-2000:].decode("utf-8", "replace"))
         return AgentError(f"the agent on the target gave no answer (exit {result.exit_code}): {last[:300]}",
                           hint="check the target's python3 and free space under its root", detail=err or None)
+
+
+def _wrong_hint(expect: Any) -> str:
+    from .identity import HINT
+
+    return HINT.format(vmid=getattr(expect, "vmid", "?"), address=getattr(expect, "address", "its address"))
 
 
 BROKEN_HINT = "the target's agent or its python may be broken: rerun, and check free space under the target's root"

@@ -6,8 +6,10 @@ stopped or just-started CT is never kept. For ``[proxmox] cache_ttl`` seconds it
 CT without the API (or importing its client). After that, up to ``[proxmox] cache_max_age``, it is *stale*: still
 used to reach the CT while the CT's port (or its node's, for ``pct``) answers, and asked again once the command
 has answered (in the warm orch process), so the next command sees what changed. Any command that fails to reach
-a target forgets what it was served (``forget_served``), so the next one asks the API again; the SSH host key
-check still decides whether the machine at that address is the CT it was.
+a target forgets what it was served (``forget_served``), so the next one asks the API again. The SSH host key at
+that address is no proof that the machine there is still the CT (a clone has its original's keys): every agent
+call checks the hostname and MAC addresses kept here, and the machine id seen there (``note``), and a machine that
+is another makes orch ask the API again (``reach/identity.py``).
 
 The file holds no secrets: addresses and names only, written 0600 like the rest of ``.orch``.
 """
@@ -75,8 +77,27 @@ def remember(state_dir: Path, api: str, vmid: int, access: str, ttl: float, info
         if data.pop(key, None) is not None:
             _write(path, data)
         return
-    data[key] = {**info, "at": now}
+    seen = (data.get(key) or {}).get("machine_id")  # a lookup asked again is the same machine: forget() says not
+    data[key] = {**({"machine_id": seen} if seen else {}), **info, "at": now}
     _write(path, data)
+
+
+def note(state_dir: Path, api: str, vmid: int, access: str, **fields) -> None:
+    """Add ``fields`` (the machine id an answer came from) to a remembered lookup, leaving its age as it is."""
+    path, key = state_dir / FILE, _key(api, vmid, access)
+    data = _read(path)
+    entry = data.get(key)
+    if isinstance(entry, dict) and any(entry.get(k) != v for k, v in fields.items()):
+        entry.update(fields)
+        _write(path, data)
+
+
+def forget(state_dir: Path, api: str, vmid: int, access: str) -> None:
+    """Drop the lookup of CT ``vmid`` (another machine answered at its address)."""
+    path, key = state_dir / FILE, _key(api, vmid, access)
+    data = _read(path)
+    if data.pop(key, None) is not None:
+        _write(path, data)
 
 
 def forget_served() -> None:

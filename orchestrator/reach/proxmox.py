@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError, InputError, NotFoundError, ProxmoxError, TargetError
+from ..errors import ConfigError, CtNotRunning, InputError, NotFoundError, ProxmoxError, TargetError
 
 TOKEN_ENV = "ORCH_PROXMOX_TOKEN"
 GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel")
@@ -197,6 +197,12 @@ class CtInfo:
     started: bool = False
     lock: str | None = None
     config_summary: dict[str, Any] = field(default_factory=dict)
+    hwaddrs: tuple[str, ...] = ()  # the MAC addresses of its netN: what the machine answering must have
+
+    @property
+    def hostname(self) -> str:
+        """The hostname the CT's config gives it (Proxmox writes it into the CT at each start)."""
+        return str(self.config_summary.get("hostname") or self.name)
 
 
 def resolve_ct(
@@ -223,7 +229,7 @@ def resolve_ct(
     if status.get("status") != "running":
         question = f"CT {vmid} ({name}) on node {node} is {status.get('status', 'not running')}. Start it?"
         if not (start or (interactive_confirm is not None and interactive_confirm(question))):
-            raise TargetError(f"CT {vmid} is {status.get('status', 'not running')}",
+            raise CtNotRunning(f"CT {vmid} is {status.get('status', 'not running')}",
                               f"a launch starts it with --start (orch deploy --start), or start it yourself: "
                               f"`pct start {vmid}` on node {node}")
         status = _start(client, node, vmid, start_timeout, poll_interval)
@@ -239,7 +245,15 @@ def resolve_ct(
                           "give net0 a static ip= (`pct set ... --net0 ...,ip=10.0.0.5/24`), check that DHCP answers, "
                           "or set address = \"...\" in the target's section of orch.toml")
     return CtInfo(vmid=vmid, node=node, name=name, status=str(status.get("status")), address=address,
-                  started=started, lock=status.get("lock"), config_summary=config_summary(config))
+                  started=started, lock=status.get("lock"), config_summary=config_summary(config),
+                  hwaddrs=hwaddrs(config))
+
+
+def hwaddrs(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The MAC addresses of a CT's ``netN`` (Proxmox gives a clone new ones), lower case."""
+    nets = sorted((k for k in config if re.fullmatch(r"net\d+", k)), key=lambda k: int(k[3:]))
+    found = (parse_prop_string(config[k]).get("hwaddr", "").lower() for k in nets)
+    return tuple(a for a in found if a)
 
 
 def find_ct(client: ProxmoxClient, vmid: int) -> dict[str, Any]:

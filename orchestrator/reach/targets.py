@@ -141,7 +141,7 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
     if px is None:
         raise InputError(f"target {tname!r} is a Proxmox CT but orch.toml has no [proxmox] section",
                          hint="add [proxmox] host = \"...\" and token_id = \"user@realm!name\"")
-    info = _ct_lookup(settings, spec, start, confirm, settings.ssh.connect_timeout)
+    info, seen = _ct_lookup(settings, spec, start, confirm, settings.ssh.connect_timeout)
     target.info.update(ct=info.vmid, node=info.node, name=info.name, access=spec.access,
                        started=info.started, ct_config=info.config_summary)
     if spec.access == "pct":
@@ -151,22 +151,55 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
         target.info.update(node_ssh=f"{px.node_ssh.user}@{node_host}")
         vmid = info.vmid
         node_kw = dict(ssh_kw, role=f"the Proxmox node {info.node}")
-        target.connect = lambda: PctTransport(
-            _ssh(node_host, px.node_ssh.port, px.node_ssh.user, identity, trust_new_host, node_kw), vmid)
+        expect = _expected(settings, spec, info, seen, node_host, target.info, start, confirm,
+                           lambda found: px.node_ssh.host or found.node)
+        target.connect = lambda: _checked(PctTransport(
+            _ssh(expect.address, px.node_ssh.port, px.node_ssh.user, identity, trust_new_host, node_kw), vmid),
+            expect)
         return target
     address = spec.address or info.address
     if not address:
         raise TargetError(f"CT {spec.ct} has no address orch can use",
                           hint="set address = \"...\" on the target, or use access = \"pct\"")
     target.info.update(address=address)
-    target.connect = lambda: _ssh(address, spec.port, spec.user or "root", identity, trust_new_host, ssh_kw)
+    expect = _expected(settings, spec, info, seen, address, target.info, start, confirm,
+                       lambda found: spec.address or found.address)
+    target.connect = lambda: _checked(
+        _ssh(expect.address, spec.port, spec.user or "root", identity, trust_new_host, ssh_kw), expect)
     return target
+
+
+def _checked(transport: Transport, expect) -> Transport:
+    transport.identity = expect  # every agent call on it runs only on the CT the API names
+    return transport
+
+
+def _expected(settings: Settings, spec: TargetSection, info, seen: dict | None, address: str, target_info: dict,
+              start: bool, confirm, address_of: Callable):
+    """What the machine reached for CT ``spec.ct`` must be (``identity.Expected``): from the API's lookup, and
+    the machine id orch saw there before (``seen``: the remembered lookup it came from, None: the API now)."""
+    from . import ct_cache
+    from .identity import Expected
+
+    px = settings.proxmox
+    api, vmid = f"{px.host}:{px.port}", int(spec.ct or 0)
+
+    def again():
+        ct_cache.forget(settings.state_dir, api, vmid, spec.access)
+        return _look_up(settings, spec, start, confirm)
+
+    return Expected(vmid, info.node, info.hostname, tuple(info.hwaddrs), api, address,
+                    machine_id=(seen or {}).get("machine_id"), cached=seen is not None, again=again,
+                    saw=lambda machine_id: ct_cache.note(settings.state_dir, api, vmid, spec.access,
+                                                         machine_id=machine_id),
+                    info=target_info, address_of=address_of)
 
 
 def _ct_lookup(settings: Settings, spec, start: bool, confirm, connect_timeout: float | None):
     """CT ``spec.ct`` as the API describes it. A running CT's lookup is remembered (``ct_cache``) and reused while
     the port orch reaches it by (the CT's SSH port, or its node's for ``pct``) still answers; one older than
-    ``[proxmox] cache_ttl`` is asked again after the command has answered."""
+    ``[proxmox] cache_ttl`` is asked again after the command has answered. With it, the remembered lookup it came
+    from (None: the API was asked now)."""
     from .. import after_answer
     from . import ct_cache
     from .proxmox import CtInfo
@@ -183,8 +216,9 @@ def _ct_lookup(settings: Settings, spec, start: bool, confirm, connect_timeout: 
             if got.get("stale"):
                 after_answer.later(lambda: _refresh(settings, spec))
             return CtInfo(vmid=vmid, node=got["node"], name=got["name"], status=got["status"],
-                          address=got.get("address") or "", config_summary=got.get("config_summary") or {})
-    return _look_up(settings, spec, start, confirm)
+                          address=got.get("address") or "", config_summary=got.get("config_summary") or {},
+                          hwaddrs=tuple(got.get("hwaddrs") or ())), got
+    return _look_up(settings, spec, start, confirm), None
 
 
 def _refresh(settings: Settings, spec) -> None:
@@ -207,7 +241,8 @@ def _look_up(settings: Settings, spec, start: bool, confirm):
                               start_timeout=px.start_timeout, need_address=spec.access == "ssh" and not spec.address)
     ct_cache.remember(settings.state_dir, api, vmid, spec.access, px.cache_ttl,
                       {"node": info.node, "name": info.name, "status": info.status, "address": info.address,
-                       "started": info.started, "config_summary": info.config_summary}, max_age=px.cache_max_age)
+                       "started": info.started, "config_summary": info.config_summary,
+                       "hwaddrs": list(info.hwaddrs)}, max_age=px.cache_max_age)
     return info
 
 

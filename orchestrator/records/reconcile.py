@@ -18,7 +18,7 @@ from . import end_reason, guard_records
 from . import launch_journal
 from ..reach.agent_client import AgentClient, Op
 from ..config import Settings
-from ..errors import ConflictError, NotFoundError, OrchError
+from ..errors import ConflictError, CtNotRunning, NotFoundError, OrchError, WrongMachine
 from .experiments import FINAL, Experiment, Registry
 from ..reach.targets import Target
 
@@ -209,9 +209,12 @@ def recover(settings: Settings, target: Target, registry: Registry, client: Agen
 
 
 def reconcile_quietly(settings: Settings, target: Target, registry: Registry, client: AgentClient) -> str | None:
-    """``reconcile`` for commands whose own work must not depend on it (exec, attach): the error, or None."""
+    """``reconcile`` for commands whose own work must not depend on it (exec, attach): the error, or None. Another
+    machine answering for the CT is never passed over: the command must not go there either."""
     try:
         reconcile(settings, target, registry, client)
+    except (WrongMachine, CtNotRunning):
+        raise
     except OrchError as exc:
         return exc.message
     return None

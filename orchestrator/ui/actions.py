@@ -101,7 +101,8 @@ def gpus(settings: Settings) -> Answer:
 
 
 def checkpoints(settings: Settings, exp: Experiment) -> Answer:
-    return orch(settings, "checkpoints", "list", *target_args(settings, exp), "--json", timeout=60)
+    """``orch checkpoints list -e ID --json``: the folder the experiment ran with, and its trash."""
+    return orch(settings, "checkpoints", "list", "-e", str(exp.id), *target_args(settings, exp), "--json", timeout=60)
 
 
 def status(settings: Settings, exp: Experiment) -> Answer:

@@ -18,6 +18,8 @@ MIB = 1 << 20
 GIB = 1 << 30
 SHM_FOR_NCCL = GIB  # NCCL's documented --shm-size=1g
 MIN_PYTHON = (3, 10)
+MIN_TMUX = (3, 2)  # agent/tmux.py's NEEDED (new-session -e), which a deploy's preflight refuses below; kept here
+# as a number so that this module stays pure
 LOW_SPACE = GIB
 CLOCK_SKEW_S = 2.0
 NVIDIA_MAJOR = 195
@@ -307,8 +309,14 @@ def _tools(facts: Facts, where: _Where) -> list[Finding]:
         out.append(Finding("python", FAIL, f"python {agent.get('python')}: orch's agent needs {need} or newer",
                            where.in_target("apt-get install python3")))
     tmux = agent.get("tmux")
-    out.append(Finding("tmux", OK, tmux) if tmux else
-               Finding("tmux", FAIL, "tmux is not installed", where.in_target("apt-get install tmux")))
+    found = re.search(r"(\d+)\.(\d+)", tmux or "")
+    if not tmux:
+        out.append(Finding("tmux", FAIL, "tmux is not installed", where.in_target("apt-get install tmux")))
+    elif found and (int(found[1]), int(found[2])) < MIN_TMUX:
+        out.append(Finding("tmux", FAIL, f"{tmux}: orch needs tmux {'.'.join(map(str, MIN_TMUX))} or newer "
+                           "(new-session -e)", "install a newer tmux there (Debian 12 and Ubuntu 22.04 ship one)"))
+    else:
+        out.append(Finding("tmux", OK, tmux))
     told, sent, received = agent.get("time"), facts.sent, facts.received
     if told and sent and received:
         skew = float(told) - (sent + received) / 2

@@ -121,6 +121,14 @@ def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict)
 
 
 NOTE_AFTER_LINES = 20  # a running run's first lines (its set-up) are not yet a reason to say no metric was found
+NOTE_AFTER_LINES_ENDED = 5  # nor are the few lines of a run that ended well at once
+
+
+def _worth_a_note(lines: int, state: str, exit_code: int | None) -> bool:
+    """Whether a log without a metric line is a format orch should be taught: a run that kept running past its
+    set-up, or ended well after a few lines. A run that died after a line or two (``can't open file``, an
+    ImportError) printed no metric because it never trained: its last line says why, not a missing pattern."""
+    return lines >= (NOTE_AFTER_LINES_ENDED if state == "finished" and exit_code in (0, None) else NOTE_AFTER_LINES)
 SAMPLE_LINES = 50  # the unread lines kept to build (and check) a proposed pattern from
 
 
@@ -209,8 +217,8 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
         out["notes"].append(f"{out['spikes']} loss spike(s), first at step {out['spike_steps'][0]}")
     if out.get("median_tok_s") is not None:
         out["tok_s_text"] = format_rate(out["median_tok_s"])
-    if state.get("lines") and not state.get("events") and (state["lines"] >= NOTE_AFTER_LINES
-                                                             or state_name != "running"):
+    if state.get("lines") and not state.get("events") and _worth_a_note(state["lines"], state_name,
+                                                                        run.get("exit_code", exp.exit_code)):
         out["unrecognised_lines"] = state["lines"]
         out["notes"].append(no_metrics_note(state["lines"], state.get("unread"), settings.metrics.patterns))
     if state.get("behind"):

@@ -417,7 +417,7 @@ def test_a_queued_beside_run_says_it_waits_on_nvidia_smi_and_starts_once_it_answ
         (entry,) = json.loads(shown.stdout)["queue"]
         assert entry["id"] == 3 and "waiting for 1 free GPU(s): nvidia-smi fails (NVIDIA-SMI has failed because " \
             "it couldn't communicate with the NVIDIA driver" in entry["waiting"], entry
-        assert "experiment 3 is waiting for 1 free GPU(s): nvidia-smi fails" in \
+        assert "experiment 3 has not started: waiting for 1 free GPU(s): nvidia-smi fails" in \
             project.run("queue", env=env).stdout
         status = project.run("status", "--no-metrics", env=env)
         assert "queued 1: experiment 3, waiting for 1 free GPU(s): nvidia-smi fails" in status.stdout, \

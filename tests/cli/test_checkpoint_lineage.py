@@ -3,7 +3,7 @@
 A sweep's variants and a ``--beside`` run write beside the project's folder (``<checkpoints>@exp<id>``); the
 project's lineage (plain deploys, the supervisor's restarts) keeps the configured folder to itself: a plain run
 that crashes at once resumes from the lineage's newest checkpoint, the deploy says who wrote it, ``pull`` copies
-only the run's own, and the sweep does not claim its variants see the project's files.
+only the files the run wrote, and the sweep does not claim its variants see the project's files.
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ def test_a_plain_run_after_a_sweep_and_a_beside_run_resumes_from_its_own_lineage
 
     res = p.run("pull", "-e", "5", "--checkpoints", "--to", str(tmp_path / "five"))
     assert res.returncode == 0, res.stderr
-    assert sorted(os.listdir(tmp_path / "five" / "checkpoints")) == ["ckpt-exp1.bin", "ckpt-exp5.bin"]
+    # the file it resumed from is experiment 1's, not its own: left, and said
+    assert os.listdir(tmp_path / "five" / "checkpoints") == ["ckpt-exp5.bin"]
+    assert "skipped checkpoints/ckpt-exp1.bin: written by experiment 1" in res.stderr, res.stderr
     res = p.run("pull", "-e", "3", "--checkpoints", "--to", str(tmp_path / "three"))
     assert res.returncode == 0, res.stderr
     assert os.listdir(tmp_path / "three" / "checkpoints") == ["ckpt-exp3.bin"]

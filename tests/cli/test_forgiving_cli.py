@@ -74,3 +74,58 @@ def test_global_options_move_before_the_command_unless_it_owns_them():
     }
     for given, read in cases.items():
         assert tuple(hoisted(root, ctx, list(given))) == read, given
+
+
+def _live_run(project) -> None:
+    project.configure(steps=100000, sleep=0.05)
+    assert project.run("deploy", "-m", "long").returncode == 0
+    wait_for(lambda: "running" in project.run("status").stdout, what="the run is running")
+
+
+def _looked_at_and_stopped(project, said: str) -> None:
+    """status, logs and stop act on the live run of the local target orch.toml no longer names, each warning
+    with ``said``; the run is stopped and recorded as such."""
+    status = project.run("status")
+    assert status.returncode == 0, status.stderr
+    assert "running" in status.stdout and said in status.stderr, status.stderr
+    logs = project.run("logs", "-n", "5")
+    assert logs.returncode == 0, logs.stderr
+    assert "step=" in logs.stdout and said in logs.stderr
+    stopped = project.run("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert said in stopped.stderr
+    with project.registry() as reg:
+        assert reg.get(1).status == "stopped"
+    assert "running" not in project.run("status").stdout
+
+
+def test_a_toml_syntax_error_never_blocks_status_logs_or_stop(project):
+    _live_run(project)
+    config = project.path / "orch.toml"
+    config.write_text(config.read_text().replace("stop_timeout = 5", "stop_timeout = 30s"))
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if "30s" in text)
+
+    refused = project.run("deploy", "-m", "again")
+    assert refused.returncode == 2 and "not valid TOML" in refused.stderr
+    assert "`orch init --print`" in refused.stderr  # a hint that works where orch.toml already exists
+    assert project.run("init", "--print").stdout.startswith("# orch.toml")
+    # where the file is wrong, then that the run's own recorded settings are read instead
+    _looked_at_and_stopped(project, f"(at line {line}, column 18)")
+    assert "read with the settings experiment 1 was launched with" in project.run("status").stderr
+    with project.registry() as reg:
+        assert len(reg.list()) == 1  # nothing launched
+    config.write_bytes(b"\xff\xfe[project]\n")  # not even text
+    unreadable = project.run("status")
+    assert unreadable.returncode == 0 and "experiment 1 stopped" in unreadable.stdout, unreadable.stderr
+    assert "not valid TOML: 'utf-8' codec can't decode byte 0xff" in unreadable.stderr
+
+
+def test_an_unknown_default_target_never_blocks_status_logs_or_stop(project):
+    _live_run(project)
+    config = project.path / "orch.toml"
+    config.write_text(config.read_text().replace('default_target = "local"', 'default_target = "gpu-box"'))
+
+    refused = project.run("deploy", "-m", "again")
+    assert refused.returncode == 2 and "default_target = 'gpu-box': is not one of the [targets]" in refused.stderr
+    _looked_at_and_stopped(project, "default_target = 'gpu-box': is not one of the [targets] (local)")
+    assert "default_target read as 'local': experiment 1 ran there" in project.run("status").stderr

@@ -114,9 +114,16 @@ def test_the_entry_point_comes_from_pyproject_scripts_or_the_one_guarded_script(
     assert starter.survey(one).command == "python3 finetune.py"
     (one / "eval.py").write_text("if __name__ == '__main__':\n    pass\n")
     two = starter.survey(one)
-    assert two.command is None and two.candidates == ["eval.py", "finetune.py"]
+    assert two.command is None and two.candidates == ["python3 finetune.py", "python3 eval.py"]
     text = starter.starter(two, name="one", batching=True)
-    assert "no entry point found: several scripts could be it (eval.py, finetune.py); name yours" in text
+    assert '# command = "python3 finetune.py"\n# command = "python3 eval.py"\n' in text
+    assert "\ncommand" not in text and "\nenv" not in text  # unset; no thread cap nobody asked for
+    (one / "eval.py").unlink()
+    (one / "tools").mkdir()
+    (one / "tools" / "prep.py").write_text("if __name__ == '__main__':\n    pass\n")
+    assert starter.survey(one).command == "python3 finetune.py"  # the top folder's one script beats a deeper one
+    (one / "README.md").write_text("First `python tools/prep.py`, then train.\n")
+    assert starter.survey(one).candidates == ["python3 tools/prep.py", "python3 finetune.py"]  # unless a README
     settings = load_settings(_write(one, text), env={})
     assert settings.batching.strategy == "megabatch" and "batching" in settings.model_fields_set
 
@@ -124,3 +131,55 @@ def test_the_entry_point_comes_from_pyproject_scripts_or_the_one_guarded_script(
 def _write(folder: Path, text: str) -> Path:
     (folder / "orch.toml").write_text(text)
     return folder / "orch.toml"
+
+
+def _mingpt(path: Path) -> Path:
+    """A folder laid out as karpathy/minGPT: a package, its scripts only in subfolders, a README, no train.py."""
+    files = {
+        "mingpt/__init__.py": "",
+        "mingpt/model.py": "class GPT:\n    pass\n",
+        "mingpt/trainer.py": "class Trainer:\n    pass\n",
+        "mingpt/bpe.py": "def encode(s):\n    return s\n\nif __name__ == '__main__':\n    print(encode('hi'))\n",
+        "projects/chargpt/chargpt.py": "from mingpt.model import GPT\n\nif __name__ == '__main__':\n"
+                                       "    print('iter 0: train loss 4.17', flush=True)\n",
+        "projects/adder/adder.py": "from mingpt.model import GPT\n\nif __name__ == '__main__':\n    pass\n",
+        "projects/readme.md": "small projects built on minGPT\n",
+        "README.md": "# minGPT\n\n    cd projects/chargpt\n    python chargpt.py\n",
+        "setup.py": "from setuptools import setup\nsetup(name='minGPT', packages=['mingpt'])\n",
+        ".gitignore": "__pycache__/\n",
+    }
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    return path
+
+
+def test_init_in_a_mingpt_shaped_repository_proposes_its_scripts_and_a_deploy_refuses_until_one_is_chosen(tmp_path):
+    repo = _mingpt(tmp_path / "minGPT")
+    made = orch(repo, "init")
+    assert made.returncode == 0, made.stderr
+    shown = made.stdout.splitlines()
+    assert "  python3 projects/chargpt/chargpt.py" in shown and "  python3 projects/adder/adder.py" in shown
+    # the README runs chargpt: it comes first; a library module's demo (a package's bpe.py) comes after the projects
+    assert shown.index("  python3 projects/chargpt/chargpt.py") < shown.index("  python3 mingpt/bpe.py")
+    text = (repo / "orch.toml").read_text()
+    assert '\n# command = "python3 projects/chargpt/chargpt.py"\n' in text and "\ncommand" not in text
+    assert "OMP_NUM_THREADS" not in load_settings(repo / "orch.toml", env={}).project.env
+
+    for dry in (["--dry-run"], []):
+        refused = orch(repo, "deploy", *dry)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "error: [project] command is not set, and orch's default 'python3 train.py' runs train.py, which is " \
+               "not among the" in refused.stderr
+        assert "hint: set [project] command in orch.toml" in refused.stderr
+        assert "python3 projects/chargpt/chargpt.py" in refused.stderr
+    assert not (repo / ".orch" / "experiments.db").exists()  # nothing recorded
+    assert not list((tmp_path / "data").rglob("runs/*"))  # nothing started
+
+    # the line init proposed, uncommented, runs
+    (repo / "orch.toml").write_text(text.replace('# command = "python3 projects/chargpt/chargpt.py"',
+                                                 'command = "python3 projects/chargpt/chargpt.py"\n'
+                                                 'env = { PYTHONPATH = "." }'))
+    ran = orch(repo, "deploy", "--wait", "60")
+    assert ran.returncode == 0 and "first metrics" in ran.stdout, ran.stdout + ran.stderr

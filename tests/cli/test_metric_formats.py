@@ -167,3 +167,15 @@ def test_metrics_of_a_collected_run_folder_survive_a_pattern_change(project):
     rows = {r["metric"]: r["values"] for r in json.loads(res.stdout)["metrics"]}
     assert rows["final loss"] == ["2.75", "2.75"]  # the first's log is gone: what was read from it is kept
     assert project.registry().metrics(exp_id)["summary"]["_state"]["no_run_folder"] is True
+
+
+def test_a_run_that_died_after_one_line_gets_no_patterns_hint(project):
+    """A run that never trained (its script raised at once) printed no metric because there was none: status shows
+    its last line and exit code, and does not send the user off to write [metrics] patterns."""
+    exp_id, _ = deploy(project, "crash.py", "import sys\nsys.exit('cannot open data/train.bin')\n")
+    wait_for(lambda: (project.run_dir(exp_id) / "exit.json").exists(), what="the run's end")
+    data = wait_for(lambda: (d := status_json(project))["state"] == "crashed" and d, what="the run read as crashed")
+    assert "unrecognised_lines" not in data["summary"] and not data["summary"]["notes"]
+    text = project.cli("status").stdout
+    assert "crashed (exit code 1)" in text and "last log line (" in text and "cannot open data/train.bin" in text
+    assert "no metric line" not in text and "[metrics] patterns" not in text

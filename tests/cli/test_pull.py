@@ -87,7 +87,7 @@ def test_a_differing_local_file_is_refused_without_force_and_nothing_is_written(
     res = _pull(project, "-e", str(exp_id))
     assert res.returncode == 5, res.stdout + res.stderr
     assert "error: 1 file(s) in orch-pull" in res.stderr and "outputs/out/eval.json" in res.stderr
-    assert "hint: orch pull --force" in res.stderr
+    assert f"hint: the target's are the ones experiment {exp_id} wrote last: orch pull --force" in res.stderr
     assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before  # not even the missing ones
 
     dry = _pull(project, "-e", str(exp_id), "--dry-run", "--force")

@@ -59,6 +59,8 @@ def test_queue_remove_and_stop_leave_or_empty_the_queue(project):
     assert "experiment 2: removed from the queue on local" in removed.stdout
     status = project.run("status")
     assert "queued 1: experiment 3" in status.stdout and "queued 2: experiment 4" in status.stdout, status.stdout
+    shown = project.run("queue")
+    assert "experiment 3 has not started: experiment 1 is running" in shown.stdout, shown.stdout
     with project.registry() as reg:
         gone = reg.get(2)
     assert (gone.status, gone.end_reason) == ("stopped", "removed from the queue before it started")

@@ -185,3 +185,25 @@ def test_follow_symlinks_outside_the_project_is_a_config_error(project):
     assert res.exit_code == 2, res.output
     assert "project.follow_symlinks = ['../etc']: '../etc' must be a path inside the project folder" in res.stderr
     assert "hint:" in res.stderr
+
+
+def test_orchs_own_pull_folder_is_never_warned_about(project):
+    """After the first orch pull, every deploy warned that the .gitignore'd orch-pull/ was left out, and suggested
+    sending it: it is orch's own folder, like .orch."""
+    toml = project.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('sources = ["train.py"]', 'sources = ["."]'))
+    (project.path / ".gitignore").write_text(".orch/\norch-pull/\nruns/\n")
+    (project.path / "runs").mkdir()
+    (project.path / "runs" / "old.txt").write_text("a file of the user's")
+    assert project.run("deploy").returncode == 0
+    wait_for(lambda: project.cli("status", "--json").exit_code == 0 and
+             json.loads(project.cli("status", "--json").stdout)["state"] == "finished", timeout=60,
+             what="experiment 1's end")
+    pulled = project.run("pull", "--log")
+    assert pulled.returncode == 0, pulled.stderr
+    assert (project.path / "orch-pull" / "exp1" / "train.log").exists()
+    res = project.run("deploy", "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "orch-pull" not in res.stderr, res.stderr
+    assert "warning: 1 path(s) under [project] sources left out of the revision:" in res.stderr, res.stderr
+    assert "  runs/ (.gitignore line 3: runs/)" in res.stderr, res.stderr

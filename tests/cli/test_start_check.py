@@ -50,7 +50,9 @@ def test_a_command_that_exits_at_once_fails_deploy_wait_as_crashed(project):
 
 
 def test_a_command_that_cannot_be_started_fails_the_deploy(project):
-    res = deploy(project, "['./no-such-program']")  # an argument list: nothing is spawned, the exit record comes
+    # an argument list: nothing is spawned, the exit record comes (an absolute path: a deploy does not check it
+    # against the revision, as it does ./no-such-program)
+    res = deploy(project, "['/opt/orch-test/no-such-program']")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "crashed on local (exit code 127)" in res.stderr, res.stderr
     assert project.registry().get(1).status == "crashed", res.stderr

@@ -1,6 +1,6 @@
 """One checkpoint folder per experiment on a testbed CT (CT 200 over SSH): a sweep's variants write beside the
 project's folder, an older orch's nested one is moved by the next launch, and a plain run that crashes at once is
-restarted by the CT's supervisor from its own lineage's newest checkpoint; ``pull`` copies only the run's own.
+restarted by the CT's supervisor from its own lineage's newest checkpoint; ``pull`` copies only the files the run wrote.
 """
 
 from __future__ import annotations
@@ -82,7 +82,10 @@ def test_a_plain_run_after_a_sweep_resumes_from_its_lineage_on_a_ct(remote, test
 
     res = remote.run("pull", "--ct", "200", "-e", "4", "--checkpoints", "--to", str(tmp_path / "four"), "--json")
     assert res.returncode == 0, res.stderr
-    assert sorted(p.name for p in (tmp_path / "four" / "checkpoints").iterdir()) == ["ckpt-exp1.bin", "ckpt-exp4.bin"]
+    # the file it resumed from is experiment 1's: left out, and named
+    assert sorted(p.name for p in (tmp_path / "four" / "checkpoints").iterdir()) == ["ckpt-exp4.bin"]
+    assert [(s["key"], s["why"]) for s in json.loads(res.stdout)["skipped"]] == [
+        ("checkpoints/ckpt-exp1.bin", "written by experiment 1")]
     listed = json.loads(remote.run("checkpoints", "list", "--ct", "200", "--json").stdout)
     assert [(v["exp"], v["files"]) for v in listed["variants"]] == [(2, 1), (3, 1)]
     remote.run("stop", "--ct", "200", "--all")

@@ -198,3 +198,58 @@ def test_pull_from_a_jobs_node(remote, testbed):  # noqa: F811
     assert (remote.path / zero["dest"] / "outputs" / "out" / "host.txt").read_text() == "ct200\n"
     bad = remote.run("pull", "-e", str(exp_id), "--node", "2")
     assert bad.returncode == 2 and "nodes 0 to 1" in bad.stderr, bad.stderr
+
+
+OWN = """\
+import os, signal, sys, time
+ckpt, exp = os.environ["ORCH_CHECKPOINT_DIR"], os.environ["ORCH_EXPERIMENT_ID"]
+os.makedirs(ckpt, exist_ok=True)
+with open(os.path.join(ckpt, "last.ckpt"), "w") as fh:
+    fh.write(f"weights of experiment {int(exp):04d}")
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+while True:
+    print("step=1 loss=1.0", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_restart_and_pull_of_an_experiment_use_its_own_folder_and_files_on_a_ct(remote, testbed,  # noqa: F811
+                                                                               tmp_path):
+    """Experiment 2, launched with --set paths.checkpoints: restart -e 2 cleans its folder (not the default one
+    experiment 1 wrote), and pull -e 2 brings its own last.ckpt from the trash entry, never experiment 3's."""
+    from tests.conftest import wait_for
+    from tests.integration.test_remote import on_ct
+
+    (remote.path / "train.py").write_text(OWN)
+    other = "/workspace/elsewhere/ck"
+
+    def holds(folder: str, exp_id: int) -> bool:
+        got = on_ct(testbed, 200, "sh", "-c", f"cat {folder}/last.ckpt 2>/dev/null || true")
+        return got == f"weights of experiment {exp_id:04d}"
+
+    try:
+        assert remote.run("deploy", "--ct", "200").returncode == 0
+        wait_for(lambda: holds(CKPT, 1), what="experiment 1's checkpoint")
+        res = remote.run("deploy", "--ct", "200", "--set", f"paths.checkpoints={other}")
+        assert res.returncode == 0, res.stderr
+        wait_for(lambda: holds(other, 2), what="experiment 2's checkpoint")
+        assert remote.run("pull", "-e", "2", "--checkpoints").returncode == 0
+        mine = remote.path / "orch-pull" / "exp2" / "checkpoints" / "last.ckpt"
+        assert mine.read_text() == "weights of experiment 0002"
+
+        res = remote.run("restart", "-e", "2", "--clean-checkpoints", "--yes", "--json", timeout=180)
+        assert res.returncode == 0, res.stderr
+        three = json.loads(res.stdout)["experiment"]
+        assert three["checkpoints"] == other and three["checkpoints_entry"].startswith(other + ".trash/")
+        wait_for(lambda: holds(other, 3), what="experiment 3's checkpoint")
+        assert holds(CKPT, 1)  # experiment 1's folder was never touched
+
+        res = remote.run("pull", "-e", "2", "--checkpoints", timeout=180)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "skipped checkpoints/last.ckpt: written by experiment 3" in res.stderr and "--force" not in res.stderr
+        assert mine.read_text() == "weights of experiment 0002"
+        res = remote.run("pull", "-e", "2", "--checkpoints", "--to", str(tmp_path / "two"), timeout=180)
+        assert res.returncode == 0, res.stderr
+        assert (tmp_path / "two" / "checkpoints" / "last.ckpt").read_text() == "weights of experiment 0002"
+    finally:
+        remote.run("stop", "--ct", "200", "--all")

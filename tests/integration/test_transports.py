@@ -126,6 +126,8 @@ def test_changed_host_key_is_refused_even_with_trust_new_host(testbed, ct200, tm
         with pytest.raises(HostKeyError) as info:
             ssh_to(testbed, ct200.address, known_hosts=str(known), trust_new_host=trust).run(["true"])
         assert "CHANGED" in info.value.message and f"{known} line 2" in info.value.message
+        hint = info.value.hint  # the likelier cause (an address now another machine's, a stale lookup) comes first
+        assert hint.index("another machine's address") < hint.index("asks the API") < hint.index("ssh-keygen -R")
     assert len(known.read_text().splitlines()) == 2
 
 

@@ -178,8 +178,10 @@ def test_a_launch_without_a_way_to_ask_or_told_no_is_refused(place):
     assert "--yes" in exc.value.hint
     with pytest.raises(InputError, match="refusing to permanently delete checkpoints"):
         _confirm(INV, "purge")
-    with pytest.raises(InputError, match="cancelled: the checkpoints were left as they are"):
+    with pytest.raises(InputError, match="cancelled: nothing was changed on .*; the 2 checkpoint file") as exc:
         _confirm(INV, "move", answer=False)
+    assert exc.value.hint == ("rerun with --yes to move them to the trash without being asked, or without "
+                              "--clean-checkpoints to keep them (the new run resumes from them)")
 
 
 def test_a_kept_folder_is_noticed_with_its_writer():
@@ -187,3 +189,36 @@ def test_a_kept_folder_is_noticed_with_its_writer():
         "checkpoints: /ck/tinylm holds 2 file(s), 3.0 MB (newest ckpt-000020.npz, written by experiment 4 of "
         "another clone of this project (box, /p2)); the run will see them (--clean-checkpoints moves them aside)")
     assert checkpoints.notice({**INV, "files": 0}, None) is None and checkpoints.notice(None, None) is None
+
+
+def test_a_command_on_an_experiment_takes_the_folder_and_root_it_ran_with_where_it_ran():
+    from orchestrator.config import TargetSection
+    from orchestrator.reach.targets import Target
+    from orchestrator.records.experiments import Experiment
+
+    today = Target("ct200", TargetSection(kind="proxmox", ct=200), "/new/orch", "/ck/tinylm", "python3",
+                   machine="ct:200@pve:/new/orch")
+    cfg = {"project": {"name": "tinylm"}, "paths": {"root": "/old/orch", "checkpoints": "/ck/{project}"},
+           "targets": {}}
+    exp = Experiment(id=7, project="tinylm", created=0, target="ct200", revision="r", command="python3 t.py",
+                     config=cfg, checkpoints="/else/ck", machine="ct:200@pve:/old/orch")
+    got = checkpoints.ran_with(today, exp)
+    assert (got.root, got.checkpoints, got.machine) == ("/old/orch", "/else/ck", "ct:200@pve:/old/orch")
+    variant = exp.model_copy(update={"checkpoints": "/ck/tinylm@exp7"})
+    assert checkpoints.ran_with(today, variant).checkpoints == "/ck/tinylm"  # a variant's lineage
+    elsewhere = Target("ct201", TargetSection(kind="proxmox", ct=201), "/new/orch", "/ck/tinylm", "python3",
+                       machine="ct:201@pve:/new/orch")
+    assert checkpoints.ran_with(elsewhere, exp) is elsewhere  # restart -e 7 --ct 201: that target's own
+
+
+def test_a_relaunch_records_the_folder_it_uses_in_its_configuration_too():
+    from orchestrator.records.experiments import Experiment
+
+    cfg = {"project": {"name": "tinylm"}, "paths": {"root": "/r", "checkpoints": "/x/{project}"},
+           "targets": {"local": {"kind": "local", "checkpoints": None}}}
+    exp = Experiment(id=7, project="tinylm", created=0, target="local", revision="r", command="python3 t.py",
+                     config=cfg, checkpoints="/x/tinylm")
+    assert checkpoints.config_with(exp, "/x/tinylm") is exp.config  # they agree: as recorded
+    # a row an older orch's restart wrote: its parent's configuration, today's folder
+    fixed = checkpoints.config_with(exp.model_copy(update={"checkpoints": "/d/tinylm"}), "/d/tinylm")
+    assert fixed["paths"]["checkpoints"] == "/d/tinylm" and cfg["paths"]["checkpoints"] == "/x/{project}"

@@ -42,7 +42,7 @@ def test_found_by_walking_up(tmp_path):
     ('', {"ORCH_BATCHING__TOKEN_BUDGET": "-1"}, [], ["environment variable ORCH_BATCHING__TOKEN_BUDGET"]),
     ('', {}, ["run.stop_timeout=soon"], ["--set run.stop_timeout", "'soon'"]),
     ('[targets.gpu]\nkind = "ssh"\n', {}, [], ["targets.gpu", "needs host"]),
-    ('default_target = "gpu"\n', {}, [], ["default_target 'gpu' is not one of the [targets]"]),
+    ('default_target = "gpu"\n', {}, [], ["default_target = 'gpu': is not one of the [targets] (local)"]),
     ('[proxmox]\nhost = "pve"\ntoken_id = "orch"\n', {}, [], ["USER@REALM!TOKENID"]),
     ('[project]\nsources = ["../outside"]\n', {}, [], ["must be a path inside the project folder"]),
     ('[batching\n', {}, [], ["not valid TOML"]),

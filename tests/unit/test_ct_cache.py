@@ -60,3 +60,17 @@ def test_a_lookup_that_finds_the_ct_stopped_forgets_it(tmp_path):
     ct_cache.remember(tmp_path, "pve:8006", 200, "ssh", 30, {**INFO, "status": "stopped"}, max_age=3600)
     assert ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30, max_age=3600) is None
     assert ct_cache.lookup(tmp_path, "pve:8006", 201, "ssh", 30, max_age=3600) is not None
+
+
+def test_the_machine_id_seen_is_kept_with_the_lookup_until_another_machine_answered(tmp_path):
+    ct_cache.remember(tmp_path, "pve:8006", 200, "ssh", 30, INFO)
+    at = ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30)["at"]
+    ct_cache.note(tmp_path, "pve:8006", 200, "ssh", machine_id="abc")
+    got = ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30)
+    assert got["machine_id"] == "abc" and got["at"] == at  # its age as it was
+    ct_cache.remember(tmp_path, "pve:8006", 200, "ssh", 30, INFO)  # asked again: the same machine
+    assert ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30)["machine_id"] == "abc"
+    ct_cache.forget(tmp_path, "pve:8006", 200, "ssh")  # another machine answered at its address
+    assert ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30) is None
+    ct_cache.remember(tmp_path, "pve:8006", 200, "ssh", 30, INFO)
+    assert "machine_id" not in ct_cache.lookup(tmp_path, "pve:8006", 200, "ssh", 30)

@@ -130,3 +130,9 @@ def test_the_nodes_answer_is_read_with_the_agents_parser_and_a_node_without_driv
     assert node.fix == "on node pve1: modprobe nvidia && nvidia-smi"
     missing = by_check(Facts(agent=facts.agent, node_smi={"found": False}, ct=facts.ct, sent=NOW, received=NOW))
     assert missing["node driver"].status == "warn"
+
+
+def test_a_tmux_older_than_orch_needs_fails_the_check():
+    old = by_check(Facts(agent=agent(tmux="tmux 3.1c"), sent=NOW, received=NOW))["tmux"]
+    assert old.status == "fail" and old.reason.startswith("tmux 3.1c: orch needs tmux 3.2 or newer")
+    assert by_check(Facts(agent=agent(tmux="tmux next-3.6"), sent=NOW, received=NOW))["tmux"].status == "ok"

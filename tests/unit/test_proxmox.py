@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from orchestrator.errors import ConfigError, InputError, NotFoundError, OrchError, ProxmoxError, TargetError
+from orchestrator.errors import ConfigError, CtNotRunning, InputError, NotFoundError, OrchError, ProxmoxError, TargetError
 from orchestrator.reach.proxmox import ProxmoxApiError, ProxmoxClient, config_summary, load_token, pick_address, resolve_ct, static_address
 from tests.testbed.pve_backends import MemoryBackend, MemoryCt
 from tests.testbed.pve_standin import StandIn, Token, start_standin
@@ -65,12 +65,13 @@ def test_resolves_a_running_ct(api: StandIn) -> None:
     assert summary["devices"] == {"dev0": "/dev/nvidia0,gid=44", "dev1": "/dev/nvidiactl"}
     assert summary["gpus"] == ["/dev/nvidia0", "/dev/nvidiactl", "lxc.cgroup2.devices.allow: c 195:* rwm"]
     assert "lxc.environment: HF_TOKEN=<redacted>" in summary["lxc"] and SECRET not in repr(summary)
+    assert ct.hostname == "trainer" and ct.hwaddrs == ("bc:24:11:00:00:c8",)  # what the machine answering must be
 
 
 def test_stopped_ct_is_refused_without_start(api: StandIn) -> None:
     questions: list[str] = []
     error = failure(lambda: resolve_ct(client_for(api), 201, interactive_confirm=lambda q: questions.append(q) or False,
-                                       **FAST), TargetError)
+                                       **FAST), CtNotRunning)
     assert "CT 201 is stopped" in str(error) and "orch deploy --start" in error.hint
     assert questions and "CT 201" in questions[0] and "Start it?" in questions[0]
     assert api.backend.status(201) == "stopped"

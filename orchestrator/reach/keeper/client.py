@@ -190,6 +190,23 @@ class KeptTransport(Transport):
         user, host, port = spec.get("user"), spec["host"], spec.get("port")
         self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
 
+    def retarget(self, host: str) -> None:
+        """From now on the keeper's connection to ``host`` (a held one is another spec), or a direct one there."""
+        if self._direct is not None:
+            _drop(self._direct, self._residents)
+            self._direct = None
+        make = self._make_direct
+
+        def moved() -> Transport:
+            transport = make()
+            transport.retarget(host)
+            return transport
+
+        self._make_direct = moved
+        self.spec = {**self.spec, "host": host}
+        user, port = self.spec.get("user"), self.spec.get("port")
+        self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
+
     def direct(self) -> Transport:
         if self._direct is None:
             from .server import trust_signature

@@ -110,6 +110,8 @@ class Transport(abc.ABC):
     description: str = "?"
     #: whether ``run`` takes ``output``
     streams: bool = False
+    #: what the machine must be (``reach/identity.Expected``), checked by the agent in every answer; None: any
+    identity: Any = None
 
     def __init__(self) -> None:
         self.stats = TransportStats()
@@ -142,6 +144,13 @@ class Transport(abc.ABC):
         """The transport that holds a connection of its own (a terminal or a port forward needs one): itself,
         unless its commands go through another process."""
         return self
+
+    def retarget(self, host: str) -> None:
+        """Reach ``host`` from now on, instead of the host this transport was made for (a CT that the API says
+        moved there); an open connection is closed. A transport that has no host cannot."""
+        from ...errors import TransportError
+
+        raise TransportError(f"{self.description} cannot be moved to {host}", hint="run the command again")
 
     def connect(self) -> None:
         """Reach the target now rather than on first use (a no-op where there is no connection to open)."""

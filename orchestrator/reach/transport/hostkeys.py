@@ -115,9 +115,13 @@ class KnownHosts:
         return HostKeyError(
             f"host key for {label or name} CHANGED: it now offers {key.get_name()} {fingerprint(key.asbytes())}, "
             f"but {first.file} line {first.line} lists a {first.key_type} key for it",
-            hint=f"if the host was really reinstalled, remove that line (ssh-keygen -R '{name}' -f {first.file}) "
-                 "and verify the new key; otherwise someone may be intercepting the connection "
-                 "(--trust-new-host never overrides a changed key)")
+            hint=f"first, the likelier cause: {name} may now be another machine's address (a stopped CT's address "
+                 "handed to another, or a Proxmox CT's lookup orch remembered that is out of date; for a CT target "
+                 "orch asks the API for its address again on the next command, so run it again, and "
+                 "[proxmox] cache_ttl = 0 always asks): check which machine holds it; only if the host was really "
+                 "reinstalled, remove "
+                 f"that line (ssh-keygen -R '{name}' -f {first.file}) and verify the new key; otherwise someone may "
+                 "be intercepting the connection (--trust-new-host never overrides a changed key)")
 
     def _record(self, name: str, key: Any) -> None:
         folder = os.path.dirname(self.trust_file) or "."

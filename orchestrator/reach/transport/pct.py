@@ -56,6 +56,11 @@ class PctTransport(Transport):
         self.stats = node.stats
         self.streams = node.streams
 
+    def retarget(self, host: str) -> None:
+        """The CT's node is now ``host`` (it migrated)."""
+        self.node.retarget(host)
+        self.description = f"CT {self.vmid} via {self.node.description}"
+
     def run(self, argv: list[str], *, input: Input = None, timeout: float | None = None,
             stall: float | None = None, output: Output = None) -> Result:
         result = self.node.run(["pct", "exec", str(self.vmid), "--", *argv], input=input, timeout=timeout,

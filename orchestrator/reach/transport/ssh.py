@@ -92,6 +92,12 @@ class SshTransport(Transport):
         self._sftp: Any = None
         self._lock = threading.Lock()
 
+    def retarget(self, host: str) -> None:
+        self.close()
+        self.host = host
+        user, port = self.user, self.port
+        self.description = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
+
     # -- connecting -------------------------------------------------------------------------------
 
     def _connection(self) -> Any:
