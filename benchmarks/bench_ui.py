@@ -5,8 +5,8 @@ summary, as status leaves them) and a run deployed there that prints `step=N los
 the same run, each against the CLI doing the same:
   - the first page: the page, its script and the table's data over HTTP (medians of --runs), and, where Debian's
     chromium and Playwright are installed, the page's own clock from the navigation to the frame after the
-    table's first rows are in it (a long table's rest follows, a chunk a frame), the registry as it was and just
-    after a command wrote it; against
+    table's first page of rows is in it (the server filters, sorts and pages: 100 rows however long the
+    history), the registry as it was and just after a command wrote it; against
     `orch experiments list --json --limit ROWS` (a fresh process: what a script that wanted the same rows pays);
   - a new metric point: from the `at=` the run printed to the point in the page's loss chart (the browser's
     `data-points` growing; without a browser, to the event on the stream), against `orch logs --follow` printing

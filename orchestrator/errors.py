@@ -130,10 +130,27 @@ class Interrupted(OrchError):
             self.exit_code = exit_code
 
 
-def extra_hint(extra: str) -> str:
-    """The hint for a missing optional extra. The name ``orch`` on PyPI is another project, so it says to install
-    the extra from orch's own checkout or wheel (docs/install.md)."""
-    return f"install orch's {extra} extra from its checkout or wheel: pip install '<orch checkout>[{extra}]'"
+def extra_hint(extra: str, prefix: str | None = None) -> str:
+    """The hint for a missing optional extra, in the words of the tool that installed the orch running now (its
+    environment ``prefix``, ``sys.prefix``): pipx and uv keep a tool's environment to themselves, and a plain
+    ``pipx install`` of an installed orch changes nothing. The name ``orch`` on PyPI is another project, so it
+    says to install the extra from orch's own checkout or wheel (docs/install.md)."""
+    import os
+    import sys
+
+    where = os.path.normpath(prefix or sys.prefix)
+    parent, name = os.path.split(where)
+    parts = where.split(os.sep)
+    spec = f"'<orch checkout>[{extra}]'"
+    # each tool leaves its mark in the environment (wherever PIPX_HOME or UV_TOOL_DIR put it), else its usual place
+    if os.path.exists(os.path.join(where, "pipx_metadata.json")) or (os.path.basename(parent) == "venvs"
+                                                                     and "pipx" in parts):
+        return f"orch runs from pipx's environment {name!r}: add the extra with pipx install --force {spec} " \
+               "(without --force, pipx leaves an installed orch as it is)"
+    if os.path.exists(os.path.join(where, "uv-receipt.toml")) or (os.path.basename(parent) == "tools"
+                                                                   and "uv" in parts):
+        return f"orch runs from uv's tool environment {name!r}: add the extra with uv tool install --force {spec}"
+    return f"install orch's {extra} extra from its checkout or wheel: pip install {spec}"
 
 
 def cancelled(left: str, instead: str) -> InputError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -129,12 +129,8 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False,
     for g in (exp.target_info.get("agent") or {}).get("gpus") or []:
         mark = " (given to the run)" if g.get("uuid") in given else ""
         render.out(f"  gpu          {g.get('index')}: {g.get('name')}{mark}")
-    for k, v in data["metrics"].items():
-        if k == "metrics" and isinstance(v, dict):
-            for name, value in v.items():
-                render.out(f"  metric {name:10} {value:.6g}")
-        elif v not in (None, [], {}):
-            render.out(f"  metric {k:10} {v}")
+    for line in metric_lines(data["metrics"]):
+        render.out(f"  {line}")
     if data.get("metrics_stale"):
         render.say(f"orch: experiment {exp.id}'s metrics may be behind its log (its target was not read); "
                    f"orch experiments show {exp.id} reads it, orch status -e {exp.id} too")
@@ -293,3 +289,42 @@ def rebuild(ctx: typer.Context, as_json: JsonOpt = False,
     if result["missed"]:
         render.say(f"orch: not asked: {', '.join(result['missed'])}; their experiments are not in the new registry "
                    f"(to rebuild again once they answer, move {result['path']} aside first)")
+
+
+def _num(v: Any) -> str:
+    """A metric for people: four significant digits (``0.0006361``, ``2.346``, ``1.523e+04``), counts whole."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def metric_lines(summary: dict) -> list[str]:
+    """``experiments show``'s metric lines: the step, each metric's last value once (with its best where it
+    differs), the throughput and what status noted; nothing of how they were read."""
+    from ..watch.metrics import better
+
+    out = []
+    if summary.get("step") is not None:
+        total = summary.get("total_steps")
+        out.append(f"{'step':19} {_num(summary['step'])}" + (f" of {_num(total)}" if total else ""))
+    last = dict(summary.get("metrics") or {})
+    best = summary.get("best") or {}
+    if summary.get("loss") is not None:
+        last.setdefault("loss", summary["loss"])
+    if summary.get("min_loss") is not None:
+        best.setdefault("loss", summary["min_loss"])
+    for name in sorted(last, key=lambda n: (n != "loss", n.startswith(("val_", "test_", "summary_")), n)):
+        value = last[name]
+        if not isinstance(value, (int, float)):
+            continue
+        kept = best.get(name)
+        extra = f" (best {_num(kept)}, {'highest' if better(name) == 'max' else 'lowest'})" \
+            if isinstance(kept, (int, float)) and kept != value else ""
+        out.append(f"metric {name:12} {_num(value)}{extra}")
+    if summary.get("throughput"):
+        out.append(f"{'throughput':19} {summary['throughput']}")
+    if summary.get("eta"):
+        out.append(f"{'eta':19} {summary['eta']}")
+    for note in summary.get("notes") or []:
+        out.append(f"{'note':19} {note}")
+    return out

@@ -675,26 +675,6 @@ class Registry:
             self._stuck = exc
             self._unwritten(f"experiment {exp_id}'s metrics", exc.message)
 
-    def overview(self, limit: int, summary_keys: Sequence[str] = ()) -> list[dict]:
-        """The newest ``limit`` experiments' table columns (``orch ui``'s first page) and the ``summary_keys`` of
-        their metric summaries, read in one query without decoding their records: its cost is the rows shown."""
-        keys = [k for k in summary_keys if k.replace("_", "").isalnum()]
-        picks = "".join(f", json_extract(m.summary, '$.{k}') AS \"m.{k}\"" for k in keys)
-        rows = self._exec(
-            "SELECT e.id, e.status, e.message, e.target, json_extract(e.target_info, '$.ct') AS ct, e.gpus, "
-            "json_extract(e.batching, '$.strategy') AS strategy, e.sweep, e.created, e.started, e.ended"
-            f"{picks} FROM experiments e LEFT JOIN metrics m ON m.experiment = e.id ORDER BY e.id DESC LIMIT ?",
-            (int(limit),), fetch="all")
-        out = []
-        for r in rows:
-            row = {k: r[k] for k in ("id", "status", "message", "target", "ct", "strategy", "sweep", "created",
-                                     "started", "ended")}
-            row["gpus"] = (json.loads(r["gpus"]) if r["gpus"] else None) or []
-            row["summary"] = {k: r[f"m.{k}"] for k in keys if r[f"m.{k}"] is not None}
-            row["orphaned"] = row["status"] == "launching" and not launcher_alive(self.path.parent, row["id"])
-            out.append(row)
-        return out
-
     def summaries(self, ids: Sequence[int]) -> dict[int, dict]:
         """The metric summaries (what status shows) of experiments ``ids``, read without their series."""
         out: dict[int, dict] = {}

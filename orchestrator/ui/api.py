@@ -10,6 +10,7 @@ The registry never holds a secret's value or a webhook URL, so neither can reach
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -17,9 +18,7 @@ from typing import Iterator
 from ..config import Settings
 from ..errors import NotFoundError
 from ..records.experiments import Registry
-
-# a series whose name says it was measured on held-out data: the table's "eval loss" column
-EVAL_LOSS = ("eval_loss", "val_loss", "valid_loss", "validation_loss", "test_loss")
+from ..watch.metrics import better
 
 
 @contextmanager
@@ -44,21 +43,7 @@ def experiments(settings: Settings, target: str | None = None, limit: int = 50) 
         return [] if reg is None else listing(reg, reg.list(target=target, limit=limit))
 
 
-def _throughput(summary: dict) -> dict | None:
-    for key, unit in (("median_tok_s", "tok/s"), ("median_steps_s", "steps/s")):
-        if summary.get(key) is not None:
-            return {"value": summary[key], "unit": unit}
-    return None
-
-
-def _eval_loss(summary: dict) -> float | None:
-    for key in EVAL_LOSS:
-        if isinstance(summary.get(key), (int, float)):
-            return summary[key]
-    return None
-
-
-_TABLES: dict[tuple, list[dict]] = {}  # the last table read, by the registry files' state and the limit
+_TABLES: dict[tuple, dict] = {}  # the last pages read, by the registry files' state and what was asked
 
 
 def _files_state(settings: Settings) -> tuple:
@@ -73,33 +58,25 @@ def _files_state(settings: Settings) -> tuple:
     return tuple(out)
 
 
-def table(settings: Settings, limit: int = 1000) -> dict:
-    """The experiments table: the newest ``limit`` rows, only the columns the page shows. Read again only when
-    the registry's files changed since the last read (a launch in flight is always read anew)."""
-    key = (str(settings.state_dir), limit, _files_state(settings))
-    rows = _TABLES.get(key)
-    if rows is None:
-        rows = _table_rows(settings, limit)
-        _TABLES.clear()
-        if not any(r["state"] in ("launching", "orphaned") for r in rows):
-            _TABLES[key] = rows
-    return {"rows": rows, "now": time.time(), "project": settings.project.name}
+def table(settings: Settings, offset: int = 0, limit: int = 100, sort: str = "id", desc: bool = True,
+          filters: dict[str, str] | None = None) -> dict:
+    """One page of the experiments table (``records.table.page``), only the columns the page shows. Read again
+    only when the registry's files changed since the last read (a launch in flight is always read anew)."""
+    from ..records.table import page
 
-
-def _table_rows(settings: Settings, limit: int) -> list[dict]:
-    with reading(settings) as reg:
-        if reg is None:
-            return []
-        found = reg.overview(limit, ("loss", "median_tok_s", "median_steps_s", *EVAL_LOSS))
-    rows = []
-    for r in found:
-        s = r["summary"]
-        rows.append({"id": r["id"], "state": "orphaned" if r["orphaned"] else r["status"], "message": r["message"],
-                     "target": r["target"], "ct": r["ct"], "gpus": [g.get("index") for g in r["gpus"]],
-                     "strategy": r["strategy"], "sweep": r["sweep"], "throughput": _throughput(s),
-                     "loss": s.get("loss"), "eval_loss": _eval_loss(s), "started": r["started"], "ended": r["ended"],
-                     "created": r["created"]})
-    return rows
+    filters = {k: v for k, v in (filters or {}).items() if v}
+    key = (str(settings.state_dir), offset, limit, sort, desc, tuple(sorted(filters.items())), _files_state(settings))
+    found = _TABLES.get(key)
+    if found is None:
+        with reading(settings) as reg:
+            found = {"rows": [], "total": 0} if reg is None else page(reg, offset=offset, limit=limit, sort=sort,
+                                                                        desc=desc, filters=filters)
+        if len(_TABLES) > 32:
+            _TABLES.clear()
+        if not any(r["state"] in ("launching", "orphaned") for r in found["rows"]):
+            _TABLES[key] = found
+    return {**found, "offset": offset, "limit": limit, "sort": sort, "desc": desc, "now": time.time(),
+            "project": settings.project.name}
 
 
 def series_points(stored: dict | None) -> dict[str, list]:
@@ -124,9 +101,31 @@ def experiment(settings: Settings, exp_id: int) -> dict:
             raise NotFoundError(f"no experiment {exp_id}: nothing is recorded yet", hint="orch deploy starts one")
         exp = reg.get(exp_id)
         data = record(reg, exp)
-        data["series"] = series_points(reg.metrics(exp_id))
+        stored = reg.metrics(exp_id)
+        data["series"] = series_points(stored)
+        data["axes"] = axes(exp, stored, time.time())
+        data["better"] = {name: better(name) for name in data["series"]}
         data["orphaned"] = reg.orphaned(exp)
     return data
+
+
+def axes(exp, stored: dict | None, now: float) -> dict:
+    """Where a run's steps lie in time and in tokens, as [[step, seconds since its start], ...] and
+    [[step, tokens], ...], for a chart's x-axis. The registry keeps each point's step only, so these are its
+    ends: the first step at the start, the last at its end (a live one: now); tokens from the last count the log
+    printed (through 0 at step 0). Empty where unknown; the live view adds what it reads as the run prints."""
+    summary = (stored or {}).get("summary") or {}
+    state = summary.get("_state") or {}
+    first, last = state.get("first_step"), summary.get("step") if summary.get("step") is not None \
+        else state.get("last_step")
+    out: dict[str, list] = {"time": [], "tokens": []}
+    end = exp.ended or (now if exp.status in ("running", "lost") else (stored or {}).get("updated"))
+    if exp.started and end and last is not None:
+        out["time"] = [[float(first if first is not None else 0), 0.0], [float(last), max(0.0, end - exp.started)]]
+    tokens = state.get("tokens") or summary.get("tokens")
+    if tokens and last:
+        out["tokens"] = [[0.0, 0.0], [float(last), float(tokens)]]
+    return out
 
 
 def curves(settings: Settings, ids: list[int]) -> dict:
@@ -137,11 +136,33 @@ def curves(settings: Settings, ids: list[int]) -> dict:
             raise NotFoundError("nothing is recorded yet", hint="orch deploy starts an experiment")
         exps = {i: reg.get(i) for i in ids}
         now = time.time()
-        return {"series": {str(i): series_points(reg.metrics(i)) for i in ids},
+        stored = {i: reg.metrics(i) for i in ids}
+        series = {str(i): series_points(stored[i]) for i in ids}
+        return {"series": series,
+                "axes": {str(i): axes(exps[i], stored[i], now) for i in ids},
+                "better": {n: better(n) for points in series.values() for n in points},
+                # every setting of each run, flattened (batching.strategy, ...): what a chart groups runs by
+                "settings": {str(i): settings_of(e) for i, e in exps.items()},
                 "messages": {str(i): e.message for i, e in exps.items()},
                 # when each ran (a live one: until now): the page's time axis spreads its steps over it
                 "spans": {str(i): [e.started, e.ended or (now if e.status in ("running", "lost") else None)]
                           for i, e in exps.items()}}
+
+
+def settings_of(exp) -> dict[str, str]:
+    """The settings a run was launched with, flattened to ``section.key`` -> text (its batching first)."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif len(out) < 500:
+            out[prefix] = value if isinstance(value, str) else json.dumps(value)
+
+    walk("batching", exp.batching or {})
+    walk("", exp.config or {})
+    return out
 
 
 def gpu_use(settings: Settings, limit: int = 200) -> dict:

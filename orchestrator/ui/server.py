@@ -186,6 +186,12 @@ def build(settings: Settings, token: str, *, cookie: str = "orch-ui", hosts: set
     def limit(request: Request, default: int) -> int:
         return max(1, min(int(request.query_params.get("limit", default)), 100_000))
 
+    def table(request: Request) -> Any:
+        q = request.query_params
+        return api.table(settings, offset=max(0, int(q.get("offset", 0))), limit=limit(request, 100),
+                         sort=q.get("sort", "id"), desc=q.get("desc", "1") != "0",
+                         filters={k: q.get(k, "") for k in ("state", "target", "sweep", "message")})
+
     async def index(_request: Request) -> Response:
         return FileResponse(str(static / "index.html"), headers={"cache-control": "no-store"})
 
@@ -221,7 +227,7 @@ def build(settings: Settings, token: str, *, cookie: str = "orch-ui", hosts: set
         Route("/", index),
         Route("/api/experiments", endpoint(lambda r: api.experiments(settings, r.query_params.get("target"),
                                                                      limit(r, 50)))),
-        Route("/api/table", endpoint(lambda r: api.table(settings, limit(r, 1000)))),
+        Route("/api/table", endpoint(table)),
         Route("/api/experiments/{exp_id:int}", endpoint(lambda r: api.experiment(settings, exp_id(r)))),
         Route("/api/experiments/{exp_id:int}/events", events),
         Route("/api/experiments/{exp_id:int}/status", endpoint(lambda r: actions.status(settings, the_exp(r)))),

@@ -79,6 +79,10 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _whole(v: Any) -> Any:
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 def _throughput(summary: dict, first: dict, first_id: int) -> str:
     """``11.9 Ktok/s, +5% vs exp 3``, or in steps/s when the log gave no token rate; compared with the first
     experiment only in the same unit."""
@@ -123,7 +127,8 @@ def compare(registry: Registry, ids: list[int]) -> dict:
 
     from . import gpu_use
 
-    rows: dict[str, list] = {m: [] for m in ("status", "median throughput", "final loss", "final eval loss",
+    rows: dict[str, list] = {m: [] for m in ("status", "step", "epoch", "median throughput", "final loss",
+                                             "final eval loss",
                                              "min loss", "spikes",
                                              "duration", "loss trend", "throughput trend", "planned efficiency",
                                              "gpus", "gpu util", "gpu memory peak", "gpu util trend")}
@@ -135,6 +140,10 @@ def compare(registry: Registry, ids: list[int]) -> dict:
         raw.append({"id": e.id, "status": e.status, "exit_code": e.exit_code,
                     **{k: v for k, v in s.items() if k not in ("_state", "throughput", "throughput_vs")}})
         rows["status"].append(f"{e.status}" + (f" ({e.exit_code})" if e.exit_code not in (None, 0) else ""))
+        # how far each run got: runs compared at different steps are not alike
+        total = s.get("total_steps")
+        rows["step"].append(_fmt(_whole(s.get("step"))) + (f" of {_fmt(_whole(total))}" if total else ""))
+        rows["epoch"].append(_fmt(_whole((s.get("_state") or {}).get("epoch"))))
         rows["median throughput"].append(_throughput(s, first if e.id != exps[0].id else {}, exps[0].id))
         rows["final loss"].append(_fmt(s.get("loss")))
         rows["min loss"].append(_fmt(s.get("min_loss")))

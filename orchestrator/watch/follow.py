@@ -103,12 +103,13 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
            notice: Callable[[str], None], follow: bool = False, tail_lines: int | None = None,
            poll: float = 0.3, first_backoff: float = 0.5, max_backoff: float = 8.0, max_failures: int = 20,
            max_bytes: int = 1 << 20, overlap: int = OVERLAP, registry: str | None = None,
-           cancel: threading.Event | None = None) -> FollowResult:
+           cancel: threading.Event | None = None, whole_lines: bool = True) -> FollowResult:
     """Write the log of ``exp_id`` (from its last ``tail_lines`` lines, or all of it); with ``follow``,
     keep going until the run has ended and every byte it wrote has been written out.
 
     ``max_failures`` bounds consecutive failed attempts, not reconnects over the whole run. ``registry``
-    is the registry id in the run folder's name (``Registry.run_registry``).
+    is the registry id in the run folder's name (``Registry.run_registry``). With ``whole_lines=False`` a
+    partial last line is written as it comes (a progress bar redrawn in place never ends its line).
     """
     link = _Link(settings, target)
     offset: int | None = None
@@ -149,7 +150,7 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
 
     def emit(data: bytes, flush: bool = False) -> None:
         nonlocal pending, total
-        if follow:
+        if follow and whole_lines:
             data = pending + data
             cut = len(data) if flush else data.rfind(b"\n") + 1
             data, pending = data[:cut], data[cut:]

@@ -195,6 +195,38 @@ def spike_episodes(spikes: Sequence[Spike]) -> list[list[Spike]]:
     return episodes
 
 
+# a metric whose name says more is better (accuracy, scores, throughput); any other (a loss, a perplexity, an
+# error rate) is better lower. Matched on the name's words, so ``val_acc``, ``top1_accuracy`` and ``tok_s`` read alike.
+HIGHER_IS_BETTER = frozenset({"acc", "accuracy", "acc1", "acc5", "top1", "top5", "f1", "bleu", "rouge", "rouge1",
+                              "rouge2", "rougel", "auc", "auroc", "map", "iou", "miou", "dice", "precision",
+                              "recall", "score", "reward", "return", "mfu", "tok", "samples", "steps", "it",
+                              "throughput", "r2", "em", "exact", "match", "psnr", "ssim"})
+
+
+def better(name: str) -> str:
+    """``"max"`` where a higher value of the metric ``name`` is better, else ``"min"``::
+
+        >>> better("val_loss"), better("val_acc"), better("tok_s"), better("ppl")
+        ('min', 'max', 'max', 'min')
+    """
+    words = name.lower().replace("-", "_").replace("/", "_").replace(".", "_").split("_")
+    return "max" if any(w in HIGHER_IS_BETTER for w in words) else "min"
+
+
+def best_of(series: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Each stored series' best value, by ``better``: exact however downsampled (a bucket keeps its lowest and
+    its highest point)."""
+    out: dict[str, float] = {}
+    for name, data in series.items():
+        try:
+            values = Series.from_dict(data).values()
+        except Exception:  # a malformed stored series has no best
+            continue
+        if values:
+            out[name] = max(values) if better(name) == "max" else min(values)
+    return out
+
+
 def _middle(ordered: Sequence[float]) -> float:
     """Median of an already sorted sequence."""
     n = len(ordered)

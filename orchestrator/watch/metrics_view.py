@@ -167,7 +167,7 @@ def _int(v: float | None) -> float | int | None:
 
 def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run: dict | None,
             previous: dict | None, now: float) -> dict:
-    from .metrics import Series, find_spikes, format_duration, format_rate, spike_episodes, throughput_change
+    from .metrics import Series, best_of, find_spikes, format_duration, format_rate, spike_episodes, throughput_change
 
     out: dict[str, Any] = {"step": _int(state.get("last_step")), "total_steps": _int(state.get("total_steps")),
                            "loss": state.get("last_loss"), "min_loss": state.get("min_loss"), "notes": []}
@@ -179,6 +179,7 @@ def summary(settings: Settings, exp: Experiment, series: dict, state: dict, run:
         out["spike_steps"] = [_int(ep[0].step) for ep in episodes]
     metrics = state.get("last") or {}
     out["metrics"] = {k: metrics[k] for k in sorted(metrics)}
+    out["best"] = best_of(series)  # the dashboard's best column, by each metric's direction
     eval_key = next((k for k in EVAL_LOSSES if k in metrics), None)
     if eval_key is not None:
         out["eval_loss"], out["eval_metric"] = metrics[eval_key], eval_key

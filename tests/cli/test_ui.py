@@ -184,8 +184,9 @@ def test_a_live_run_from_the_table_to_its_growing_chart_a_refused_forgery_and_a_
                                      "r.dataset.state, r.querySelector('td.msg').textContent])")
     assert rows == [[e["id"], e["status"], e["message"]] for e in listed]
     assert [r[0] for r in rows] == [2, 1]
-    page.fill("[data-filter='message']", "long")
-    assert page.eval_on_selector_all("tr[data-experiment-id]", "rs => rs.map(r => r.dataset.experimentId)") == ["2"]
+    page.fill("[data-filter='message']", "long")  # filtered by the server, a moment after the typing stops
+    wait_for(lambda: page.eval_on_selector_all("tr[data-experiment-id]", "rs => rs.map(r => r.dataset.experimentId)")
+             == ["2"], what="the filtered table")
     shot(page, "1-table")
 
     # the run's page: its loss chart grows as the run prints, with no reload
@@ -261,8 +262,9 @@ def test_compare_overlays_the_curves_beside_the_batching_difference(project, ser
     assert points == stored and points > 0
     assert page.locator(".chart[data-series='loss'] .u-legend .u-series").count() == 3  # step + two curves
     shot(page, "5-compare")
-    page.click("[data-x='time']")  # the same points, each run's steps over its start to its end
-    wait_for(lambda: "minutes since start" in page.inner_text(".chart[data-series='loss']"), what="the time axis")
+    page.select_option("[data-control='xaxis']", "time")  # the same points, each run's steps over its start to end
+    wait_for(lambda: page.get_attribute(".chart[data-series='loss']", "data-x") == "time", what="the time axis")
+    assert "minutes since start" in page.inner_text(".chart[data-series='loss']")
     wait_for(lambda: page.get_attribute(".chart[data-series='loss']", "data-points") == str(stored),
              what="every point by time")
     shot(page, "6-compare-by-time")
@@ -332,6 +334,10 @@ def test_restart_asks_with_what_will_move_and_moves_the_checkpoints_to_the_trash
     page.wait_for_selector("h2:has-text('(finished, exit 0)')")  # its whole log read: the follower ended
     printed = (project.run_dir(1) / "train.log").read_text().count(" loss=")
     assert page.get_attribute(".chart[data-series='loss']", "data-points") == str(printed) != "0"  # once each
+    page.wait_for_selector("#checkpoints tbody tr", timeout=60000)  # in name order, sizes as people read them
+    assert page.locator("#checkpoints tbody td:first-child").all_inner_texts() == kept
+    sizes = page.locator("#checkpoints tbody td.num").all_inner_texts()
+    assert sizes and all(re.fullmatch(r"\d+(\.\d+)? (B|KiB|MiB)", size) for size in sizes), sizes
     asked: list[str] = []
     page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
     page.click("[data-action='restart']")  # the dry run's plan is asked first, then the confirmation
@@ -341,6 +347,11 @@ def test_restart_asks_with_what_will_move_and_moves_the_checkpoints_to_the_trash
     assert all(name in moves for name in kept) and str(project.checkpoints) in moves and "trash" in moves
     trashed = sorted(p.name for p in (project.checkpoints.parent / "checkpoints.trash").rglob("ckpt-*"))
     assert trashed == kept  # moved, never deleted
+    entry = page.locator("#trash tbody tr").first  # the new experiment's page: the trash entry, its size and date
+    entry.wait_for(timeout=60000)
+    cells = entry.locator("td").all_inner_texts()
+    assert cells[3:5] == ["exp1", "exp 2"] and re.fullmatch(r"\d+(\.\d+)? (B|KiB|MiB)", cells[2]), cells
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", cells[5]), cells
     show = json.loads(project.cli("experiments", "show", "2", "--json").stdout)
     assert show["parent"] == 1 and show["checkpoints_action"] == "moved"
     assert project.cli("stop").exit_code == 0
@@ -385,6 +396,32 @@ def test_without_the_web_server_it_says_to_install_the_extra_from_orchs_checkout
     assert res.returncode == 2 and res.stdout == ""
     assert "error: orch ui needs starlette and uvicorn, which are not installed" in res.stderr
     assert "hint: install orch's ui extra from its checkout or wheel: pip install '<orch checkout>[ui]'" in res.stderr
+
+
+PIPX = "orch runs from pipx's environment 'orch': add the extra with pipx install --force '<orch checkout>[ui]'"
+UV = "orch runs from uv's tool environment 'orch': add the extra with uv tool install --force '<orch checkout>[ui]'"
+
+
+@pytest.mark.parametrize("home, mark, says", [
+    ("pipx/venvs/orch", None, PIPX), ("elsewhere/orch", "pipx_metadata.json", PIPX),  # PIPX_HOME set
+    ("share/uv/tools/orch", None, UV), ("elsewhere/orch", "uv-receipt.toml", UV)])  # UV_TOOL_DIR set
+def test_from_a_pipx_or_uv_tool_environment_the_hint_names_that_tool(project, tmp_path, home, mark, says):
+    import site
+    import venv
+
+    env = tmp_path / ".local" / home  # where pipx and uv keep a tool's environment, or elsewhere with their mark
+    venv.EnvBuilder(with_pip=False).create(env)
+    if mark:
+        (env / mark).write_text("{}\n")
+    shadow = tmp_path / "no-uvicorn" / "uvicorn"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'uvicorn'\", name='uvicorn')\n")
+    repo = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(shadow.parent), str(repo), *site.getsitepackages()])  # orch and its libraries
+    res = subprocess.run([str(env / "bin" / "python"), "-m", "orchestrator.cli.main", "ui"], cwd=project.path,
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": path})
+    assert res.returncode == 2 and res.stdout == ""
+    assert f"hint: {says}" in res.stderr and "pip install" not in res.stderr.replace("pipx install", "")
 
 
 def test_the_gpu_map_shows_who_holds_which_gpu_and_its_utilisation_over_time(project, server, page):

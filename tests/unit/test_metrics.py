@@ -376,3 +376,16 @@ def test_every_metric_of_an_experiment_as_series_train_then_eval() -> None:
     got = series_of({"series": series})
     assert list(got) == ["loss", "lr", "ppl", "steps_s", "test_loss", "test_ppl", "val_loss", "val_ppl"]
     assert got["val_loss"] == {"kind": "eval", "points": [(200.0, 5.61)]} and got["loss"]["kind"] == "train"
+
+
+def test_best_is_the_lowest_loss_and_the_highest_accuracy_however_downsampled():
+    from orchestrator.watch.metrics import Series, best_of, better
+
+    assert [better(n) for n in ("loss", "val_loss", "ppl", "val_acc", "top1_accuracy", "tok_s", "f1")] == \
+        ["min", "min", "min", "max", "max", "max", "max"]
+    loss, acc = Series(max_points=16), Series(max_points=16)
+    for i in range(5000):  # far past what a series keeps: a one-step low and high still survive
+        loss.add(i, 0.000558 if i == 1234 else 1.0 / (1 + i / 1000))
+        acc.add(i, 0.9 if i == 4321 else 0.5)
+    assert best_of({"loss": loss.to_dict(), "val_acc": acc.to_dict(), "bad": {"buckets": "x"}}) == \
+        {"loss": 0.000558, "val_acc": 0.9}

@@ -49,22 +49,32 @@ def test_a_reader_reads_while_a_command_holds_the_write_lock_and_never_writes(tm
         assert reader.get(1).message == "renamed"  # each read is its own transaction: it sees the commit
 
 
-def test_the_overview_has_the_table_columns_of_each_row_and_the_summary_keys_asked(tmp_path):
+def test_a_table_page_has_the_columns_of_each_row_filtered_sorted_and_cut_in_the_registry(tmp_path):
+    from orchestrator.records.table import page
+
     db = tmp_path / "experiments.db"
     _fill(db)
     with Registry(db, read_only=True) as reg:
-        rows = reg.overview(10, ("loss", "median_tok_s", "val_loss"))
+        got = page(reg, limit=10)
         listed = listing(reg, reg.list())
-    assert [r["id"] for r in rows] == [e["id"] for e in listed] == [3, 2, 1]
-    for row, exp in zip(rows, listed):
-        assert (row["status"], row["message"], row["target"], row["strategy"], row["gpus"]) == \
-            (exp["status"], exp["message"], exp["target"], exp["batching"]["strategy"], exp["gpus"] or [])
-        assert row["orphaned"] is exp["orphaned"] is False
-    assert rows[0]["ct"] == 302 and rows[1]["ct"] is None
-    assert rows[1]["summary"] == {"loss": 1.9, "median_tok_s": 1001.0, "val_loss": 2.5}
-    assert rows[2]["summary"] == {"loss": 2.0, "median_tok_s": 1000.0}
-    with Registry(db, read_only=True) as reg:
-        assert len(reg.overview(2)) == 2 and reg.overview(2)[0]["summary"] == {}
+        rows = got["rows"]
+        assert got["total"] == 3 and [r["id"] for r in rows] == [e["id"] for e in listed] == [3, 2, 1]
+        for row, exp in zip(rows, listed):
+            assert (row["state"], row["message"], row["target"], row["strategy"]) == \
+                (exp["status"], exp["message"], exp["target"], exp["batching"]["strategy"])
+            assert row["gpus"] == [g["index"] for g in exp["gpus"] or []]
+        assert rows[0]["ct"] == 302 and rows[1]["ct"] is None
+        assert rows[1]["values"] == {"best:loss": None, "last:loss": 1.9, "best:eval_loss": None,
+                                     "last:eval_loss": 2.5}
+        # sorted on a metric, the rows without one last either way; a filter's value is a part, in any case
+        assert [r["id"] for r in page(reg, sort="last:loss", desc=False)["rows"]] == [3, 2, 1]
+        assert [r["id"] for r in page(reg, sort="last:eval_loss", desc=True)["rows"]] == [2, 3, 1]
+        assert [r["id"] for r in page(reg, filters={"message": "RUN 1"})["rows"]] == [2]
+        assert [r["id"] for r in page(reg, filters={"target": "302"})["rows"]] == [3]
+        assert page(reg, filters={"message": "run", "state": "finished"}, offset=2, limit=5)["rows"][0]["id"] == 1
+        assert len(page(reg, limit=2)["rows"]) == 2
+        with pytest.raises(ValueError, match="no column 'loss; DROP'"):
+            page(reg, sort="loss; DROP")
 
 
 def test_the_table_shows_throughput_with_its_unit_and_an_eval_loss_by_its_name(tmp_path):
@@ -75,7 +85,7 @@ def test_the_table_shows_throughput_with_its_unit_and_an_eval_loss_by_its_name(t
     settings = load_settings(tmp_path / "orch.toml")
     _fill(settings.state_dir / "experiments.db")
     rows = {r["id"]: r for r in api.table(settings)["rows"]}
-    assert rows[2]["eval_loss"] == 2.5 and rows[1]["eval_loss"] is None
+    assert rows[2]["values"]["last:eval_loss"] == 2.5 and rows[1]["values"]["last:eval_loss"] is None
     assert rows[1]["throughput"] == {"value": 1000.0, "unit": "tok/s"}
     assert rows[3]["gpus"] == [2] and rows[3]["strategy"] == "megabatch" and rows[3]["ct"] == 302
     assert api.experiments(settings, limit=2) == _listed(settings, 2)  # orch experiments list --json's rows

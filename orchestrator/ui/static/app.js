@@ -61,7 +61,15 @@ const fmt = {
     if (Math.abs(v) >= 1e4) return grouped.format(v);
     return Number(v).toPrecision(digits).replace(/\.?0+$/, "");
   },
-  rate(t) { return t ? `${fmt.num(t.value, 3)} ${t.unit}` : "-"; },
+  rate(t) { return t ? `${sig3(t.value)} ${t.unit}` : "-"; },
+  // bytes for people, in powers of 1024 with three significant digits: 2.38 MiB, 512 B
+  size(n) {
+    if (n === null || n === undefined) return "-";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return i ? `${Number(n.toPrecision(3))} ${units[i]}` : `${n} B`;
+  },
   when(ts) {
     if (!ts) return "-";
     const d = new Date(ts * 1000);
@@ -79,128 +87,75 @@ const fmt = {
 
 const state = name => h("span", { class: `state ${name}` }, name);
 const LIVE = ["running", "launching", "queued", "lost"];
-const FIRST_ROWS = 60;  // the table's rows painted before the first frame
 
-// ---- charts -------------------------------------------------------------------------------------------------
-const COLORS = ["#2463eb", "#e4572e", "#17a398", "#f3a712", "#8e44ad", "#6b7280", "#c2185b", "#2e7d32"];
-const CHART_ORDER = ["loss", "eval_loss", "val_loss", "tok_s", "steps_s", "lr", "grad_norm"];
-const TITLES = { loss: "loss", eval_loss: "eval loss", val_loss: "eval loss (val_loss)", tok_s: "throughput (tok/s)",
-                 steps_s: "throughput (steps/s)", lr: "learning rate", grad_norm: "grad norm" };
-
-function chartOrder(names) {
-  const rank = n => { const i = CHART_ORDER.indexOf(n); return i < 0 ? 100 + (/eval|val/.test(n) ? 0 : 1) : i; };
-  return [...names].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
-}
-
-// 150000 -> "150k", 0.0003 -> "3e-4": short enough for the axis
-function axisNumber(v) {
-  if (v === null || v === undefined) return "";
-  const a = Math.abs(v);
-  if (a >= 1e6) return `${+(v / 1e6).toPrecision(3)}M`;
-  if (a >= 1e4) return `${+(v / 1e3).toPrecision(3)}k`;
-  if (a > 0 && a < 1e-3) return v.toExponential(0);
-  return `${+v.toPrecision(4)}`;
-}
-
-// One chart of one metric, for one or several experiments (curves overlaid by step).
-class Chart {
-  constructor(parent, metric, labels, xLabel = "step") {
-    this.xLabel = xLabel;
-    this.metric = metric;
-    this.labels = labels;  // one per curve
-    this.curves = labels.map(() => ({ xs: [], ys: [] }));
-    this.el = h("div", { class: "chart", "data-series": metric, "data-points": 0 },
-                h("div", { class: "title" }, TITLES[metric] || metric));
-    this.plotEl = h("div");
-    this.el.append(this.plotEl);
-    parent.append(this.el);
-    this.plot = null;
-    this.pending = false;
-  }
-  set(i, points) { this.curves[i] = { xs: points.map(p => p[0]), ys: points.map(p => p[1]) }; this.draw(); }
-  add(i, points) { const c = this.curves[i]; for (const p of points) { c.xs.push(p[0]); c.ys.push(p[1]); } this.draw(); }
-  count() { return this.curves.reduce((n, c) => n + c.ys.length, 0); }
-  draw() {
-    if (this.pending) return;
-    this.pending = true;
-    requestAnimationFrame(() => { this.pending = false; this.render(); });
-  }
-  data() {
-    if (this.curves.length === 1) return [this.curves[0].xs, this.curves[0].ys];
-    return uPlot.join(this.curves.map(c => [c.xs, c.ys]));
-  }
-  render() {
-    const width = Math.max(300, this.el.clientWidth - 16);
-    const data = this.data();
-    if (!this.plot) {
-      const opts = {
-        width, height: 210, legend: { show: this.curves.length > 1 },
-        scales: { x: { time: false } },
-        axes: [{ label: this.xLabel, size: 36 }, { size: 56, values: (u, vals) => vals.map(axisNumber) }],
-        series: [{ label: this.xLabel }, ...this.labels.map((l, i) => ({
-          label: l, stroke: COLORS[i % COLORS.length], width: 1.6, spanGaps: true, points: { show: false } }))],
-      };
-      this.plot = new uPlot(opts, data, this.plotEl);
-    } else {
-      this.plot.setData(data);
-    }
-    this.el.setAttribute("data-points", this.count());
-  }
-}
-
-// ---- the experiments table ------------------------------------------------------------------------------------
+// ---- the experiments table ----------------------------------------------------------------------------------
+// A page of rows at a time (PAGE), filtered and sorted by the server: the first page costs the same with ten
+// experiments or ten thousand. Any column sorts (a second click reverses it); a metric's best is its lowest or
+// highest by the metric's direction.
 const filters = { state: "", target: "", sweep: "", message: "" };
+const tableState = { sort: "id", desc: true, offset: 0 };
+const PAGE = 100;
+const COLUMNS = [  // [key, header, numeric]
+  ["id", "id", true], ["state", "state"], ["message", "message"], ["target", "target"], ["gpus", "GPUs"],
+  ["batching", "batching"], ["throughput", "throughput", true], ["best:loss", "best loss", true],
+  ["last:loss", "last loss", true], ["best:eval_loss", "best eval loss", true], ["last:eval_loss", "last eval loss", true],
+  ["started", "start"], ["duration", "duration", true]];
+const UNSORTED = ["gpus"];
 
 async function experimentsView() {
   const selected = new Set();
   const body = h("tbody");
   const compareBtn = h("button", { disabled: true, onclick: () => { location.hash = `#/compare?ids=${[...selected].join(",")}`; } },
                        "Compare selected");
+  let typing;
+  const changed = () => { tableState.offset = 0; clearTimeout(typing); typing = setTimeout(load, 150); };
   const input = (key, placeholder) => h("input", { placeholder, value: filters[key], "data-filter": key,
-                                                   oninput: e => { filters[key] = e.target.value; paint(); } });
-  const stateSel = h("select", { "data-filter": "state", onchange: e => { filters.state = e.target.value; paint(); } },
+                                                   oninput: e => { filters[key] = e.target.value; changed(); } });
+  const stateSel = h("select", { "data-filter": "state", onchange: e => { filters.state = e.target.value; tableState.offset = 0; load(); } },
                      h("option", { value: "" }, "any state"),
                      ...["running", "queued", "finished", "crashed", "stopped", "failed", "lost", "launching"].map(
                        s => h("option", { value: s, selected: filters.state === s }, s)));
-  const count = h("span", { class: "muted" });
+  const count = h("span", { class: "muted", "data-count": "" });
+  const prev = h("button", { "data-page": "prev", onclick: () => { tableState.offset = Math.max(0, tableState.offset - PAGE); load(); } }, "← newer");
+  const next = h("button", { "data-page": "next", onclick: () => { tableState.offset += PAGE; load(); } }, "older →");
   const sweepLink = h("a", { hidden: true }, "");
+  const heads = COLUMNS.map(([key, label, num]) => {
+    const th = h("th", { class: num ? "num" : "", "data-sort": UNSORTED.includes(key) ? null : key }, label);
+    if (!UNSORTED.includes(key)) th.onclick = () => {
+      if (tableState.sort === key) tableState.desc = !tableState.desc;
+      // a first click: the newest, the fastest, the longest first; a loss lowest (best) first; text from A
+      else { tableState.sort = key; tableState.desc = ["id", "started", "duration", "throughput"].includes(key); }
+      tableState.offset = 0;
+      load();
+    };
+    return th;
+  });
   view.replaceChildren(
     h("h2", {}, "Experiments"),
     h("div", { class: "filters" }, stateSel, input("target", "target or CT"), input("sweep", "sweep"),
-      input("message", "message contains"), compareBtn, count, sweepLink),
+      input("message", "message contains"), compareBtn, count, prev, next, sweepLink),
     h("table", { id: "experiments" },
-      h("colgroup", {}, ...[28, 56, 92, null, 120, 64, 96, 120, 76, 84, 150, 84].map(w => h("col", w ? { style: `width:${w}px` } : {}))),
-      h("thead", {}, h("tr", {}, h("th", {}, ""), ...["id", "state", "message", "target", "GPUs", "batching",
-        "throughput", "loss", "eval loss", "start", "duration"].map(c => h("th", { class: ["id", "throughput", "loss", "eval loss", "duration"].includes(c) ? "num" : "" }, c)))),
+      h("colgroup", {}, ...[28, 56, 92, null, 120, 56, 92, 110, 76, 76, 84, 84, 130, 76].map(w => h("col", w ? { style: `width:${w}px` } : {}))),
+      h("thead", {}, h("tr", {}, h("th", {}, ""), ...heads)),
       body));
-  let rows = [], now = Date.now() / 1000;
-  const match = r => {
-    const f = filters;
-    if (f.state && r.state !== f.state) return false;
-    if (f.target && !(`${r.target}`.includes(f.target) || `${r.ct ?? ""}` === f.target.trim())) return false;
-    if (f.sweep && !(r.sweep || "").includes(f.sweep)) return false;
-    if (f.message && !(r.message || "").toLowerCase().includes(f.message.toLowerCase())) return false;
-    return true;
-  };
-  let painting = 0;
+  let data = { rows: [], total: 0 }, now = Date.now() / 1000;
   function paint() {
-    const shown = rows.filter(match);
+    const rows = data.rows;
     const sweep = filters.sweep.trim();
     const whole = sweep && rows.some(r => r.sweep === sweep);  // a sweep named in full: its ranked page
     sweepLink.hidden = !whole;
     if (whole) { sweepLink.href = `#/sweep/${encodeURIComponent(sweep)}`; sweepLink.textContent = `sweep ${sweep}, ranked →`; }
-    count.textContent = `${shown.length} of ${rows.length}${rows.length >= 1000 ? " (the newest)" : ""}`;
-    // the first screenful at once, the rest a chunk a frame: a long history never holds up the first paint
-    const mine = ++painting;
-    body.replaceChildren(...shown.slice(0, FIRST_ROWS).map(row));
+    const from = data.total ? tableState.offset + 1 : 0;
+    count.textContent = `${from}–${tableState.offset + rows.length} of ${data.total}`;
+    prev.disabled = tableState.offset === 0;
+    next.disabled = tableState.offset + rows.length >= data.total;
+    heads.forEach(th => {
+      th.classList.toggle("sorted", th.dataset.sort === tableState.sort);
+      th.dataset.dir = th.dataset.sort === tableState.sort ? (tableState.desc ? "desc" : "asc") : "";
+    });
+    body.replaceChildren(...rows.map(row));
     view.dataset.ready = "1";
-    const more = from => {
-      if (mine !== painting || from >= shown.length) { if (mine === painting) view.dataset.complete = "1"; return; }
-      body.append(...shown.slice(from, from + 250).map(row));
-      requestAnimationFrame(() => more(from + 250));
-    };
-    view.dataset.complete = "";
-    requestAnimationFrame(() => more(FIRST_ROWS));
+    view.dataset.complete = "1";
   }
   function row(r) {
     const box = h("input", { type: "checkbox", checked: selected.has(r.id), onclick: e => {
@@ -209,30 +164,37 @@ async function experimentsView() {
       compareBtn.disabled = selected.size < 2;
     } });
     const end = r.ended || (LIVE.includes(r.state) ? now : null);
+    const v = r.values || {};
+    const cell = (column, text, num, title) => h("td", { class: num ? "num" : column === "message" ? "msg" : "", "data-column": column, title }, text);
+    const evalName = r.eval_metric ? `${r.eval_metric}` : null;
     const tr = h("tr", { "data-experiment-id": r.id, "data-state": r.state },
-      h("td", {}, box), h("td", { class: "num" }, r.id), h("td", {}, state(r.state)), h("td", { class: "msg" }, r.message || ""),
-      h("td", {}, r.ct ? `${r.target} (CT ${r.ct})` : r.target), h("td", {}, r.gpus.length ? r.gpus.join(",") : "-"),
-      h("td", {}, r.strategy || "-"), h("td", { class: "num" }, fmt.rate(r.throughput)),
-      h("td", { class: "num" }, fmt.num(r.loss)), h("td", { class: "num" }, fmt.num(r.eval_loss)),
-      h("td", {}, fmt.when(r.started)), h("td", { class: "num" }, r.started && end ? fmt.duration(end - r.started) : "-"));
+      h("td", {}, box), cell("id", r.id, true), h("td", { "data-column": "state" }, state(r.state)), cell("message", r.message || ""),
+      cell("target", r.ct ? `${r.target} (CT ${r.ct})` : r.target), cell("gpus", r.gpus.length ? r.gpus.join(",") : "-"),
+      cell("batching", r.strategy || "-"), cell("throughput", fmt.rate(r.throughput), true),
+      cell("best:loss", sig3(v["best:loss"]), true, "the lowest loss printed"), cell("last:loss", sig3(v["last:loss"]), true),
+      cell("best:eval_loss", sig3(v["best:eval_loss"]), true, evalName), cell("last:eval_loss", sig3(v["last:eval_loss"]), true, evalName),
+      cell("started", fmt.when(r.started)), cell("duration", r.started && end ? fmt.duration(end - r.started) : "-", true));
     tr.onclick = () => { location.hash = `#/exp/${r.id}`; };
     return tr;
   }
   let last = "";
   async function load() {
+    const q = new URLSearchParams({ offset: tableState.offset, limit: PAGE, sort: tableState.sort, desc: tableState.desc ? 1 : 0 });
+    for (const [k, v] of Object.entries(filters)) if (v) q.set(k, v);
+    const plain = tableState.offset === 0 && tableState.sort === "id" && tableState.desc && !Object.values(filters).some(Boolean);
     try {
-      const data = await get("/api/table");
-      const same = JSON.stringify(data.rows);
-      if (same === last && !data.rows.some(r => LIVE.includes(r.state))) return;  // nothing to paint again
+      const got = await get(plain ? "/api/table" : `/api/table?${q}`);
+      const same = JSON.stringify([got.rows, got.total, q.toString()]);
+      if (same === last && !got.rows.some(r => LIVE.includes(r.state))) return;  // nothing to paint again
       last = same;
-      rows = data.rows; now = data.now;
-      document.getElementById("project").textContent = `project ${data.project}`;
+      data = got; now = got.now;
+      document.getElementById("project").textContent = `project ${got.project}`;
       paint();
     } catch (e) { toast(`${e.message}`, true); }
   }
   await load();
   const timer = setInterval(() => { if (!document.hidden) load(); }, 5000);
-  cleanup.push(() => clearInterval(timer));
+  cleanup.push(() => { clearInterval(timer); clearTimeout(typing); });
 }
 
 // ---- one experiment -------------------------------------------------------------------------------------------
@@ -240,7 +202,7 @@ function kv(obj) {
   const rows = Object.entries(obj || {}).filter(([, v]) => v !== null && v !== undefined && v !== "");
   if (!rows.length) return h("p", { class: "muted" }, "none");
   return h("table", {}, h("tbody", {}, ...rows.map(([k, v]) =>
-    h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v))))));
+    h("tr", { "data-key": k }, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v))))));
 }
 
 async function act(kind, exp, run) {
@@ -265,7 +227,7 @@ async function act(kind, exp, run) {
             `revision ${(plan.revision || "").slice(0, 10)} relaunched as a new one (orch restart -e ${exp.id}). ` +
             "The checkpoints there are moved to the trash, never deleted " +
             "(orch checkpoints restore puts them back).", "",
-            files.length ? `Moves ${files.length} file(s), ${fmt.num((ck.bytes || 0) / 1048576, 3)} MiB, from ${ck.path} to ${ck.trash}:`
+            files.length ? `Moves ${files.length} file(s), ${fmt.size(ck.bytes || 0)}, from ${ck.path} to ${ck.trash}:`
                          : "No checkpoint to move.",
             ...shown.map(f => `  ${f}`), "", "The plan:", ...(plan.steps || []).map(st => `  ${st}`)];
   }
@@ -280,17 +242,31 @@ async function act(kind, exp, run) {
 
 async function experimentView(id) {
   const exp = await get(`/api/experiments/${id}`);
-  const charts = {};
-  const chartBox = h("div", { class: "charts" });
   const log = h("pre", { class: "log", id: "log" });
+  const logLines = h("span");
+  const current = h("span", { class: "current", "data-current": "" });  // the line being drawn now (a progress bar)
+  log.append(logLines, current);
   const liveMark = h("span", { class: "muted" });
   const stateBox = h("span", {}, state(exp.orphaned ? "orphaned" : exp.status));
-  const ensure = name => charts[name] || (charts[name] = new Chart(chartBox, name, [`exp ${id}`]));
-  const stored = exp.series || {};
-  for (const name of chartOrder(Object.keys(stored).length ? Object.keys(stored) : ["loss"])) ensure(name).set(0, stored[name] || []);
+  let stored = exp.series || {};
+  const live = { series: null, axes: {} };  // what the log follower read, once its snapshot came
+  const points = name => (live.series || stored)[name] || [];
+  const runAxes = () => {  // the registry's ends, with what the follower saw printed as it read
+    const out = {};
+    for (const k of ["time", "tokens"]) out[k] = [...((exp.axes || {})[k] || []), ...(live.axes[k] || [])];
+    return out;
+  };
+  const runs = [{ label: `exp ${id}`, axes: runAxes() }];
+  const chartView = new ChartView("exp", {});
+  const names = () => Object.keys(live.series || stored);
+  const chartsBox = h("div");
+  const set = new ChartSet(chartsBox, chartView, runs, (i, name) => points(name), exp.better);
+  const controls = chartControls(chartView, names, name => set.show(name).el.scrollIntoView({ block: "nearest" }));
+  if (names().length) set.auto(names()); else set.show("loss");
+  let ended = !LIVE.includes(exp.status);  // the run is over: the page says so, whatever a stale read says
 
   const stopBtn = h("button", { class: "danger", "data-action": "stop", disabled: !["running", "launching", "lost"].includes(exp.status),
-    onclick: async () => { if (await act("stop", exp, () => post(`/api/experiments/${id}/stop`))) refresh(); } }, "Stop");
+    onclick: async () => { if (await act("stop", exp, () => post(`/api/experiments/${id}/stop`))) { loadTarget().then(refresh); } } }, "Stop");
   const restartBtn = h("button", { "data-action": "restart", disabled: exp.status === "queued" || !!(exp.nodes || []).length,
     title: "relaunch this experiment's revision and settings where it ran (orch restart -e)",
     onclick: async () => { const r = await act("restart", exp, () => post(`/api/experiments/${id}/restart`));
@@ -303,7 +279,7 @@ async function experimentView(id) {
     h("tbody", {}, ...exp.attempts.map(a => h("tr", {}, h("td", {}, (a.attempt || 0) + 1), h("td", {}, fmt.when(a.started)),
       h("td", {}, a.exit_code ?? "-"), h("td", {}, a.reason || "running"), h("td", {}, a.resumed_from || "-")))))
     : h("p", { class: "muted" }, "one attempt so far"));
-  const guard = h("div", {}, h("p", { class: "muted" }, "asking the target…"));
+  const guard = h("div", { id: "on-target" }, h("p", { class: "muted" }, "asking the target…"));
   const ckpts = h("div", {}, h("p", { class: "muted" }, "asking the target…"));
   const sweepLink = exp.sweep ? h("a", { href: `#/sweep/${encodeURIComponent(exp.sweep)}` }, `sweep ${exp.sweep}`) : null;
 
@@ -314,7 +290,7 @@ async function experimentView(id) {
       sweepLink ? [" · ", sweepLink] : null),
     h("div", { class: "actions" }, stopBtn, restartBtn, dequeueBtn,
       exp.parent ? h("a", { href: `#/compare?ids=${exp.parent},${exp.id}` }, h("button", {}, `Compare with exp ${exp.parent}`)) : null),
-    chartBox,
+    controls.el, chartsBox,
     h("h3", {}, "Log"), log,
     h("div", { class: "grid2" },
       h("div", {}, h("h3", {}, "Attempts"), attempts, h("h3", {}, "On the target"), guard),
@@ -323,13 +299,19 @@ async function experimentView(id) {
       h("div", {}, h("h3", {}, "Batching"), kv(exp.batching), h("h3", {}, "Batching plan"), kv(exp.batching_plan)),
       h("div", {}, h("h3", {}, "Config"), h("pre", { class: "json" }, JSON.stringify(exp.config, null, 2)))));
 
+  function showState(name) {
+    exp.status = name;
+    stateBox.replaceChildren(state(name));
+    stopBtn.disabled = !["running", "launching", "lost"].includes(name);
+    restartBtn.disabled = name === "queued" || !!(exp.nodes || []).length;
+  }
   async function refresh() {
     try {
       const now = await get(`/api/experiments/${id}`);
-      stateBox.replaceChildren(state(now.status));
-      stopBtn.disabled = !["running", "launching", "lost"].includes(now.status);
-      if (now.status !== exp.status) {
-        exp.status = now.status;
+      if (ended && LIVE.includes(now.status)) return;  // the registry not yet told: the stream's end stands
+      const was = exp.status;
+      showState(now.status);
+      if (now.status !== was) {
         loadTarget();
         if (!LIVE.includes(now.status) && liveMark.className === "live") { liveMark.textContent = ""; liveMark.className = "muted"; }
       }
@@ -340,36 +322,69 @@ async function experimentView(id) {
   let seq = -1;
   const source = new EventSource(`/api/experiments/${id}/events`);
   cleanup.push(() => source.close());
-  const appendLog = lines => {
+  const appendLog = (lines, now) => {
     const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-    log.textContent += lines.map(l => l + "\n").join("");
-    if (log.textContent.length > 200000) log.textContent = log.textContent.slice(-150000);
+    if (lines.length) logLines.textContent += lines.map(l => l + "\n").join("");
+    if (logLines.textContent.length > 200000) logLines.textContent = logLines.textContent.slice(-150000);
+    current.textContent = now || "";
     if (atEnd) log.scrollTop = log.scrollHeight;
+  };
+  const newAxes = axes => { if (axes) { live.axes = axes; runs[0].axes = runAxes(); } };
+  let lastStep = null;
+  const stepSeen = pts => { for (const p of Object.values(pts)) for (const [x] of p) lastStep = Math.max(lastStep ?? x, x); };
+  let targetTotal = null;  // the step the target last said, moved on by what the page reads as the run prints
+  const markLive = () => {
+    liveMark.textContent = `● live${lastStep !== null ? ` · step ${Math.round(lastStep)}` : ""}`; liveMark.className = "live";
+    const cell = guard.querySelector("tr[data-key='step'] td");
+    if (cell && lastStep !== null) cell.textContent = targetTotal ? `${Math.round(lastStep)} of ${targetTotal}` : `${Math.round(lastStep)}`;
   };
   source.onmessage = msg => {
     const ev = JSON.parse(msg.data);
     if (ev.type === "snapshot") {
       seq = ev.seq;
       // the log read from its first byte replaces what the registry kept (its points come again, from the log)
-      if (!ev.error) for (const name of new Set([...Object.keys(charts), ...Object.keys(ev.series)])) ensure(name).set(0, ev.series[name] || []);
-      log.textContent = "";
-      appendLog(ev.log);
-      liveMark.textContent = ev.done ? "" : "● live";
-      liveMark.className = ev.done ? "muted" : "live";
+      if (!ev.error) {
+        live.series = ev.series;
+        newAxes(ev.axes);
+        stepSeen(ev.series);
+        for (const [name, c] of Object.entries(set.charts)) c.set(0, ev.series[name] || []);
+        set.auto(Object.keys(ev.series));
+        controls.fill();
+      }
+      logLines.textContent = "";
+      appendLog(ev.log, ev.current);
+      if (ev.done) { liveMark.textContent = ""; liveMark.className = "muted"; } else markLive();
       if (ev.error) { liveMark.textContent = `log not read: ${ev.error.error}`; liveMark.className = "error"; }
     } else if (ev.type === "data") {
       if (ev.seq <= seq) return;
       seq = ev.seq;
-      for (const name of chartOrder(Object.keys(ev.points))) ensure(name).add(0, ev.points[name]);
-      appendLog(ev.log);
+      newAxes(ev.axes);
+      stepSeen(ev.points);
+      for (const [name, pts] of Object.entries(ev.points)) {
+        (live.series[name] = live.series[name] || []).push(...pts);
+        if (set.charts[name]) set.charts[name].add(0, pts);
+      }
+      if (ev.axes) for (const c of Object.values(set.charts)) c.draw();
+      set.auto(Object.keys(live.series));
+      controls.fill();
+      appendLog(ev.log, ev.current);
+      if (!ended) markLive();
     } else if (ev.type === "end") {
       source.close();
       if (ev.error) {  // the log could not be read: what the registry kept is what there is
         liveMark.textContent = `log not read: ${ev.error}`; liveMark.className = "error";
-        for (const [name, pts] of Object.entries(stored)) if (!charts[name].count()) charts[name].set(0, pts);
+        live.series = null;
+        for (const [name, c] of Object.entries(set.charts)) if (!c.count()) c.set(0, stored[name] || []);
+        refresh();
+        return;
       }
-      else { liveMark.textContent = ev.state ? `(${ev.state}${ev.exit_code !== null && ev.exit_code !== undefined ? `, exit ${ev.exit_code}` : ""})` : ""; liveMark.className = "muted"; }
-      refresh();
+      liveMark.textContent = ev.state ? `(${ev.state}${ev.exit_code !== null && ev.exit_code !== undefined ? `, exit ${ev.exit_code}` : ""})` : "";
+      liveMark.className = "muted";
+      if (ev.ended) {  // the run is over: the page follows it there, then asks the target (which settles the record)
+        ended = true;
+        showState(ev.state);
+      }
+      loadTarget().then(refresh);
     }
   };
   const timer = setInterval(() => { if (!document.hidden && LIVE.includes(exp.status)) refresh(); }, 5000);
@@ -377,67 +392,62 @@ async function experimentView(id) {
 
   // what only the target knows: its guard and its checkpoints (orch status --json, orch checkpoints list --json)
   function loadTarget() {
-  get(`/api/experiments/${id}/status`).then(s => {
-    if (!s || s.experiment !== exp.id) {
-      guard.replaceChildren(h("p", { class: "muted" }, `the target's latest run is ${s && s.experiment ? `experiment ${s.experiment}` : "another one"}`));
-      return;
-    }
-    const sum = s.summary || {};
-    guard.replaceChildren(
-      kv({ state: s.state, phase: s.phase, attempt: s.max_attempts ? `${s.attempt} of ${s.max_attempts}` : s.attempt,
-           step: sum.total_steps ? `${sum.step} of ${sum.total_steps}` : sum.step, eta: sum.eta, throughput: sum.throughput,
-           notes: (sum.notes || []).join("; ") || null }),
-      s.guard ? [h("h3", {}, "Guard progress and verdict"), kv(s.guard)] : h("p", { class: "muted" }, "not a guarded run"));
-  }).catch(e => guard.replaceChildren(h("p", { class: "error" }, e.message)));
-  get(`/api/experiments/${id}/checkpoints`).then(c => {
-    const files = c.listing || [];
-    const trash = c.entries || [];
-    ckpts.replaceChildren(
-      h("p", { class: "muted" }, `${c.path} · ${c.files} file(s), ${fmt.num(c.bytes / 1048576, 3)} MiB`),
-      files.length ? h("table", { id: "checkpoints" }, h("thead", {}, h("tr", {}, h("th", {}, "file"), h("th", { class: "num" }, "size"), h("th", {}, "written"))),
-        h("tbody", {}, ...files.map(f => h("tr", {}, h("td", {}, f.path), h("td", { class: "num" }, `${fmt.num(f.size / 1024, 3)} KiB`), h("td", {}, fmt.when(f.mtime))))))
-        : h("p", { class: "muted" }, "no checkpoints"),
-      h("h3", {}, `Trash (${c.trash})`),
-      trash.length ? h("table", { id: "trash" }, h("thead", {}, h("tr", {}, ...Object.keys(trash[0]).map(k => h("th", {}, k)))),
-        h("tbody", {}, ...trash.map(e => h("tr", {}, ...Object.values(e).map(v => h("td", {}, typeof v === "object" && v !== null ? JSON.stringify(v) : v ?? "-"))))))
-        : h("p", { class: "muted" }, "the trash is empty"));
-  }).catch(e => ckpts.replaceChildren(h("p", { class: "error" }, e.message)));
+    const one = get(`/api/experiments/${id}/status`).then(s => {
+      if (!s || s.experiment !== exp.id) {
+        guard.replaceChildren(h("p", { class: "muted" }, `the target's latest run is ${s && s.experiment ? `experiment ${s.experiment}` : "another one"}`));
+        return;
+      }
+      const sum = s.summary || {};
+      guard.replaceChildren(
+        kv({ state: s.state, phase: s.phase, attempt: s.max_attempts ? `${s.attempt} of ${s.max_attempts}` : s.attempt,
+             step: sum.total_steps ? `${sum.step} of ${sum.total_steps}` : sum.step, eta: sum.eta, throughput: sum.throughput,
+             notes: (sum.notes || []).join("; ") || null }),
+        s.guard ? [h("h3", {}, "Guard progress and verdict"), kv(s.guard)] : h("p", { class: "muted" }, "not a guarded run"));
+      guard.dataset.state = s.state || "";
+      targetTotal = sum.total_steps || null;
+    }).catch(e => guard.replaceChildren(h("p", { class: "error" }, e.message)));
+    const two = get(`/api/experiments/${id}/checkpoints`).then(c => ckpts.replaceChildren(...checkpointTables(c)))
+      .catch(e => ckpts.replaceChildren(h("p", { class: "error" }, e.message)));
+    return Promise.all([one, two]);
   }
   loadTarget();
   view.dataset.ready = "1";
 }
 
+// A checkpoint folder and its trash, as people read them: names in order (ckpt-9 before ckpt-10), sizes in
+// KiB/MiB/GiB, times as dates; the newest trash entry first.
+function checkpointTables(c) {
+  const byName = new Intl.Collator(undefined, { numeric: true });
+  const files = [...(c.listing || [])].sort((a, b) => byName.compare(a.path, b.path));
+  const trash = [...(c.entries || [])].sort((a, b) => (b.created || 0) - (a.created || 0) || byName.compare(a.name, b.name));
+  return [
+    h("p", { class: "muted" }, `${c.path} · ${c.files} file(s), ${fmt.size(c.bytes)}`),
+    files.length ? h("table", { id: "checkpoints" }, h("thead", {}, h("tr", {}, h("th", {}, "file"), h("th", { class: "num" }, "size"), h("th", {}, "written"))),
+      h("tbody", {}, ...files.map(f => h("tr", {}, h("td", {}, f.path), h("td", { class: "num" }, fmt.size(f.size)), h("td", {}, fmt.when(f.mtime))))))
+      : h("p", { class: "muted" }, "no checkpoints"),
+    h("h3", {}, `Trash (${c.trash})`),
+    trash.length ? h("table", { id: "trash" }, h("thead", {}, h("tr", {}, ...["entry", "files", "size", "holds", "moved by", "moved"].map(k => h("th", {}, k)))),
+      h("tbody", {}, ...trash.map(e => h("tr", {}, h("td", {}, e.name), h("td", { class: "num" }, e.files ?? "-"), h("td", { class: "num" }, fmt.size(e.bytes)),
+        h("td", {}, e.experiment ?? "-"),
+        h("td", {}, e.moved_by !== null && e.moved_by !== undefined ? `exp ${e.moved_by}` : "-"), h("td", {}, fmt.when(e.created))))))
+      : h("p", { class: "muted" }, "the trash is empty")];
+}
+
 // ---- compare and sweeps ----------------------------------------------------------------------------------------
-// Several experiments' curves, one chart a metric, by step or by time. The registry keeps each point's step, not
-// its time: by time, a run's steps are spread evenly over when it ran (its start to its end), at its mean rate.
-function overlay(parent, seriesById, labels, spans) {
-  const ids = Object.keys(seriesById);
-  const names = chartOrder(new Set(ids.flatMap(i => Object.keys(seriesById[i]))));
-  const charts = h("div", { class: "charts" });
-  const toMinutes = i => {
-    const [t0, t1] = (spans || {})[i] || [];
-    const xs = Object.values(seriesById[i]).flatMap(pts => pts.map(p => p[0]));
-    if (!t0 || !t1 || !xs.length) return null;
-    const lo = Math.min(...xs), hi = Math.max(...xs);
-    return x => hi > lo ? (x - lo) / (hi - lo) * (t1 - t0) / 60 : 0;
-  };
-  const draw = byTime => {
-    charts.replaceChildren();
-    for (const name of names) {
-      const chart = new Chart(charts, name, ids.map(i => labels[i] || `exp ${i}`), byTime ? "minutes since start" : "step");
-      ids.forEach((i, k) => {
-        const pts = seriesById[i][name] || [];
-        const f = byTime ? toMinutes(i) : null;
-        chart.set(k, byTime ? (f ? pts.map(p => [f(p[0]), p[1]]) : []) : pts);
-      });
-    }
-    if (!names.length) charts.append(h("p", { class: "muted" }, "no metric series recorded yet (orch status reads them)"));
-  };
-  const step = h("button", { "data-x": "step", class: "on", onclick: () => { step.className = "on"; time.className = ""; draw(false); } }, "by step");
-  const time = h("button", { "data-x": "time", title: "each run's steps spread over its start to its end (the registry keeps no time per point)",
-    onclick: () => { time.className = "on"; step.className = ""; draw(true); } }, "by time");
-  parent.append(h("div", { class: "actions" }, step, time), charts);
-  draw(false);
+// Several experiments' curves, one chart a metric, overlaid or grouped by a setting, with the same controls as a
+// run's page. The registry keeps each point's step: by time or by tokens, a run's steps are placed through what
+// is known of it (its start and end, the tokens it last printed).
+function overlay(parent, data, labels, groupKeys) {
+  const ids = Object.keys(data.series);
+  const runs = ids.map(i => ({ label: labels[i] || `exp ${i}`, axes: (data.axes || {})[i] || {}, settings: (data.settings || {})[i] || {} }));
+  const names = () => [...new Set(ids.flatMap(i => Object.keys(data.series[i])))];
+  const chartView = new ChartView("compare", {});
+  chartView.s.group = "";
+  const set = new ChartSet(h("div"), chartView, runs, (k, name) => data.series[ids[k]][name] || [], data.better);
+  const controls = chartControls(chartView, names, name => set.show(name), { groupKeys });
+  parent.append(controls.el, set.box);
+  for (const name of firstCharts(names())) set.show(name);
+  if (!names().length) parent.append(h("p", { class: "muted" }, "no metric series recorded yet (orch status reads them)"));
 }
 
 async function compareView(ids) {
@@ -451,12 +461,18 @@ async function compareView(ids) {
         h("table", { id: "diff" }, h("thead", {}, head.cloneNode(true)), h("tbody", {}, ...(c.diff.length ? c.diff : [{ key: "(none)", values: [] }]).map(
           r => h("tr", { "data-key": r.key }, h("th", {}, r.key), ...r.values.map(v => h("td", {}, v))))))),
       h("div", {}, h("h3", {}, "Metrics"),
-        h("table", {}, h("thead", {}, head), h("tbody", {}, ...c.metrics.map(
-          r => h("tr", {}, h("th", {}, r.metric), ...r.values.map(v => h("td", {}, v)))))))),
+        h("table", { id: "metrics" }, h("thead", {}, head), h("tbody", {}, ...c.metrics.map(
+          r => h("tr", { "data-metric": r.metric }, h("th", {}, r.metric), ...r.values.map(v => h("td", {}, v)))))))),
     h("h3", {}, "Curves"), charts);
   const labels = Object.fromEntries(c.ids.map(i => [i, `exp ${i}${c.messages[i] ? `: ${c.messages[i]}` : ""}`]));
-  overlay(charts, c.series, labels, c.spans);
+  overlay(charts, c, labels, groupKeys(c.diff.map(r => r.key), c.settings));
   view.dataset.ready = "1";
+}
+
+// the settings a chart can group runs by: those that differ (batching first, as the diff has them), then the rest
+function groupKeys(differing, settings) {
+  const all = new Set(Object.values(settings || {}).flatMap(s => Object.keys(s)));
+  return [...differing.filter(k => all.has(k)), ...[...all].filter(k => !differing.includes(k)).sort()];
 }
 
 async function sweepView(sweep) {
@@ -472,14 +488,15 @@ async function sweepView(sweep) {
     h("h2", {}, `Sweep ${s.sweep}`),
     h("div", { class: "actions" }, stopBtn,
       h("a", { href: `#/compare?ids=${s.variants.map(v => v.id).join(",")}` }, h("button", {}, "Compare all"))),
-    h("p", { class: "muted" }, s.window ? `ranked by throughput over steps ${fmt.num(s.window[0])}–${fmt.num(s.window[1])}` : "no metrics yet"),
+    h("p", { class: "muted" }, s.window ? `ranked by throughput over steps ${sig3(s.window[0])}–${sig3(s.window[1])}` : "no metrics yet"),
     h("table", { id: "sweep" }, h("thead", {}, h("tr", {}, ...["", "id", ...s.keys, unit, "loss", "efficiency", "state"].map(c => h("th", {}, c)))),
       h("tbody", {}, ...s.variants.map(v => h("tr", { "data-experiment-id": v.id, onclick: () => { location.hash = `#/exp/${v.id}`; } },
         h("td", { class: "best" }, v.best ? "best" : ""), h("td", {}, v.id), ...Object.values(v.settings).map(x => h("td", {}, x)),
-        h("td", { class: "num" }, fmt.num(v.throughput, 4)), h("td", { class: "num" }, fmt.num(v.loss)),
-        h("td", { class: "num" }, fmt.num(v.efficiency, 3)), h("td", {}, state(v.status)))))),
+        h("td", { class: "num" }, sig3(v.throughput)), h("td", { class: "num" }, sig3(v.loss)),
+        h("td", { class: "num" }, sig3(v.efficiency)), h("td", {}, state(v.status)))))),
     h("h3", {}, "Curves"), charts);
-  overlay(charts, s.series, Object.fromEntries(s.variants.map(v => [v.id, `exp ${v.id}: ${Object.values(v.settings).join(", ")}`])), s.spans);
+  overlay(charts, s, Object.fromEntries(s.variants.map(v => [v.id, `exp ${v.id}: ${Object.values(v.settings).join(", ")}`])),
+          groupKeys(s.keys, s.settings));
   view.dataset.ready = "1";
 }
 
