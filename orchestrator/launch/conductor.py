@@ -172,9 +172,16 @@ class Conductor:
     def _refresh(self, reg, exps: list) -> None:
         """What is new in each live trial's log, read on one connection per target held from round to round
         (a read also brings the trial's state up to date: started by the queue, ended)."""
-        from ..records.reconcile import client_for
+        from ..records.reconcile import client_for, recover
         from ..watch import metrics_view
 
+        # a launch the conductor was killed inside leaves its row launching: the target says what became of it
+        for label in {self._target(e).label for e in exps if e.status == "launching"}:
+            target = next(t for t in self.targets if t.label == label)
+            try:
+                recover(self.base, target, reg)
+            except OrchError as exc:
+                self.say(f"{label} not asked about a launch left unfinished: {exc.message}")
         for exp in exps:
             target = self._target(exp)
             try:
@@ -233,6 +240,13 @@ class Conductor:
     # -- following -----------------------------------------------------------------------------------------
     def _follow(self, reg, trial: dict, exp) -> None:
         number, attrs = trial["number"], trial["attrs"]
+        if exp.status == "failed" and exp.started is None and "pruned" not in attrs:
+            tries = int(attrs.get("relaunches", 0)) + 1
+            if tries <= LAUNCH_TRIES:  # its launch never finished (the conductor was killed inside it)
+                self.study.trial_attr(number, "relaunches", tries)
+                self.say(f"trial {number}: experiment {exp.id} was never started ({exp.error or 'launch cut short'}): "
+                         "launched again")
+                return self._launch(reg, number, trial["params"], number + 1)
         stored = reg.metrics(exp.id)
         metric = self._metric(stored)
         points = _points(stored, metric) if metric else []

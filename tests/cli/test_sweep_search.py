@@ -153,8 +153,9 @@ def test_a_conductor_killed_mid_sweep_resumes_with_no_trial_run_twice_or_lost(qu
     assert all(r["state"] == "complete" for r in table["rows"]), table["rows"]
     with quad.registry() as reg:
         exps = reg.list(sweep=sweep)
-    assert len(exps) == 6 and sorted(r["experiment"] for r in table["rows"]) == sorted(e.id for e in exps)
-    assert all(e.status == "finished" for e in exps)
+    ran = [e for e in exps if e.started is not None]  # a launch the kill cut short never started, and is redone
+    assert len(ran) == 6 and sorted(r["experiment"] for r in table["rows"]) == sorted(e.id for e in ran)
+    assert all(e.status == "finished" for e in ran)
 
 
 def test_two_batch_sizes_meet_at_the_same_tokens(quad):
@@ -250,3 +251,34 @@ def test_sweep_stop_ends_the_conductor_first_then_its_trials(quad):
     assert table["rows"][0]["state"] == "failed" and table["rows"][0]["error"] == "stopped by orch sweep stop"
     with quad.registry() as reg:
         assert [e.status for e in reg.list(sweep=sweep)] == ["stopped"]
+
+
+def test_a_conductor_killed_inside_a_launch_launches_that_trial_again_once(quad):
+    import sqlite3
+
+    started = _start(quad, "--set", "project.env.LR=loguniform(1e-5,1.0)", "--trials", "3", "--steps", "10",
+                     "--prune", "none", "--seed", "5")
+    sweep = started["sweep"]
+    path = quad.path / ".orch" / "experiments.db"
+
+    def launching():  # the second trial's row, written before its run is started on the target
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                rows = db.execute("SELECT id, status FROM experiments WHERE sweep = ?", (sweep,)).fetchall()
+            finally:
+                db.close()
+        except sqlite3.OperationalError:  # not created yet, or being written
+            return False
+        return len(rows) >= 2 and any(s == "launching" for _, s in rows)
+    wait_for(launching, timeout=60, what="a launch under way", every=0.01)
+    os.kill(started["conductor"], signal.SIGKILL)
+    assert quad.run("sweep", "resume", sweep).returncode == 0
+    table = _ended(quad, sweep)
+    assert [r["state"] for r in table["rows"]] == ["complete"] * 3
+    with quad.registry() as reg:
+        exps = reg.list(sweep=sweep)
+    cut = [e for e in exps if e.started is None]
+    assert len(cut) == 1 and cut[0].status == "failed", [(e.id, e.status) for e in exps]  # recorded, never run
+    assert sorted(r["experiment"] for r in table["rows"]) == sorted(e.id for e in exps if e.started is not None)
+    assert "was never started" in (quad.path / ".orch" / "sweeps" / f"{sweep}.log").read_text()
