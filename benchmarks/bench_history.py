@@ -83,7 +83,7 @@ def read_ms(db: Path, runs: int) -> dict[str, tuple[float, float]]:
 
 def folders_ms(root: Path, runs: int) -> dict[str, tuple[float, float]]:
     """The agent's lookups over the run folders, as they read now and as every folder's state was read before."""
-    from orchestrator.agent import runs as agent_runs
+    from orchestrator.agent.run import runs as agent_runs
     from orchestrator.agent.layout import Layout
 
     layout = Layout(str(root))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.agent import notify  # noqa: E402
+from orchestrator.agent.watch import notify  # noqa: E402
 
 
 def _log(folder: str, lines: int) -> str:

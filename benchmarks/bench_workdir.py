@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.agent import revisions, runs  # noqa: E402
+from orchestrator.agent.run import runs  # noqa: E402
+from orchestrator.agent.store import revisions
 from orchestrator.agent.layout import Layout  # noqa: E402
 from orchestrator.agent.protocol import manifest_id  # noqa: E402
 
@@ -55,7 +56,7 @@ def main() -> None:
         rev = _revision(layout, args.files)
         builds, starts = [], []
         try:
-            from orchestrator.agent import workdir
+            from orchestrator.agent.run import workdir
         except ImportError:  # an orch from before work folders: the start alone, for comparison
             workdir = None
         for n in range(args.repeat if workdir else 0):

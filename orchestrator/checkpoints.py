@@ -1,6 +1,6 @@
 """Every controller-side checkpoint decision: the ``ckpt_*`` ops, retention, confirmation, putting back.
 
-The agent (``orchestrator.agent.checkpoints``) moves files on the target; this module decides what to ask
+The agent (``orchestrator.agent.ckpt.checkpoints``) moves files on the target; this module decides what to ask
 of it. Op arguments, retention limits, who wrote a folder and what to say are pure functions; the rest
 calls the agent through the ``AgentClient`` it is given (or opens one, for ``orch checkpoints ...``)::
 
@@ -137,13 +137,13 @@ def clean_now_op(target: Target, settings: Settings, inv: dict, writer: Writer |
 
 def move_op(target: Target) -> Op:
     """In a launch's locked call, after the runs it replaces stopped: an older orch's variant folders nested in
-    the folder go where the variants' own folders are now (``agent/ckpt_move``)."""
+    the folder go where the variants' own folders are now (``agent/ckpt/ckpt_move``)."""
     return Op("ckpt_move", folder(target))
 
 
 def variant_folder(target: Target, inv: dict | None, exp_id: int) -> str:
     """The checkpoint folder of a run beside the lineage (a sweep's variant, ``--beside``): where the target's
-    inventory says the folder's variants go (``agent/ckpt_layout``), else beside the folder."""
+    inventory says the folder's variants go (``agent/ckpt/ckpt_layout``), else beside the folder."""
     start = (inv or {}).get("variant_prefix") or target.checkpoints.rstrip("/") + "@"
     return f"{start}exp{int(exp_id)}"
 
@@ -151,7 +151,7 @@ def variant_folder(target: Target, inv: dict | None, exp_id: int) -> str:
 def own_folder(target: Target, exp_id: int, recorded: str | None) -> str | None:
     """``orch checkpoints ... -e ID``: the folder experiment ``exp_id`` wrote to, as its row records it (None:
     the lineage's folder); refused when that is not this target's folder or one of its experiments' own."""
-    from .agent import ckpt_layout
+    from .agent.ckpt import ckpt_layout
 
     conf = target.checkpoints.rstrip("/")
     path = (recorded or "").rstrip("/")
@@ -174,7 +174,7 @@ def lineage(exp: Experiment) -> str | None:
 
     The folder it wrote to decides, not the configuration it recorded: an older orch's restart recorded its
     parent's configuration with today's folder, and ran in today's."""
-    from .agent import ckpt_layout
+    from .agent.ckpt import ckpt_layout
 
     path = (exp.checkpoints or "").rstrip("/")
     if not path:

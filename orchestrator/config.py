@@ -283,7 +283,7 @@ class RunSection(_Section):
         return v
 
     def recovery(self) -> dict:
-        """What the on-target supervisor needs to restart a run by itself (``agent/attempts.Policy``)."""
+        """What the on-target supervisor needs to restart a run by itself (``agent/run/attempts.Policy``)."""
         return {"restarts": self.restarts, "restart_on": self.restart_on, "backoff": list(self.backoff),
                 "stall_timeout": self.stall_after, "term_timeout": self.term_timeout,  # the agent's name for it
                 "checkpoint_glob": self.checkpoint_glob, "resume_after_reboot": self.resume_after_reboot}
@@ -303,7 +303,7 @@ class GuardSection(_Section):
                                                            "evaluated")
 
     def spec(self) -> dict:
-        """What the guarded run's supervisor needs (``agent/guard.Spec``), the runs' keys added by the launch."""
+        """What the guarded run's supervisor needs (``agent/watch/guard.Spec``), the runs' keys added by the launch."""
         return {"steps": self.steps, "min_throughput": self.min_throughput, "max_loss_ratio": self.max_loss_ratio,
                 "on_fail": self.on_fail, "loss": self.loss}
 
@@ -381,7 +381,7 @@ def local_root() -> str:
 
 
 SECRET_KEYS = ("notify.url",)  # never shown in an error: the value is a secret
-NOTIFY_EVENTS = ("crashed", "stalled", "restarted", "finished", "spike", "slow")  # those the supervisor sends (agent/notify.py)
+NOTIFY_EVENTS = ("crashed", "stalled", "restarted", "finished", "spike", "slow")  # those the supervisor sends (agent/watch/notify.py)
 
 
 class NotifySection(_Section):
@@ -396,7 +396,7 @@ class NotifySection(_Section):
     @field_validator("url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        from .agent.notify import url_fault
+        from .agent.watch.notify import url_fault
 
         fault = url_fault(v) if v is not None else None
         if fault:

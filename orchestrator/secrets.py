@@ -4,7 +4,7 @@ A secret named in orch.toml (``secrets = ["WANDB_API_KEY"]``) is taken from the 
 environment, else from ``.orch/secrets.env`` (``KEY=VALUE`` lines; the file must be readable by its
 owner only). The environment wins, as in the rest of orch's configuration. Only names ever reach
 records, output and errors; values travel in the agent's stdin and from the agent to the run through a
-pipe (``agent/runs.py``).
+pipe (``agent/run/runs.py``).
 
     >>> looks_secret({"HF_TOKEN": "x", "LR": "1e-3"})
     ['HF_TOKEN']

@@ -8,9 +8,15 @@ import sys
 import time
 import traceback
 
-from . import (checkpoints, ckpt_move, diskspace, doctor, envs, gc, gpu_share, identity, journal, launch_env, logs,
-               notify, revisions, rollback, run_files, runqueue, runs, start_check, system, validate, workdir)
-from .blob_stream import Payload
+from . import diskspace, journal
+from .ckpt import checkpoints, ckpt_move
+from .machine import doctor, identity, system
+from .queue import gpu_share, runqueue
+from .run import launch_env, rollback, runs, start_check, workdir
+from .serving import logs, run_files, validate
+from .store import envs, gc, revisions
+from .watch import notify
+from .store.blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
 from .protocol import PROTOCOL, AgentFailure, frame

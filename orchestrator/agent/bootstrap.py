@@ -60,58 +60,58 @@ if _dir is not None:
             del sys.modules[_name]  # imported from the zip for the check: import the unpacked copy from now on
 
 if len(sys.argv) >= 3 and sys.argv[1] == "supervise":  # the run's supervisor: import no more than it needs
-    from orchestrator.agent.runs import supervise  # noqa: E402
+    from orchestrator.agent.run.runs import supervise  # noqa: E402
 
     os.environ["LC_ALL"] = "C.UTF-8"
     _code = supervise(sys.argv[2])
-    from orchestrator.agent.runqueue import after_supervisor  # noqa: E402
+    from orchestrator.agent.queue.runqueue import after_supervisor  # noqa: E402
 
     after_supervisor(sys.argv[2])  # the run has ended: the project's next queued experiment starts
     sys.exit(_code)
 
 if len(sys.argv) >= 3 and sys.argv[1] == "standby":  # the next run's supervisor, imported before its start (standby)
-    from orchestrator.agent import standby  # noqa: E402
-    from orchestrator.agent.runs import supervise  # noqa: E402
+    from orchestrator.agent.run import standby  # noqa: E402
+    from orchestrator.agent.run.runs import supervise  # noqa: E402
 
     os.environ["LC_ALL"] = "C.UTF-8"
     _run = standby.wait(sys.argv[2])
     if _run is None:
         sys.exit(0)
     _code = supervise(_run)
-    from orchestrator.agent.runqueue import after_supervisor  # noqa: E402
+    from orchestrator.agent.queue.runqueue import after_supervisor  # noqa: E402
 
     after_supervisor(_run)
     sys.exit(_code)
 
 if len(sys.argv) >= 3 and sys.argv[1] == "resume":  # after a reboot, from the run's systemd unit (reboot_unit)
-    from orchestrator.agent.rollback import at_boot  # noqa: E402  (a guarded run's rollback, or runs.resume)
+    from orchestrator.agent.run.rollback import at_boot  # noqa: E402  (a guarded run's rollback, or runs.resume)
 
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(at_boot(sys.argv[2]))
 
 if len(sys.argv) >= 4 and sys.argv[1] == "queue-boot":  # after a reboot, from the queue's systemd unit
-    from orchestrator.agent.runqueue import at_boot  # noqa: E402
+    from orchestrator.agent.queue.runqueue import at_boot  # noqa: E402
 
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(at_boot(sys.argv[2], sys.argv[3]))
 if len(sys.argv) >= 4 and sys.argv[1] == "queue-retry":  # a queued run waiting for nvidia-smi (runqueue.retry)
-    from orchestrator.agent.runqueue import retry  # noqa: E402
+    from orchestrator.agent.queue.runqueue import retry  # noqa: E402
 
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(retry(sys.argv[2], sys.argv[3]))
 if len(sys.argv) >= 3 and sys.argv[1] == "rollback":  # a failed guard's way back (guard.spawn_rollback)
-    from orchestrator.agent.rollback import rollback  # noqa: E402
+    from orchestrator.agent.run.rollback import rollback  # noqa: E402
 
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(rollback(sys.argv[2]))
 
 if len(sys.argv) >= 3 and sys.argv[1] == "window":  # a window opened in a run's session: its environment
-    from orchestrator.agent.launch_env import window  # noqa: E402
+    from orchestrator.agent.run.launch_env import window  # noqa: E402
 
     sys.exit(window(sys.argv[2]))
 
 if len(sys.argv) >= 2 and sys.argv[1] == "serve":  # resident: one request after another on this channel
-    from orchestrator.agent.serve import serve  # noqa: E402
+    from orchestrator.agent.serving.serve import serve  # noqa: E402
 
     sys.exit(serve())
 

@@ -1,10 +1,10 @@
 """``orch deploy --gpus N --beside``: a new experiment next to the project's running ones, on GPUs none holds.
 
 The target says which of its GPUs each live orch run (of any project) was given and which nvidia-smi
-shows busy (``agent/gpu_share.py``; the machine's GPUs are ``[targets.X] gpus = N`` where set, else
+shows busy (``agent/queue/gpu_share.py``; the machine's GPUs are ``[targets.X] gpus = N`` where set, else
 nvidia-smi's). With N free, the plan loses its ``stop_run`` and ``checkpoints`` steps, the run gets those
 GPUs in ``CUDA_VISIBLE_DEVICES`` and its own checkpoint folder beside the project's (``{project}@exp{id}``,
-``agent/ckpt_layout``), and the target
+``agent/ckpt/ckpt_layout``), and the target
 starts it in a window of the project's tmux session; under the lock the target checks again that none of
 its GPUs was given meanwhile. Without N free, ``--queue`` queues it (the target's queue starts it on the
 GPUs the next run to end frees), else the launch is refused, naming which experiment holds which GPU.

@@ -41,7 +41,7 @@ class NodeRun:
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    job: dict = field(default_factory=dict)  # who the node is to its peers' stall watchdogs (agent/heartbeat.py)
+    job: dict = field(default_factory=dict)  # who the node is to its peers' stall watchdogs (agent/run/heartbeat.py)
 
 
 def launcher(dist: DistributedSection, nnodes: int) -> str:

@@ -3,7 +3,7 @@
 An env is named by the hash of its inputs: the requirements as resolved from ``[env]`` (a requirements
 file, the project's ``pyproject.toml`` dependencies, or a ``uv.lock`` exported to pinned lines), the
 target interpreter's version and platform, and whether it sees the system's site packages. The same inputs
-on any revision or node give the same hash, so it is built once per target (``agent/envs.py``).
+on any revision or node give the same hash, so it is built once per target (``agent/store/envs.py``).
 
 With ``wheels = "push"`` (or ``auto`` when the target cannot reach the index) the wheels are resolved and
 downloaded here, for the target's Python version and platform, and sent as blobs like a revision's files
@@ -112,7 +112,7 @@ def spec(settings: Settings) -> dict | None:
 
 def _redact(text: str) -> str:
     """An index URL's credentials (``https://user:token@host``) are never recorded, nor part of the env's name."""
-    from ..agent.envs import redact
+    from ..agent.store.envs import redact
 
     return redact(text)
 

@@ -1,6 +1,6 @@
 """``deploy --guard`` / ``restart --guard``: what the controller decides before the target watches alone.
 
-The guard itself runs on the target (``agent/guard.py``, in the new run's supervisor; ``agent/rollback.py``
+The guard itself runs on the target (``agent/watch/guard.py``, in the new run's supervisor; ``agent/run/rollback.py``
 for the way back). Here: refuse a guard that could not keep its promise, before anything changes, and write
 the spec the supervisor gets: ``[guard]``, the parent's run key (the run the launch stops) and the number kept
 in the registry (``Registry.reserve``) for the run a rollback would start, recorded by the next command that

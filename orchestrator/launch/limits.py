@@ -1,6 +1,6 @@
 """Pure: everything the agent would refuse about a launch, checked on the controller before any agent call.
 
-The limits are the agent's own (``agent/validate.py``, ``agent/handover.py``), imported rather than copied,
+The limits are the agent's own (``agent/serving/validate.py``, ``agent/run/handover.py``), imported rather than copied,
 so a launch that can never start is an ``InputError`` naming the key and the limit, and nothing is stopped,
 moved or recorded anywhere::
 
@@ -14,8 +14,9 @@ import json
 from typing import Mapping
 
 from . import command as commands
-from ..agent import handover
-from ..agent.validate import ARG_CHARS, ENV_VALUE_CHARS, EXEC_STRING_BYTES, EXEC_TOTAL_BYTES, MAX_ARGS, MAX_ID, RUN_ENV_ALLOWANCE, exec_size
+from ..agent.run import handover
+from ..agent.serving.validate import (ARG_CHARS, ENV_VALUE_CHARS, EXEC_STRING_BYTES, EXEC_TOTAL_BYTES, MAX_ARGS,
+                                      MAX_ID, RUN_ENV_ALLOWANCE, exec_size)
 from ..errors import InputError
 
 MAX_SECONDS = 1e9  # the agent's bound on every timeout it is given

@@ -1,6 +1,6 @@
 """``[notify]`` as a run's supervisor takes it, and ``orch notify test``.
 
-The target sends the notifications (``agent/notify.py``); the controller only resolves the webhook URL (the
+The target sends the notifications (``agent/watch/notify.py``); the controller only resolves the webhook URL (the
 ``url`` key, or the secret ``url_secret`` names) and says who the run is, so each message can name the
 experiment, project, CT and node. The URL travels in the agent's stdin, never in a record, like a secret.
 """
@@ -20,7 +20,7 @@ def url(settings: Settings) -> str | None:
         return section.url
     if section.url_secret is None:
         return None
-    from ..agent.notify import url_fault
+    from ..agent.watch.notify import url_fault
 
     value = secrets.collect([section.url_secret], settings.state_dir)[section.url_secret]
     fault = url_fault(value)
@@ -98,6 +98,6 @@ def test(settings: Settings, target: Target) -> dict:
 
 
 def _redact(text: str, address: str) -> str:
-    from ..agent.notify import redact
+    from ..agent.watch.notify import redact
 
     return redact(text, address)

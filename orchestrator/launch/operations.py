@@ -167,7 +167,7 @@ def _push(launch: Launch, client: AgentClient, probe: dict, out: Outcome) -> Non
 
 def build_env(launch: Launch, client: AgentClient, probe: dict) -> None:
     """The run's environment, built unless the target has it, before the lock is taken and anything stops: a
-    build that fails leaves the running experiment as it was (and a cut one is never used: ``agent/envs``)."""
+    build that fails leaves the running experiment as it was (and a cut one is never used: ``agent/store/envs``)."""
     from . import envs
 
     if not launch.has(BuildEnv):
@@ -388,10 +388,10 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
 
 def _inherited(launch: Launch) -> dict:
     """On the local target the run starts with this command's environment, umask and limits, as if the user had
-    typed its command here (``agent/launch_env``); a remote target's agent gives it the login environment there."""
+    typed its command here (``agent/run/launch_env``); a remote target's agent gives it the login environment there."""
     if launch.target.spec.kind != "local":
         return {}
-    from ..agent import launch_env
+    from ..agent.run import launch_env
 
     found = launch_env.capture()
     found["env"] = {k: v for k, v in found["env"].items() if k not in _secret_names(launch)}  # they go as secrets do

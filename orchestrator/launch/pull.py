@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from ..agent.protocol import AgentFailure
-from ..agent.validate import pull_key
+from ..agent.serving.validate import pull_key
 from ..config import Settings
 from ..errors import AgentError, ConflictError, InputError, TransportError
 from ..files import atomic_write, sha256_file
@@ -318,7 +318,7 @@ def selection(checkpoints: str | None, *, want_checkpoints: bool, outputs: bool,
     ``--checkpoints`` the one that has a trash entry's shape is the ENTRY. Nothing named: all three sources."""
     import re
 
-    from ..agent.validate import pull_glob, trash_name
+    from ..agent.serving.validate import pull_glob, trash_name
 
     entries = [w for w in words if want_checkpoints and re.fullmatch(ENTRY_SHAPE, w)]
     if len(entries) > 1:

@@ -32,7 +32,7 @@ INLINE = 256 << 10  # a push this small rides in the launch's locked call: one r
 #: a push this big goes the bulk way (``Transport.run_bulk``: OpenSSH where it can, ~1.7x paramiko's rate); a
 #: smaller one stays on the connection already open, which saves the new connection's ~0.1-0.2 s
 BULK = 64 << 20
-DIGEST = 64  # the hex hash after a pending file's bytes (agent/blob_stream.py)
+DIGEST = 64  # the hex hash after a pending file's bytes (agent/store/blob_stream.py)
 
 
 def missing_op(rev: Revision) -> Op:

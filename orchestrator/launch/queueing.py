@@ -2,7 +2,7 @@
 
 The revision is pushed and assembled now (so it cannot change afterwards) and the experiment is recorded
 ``queued``; what the running experiment's end changes (stopping it, moving its checkpoints, verifying a start)
-is left out: the target's queue (``agent/runqueue.py``) starts the run when the one before it ends.
+is left out: the target's queue (``agent/queue/runqueue.py``) starts the run when the one before it ends.
 
     queued(launch) -> the same Launch whose plan has a QueueRun where it had StartRun
 """

@@ -4,7 +4,7 @@ Two sources, one row per GPU:
 
 - the CT config (``devN: /dev/nvidiaK[,gid=…]``, ``lxc.mount.entry``, ``lxc.cgroup2.devices.allow``), read
   with ``proxmox.config_summary``: what is passed through, known even while the CT is stopped;
-- the agent's ``gpus`` call (``agent/system.gpu_report``): nvidia-smi's GPUs and compute processes, each
+- the agent's ``gpus`` call (``agent/machine/system.gpu_report``): nvidia-smi's GPUs and compute processes, each
   process with the orch run it belongs to (its recorded pid or an ancestor of it).
 
 ``survey`` asks many machines at once, each in its own thread: one that does not answer costs only its

@@ -1,4 +1,4 @@
-"""The CT a Proxmox target names, checked in every agent call (the agent's side: ``agent/identity.py``).
+"""The CT a Proxmox target names, checked in every agent call (the agent's side: ``agent/machine/identity.py``).
 
 An SSH host key proves only that the machine holds that key, and a clone holds its original's: a stopped CT's
 address handed to its clone answers with the key orch trusts. So every call to a Proxmox CT carries ``expect``

@@ -50,7 +50,7 @@ def noticed(now: float) -> str:
 
 
 def guard_reason(guard: dict | None) -> str | None:
-    """A guarded run's end as its guard decided it (``agent/guard.py``); None while it watches or once it held.
+    """A guarded run's end as its guard decided it (``agent/watch/guard.py``); None while it watches or once it held.
 
         guard_reason({"state": "rolled back", "reason": "throughput 11.9 Ktok/s < 0.9 × 32.0 Ktok/s of exp 12 …"})
             -> "rolled back: throughput 11.9 Ktok/s < 0.9 × 32.0 Ktok/s of exp 12 …"

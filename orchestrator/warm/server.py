@@ -33,8 +33,8 @@ PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.st
            "orchestrator.reach.targets", "orchestrator.launch.operations", "orchestrator.launch.push",
            "orchestrator.watch.follow", "orchestrator.cli.job", "orchestrator.launch.prepare",
            "orchestrator.launch.spare_jobs", "orchestrator.reach.current", "orchestrator.secrets",
-           "orchestrator.watch.metrics", "orchestrator.agent.handover", "orchestrator.agent.validate",
-           "orchestrator.agent.layout", "orchestrator.agent.strict", "orchestrator.agent.launch_env", "resource",
+           "orchestrator.watch.metrics", "orchestrator.agent.run.handover", "orchestrator.agent.serving.validate",
+           "orchestrator.agent.layout", "orchestrator.agent.strict", "orchestrator.agent.run.launch_env", "resource",
            "orchestrator.launch.queueing", "yaml",
            "pydantic.type_adapter", "rich.console", "rich.table", "sqlite3", "tomllib",
            # what every status reads with, and status --all's threads

@@ -59,7 +59,7 @@ def ask_node(transport: Transport, target: Target) -> tuple[dict | None, str | N
 
 def node_report(code: int, stdout: str, stderr: str) -> dict:
     """The node's answer in the shape of the agent's ``system.gpu_report`` (its parser, one for both)."""
-    from ..agent.system import parse_csv
+    from ..agent.machine.system import parse_csv
 
     if code != 0:
         text = (stdout + stderr).strip()

@@ -1,4 +1,4 @@
-"""``orch doctor``'s verdicts: a target's facts (``agent/doctor.py``), its CT config and its node's driver, in
+"""``orch doctor``'s verdicts: a target's facts (``agent/machine/doctor.py``), its CT config and its node's driver, in
 findings, each ``ok``/``warn``/``fail`` with the reason and the fix as the command to run. Pure: no I/O.
 
     findings = judge(Facts(agent=..., ct={"vmid": 200, "node": "pve1", "config": summary}, node_smi=...))
@@ -18,7 +18,7 @@ MIB = 1 << 20
 GIB = 1 << 30
 SHM_FOR_NCCL = GIB  # NCCL's documented --shm-size=1g
 MIN_PYTHON = (3, 10)
-MIN_TMUX = (3, 2)  # agent/tmux.py's NEEDED (new-session -e), which a deploy's preflight refuses below; kept here
+MIN_TMUX = (3, 2)  # agent/run/tmux.py's NEEDED (new-session -e), which a deploy's preflight refuses below; kept here
 # as a number so that this module stays pure
 LOW_SPACE = GIB
 CLOCK_SKEW_S = 2.0

@@ -1,7 +1,7 @@
 """Into the run: attach to its tmux pane, run a command in its work folder, a shell, a forwarded port.
 
-Where things are comes from the layout the agent uses (``agent/layout.py``, ``agent/runs.py``,
-``agent/workdir.py``): the run's tmux session ``orch-<project>`` lives on orch's private socket for the
+Where things are comes from the layout the agent uses (``agent/layout.py``, ``agent/run/runs.py``,
+``agent/run/workdir.py``): the run's tmux session ``orch-<project>`` lives on orch's private socket for the
 target's root, a revision is unpacked in ``<root>/revisions/<rev>``, and a run works in
 ``<root>/runs/<key>/work`` (runs of an older orch worked in their revision folder). The terminal and port plumbing is in
 ``transport/interactive.py``.

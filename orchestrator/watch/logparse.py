@@ -1,4 +1,4 @@
-"""Log line -> metric event on the controller: the agent's reader (``agent/metric_lines.py``, which ships to the
+"""Log line -> metric event on the controller: the agent's reader (``agent/metrics/metric_lines.py``, which ships to the
 targets, so a run's supervisor and ``orch status`` read a line alike) plus the user's ``[metrics] patterns``.
 
 Pure and fast: ``orch status`` parses whole logs with it. Recognised with no configuration: nanoGPT, Hugging
@@ -24,9 +24,9 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 
-from orchestrator.agent.metric_lines import Reader, plain
-from orchestrator.agent.metric_names import name_of
-from orchestrator.agent.metric_shapes import Event
+from orchestrator.agent.metrics.metric_lines import Reader, plain
+from orchestrator.agent.metrics.metric_names import name_of
+from orchestrator.agent.metrics.metric_shapes import Event
 from orchestrator.errors import ConfigError
 
 __all__ = ["PARSER_VERSION", "Event", "Parser", "parser_key", "plain"]

@@ -123,7 +123,7 @@ def series_of(stored: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     "summary", "points": [(step, value), ...]}}`` out, training metrics first (``loss``, ``lr``, ``tok_s``, …),
     then the evaluations' (``val_loss``, ``test_acc1``), then the summaries'. A point's step is the training step
     the line came at (an evaluation: the last training step before it)."""
-    from orchestrator.agent.metric_names import kind_of_metric
+    from orchestrator.agent.metrics.metric_names import kind_of_metric
 
     order = {"train": 0, "eval": 1, "summary": 2}
     series = dict((stored or {}).get("series") or {})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.agent.budget import Budget
+from orchestrator.agent.watch.budget import Budget
 
 
 def test_steps_are_read_as_the_log_grows_and_the_budget_is_spent_at_its_step(tmp_path):

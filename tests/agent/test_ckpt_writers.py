@@ -1,8 +1,8 @@
-"""Who wrote a checkpoint file, from the runs' records on the target and the file's mtime (agent/ckpt_writers)."""
+"""Who wrote a checkpoint file, from the runs' records on the target and the file's mtime (agent/ckpt/ckpt_writers)."""
 
 from __future__ import annotations
 
-from orchestrator.agent.ckpt_writers import is_run, writer_of, written_by
+from orchestrator.agent.ckpt.ckpt_writers import is_run, writer_of, written_by
 
 THREE = {"id": 3, "registry": "r1", "clone": None, "started": 100.0, "ended": 200.0}
 FOUR = {"id": 4, "registry": "r1", "clone": None, "started": 200.5, "ended": None}

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.agent import envs, validate
-from orchestrator.agent.gc import gc, plan
+from orchestrator.agent.serving import validate
+from orchestrator.agent.store import envs
+from orchestrator.agent.store.gc import gc, plan
 from orchestrator.agent.layout import Layout
 from orchestrator.agent.protocol import AgentFailure
 

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from orchestrator.agent.gc import gc, plan
+from orchestrator.agent.store.gc import gc, plan
 from orchestrator.agent.layout import Layout
 
 OLD = time.time() - 7200

@@ -7,7 +7,7 @@ import json
 import os
 import time
 
-from orchestrator.agent import rollback, runs
+from orchestrator.agent.run import rollback, runs
 from orchestrator.agent.layout import Layout, write_json
 
 

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from orchestrator.agent import identity, validate
+from orchestrator.agent.machine import identity
+from orchestrator.agent.serving import validate
 from orchestrator.agent.__main__ import handle
 from orchestrator.agent.protocol import AgentFailure
 

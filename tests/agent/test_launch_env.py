@@ -1,4 +1,4 @@
-"""What a run inherits from its launch (``agent/launch_env``): recorded 0600 without the secrets, checked as it comes
+"""What a run inherits from its launch (``agent/run/launch_env``): recorded 0600 without the secrets, checked as it comes
 off the wire, and taken by the supervisor (umask, limits, variables with its own pane's tmux) in a real process."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from orchestrator.agent import launch_env, validate
+from orchestrator.agent.run import launch_env
+from orchestrator.agent.serving import validate
 from orchestrator.agent.protocol import AgentFailure
 
 
@@ -52,7 +53,7 @@ def test_the_launch_counts_towards_what_the_kernel_execs():
 # a supervisor's side in a process of its own: it takes the record, then reports what a child of it gets
 TAKE = """\
 import json, os, resource, subprocess, sys
-from orchestrator.agent import launch_env
+from orchestrator.agent.run import launch_env
 env, missed = launch_env.apply(launch_env.read(sys.argv[1]))
 out = subprocess.run([sys.executable, "-c", "import json, os, resource; print(json.dumps([dict(os.environ), "
                       "resource.getrlimit(resource.RLIMIT_NOFILE), os.umask(0)]))"], env=env, capture_output=True,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.agent import notify
+from orchestrator.agent.watch import notify
 from tests.webhook import Webhook, closed_port_url
 
 CONTEXT = {"experiment": 14, "project": "demo", "target": "CT 101 on pve1", "ct": 101, "node": "pve1"}
@@ -93,7 +93,7 @@ def test_the_agent_refuses_a_bad_notify_argument(spec, message):
 
 
 def test_metric_lines_find_a_spike_and_a_slow_rate(tmp_path):
-    from orchestrator.agent import metric_lines
+    from orchestrator.agent.metrics import metric_lines
 
     assert metric_lines.parse("step=3 loss=2.5 tok/s=1200") == {"step": 3.0, "loss": 2.5, "tok_s": 1200.0}
     assert metric_lines.parse("epoch 1 done") == {}

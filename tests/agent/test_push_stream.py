@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.agent.protocol import PROTOCOL, unframe
 from orchestrator.reach.agent_client import AgentClient, Op, Stream
-from orchestrator.agent import durability
+from orchestrator.agent.store import durability
 from orchestrator.agent.layout import Layout
 from orchestrator.errors import AgentError, InputError
 from orchestrator.reach.transport.local import LocalTransport

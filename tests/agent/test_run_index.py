@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.agent import procstat, reboot_unit, runs
+from orchestrator.agent import procstat
+from orchestrator.agent.run import reboot_unit, runs
 from orchestrator.agent.layout import Layout
 
 PROJECTS = ("alpha", "beta", "gamma")

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.agent import revisions, workdir
-from orchestrator.agent.gc import gc, plan
+from orchestrator.agent.run import workdir
+from orchestrator.agent.store import revisions
+from orchestrator.agent.store.gc import gc, plan
 from orchestrator.agent.layout import Layout, remove_tree
 from orchestrator.agent.protocol import AgentFailure, manifest_id
 
@@ -183,8 +184,9 @@ AS_USER = """\
 import json, os, sys, time
 sys.path.insert(0, sys.argv[2])
 from pathlib import Path
-from orchestrator.agent import revisions, workdir
-from orchestrator.agent.gc import gc
+from orchestrator.agent.run import workdir
+from orchestrator.agent.store import revisions
+from orchestrator.agent.store.gc import gc
 from orchestrator.agent.layout import Layout
 from orchestrator.agent.protocol import manifest_id
 import hashlib

@@ -147,11 +147,11 @@ def test_a_resident_loads_what_its_requests_import_late_before_they_come():
     import subprocess
     import sys
 
-    probe = ("import sys; from orchestrator.agent import serve; "
+    probe = ("import sys; from orchestrator.agent.serving import serve; "
              "assert not [m for m in serve.PRELOAD if m in sys.modules]; serve._preload(); "
              "print(sorted(m for m in serve.PRELOAD if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    from orchestrator.agent import serve
+    from orchestrator.agent.serving import serve
 
     assert out.strip() == str(sorted(serve.PRELOAD))
 
@@ -181,7 +181,7 @@ def test_a_resident_whose_login_environment_changed_runs_nothing_and_says_stale(
 
 
 def test_the_login_files_are_the_targets_and_the_logins_own():
-    from orchestrator.agent.serve import login_files
+    from orchestrator.agent.serving.serve import login_files
 
     files = login_files("/home/ml")
     assert "/etc/bash.bashrc" in files and "/home/ml/.bashrc" in files and "/home/ml/.ssh/environment" in files

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from orchestrator.agent import runs, start_check
+from orchestrator.agent.run import runs, start_check
 from orchestrator.agent.layout import Layout
 from orchestrator.agent.protocol import AgentFailure
 

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.agent import runs
+from orchestrator.agent.run import runs
 from orchestrator.agent.layout import Layout, write_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def launching_run(root: Path, marker: Path) -> tuple[Layout, str]:
 
 
 def supervise(run_dir: str) -> subprocess.CompletedProcess:
-    code = f"import sys; from orchestrator.agent import runs; sys.exit(runs.supervise({run_dir!r}))"
+    code = f"import sys; from orchestrator.agent.run import runs; sys.exit(runs.supervise({run_dir!r}))"
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
@@ -73,7 +73,7 @@ def test_a_run_stopped_once_running_still_reads_stopped_with_its_exit_code(tmp_p
     """The plain path is unchanged: a started run is signalled and records its own exit."""
     marker = tmp_path / "ran"
     layout, run_dir = launching_run(tmp_path / "root", marker)
-    proc = subprocess.Popen([sys.executable, "-c", f"import sys; from orchestrator.agent import runs; "
+    proc = subprocess.Popen([sys.executable, "-c", f"import sys; from orchestrator.agent.run import runs; "
                              f"sys.exit(runs.supervise({run_dir!r}))"], cwd=REPO)
     try:
         deadline = time.monotonic() + 30

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from orchestrator.agent import tmux
+from orchestrator.agent.run import tmux
 
 
 @pytest.fixture

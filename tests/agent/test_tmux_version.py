@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from orchestrator.agent.system import tmux_version
+from orchestrator.agent.machine.system import tmux_version
 
 
 def test_each_tmux_binary_is_asked_once_until_it_changes(tmp_path):
@@ -44,7 +44,7 @@ def test_a_tmux_too_old_for_orch_is_named_with_the_version_needed(project, tmp_p
 
 def test_a_tmux_that_answers_usage_is_said_to_be_too_old(tmp_path):
     from orchestrator.agent.protocol import AgentFailure
-    from orchestrator.agent.tmux import Server
+    from orchestrator.agent.run.tmux import Server
 
     old = tmp_path / "tmux"
     old.write_text('#!/bin/sh\n[ "$1" = -V ] && { echo "tmux 3.0a"; exit 0; }\n'

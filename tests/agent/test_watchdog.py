@@ -9,9 +9,9 @@ import subprocess
 import threading
 import time
 
-from orchestrator.agent import watchdog
-from orchestrator.agent.attempts import Policy
-from orchestrator.agent.heartbeat import encode, token
+from orchestrator.agent.run import watchdog
+from orchestrator.agent.run.attempts import Policy
+from orchestrator.agent.run.heartbeat import encode, token
 
 SILENT = ["python3", "-c", "import time; time.sleep(60)"]
 

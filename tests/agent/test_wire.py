@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.agent.protocol import MARK_BEGIN, MARK_END, frame, manifest_id, unframe
-from orchestrator.agent.validate import ARGS
+from orchestrator.agent.serving.validate import ARGS
 from orchestrator.reach.agent_client import AgentClient, Op, agent_zip
 from orchestrator.errors import AgentError, InputError
 from orchestrator.reach.transport.base import Result, Transport

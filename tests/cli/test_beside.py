@@ -80,7 +80,7 @@ def test_two_side_by_side_on_disjoint_gpus_and_a_third_refused(side):
     assert (sorted(x.name for x in (p.root / "runs").iterdir()), snapshot(p.checkpoints)) == before
 
     # under the lock, the start check refuses GPUs a live run was given since the launch looked
-    from orchestrator.agent import start_check
+    from orchestrator.agent.run import start_check
     from orchestrator.agent.layout import Layout
     from orchestrator.agent.protocol import AgentFailure
 

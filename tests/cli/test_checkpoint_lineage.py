@@ -184,7 +184,7 @@ def test_the_next_launch_moves_an_older_orchs_nested_folders_with_every_file(lin
 def test_a_move_cut_short_is_finished_by_the_next_call(tmp_path):
     """The folder was renamed, the journal says so, the cut came before the trash and the records: the next
     ``ckpt_move`` finishes them, and moves nothing twice."""
-    from orchestrator.agent import ckpt_move
+    from orchestrator.agent.ckpt import ckpt_move
     from orchestrator.agent.layout import Layout
 
     layout = Layout(str(tmp_path / "root"))
@@ -216,7 +216,8 @@ def test_a_move_cut_short_is_finished_by_the_next_call(tmp_path):
 
 
 def test_a_nested_folder_whose_run_waits_in_the_queue_stays_and_no_reader_of_the_lineage_sees_it(tmp_path):
-    from orchestrator.agent import attempts, checkpoints, ckpt_layout, ckpt_move
+    from orchestrator.agent.ckpt import checkpoints, ckpt_layout, ckpt_move
+    from orchestrator.agent.run import attempts
     from orchestrator.agent.layout import Layout
 
     layout = Layout(str(tmp_path / "root"))

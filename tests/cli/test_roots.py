@@ -118,7 +118,7 @@ def test_a_tampered_agent_file_is_replaced_and_a_tampered_unpacked_copy_refused(
     agent.write_bytes(b"import os; os.system('touch /tmp/planted')")
     fresh = AgentClient(LocalTransport(), str(tmp_path / "root"), sys.executable)
     assert fresh.one("hello")["protocol"] == 1 and agent.read_bytes() == agent_zip()[1]
-    unpacked = Path(client.agent_path[:-4] + ".d") / "orchestrator" / "agent" / "runs.py"
+    unpacked = Path(client.agent_path[:-4] + ".d") / "orchestrator" / "agent" / "run" / "runs.py"
     os.chmod(unpacked, 0o644)
     unpacked.write_text(unpacked.read_text() + "\nPLANTED = True\n")
     with pytest.raises(SafetyError, match="does not match") as info:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from orchestrator.agent.attempts import History, Policy, marker, newest_checkpoint, summary
+from orchestrator.agent.run.attempts import History, Policy, marker, newest_checkpoint, summary
 
 
 def test_policy_restarts_failures_until_exhausted():

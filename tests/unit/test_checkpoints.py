@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import checkpoints
-from orchestrator.agent import validate
+from orchestrator.agent.serving import validate
 from orchestrator.agent.__main__ import OPS
 from orchestrator.config import load_settings
 from orchestrator.errors import InputError

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from orchestrator.agent import system
+from orchestrator.agent.machine import system
 from orchestrator.reach import gpu_facts
 from tests.testbed.gpu_standin import SCRIPT, gpu_state, gpu_uuid
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.agent.guard import Spec, compare, parse_line
+from orchestrator.agent.watch.guard import Spec, compare, parse_line
 from orchestrator.config import load_settings
 from orchestrator.errors import ConfigError
 from orchestrator.records.end_reason import describe, guard_reason
@@ -58,7 +58,7 @@ def test_loss_against_the_parents_at_the_same_steps():
 
 
 def test_the_guard_can_judge_the_evaluation_loss_at_the_steps_both_evaluated():
-    from orchestrator.agent.guard import read_points
+    from orchestrator.agent.watch.guard import read_points
 
     def log(tmp, val: float) -> list[dict]:
         path = tmp / f"train-{val}.log"

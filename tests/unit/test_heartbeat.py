@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from orchestrator.agent.attempts import Policy
-from orchestrator.agent.heartbeat import Beacon, JobSpec, Progress, decode, encode, token
-from orchestrator.agent.watchdog import stall_note
+from orchestrator.agent.run.attempts import Policy
+from orchestrator.agent.run.heartbeat import Beacon, JobSpec, Progress, decode, encode, token
+from orchestrator.agent.run.watchdog import stall_note
 
 TOK = token("tinylm-exp7/r1")
 

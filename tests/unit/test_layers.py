@@ -28,8 +28,8 @@ LAYERS = [
 ]
 SHIPPED = {"agent": {"agent", "batching"}, "batching": {"batching"}}
 PURE = [*(p.relative_to(PKG).as_posix() for p in (PKG / "batching").glob("*.py") if p.name != "lengths.py"),
-        "watch/logparse.py", "watch/metrics.py", "agent/metric_lines.py", "agent/metric_shapes.py",
-        "agent/metric_formats.py", "agent/metric_names.py", "watch/doctor_checks.py", "watch/job_progress.py", "launch/command.py",
+        "watch/logparse.py", "watch/metrics.py", "agent/metrics", "watch/doctor_checks.py", "watch/job_progress.py",
+        "launch/command.py",
         "launch/distributed.py", "launch/limits.py", "launch/space.py", "launch/search_view.py", "launch/pull_plan.py", "records/end_reason.py",
         "records/job_settle.py", "records/launch_journal.py"]
 IO = {"os", "io", "subprocess", "socket", "sqlite3", "shutil", "pathlib", "tempfile", "fcntl", "select",
@@ -152,6 +152,59 @@ def test_the_connection_keeper_knows_only_how_to_reach():
         if name.startswith("orchestrator.reach.keeper"):
             bad = {t for t in targets if part(t) in {"records", "launch", "cli", "warm", "watch", "checkpoints"}}
             assert not bad, f"{name} imports {sorted(bad)}"
+
+
+AGENT = PKG / "agent"
+# The agent's rooms: its subpackages. Each lists in its __init__'s __all__ the modules the rest of the agent may
+# import; the agent's own modules beside them (the helpers every room uses) import no room, except its entry points.
+ROOMS = sorted(p.name for p in AGENT.iterdir() if (p / "__init__.py").is_file())
+ENTRY = {"orchestrator.agent.__main__", "orchestrator.agent.bootstrap"}
+
+
+def public(room: str) -> set[str]:
+    """The modules a room lets the rest of the agent import: its ``__all__``."""
+    for node in ast.parse((AGENT / room / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def room_of(module: str) -> str | None:
+    """``run`` for ``orchestrator.agent.run.runs``; None for a module outside the agent's rooms."""
+    names = module.split(".")
+    return names[2] if names[:2] == ["orchestrator", "agent"] and len(names) > 2 and names[2] in ROOMS else None
+
+
+def test_the_agent_has_rooms_and_each_names_its_public_modules():
+    assert len(ROOMS) >= 6, ROOMS
+    for room in ROOMS:
+        mine = {p.stem for p in (AGENT / room).glob("*.py") if p.name != "__init__.py"}
+        assert public(room), f"agent/{room}/__init__.py lists no public module in __all__"
+        assert public(room) <= mine, f"agent/{room}'s __all__ names what it lacks: {sorted(public(room) - mine)}"
+        assert not list((AGENT / room).glob("*/__init__.py")), f"agent/{room} has rooms of its own: one level only"
+
+
+def test_agent_rooms_import_only_each_others_public_modules():
+    wrong = []
+    for name, targets in GRAPH.items():
+        if not name.startswith("orchestrator.agent"):
+            continue
+        mine = room_of(name)
+        for target in targets:
+            theirs = room_of(target)
+            if theirs is None or theirs == mine or target == f"orchestrator.agent.{theirs}":
+                continue
+            if mine is None and name not in ENTRY and name != "orchestrator.agent":
+                wrong.append(f"{name} -> {target} (the helpers beside the rooms import no room)")
+            elif target.split(".")[3] not in public(theirs):
+                wrong.append(f"{name} -> {target} (not in agent/{theirs}/__init__.py's __all__)")
+    assert not wrong, "imports into another agent room's own modules:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_architecture_names_every_agent_room():
+    text = (PKG.parent / "ARCHITECTURE.md").read_text()
+    missing = [room for room in ROOMS if f"agent/{room}/" not in text]
+    assert not missing, f"ARCHITECTURE.md does not describe agent rooms: {missing}"
 
 
 def test_at_most_ten_modules_at_the_top():

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.agent import metric_lines
+from orchestrator.agent.metrics import metric_lines
 from orchestrator.watch.logparse import Parser
 
 
@@ -336,7 +336,7 @@ def test_a_readers_memory_carries_over_between_reads_of_one_log() -> None:
            "iter {} | step: {}/{} | train_loss: {} | Accuracy: {}/{}",
        ]))
 def test_a_line_read_by_its_shapes_plan_reads_as_a_full_read(numbers: list, form: str) -> None:
-    from orchestrator.agent import metric_shapes
+    from orchestrator.agent.metrics import metric_shapes
 
     line = form.format(*numbers)
     metric_shapes.scan(line)  # its shape's plan is made (or it was made by an earlier example)

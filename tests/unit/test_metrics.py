@@ -326,8 +326,8 @@ def test_module_stays_pure(module: str) -> None:
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module if node.module.startswith("orchestrator") else node.module.split(".")[0])
-    allowed = {"orchestrator.errors", "orchestrator.watch.logparse", "orchestrator.agent.metric_lines",
-               "orchestrator.agent.metric_shapes", "orchestrator.agent.metric_names"}
+    allowed = {"orchestrator.errors", "orchestrator.watch.logparse", "orchestrator.agent.metrics.metric_lines",
+               "orchestrator.agent.metrics.metric_shapes", "orchestrator.agent.metrics.metric_names"}
     foreign = {m for m in imported if m not in sys.stdlib_module_names and m not in allowed}
     assert foreign == set()
     assert not imported & {"socket", "sqlite3", "subprocess", "os", "io", "pathlib"}

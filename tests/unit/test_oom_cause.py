@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from orchestrator.agent import causes
+from orchestrator.agent.run import causes
 from orchestrator.records.end_reason import describe
 
 KMSG = [

@@ -1,8 +1,8 @@
-"""How the supervisor tells the system's shutdown from an ``orch stop`` (``agent/causes.py``)."""
+"""How the supervisor tells the system's shutdown from an ``orch stop`` (``agent/run/causes.py``)."""
 
 from __future__ import annotations
 
-from orchestrator.agent.causes import shutting_down
+from orchestrator.agent.run.causes import shutting_down
 
 
 def test_init_handed_over_to_systemd_shutdown_means_going_down(tmp_path):

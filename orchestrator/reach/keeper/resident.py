@@ -31,7 +31,7 @@ class _Gone(Exception):
 
 
 class Stale(Exception):
-    """The resident's own files changed on the target (``agent.serve``): it ran nothing and exited."""
+    """The resident's own files changed on the target (``agent.serving.serve``): it ran nothing and exited."""
 
 
 class Resident:

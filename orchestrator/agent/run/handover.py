@@ -1,0 +1,90 @@
+"""Secrets from the agent to a run's supervisor through a FIFO: never on disk, in argv, or in tmux.
+
+The agent creates ``secrets.pipe`` (0600) in the run folder, opens it read-write (which does not
+block) and writes the values into the pipe's buffer *before* tmux starts the supervisor. The
+supervisor opens the FIFO, unlinks it (its signal to the agent) and reads the values from the pipe;
+the agent then closes its end. The bytes only ever live in kernel pipe buffers and, in the end, in the
+run's environment. If the agent dies first, the buffer is gone and the supervisor reads an empty pipe:
+the run does not start without its secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import time
+
+from ..protocol import AgentFailure
+
+PIPE = "secrets.pipe"
+LIMIT = 60000  # below Linux's 64 KiB pipe buffer: one write never blocks
+
+
+def check(secrets: object) -> dict:
+    if not isinstance(secrets, dict) or not all(isinstance(k, str) and k and isinstance(v, str)
+                                                and "=" not in k and "\0" not in k + v
+                                                for k, v in secrets.items()):
+        raise AgentFailure("input", "secrets must map environment variable names to strings")
+    return secrets
+
+
+class Sender:
+    """The agent's end: holds the values in the pipe until the supervisor has taken them."""
+
+    def __init__(self, run_dir: str, secrets: dict) -> None:
+        data = json.dumps(secrets).encode() + b"\n"
+        if len(data) > LIMIT:
+            raise AgentFailure("input", f"the secrets are {len(data)} bytes together; at most {LIMIT} fit",
+                               "keep large credentials in a file on the target and name its path in a secret")
+        self.path = os.path.join(run_dir, PIPE)
+        os.mkfifo(self.path, 0o600)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)  # O_RDWR: the FIFO opens without a reader
+        os.write(self.fd, data)
+
+    def wait_taken(self, run_dir: str, timeout: float = 30.0) -> bool:
+        """True once the supervisor opened the pipe (it unlinks it), False if it ended or never came."""
+        deadline = time.monotonic() + timeout
+        while os.path.lexists(self.path):
+            if os.path.exists(os.path.join(run_dir, "exit.json")) or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def close(self) -> None:
+        os.close(self.fd)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def receive(run_dir: str, timeout: float = 30.0) -> dict | None:
+    """The supervisor's end: the values, or None when they cannot arrive (the agent is gone)."""
+    path = os.path.join(run_dir, PIPE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        os.unlink(path)
+        data = b""
+        deadline = time.monotonic() + timeout
+        while not data.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return None  # every writer closed before the whole message came
+            data += chunk
+    finally:
+        os.close(fd)
+    try:
+        values = json.loads(data)
+    except ValueError:
+        return None
+    return values if isinstance(values, dict) else None
