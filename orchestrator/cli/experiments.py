@@ -230,6 +230,9 @@ def export(ctx: typer.Context,
                                                         "sqlite:///.orch/mlflow.db)")] = None,
            to_mlflow: Annotated[bool, typer.Option("--mlflow", help="Write each experiment as an MLflow run "
                                                    "(needs the mlflow extra)")] = False,
+           tensorboard: Annotated[Optional[Path], typer.Option("--tensorboard", metavar="DIR", help="Write each "
+                                                               "experiment as a TensorBoard run in DIR/exp-<id> "
+                                                               "(needs the tensorboard extra)")] = None,
            ids: Annotated[Optional[list[int]], typer.Option("--experiment", "-e", min=1, max=ID_MAX,
                                                             help="Only this experiment (repeat it); default: "
                                                                  "all")] = None,
@@ -238,21 +241,49 @@ def export(ctx: typer.Context,
            refresh: RefreshOpt = True, as_json: JsonOpt = False) -> None:
     """Write experiments to a tracker, once each: exporting again updates their runs, never duplicates them."""
     from ..errors import InputError
+
+    if not to_mlflow and tensorboard is None:
+        raise InputError("orch experiments export needs a destination", hint="orch experiments export --mlflow "
+                         "[URI] writes the experiments as MLflow runs, --tensorboard DIR as TensorBoard runs")
+    if uri is not None and not to_mlflow:
+        raise InputError(f"the URI {uri!r} is an MLflow tracking URI, and --mlflow is not given",
+                         hint="add --mlflow to export to MLflow too, or leave the URI out")
+    settings = common.settings(ctx)
+    done = {}
+    if tensorboard is not None:
+        done["tensorboard"] = _to_tensorboard(settings, tensorboard, ids, refresh, as_json)
+    if to_mlflow:
+        done["mlflow"] = _to_mlflow(settings, uri, ids, log, refresh and tensorboard is None, as_json)
+    if as_json:
+        render.print_json(done if len(done) > 1 else next(iter(done.values())))
+
+
+def _to_tensorboard(settings, folder: Path, ids: list[int] | None, refresh: bool, as_json: bool) -> dict:
+    from ..watch.tensorboard_export import export as run
+
+    with common.registry(settings) as reg:
+        result = run(reg, ids, folder.expanduser().absolute(),
+                     refresh=(lambda exps: _refreshed(settings, reg, [e.id for e in exps], True)) if refresh else None)
+    if as_json:
+        return result
+    for r in result["runs"]:
+        render.out(f"experiment {r['experiment']}: TensorBoard run {r['run']} ({r['points']} new scalar points)")
+    render.out(f"exported {len(result['runs'])} experiment(s) to {result['dir']}; "
+               f"see them with: tensorboard --logdir {result['dir']}")
+    return result
+
+
+def _to_mlflow(settings, uri: str | None, ids: list[int] | None, log: bool, refresh: bool, as_json: bool) -> dict:
     from ..watch.mlflow_export import export as run, tracking_uri
     from ..watch.metrics_view import target_flags
 
-    if not to_mlflow:
-        raise InputError("orch experiments export needs a destination", hint="orch experiments export --mlflow "
-                         "[URI] writes the experiments as MLflow runs")
-    settings = common.settings(ctx)
     with common.registry(settings) as reg:
         result = run(settings, reg, ids, uri=tracking_uri(settings, uri),
                      refresh=(lambda exps: _refreshed(settings, reg, [e.id for e in exps], True)) if refresh else None,
                      resolve=(lambda e: common.target(settings, *target_flags(settings, e))) if log else None,
                      notice=render.say)
     if as_json:
-        render.print_json(result)
-        return
+        return result
     for r in result["runs"]:
         render.out(f"experiment {r['experiment']}: MLflow run {r['run_id']} ({r['run']}; {r['params']} new params, "
                    f"{r['metrics']} new metric points; log: {r['log']})")
@@ -261,6 +292,7 @@ def export(ctx: typer.Context,
                        f"{', '.join(r['params_kept'])} (an MLflow param never changes)")
     render.out(f"exported {len(result['runs'])} experiment(s) to {result['uri']}, MLflow experiment "
                f"{result['experiment']!r}")
+    return result
 
 
 @app.command()

@@ -27,7 +27,7 @@ from .transport.base import Transport
 from .transport.local import LocalTransport
 
 _KIND_TO_ERROR = {"input": InputError, "safety": SafetyError, "conflict": ConflictError,
-                  "notfound": NotFoundError, "agent": AgentError}
+                  "notfound": NotFoundError, "agent": AgentError, "identity": WrongMachine}
 _ZIP_LOCK = threading.Lock()  # the agent's files are read, hashed and zipped once, by one thread
 
 

@@ -76,18 +76,26 @@ def _key_of(recorded: Settings) -> str:
 
 def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict) -> None:
     from .logparse import Parser
-    from .metrics import Series
 
     parser = Parser(settings.metrics.patterns or None, state.get("reader"))
-    live = {k: Series.from_dict(v) for k, v in series.items()}
-    last = state.setdefault("last", {})
-    events = state.get("events", 0)
-    last_step = state.get("last_step")
     state["lines"] = state.get("lines", 0) + sum(1 for line in text_lines if line.strip())
     if not state.get("events"):  # until a line is read: a few lines to propose a pattern from
         unread = state.setdefault("unread", [])
         unread += [line[:300] for line in text_lines if line.strip()][:SAMPLE_LINES - len(unread)]
-    for ev in parser.parse_lines(text_lines):
+    add_events(parser.parse_lines(text_lines), series, state)
+    state["reader"] = parser.state()
+
+
+def add_events(events: list[dict], series: dict, state: dict) -> None:
+    """Metric events (read here from the log, or kept by the run's supervisor) into the stored series and the
+    state the summary is made from."""
+    from .metrics import Series
+
+    live = {k: Series.from_dict(v) for k, v in series.items()}
+    last = state.setdefault("last", {})
+    events_seen = state.get("events", 0)
+    last_step = state.get("last_step")
+    for ev in events:
         if _evaluation_bar(ev, state):
             continue
         if "step" in ev:
@@ -100,8 +108,8 @@ def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict)
             state["last_loss"] = ev["loss"]
             if state.get("min_loss") is None or ev["loss"] < state["min_loss"]:
                 state["min_loss"] = ev["loss"]
-        x = float(last_step if last_step is not None else events)
-        events += 1
+        x = float(last_step if last_step is not None else events_seen)
+        events_seen += 1
         for key, value in ev.items():
             if key in COUNTERS:
                 continue
@@ -112,9 +120,8 @@ def ingest(settings: Settings, text_lines: list[str], series: dict, state: dict)
                 s = live[key] = Series()
             s.add(x, float(value))
             last[key] = float(value)
-    state["events"] = events
-    state["reader"] = parser.state()
-    if events:
+    state["events"] = events_seen
+    if events_seen:
         state.pop("unread", None)
     series.clear()
     series.update({k: v.to_dict() for k, v in live.items()})
@@ -246,14 +253,20 @@ def first_read(settings: Settings, registry: Registry, exp: Experiment) -> Op:
     in a call made anyway, its answer is given to ``refresh`` as ``ahead``."""
     stored = registry.metrics(exp.id)
     offset, _, state = _state(stored)
-    if state.get("parser") != reading_key(settings, exp):
+    recorded = as_recorded(settings, exp)
+    if state.get("parser") != _key_of(recorded):
         offset, state = 0, {}
-    return _log_read(registry, exp, offset, state.get("identity"))
+    return _log_read(registry, exp, offset, state, recorded)
 
 
-def _log_read(registry: Registry, exp: Experiment, offset: int, identity: Any) -> Op:
-    return Op("log_read", {"exp_id": exp.id, "registry": registry.run_registry(exp.id), "offset": offset,
-                           "identity": identity, "max_bytes": CHUNK})
+def _log_read(registry: Registry, exp: Experiment, offset: int, state: dict, settings: Settings) -> Op:
+    """The next read of the run's log; where its supervisor keeps the run's series (``agent/run/series.py``) and no
+    ``[metrics] patterns`` need the log's lines, of the series instead (``series_offset``)."""
+    args = {"exp_id": exp.id, "registry": registry.run_registry(exp.id), "offset": offset,
+            "identity": state.get("identity"), "max_bytes": CHUNK}
+    if not settings.metrics.patterns and state.get("source") != "log":
+        args["series_offset"] = state.get("series_offset", 0)
+    return Op("log_read", args)
 
 
 def refresh(settings: Settings, target: Target, registry: Registry, client: AgentClient,
@@ -276,11 +289,11 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
     if state.get("parser") != key:  # read with other patterns or an older parser: read it again
         offset, series, state = 0, {}, {}
     state["parser"] = key
-    identity = state.get("identity")
     old_step = state.get("last_step")
     begin = time.monotonic()
+    kept = None
     while True:
-        op = _log_read(registry, exp, offset, identity)
+        op = _log_read(registry, exp, offset, state, settings)
         try:
             if ahead is not None and ahead[0] == op:
                 value = ahead[1]
@@ -294,6 +307,21 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
         run = value["state"]
         if value["reset"]:
             offset, series, state = 0, {}, {"parser": key}
+            if "series" in value:
+                continue  # its records were read from the old offset: ask again from the start
+        if "series" in value:  # the events its supervisor read as they were written: no line read again here
+            kept = value["series"]
+            records = kept_records(kept["data"])
+            add_events([record[2] for record in records], series, state)
+            if records:
+                offset = records[-1][0]  # the log is read (by its supervisor) to the end of this event's line
+            state["series_offset"], state["source"] = kept["offset"], "series"
+            state["identity"] = value["identity"]
+            if kept["offset"] >= kept["size"] or (budget_s is not None and time.monotonic() - begin > budget_s):
+                break
+            continue
+        if state.get("source") == "series":
+            break  # its series is gone (the run folder collected): what was read stays
         data = decode_log(value)
         at_end = value["offset"] >= value["size"]
         cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1  # a progress bar's update ends with \r
@@ -301,15 +329,21 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
             cut = len(data)  # a line longer than a chunk, or the run's unterminated last line
         if cut:
             ingest(settings, data[:cut].decode("utf-8", "replace").splitlines(), series, state)
+            state["source"] = "log"
         offset = value["offset"] - len(data) + cut
-        identity = state["identity"] = value["identity"]
+        state["identity"] = value["identity"]
         if cut == 0 or offset >= value["size"] or (budget_s is not None and time.monotonic() - begin > budget_s):
             break
-    state["behind"] = offset < value["size"] and cut > 0
-    state["offset"], state["size"] = offset, value["size"]
+    if kept is not None:  # how far the series is read, and whether it covers the log to its end
+        state["behind"] = kept["offset"] < kept["size"]
+        state["offset"], state["size"] = kept["offset"], kept["size"]
+        state["complete"] = run.get("state") in ENDED and kept["offset"] >= kept["size"] and kept["whole"]
+    elif state.get("source") != "series":
+        state["behind"] = offset < value["size"] and cut > 0
+        state["offset"], state["size"] = offset, value["size"]
+        state["complete"] = run.get("state") in ENDED and offset >= value["size"]
     if state.get("last_step") != old_step:
         state["step_seen"] = run.get("log_mtime")
-    state["complete"] = run.get("state") in ENDED and offset >= value["size"]
     if run.get("id") == exp.id and not exp.nodes:  # a job's state is every node's, settled by the job layer
         sync(registry, [run], target, settings.project.name)
         exp = registry.get(exp.id)
@@ -318,6 +352,15 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
     registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
                                                    "_state": state})
     return out
+
+
+def kept_records(data: str) -> list:
+    """The records of a run's series (``agent/run/series.py``) as a ``log_read`` with ``series_offset`` sends them."""
+    import base64
+
+    from ..agent.run.series import records
+
+    return records(base64.b64decode(data))
 
 
 def _keep_without_log(registry: Registry, exp_id: int, stored: dict | None) -> None:

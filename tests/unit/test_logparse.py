@@ -7,6 +7,7 @@ the other lines are as the named source formats them.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -125,7 +126,29 @@ def test_a_captured_lightning_run_reads_both_epochs() -> None:
     events = Parser().parse_lines(text.split("\n"))
     steps = [e["step"] for e in events if "step" in e]
     assert steps[0] == 1 and max(steps) == 40  # 2 epochs of 20 batches; validation bars left out
-    assert events[-1]["epoch"] == 1 and events[-1]["loss"] == 1.6 and events[-1]["val_loss"] == 0.939
+    assert [e["loss"] for e in events if "loss" in e][-1] == 1.6
+    assert events[-1] == {"step": 40, "epoch": 1, "val_loss": 0.939}  # the validation's, at the step it ran after
+
+
+def test_a_lightning_step_is_one_event_with_that_steps_loss() -> None:
+    # tqdm_progress.py on_train_batch_end: _update_n(bar, n) redraws the new count with the old postfix, then
+    # bar.set_postfix(self.get_metrics(...)) redraws it with this step's loss: two \r updates per step
+    text = (LOGS / "lightning_tqdm.log").read_bytes().decode()
+    own: dict[float, float] = {}  # each step's loss: the one its last update shows
+    for update in text.replace("\n", "\r").split("\r"):
+        m = re.match(r"Epoch (\d+):.*\| (\d+)/(\d+) \[.*train_loss=([\d.]+)", update)
+        if m and int(m[2]):
+            own[int(m[1]) * int(m[3]) + int(m[2])] = float(m[4])
+    lines = text.splitlines()  # as orch status reads a log: a \r ends an update
+    for cut in (None, 40, 41):  # read at once, and in two reads (between a step's two updates, and after them)
+        parser = Parser()
+        events = parser.parse_lines(lines if cut is None else lines[:cut])
+        if cut is not None:
+            events += Parser(state=parser.state()).parse_lines(lines[cut:])
+        losses = [(e["step"], e["loss"]) for e in events if "loss" in e]
+        assert losses == sorted(own.items())  # one per step, each its own loss
+        val = [(e["step"], e["val_loss"]) for e in events if "val_loss" in e]
+        assert val == [(20, 0.938), (40, 0.939)]  # each validation once, at the step it ran after
 
 
 def test_a_captured_lightning_rich_bar() -> None:

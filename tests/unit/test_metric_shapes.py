@@ -343,3 +343,37 @@ def test_a_line_read_by_its_shapes_plan_reads_as_a_full_read(numbers: list, form
     planned, full = metric_shapes.scan(line), metric_shapes._scan(line, None)
     assert (planned.values, planned.times, planned.progress, planned.epoch_total, planned.step_total) == \
         (full.values, full.times, full.progress, full.epoch_total, full.step_total)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 10**6), st.floats(0, 1e4, allow_nan=False).map(lambda v: round(v, 4)),
+                          st.floats(1e-9, 1e-3).map(lambda v: f"{v:.3e}"), st.integers(1000, 10**7).map("{:,}".format)),
+                min_size=6, max_size=6),
+       st.sampled_from([
+           "| epoch {} | {}/ {} batches | lr {} | ms/batch {} | loss {} |",
+           "Train Epoch: {} [{}/{} ({}%)]\tLoss: {} acc: {}",
+           "step {}/{} | loss {} (+{}z)| norm {} | lr {} | 12.3 ms | 4 tok/s",
+           "Epoch: [{}]  [{}/{}]  lr: {}  loss: {} ({})",
+           "Test: [{}/{}] Acc@1 {} ({}) Acc@5 {} Loss {}",
+           " * Acc@1 {} Acc@5 {} {} {} {} {}",
+           "| end of epoch {} | time: {}s | valid loss {} | valid ppl {} {} {}",
+           "iter {} | step: {}/{} | train_loss: {} | Accuracy: {}/{}",
+           "step={} loss={} tok/s={} lr={} epoch={} time={}",
+       ]))
+def test_a_line_read_by_its_template_reads_as_a_full_read(numbers: list, form: str) -> None:
+    # the fast path slices a line's numbers where its template's first line had them: it reads what a full read does
+    line = form.format(*numbers)
+    for before in ("", "test"):
+        warm, fresh = metric_lines.Reader(), metric_lines.Reader()
+        warm.last = fresh.last = before
+        warm.read(line)  # its template is made (or was made by an earlier example)
+        warm.last = before
+        assert warm.read(line) == fresh._read(line, None)
+
+
+def test_digits_in_a_name_are_not_numbers_of_the_template() -> None:
+    # "top1" and "top5" share a template (digits made 0) but not a name: the second is read in full
+    reader = metric_lines.Reader()
+    assert reader.read("top1=0.5 loss=2.0") == {"acc1": 0.5, "loss": 2.0}
+    assert reader.read("top5=0.7 loss=1.0") == {"acc5": 0.7, "loss": 1.0}
+    assert reader.read("top1=0.25 loss=3.5") == {"acc1": 0.25, "loss": 3.5}

@@ -108,8 +108,9 @@ def _bar(m: re.Match[str], text: str) -> Event | None:
             value = 1.0 / value if value > 0 else 0.0
         if value > 0:
             out["steps_s"] = value
-    comma = inside.find(",", rate.end()) if rate is not None else -1
-    if comma >= 0:  # the postfix: Lightning's logged metrics, key=value
+    # the postfix (Lightning's logged metrics, key=value) follows the rate, which is "?it/s" before the first step
+    comma = inside.find(",", rate.end() if rate is not None else inside.find(",") + 1)
+    if comma >= 0:
         postfix = _parse_pairs(inside[comma:])
         if postfix:
             postfix.pop("step", None)

@@ -25,11 +25,15 @@ import math
 import re
 from collections import deque
 
+from . import metric_templates
 from .metric_formats import framework
-from .metric_shapes import STRUCTURAL, Event, dict_found, dict_items, event, kind_of, scan, section
+from .metric_shapes import STRUCTURAL, Event, dict_found, dict_items, event, kind_of, planned, scan, section
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _FIELD = re.compile(r"^\s+\S+\s*[=:]")  # "  eval_loss = 0.35", a line of a Hugging Face metrics section
+_BAR_COUNTS = ("step", "epoch", "total_steps", "steps_s")  # what a bar's counter shows; the rest is its postfix
+_BAR_PLACE = ("step", "epoch", "total_steps")
+_EVAL = ("val_", "test_")
 AGENT_KEYS = ("step", "loss", "tok_s", "steps_s", "samples_s", "val_loss", "test_loss")
 
 
@@ -42,7 +46,7 @@ class Reader:
     """Reads the lines of one log in order (``read`` one update, ``events`` a whole line); ``state`` and
     ``Reader(state)`` carry what it remembers across reads of the same log."""
 
-    __slots__ = ("base", "epoch", "epochs", "section", "last")
+    __slots__ = ("base", "epoch", "epochs", "section", "last", "bar")
 
     def __init__(self, state: dict | None = None) -> None:
         state = state or {}
@@ -51,9 +55,10 @@ class Reader:
         self.epochs: float | None = state.get("epochs")  # how many epochs, when a line said
         self.section: str | None = None
         self.last: str = ""
+        self.bar: dict | None = state.get("bar")  # a tqdm bar's last event and update (``_bar``)
 
     def state(self) -> dict:
-        return {"base": self.base, "epoch": self.epoch, "epochs": self.epochs}
+        return {"base": self.base, "epoch": self.epoch, "epochs": self.epochs, "bar": self.bar}
 
     def events(self, line: str):
         """One event per update of ``line`` (``\\r``, Keras's backspaces) that holds a metric, in order."""
@@ -65,57 +70,138 @@ class Reader:
             if found:
                 yield found
 
+    def lines(self, lines) -> list[Event]:
+        """``events`` of each of ``lines``, in order: a plain line (most are) goes straight to ``read``."""
+        out: list[Event] = []
+        read, events = self.read, self.events
+        for line in lines:
+            if "\x1b" in line or "\r" in line or "\b" in line:
+                out.extend(events(line))
+            elif (found := read(line)):
+                out.append(found)
+        return out
+
     def read(self, text: str) -> Event | None:
         """The metrics of one update of a line (colour codes removed), None when it holds none."""
+        if self.section is not None:
+            return self._read(text, None)
+        key = metric_templates.key_of(text)
+        kept = metric_templates.KEPT.get(key)
+        if kept is None:
+            return self._read(text, key)
+        if kept is metric_templates.NOTHING:
+            return None
+        if kept is metric_templates.FULL:
+            return self._read(text, None)
+        got = kept.read(text, self.last)
+        if got is metric_templates.MISS:
+            return self._read(text, None)
+        out, kind, epoch_total, step_total, progress = got
+        return self._event(out, kind, epoch_total, step_total, progress)
+
+    def _read(self, text: str, key: bytes | None) -> Event | None:
+        """``read`` in full; ``key``: the line's template, kept with how the line was read (None: keep nothing)."""
         if self.section is not None and not _FIELD.match(text):
             self.section = None
+        keep = metric_templates.keep if key is not None else _forget
         if "*****" in text:
             self.section = section(text)
+            keep(key, metric_templates.FULL)
             return None
         stripped = text.strip()
         if not stripped or stripped.startswith(("[orch]", "orch:")):
+            keep(key, metric_templates.NOTHING)
             return None
         known = framework(text)
         if known is not None:
+            keep(key, metric_templates.FULL if known else metric_templates.NOTHING)
+            if known and "%|" in text:
+                return self._bar(known)
             return known or None
         brace = stripped.find("{") if stripped.endswith("}") else -1
         items = dict_items(stripped[brace:]) if brace >= 0 else None
         if items is not None:
+            keep(key, metric_templates.FULL)
             if not items:
                 return None
             found = dict_found(items)
             kind = kind_of(stripped[:brace]) if brace else ""
         else:
-            found = scan(text)
+            if key is None:
+                found = scan(text)
+            else:
+                found, ops, spans = planned(text)
+                if ops is None:
+                    keep(key, metric_templates.FULL)
+                elif not ops:
+                    keep(key, metric_templates.NOTHING)
+                else:  # a kind that depends on the line before (ImageNet's " * Acc@1") is found per line
+                    kind = kind_of(text)
+                    keep(key, metric_templates.Template(text, ops, spans, kind, kind != kind_of(text, "val")))
             if not found.values and not found.times:
                 return None
             kind = self.section or kind_of(text, self.last)
-        out = event(found, kind)
-        self._counters(out, found, kind)
-        if not out or set(out) <= {"t"}:
+        return self._event(event(found, kind), kind, found.epoch_total, found.step_total, found.progress)
+
+    def _bar(self, update: Event) -> Event | None:
+        """A tqdm bar's update as the step's event, None for a redraw that shows nothing new.
+
+        A bar whose postfix is set each step (Lightning's ``train_loss=…``) prints twice per step: tqdm redraws the
+        new count with the old postfix, then ``set_postfix`` redraws it with the new one. Only the second is the
+        step's; the first would put the previous step's loss at this step::
+
+            Epoch 0:  10%|█  | 2/20 [00:00<00:00, 266.20it/s, train_loss=1.440]   <- held: step 1's loss
+            Epoch 0:  10%|█  | 2/20 [00:00<00:00, 256.75it/s, train_loss=0.731]   <- step 2's event
+
+        So an update whose postfix is the last event's is held (the next one of its step is the event, even with an
+        equal postfix), and a redraw at the step of the last event (Lightning's after a validation) gives only what
+        changed (``val_loss``); an evaluation's metric still shown at later steps is left out of their events. A bar
+        without a postfix is an event at each update, as before.
+        """
+        step = update.get("step")
+        shown = {k: v for k, v in update.items() if k not in _BAR_COUNTS}
+        bar = self.bar or {}
+        last = bar.get("shown")
+        moved = bar.get("held") and step is not None and step == bar.get("seen") != bar.get("step")
+        if shown and not moved:  # (moved: the update after a held one that moved the counter is the step's)
+            if shown == last:
+                self.bar = {**bar, "seen": step, "held": True}
+                return None
+            if last is not None and step == bar.get("step"):
+                update = {k: v for k, v in update.items() if k in _BAR_PLACE or (k in shown and last.get(k) != v)}
+        if last:  # an evaluation's metric the postfix keeps showing is that evaluation's, not a new one
+            update = {k: v for k, v in update.items() if not (k.startswith(_EVAL) and last.get(k) == v)}
+        self.bar = {"step": step, "shown": shown, "seen": step, "held": False}
+        return update
+
+    def _event(self, out: Event, kind: str, epoch_total: float | None, step_total: float | None,
+               progress: tuple[float, float] | None) -> Event | None:
+        self._counters(out, kind, epoch_total, step_total, progress)
+        if not out or (len(out) == 1 and "t" in out):
             return None
         self.last = kind
         return out
 
-    def _counters(self, out: Event, found, kind: str) -> None:
+    def _counters(self, out: Event, kind: str, epoch_total: float | None, step_total: float | None,
+                  found_progress: tuple[float, float] | None) -> None:
         """The global step of a counter that restarts each epoch, the epochs and the total steps."""
         if "epoch" in out:
             if self.base is None:
                 self.base = 0.0 if out["epoch"] == 0 else 1.0
-            if found.epoch_total:
-                self.epochs = found.epoch_total
+            if epoch_total:
+                self.epochs = epoch_total
             if len(out) == 1:  # a header ("Epoch 1/10"): the epoch of the lines that follow
                 self.epoch = out["epoch"]
         if kind:  # an evaluation's or a summary's counters count its batches, not training steps
-            if found.step_total:
+            if step_total:
                 out.pop("step", None)
             return
         epoch = out.get("epoch", self.epoch)
         progress = None
-        if found.step_total and epoch is not None and "step" in out:
-            progress = (out["step"], found.step_total)  # "Epoch [1/5], Step [100/600]"
-        elif found.progress is not None and "step" not in out and len(set(out) - STRUCTURAL) > 0:
-            progress = found.progress
+        if step_total and epoch is not None and "step" in out:
+            progress = (out["step"], step_total)  # "Epoch [1/5], Step [100/600]"
+        elif found_progress is not None and "step" not in out and len(set(out) - STRUCTURAL) > 0:
+            progress = found_progress
         if progress is not None:
             n, per = progress
             if epoch is not None:
@@ -124,8 +210,12 @@ class Reader:
                     out["total_steps"] = self.epochs * per
             else:
                 out["step"], out["total_steps"] = n, per
-        elif found.step_total and "step" in out:
-            out["total_steps"] = found.step_total
+        elif step_total and "step" in out:
+            out["total_steps"] = step_total
+
+
+def _forget(key: bytes | None, template: object) -> None:
+    """Keeps nothing: a line read in full whose template is already known, or read inside a section."""
 
 
 def parse(line: str, reader: Reader | None = None) -> dict[str, float]:

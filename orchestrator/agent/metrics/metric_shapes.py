@@ -162,6 +162,14 @@ def scan(text: str) -> Found:
     return found
 
 
+def planned(text: str) -> tuple[Found, list | None, list[tuple[int, int]]]:
+    """A full read of ``text`` with its plan: what it took from which number, and where each number is (for
+    ``metric_templates``); the plan is None when some item's number is not one of the line's numbers."""
+    spans = [m.span() for m in _TOKEN.finditer(text)]
+    found = _scan(text, Recorder({start: (i, end) for i, (start, end) in enumerate(spans)}))
+    return found, found.recorded, spans
+
+
 class Recorder:
     """What a full read took from which number of the line (by its index): the plan of its shape, or None when
     some item's number is not one of the line's numbers as the tokens cut them."""

@@ -5,4 +5,5 @@ secrets, the environment and working folder it inherits, its resumption after a 
 """
 
 # the modules the rest of the agent may import; the others are this room's own (tests/unit/test_layers.py)
-__all__ = ["launch_env", "reboot_unit", "rollback", "runs", "slurm", "standby", "start_check", "tmux", "workdir"]
+__all__ = ["launch_env", "reboot_unit", "rollback", "runs", "series", "slurm", "standby", "start_check", "tmux",
+           "workdir"]

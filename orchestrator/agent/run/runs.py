@@ -33,8 +33,8 @@ import time
 from .. import diskspace, journal, procstat
 from ..ckpt import ckpt_layout
 from ..watch import budget, guard
-from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, slurm, standby, tmux, watchdog,
-               workdir)
+from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, series, slurm, standby, tmux,
+               watchdog, workdir)
 from ..watch import notify as notices
 from ..layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from ..protocol import AgentFailure
@@ -480,8 +480,10 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
         stopping.append(signal.SIGINT)  # a stop gave up waiting for it between its supervisor's check and here
         os.killpg(child.pid, signal.SIGINT)
     limit = budget.Budget.from_env(launch["env"], run_dir)
-    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, metrics.tick if metrics else None, limit,
-                                 guarded)
+    kept = _Kept(run_dir)
+    rc, stalled = watchdog.watch(child, run_dir, policy, stopping, log, kept.tick if metrics is None else
+                                 lambda: (kept.tick(), metrics.tick()), limit, guarded)
+    kept.tick(final=True)
     if metrics is not None:
         metrics.tick()  # the lines written since the last tick
     code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
@@ -499,6 +501,26 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
         told.send("stalled", stall_after=policy.stall_timeout, attempt=attempt + 1, exit_code=code,
                   last_lines=notices.last_lines(os.path.join(run_dir, LOG)))
     return code, sig, reason
+
+
+class _Kept:
+    """The run's metric series (``series.py``) as the watch's ticks append to it; a file it cannot write (a full
+    disk) ends the keeping, never the run."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.series: series.Series | None = None
+        try:
+            self.series = series.Series(run_dir)
+        except OSError:
+            pass
+
+    def tick(self, final: bool = False) -> None:
+        if self.series is None:
+            return
+        try:
+            self.series.tick(final)
+        except OSError:
+            self.series = None
 
 
 def _going_down(run_dir: str, stopping: list, code: int) -> bool:

@@ -9,6 +9,7 @@ import time
 
 from ..layout import Layout
 from ..protocol import AgentFailure, data_frame
+from ..run import series
 from ..run.runs import LOG, run_state
 
 
@@ -37,11 +38,14 @@ def _tail_offset(fh, size: int, lines: int) -> int:
 
 
 def read(layout: Layout, exp_id: int, offset: int | None = None, tail_lines: int | None = None,
-         max_bytes: int = 1 << 20, identity: str | None = None, registry: str | None = None) -> dict:
+         max_bytes: int = 1 << 20, identity: str | None = None, registry: str | None = None,
+         series_offset: int | None = None) -> dict:
     """Bytes from ``offset`` (or the last ``tail_lines`` lines), plus what the follower needs to resume.
 
     ``identity`` is the log's (device, inode) from the previous read: if it changed, or the file is
     now shorter than ``offset``, the log was rotated or truncated and reading starts over (``reset``).
+    With ``series_offset``, where the run's supervisor keeps its metric series (``series.py``) with a record in
+    it, the answer is the series' records from there (``series``) in place of the log's bytes.
     """
     run_dir = layout.run_dir(exp_id, registry)
     if not os.path.isdir(run_dir):
@@ -64,6 +68,10 @@ def read(layout: Layout, exp_id: int, offset: int | None = None, tail_lines: int
             offset = 0
         elif (identity and identity != ident) or offset > size:
             offset, reset = 0, True
+        kept = series.answer(run_dir, series_offset, max_bytes) if series_offset is not None else None
+        if kept is not None:
+            return {"data": "", "offset": offset, "size": size, "identity": ident, "reset": reset, "state": state,
+                    "series": kept}
         fh.seek(offset)
         data = fh.read(max(0, min(int(max_bytes), size - offset)))
     return {"data": base64.b64encode(data).decode(), "offset": offset + len(data), "size": size,

@@ -1,0 +1,176 @@
+"""A run's metric series, kept by its supervisor beside its log: ``metrics.jsonl`` in the run folder.
+
+The supervisor reads each line its command prints (``metric_lines``, the one metric reader) and appends one record
+per metric event, every metric of it (``loss``, ``lr``, ``val_loss``, ``test_acc1``, ``summary_loss``: train,
+evaluation and summary kept apart by name), with its step and tokens where the line gave them::
+
+    [1832, 1733571234.52, {"step": 120.0, "loss": 2.3125, "tok_s": 11873.0}]
+     ^ the log's byte offset after the line   ^ when it was read (within a tick, 0.2 s, of its printing)
+
+(a whole number is written as one: ``120``, not ``120.0``).
+
+Appended whole lines only, never rewritten: a reader keeps its byte offset in the file and reads what is new.
+``metrics.state.json`` says how far the log is read and what the reader remembers (the epoch a header opened, a
+progress bar's last postfix); it is written after the records it covers are on disk. A supervisor that starts again
+(a crash, a reboot, the next attempt) cuts a record half written off the file's end, reads the log again from the
+state's offset, and appends only the events after the last record there: none is lost or written twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+
+from ..metrics import metric_lines
+from ..layout import read_json, write_json
+
+FILE = "metrics.jsonl"
+STATE = "metrics.state.json"
+LOG = "train.log"
+READ_MAX = 4 << 20  # bytes of log per tick: a runaway writer cannot hold the supervisor up
+SAVE_EVERY_S = 2.0  # how often the state is saved (and the records fsynced) while the log grows
+TAIL = 1 << 16  # bytes read back from the file's end to find its last record
+
+
+class Series:
+    """Appends the metric events of ``run_dir``'s log to its ``metrics.jsonl``; ``tick`` reads what is new."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.log = os.path.join(run_dir, LOG)
+        self.path = os.path.join(run_dir, FILE)
+        self.state_path = os.path.join(run_dir, STATE)
+        state = read_json(self.state_path)
+        if not isinstance(state, dict) or not os.path.exists(self.path):
+            state = {}  # no records yet (or none kept): the log from its start
+        self.offset = int(state.get("log", 0))
+        self.reader = metric_lines.Reader(state.get("reader"))
+        self.saved = time.monotonic()
+        self.dirty = False
+        # the events already in the file past the state's offset: read again from the log, not appended again
+        self.skip_to, self.skip_n = self._last_record()
+
+    def _last_record(self) -> tuple[int, int]:
+        """The log offset of the file's last record and how many records end there; a record half written (the
+        file's end without its newline) is cut off first."""
+        try:
+            with open(self.path, "rb+") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - TAIL))
+                tail = fh.read()
+                cut = tail.rfind(b"\n") + 1
+                if cut < len(tail):
+                    fh.truncate(size - len(tail) + cut)
+                    tail = tail[:cut]
+        except FileNotFoundError:
+            return -1, 0
+        at, n = -1, 0
+        for line in reversed(tail.splitlines()):
+            try:
+                end = int(json.loads(line)[0])
+            except (ValueError, TypeError, IndexError, KeyError):
+                break
+            if at >= 0 and end != at:
+                break
+            at, n = end, n + 1
+        return at, n
+
+    def tick(self, final: bool = False) -> None:
+        """Append the events of the lines written since the last tick, at most ``READ_MAX`` bytes of them (``final``:
+        all of them, to an unterminated last line: the run has ended); save the state every ``SAVE_EVERY_S`` and at
+        the end."""
+        while self._read(final) and final:
+            pass
+
+    def _read(self, final: bool) -> bool:
+        """One read of the log; whether it read all ``READ_MAX`` bytes (there may be more)."""
+        try:
+            with open(self.log, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(READ_MAX)
+        except OSError:
+            return False
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1  # a progress bar's update ends with \r
+        if final and len(data) < READ_MAX:
+            cut = len(data)
+        elif not cut and len(data) >= READ_MAX:
+            cut = len(data)  # one line longer than a read
+        records, at, now = [], self.offset, round(time.time(), 2)
+        for raw in data[:cut].splitlines(keepends=True):
+            at += len(raw)
+            for event in self.reader.events(raw.decode("utf-8", "replace").rstrip("\r\n")):
+                if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
+                    self.skip_n -= at == self.skip_to
+                    continue
+                compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
+                records.append(json.dumps([at, now, compact], separators=(",", ":")))
+        self.offset += cut
+        if records:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, ("\n".join(records) + "\n").encode())
+            finally:
+                os.close(fd)
+        self.dirty = self.dirty or cut > 0
+        more = len(data) >= READ_MAX
+        if self.dirty and ((final and not more) or time.monotonic() - self.saved >= SAVE_EVERY_S):
+            self.save()
+        return more
+
+    def save(self) -> None:
+        """The state, once the records it covers are on disk: a later start never skips an event it lost."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = None
+        if fd is not None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        write_json(self.state_path, {"log": self.offset, "reader": self.reader.state()})
+        self.saved, self.dirty = time.monotonic(), False
+
+
+def read(run_dir: str, offset: int = 0, max_bytes: int = 4 << 20) -> tuple[list, int]:
+    """The records of ``run_dir``'s series from byte ``offset`` (whole lines only) and the offset after them."""
+    data, end = _lines(run_dir, offset, max_bytes)
+    return records(data), end
+
+
+def records(data: bytes) -> list:
+    """The records of whole lines of the file: one JSON array for all of them, read in one call."""
+    return json.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]") if data else []
+
+
+def _lines(run_dir: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
+    try:
+        with open(os.path.join(run_dir, FILE), "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(max_bytes)
+    except FileNotFoundError:
+        return b"", offset
+    cut = data.rfind(b"\n") + 1
+    return data[:cut], offset + cut
+
+
+def answer(run_dir: str, offset: int, max_bytes: int) -> dict | None:
+    """What a ``log_read`` with ``series_offset`` answers: the file's whole lines from ``offset`` as they are
+    (``data``, base64: the controller reads them, ``records``), the offset after them, the file's size, and whether
+    the series covers the whole log (the supervisor's last save reached its end); None while the run has no record
+    kept (an older supervisor, no metric line yet): the log is read then."""
+    try:
+        size = os.path.getsize(os.path.join(run_dir, FILE))
+    except OSError:
+        return None
+    if not size:
+        return None
+    data, end = _lines(run_dir, min(offset, size), max_bytes)
+    state = read_json(os.path.join(run_dir, STATE))
+    read_to = state.get("log", 0) if isinstance(state, dict) else 0
+    try:
+        log_size = os.path.getsize(os.path.join(run_dir, LOG))
+    except OSError:
+        log_size = 0
+    return {"data": base64.b64encode(data).decode(), "offset": end, "size": size, "whole": read_to >= log_size}

@@ -1,0 +1,134 @@
+"""The run's metric series its supervisor keeps beside the log (``agent/run/series.py``): every event once, through
+a log that grows a piece at a time, a record half written at a crash, a state saved before its records, and a
+supervisor started again; and the real supervisor keeping it for a run on the local target."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+from orchestrator.agent.metrics import metric_lines
+from orchestrator.agent.run import series
+from tests.conftest import wait_for
+
+LINES = [
+    "Epoch 1/3",
+    *(f"step={i} loss={2.0 / i:.4f} tok/s={1000 + i} lr=3.0e-04" for i in range(1, 30)),
+    "eval: loss=0.5000 acc=0.9000",
+    "Epoch 0:  10%|█         | 2/20 [00:00<00:00, 266.20it/s, train_loss=1.440]\r"
+    "Epoch 0:  10%|█         | 2/20 [00:00<00:00, 256.75it/s, train_loss=0.731]\r"
+    "Epoch 0:  15%|█▌        | 3/20 [00:00<00:00, 281.43it/s, train_loss=0.731]\r"
+    "Epoch 0:  15%|█▌        | 3/20 [00:00<00:00, 274.72it/s, train_loss=0.884]",
+    '{"step": 40, "loss": 0.25, "time": 1700000000.5}',
+    "| End of training | test loss  5.00 | test ppl   148.41",
+    "step=41 loss=0.1000 tok/s=1041",
+]
+
+
+def expected() -> list[dict]:
+    reader = metric_lines.Reader()
+    return [e for line in LINES for piece in line.split("\r") for e in reader.events(piece)]
+
+
+def records(run: Path) -> list:
+    return [json.loads(line) for line in (run / series.FILE).read_text().splitlines()]
+
+
+def grow(run: Path, keeper_of, pieces: int, seed: int = 0) -> None:
+    """Writes the log in ``pieces`` random cuts (mid-line too), a tick after each; ``keeper_of`` gives the keeper
+    that ticks (a test swaps it for a new one, as a supervisor started again)."""
+    data = ("\n".join(LINES) + "\n").encode()
+    cuts = sorted(random.Random(seed).sample(range(1, len(data)), pieces - 1)) + [len(data)]
+    at = 0
+    for i, cut in enumerate(cuts):
+        with open(run / series.LOG, "ab") as fh:
+            fh.write(data[at:cut])
+        at = cut
+        keeper_of(i).tick()
+
+
+def test_every_event_once_as_the_log_grows_with_its_offset_and_time(tmp_path):
+    keeper = series.Series(str(tmp_path))
+    grow(tmp_path, lambda i: keeper, 17)
+    kept = records(tmp_path)
+    assert [r[2] for r in kept] == expected()
+    log = (tmp_path / series.LOG).read_bytes()
+    assert all(log[r[0] - 1:r[0]] in (b"\n", b"\r") for r in kept)  # each at the end of its line
+    assert [r[0] for r in kept] == sorted(r[0] for r in kept)
+    # a reader carries its byte offset and reads only what is new
+    first, at = series.read(str(tmp_path), 0, max_bytes=200)
+    rest, end = series.read(str(tmp_path), at)
+    assert first + rest == kept and end == (tmp_path / series.FILE).stat().st_size
+
+
+def test_a_supervisor_started_again_after_a_crash_loses_and_doubles_nothing(tmp_path, monkeypatch):
+    want = expected()
+    for seed in range(8):
+        run = tmp_path / f"run{seed}"
+        run.mkdir()
+        rng = random.Random(seed)
+        monkeypatch.setattr(series, "SAVE_EVERY_S", rng.choice([0.0, 3600.0]))  # the state saved each tick, or never
+        keeper = [series.Series(str(run))]
+        path, state = run / series.FILE, run / series.STATE
+
+        def ticker(i: int):
+            class Crashing:  # a tick, then maybe the crash: mid-write (a record cut), or before the state's save
+                @staticmethod
+                def tick() -> None:
+                    size = path.stat().st_size if path.exists() else 0
+                    saved = state.read_bytes() if state.exists() else None
+                    keeper[0].tick()
+                    if rng.random() < 0.4:
+                        now = path.stat().st_size if path.exists() else 0
+                        if now > size and rng.random() < 0.7:
+                            os.truncate(path, rng.randint(size, now - 1))
+                        if saved is None:
+                            state.unlink(missing_ok=True)
+                        else:
+                            state.write_bytes(saved)
+                        keeper[0] = series.Series(str(run))  # the supervisor started again
+            return Crashing
+
+        grow(run, ticker, 23, seed)
+        series.Series(str(run)).tick(final=True)
+        assert [r[2] for r in records(run)] == want, f"seed {seed}"
+
+
+def test_the_last_line_without_its_newline_is_kept_when_the_run_ends(tmp_path):
+    (tmp_path / series.LOG).write_text("step=1 loss=2.0\nstep=2 loss=1.5")
+    keeper = series.Series(str(tmp_path))
+    keeper.tick()
+    assert [r[2] for r in records(tmp_path)] == [{"step": 1.0, "loss": 2.0}]
+    keeper.tick(final=True)
+    assert [r[2] for r in records(tmp_path)] == [{"step": 1.0, "loss": 2.0}, {"step": 2.0, "loss": 1.5}]
+    state = json.loads((tmp_path / series.STATE).read_text())
+    assert state["log"] == os.path.getsize(tmp_path / series.LOG)
+
+
+def test_the_supervisor_keeps_the_series_of_a_real_run(project):
+    assert project.run("deploy", "--wait").returncode == 0
+    run = project.run_dir(1)
+
+    def saved() -> bool:  # the supervisor's last tick, as it ends (deploy --wait may answer just before)
+        state = json.loads((run / series.STATE).read_text()) if (run / series.STATE).exists() else {}
+        return (run / "exit.json").exists() and state.get("log") == (run / series.LOG).stat().st_size
+
+    wait_for(saved, timeout=30, what="the series' last save")
+    text = (run / series.LOG).read_text()
+    reader = metric_lines.Reader()
+    want = [e for line in text.split("\n") for piece in line.split("\r") for e in reader.events(piece)]
+    kept = records(run)
+    assert [r[2] for r in kept] == want and any("loss" in e for e in want)
+
+
+def test_the_last_tick_reads_the_log_to_its_end_however_far_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(series, "READ_MAX", 64)  # a log written faster than the ticks read it
+    (tmp_path / series.LOG).write_text("".join(f"step={i} loss={1.0 / i:.4f}\n" for i in range(1, 200)))
+    keeper = series.Series(str(tmp_path))
+    keeper.tick()
+    assert 0 < len(records(tmp_path)) < 10
+    keeper.tick(final=True)
+    assert [r[2]["step"] for r in records(tmp_path)] == list(range(1, 200))
+    assert json.loads((tmp_path / series.STATE).read_text())["log"] == (tmp_path / series.LOG).stat().st_size
