@@ -344,13 +344,16 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
         state["complete"] = run.get("state") in ENDED and offset >= value["size"]
     if state.get("last_step") != old_step:
         state["step_seen"] = run.get("log_mtime")
-    if run.get("id") == exp.id and not exp.nodes:  # a job's state is every node's, settled by the job layer
-        sync(registry, [run], target, settings.project.name)
-        exp = registry.get(exp.id)
+    # the earlier experiment's own reads (agent calls) before this one's writes, which then hold the registry's
+    # write lock only for as long as they take: another command never waits on a target answering
     previous = _previous(base, target, registry, client, exp, with_previous, budget_s)
-    out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)
-    registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
-                                                   "_state": state})
+    with registry.batch():
+        if run.get("id") == exp.id and not exp.nodes:  # a job's state is every node's, settled by the job layer
+            sync(registry, [run], target, settings.project.name)
+            exp = registry.get(exp.id)
+        out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)
+        registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
+                                                       "_state": state})
     return out
 
 
