@@ -15,8 +15,8 @@ QUIET_COMPAT := PYTHONWARNINGS="ignore:Compat editable installs"
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(QUIET_COMPAT) $(BIN)/pip install -q -e '.[test,plot,mlflow,ui,docs,tensorboard]' --config-settings editable_mode=compat \
-	  || $(BIN)/pip install -q -e '.[test,plot,mlflow,ui,docs,tensorboard]'
+	$(QUIET_COMPAT) $(BIN)/pip install -q -e '.[test,plot,mlflow,ui,docs,tensorboard,sweep]' --config-settings editable_mode=compat \
+	  || $(BIN)/pip install -q -e '.[test,plot,mlflow,ui,docs,tensorboard,sweep]'
 	touch $@
 
 # the Debian packages: the demo's (it runs on this machine only), or the tests' too (LXC, sshd, nftables)

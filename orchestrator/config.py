@@ -136,7 +136,7 @@ BatchingSection = create_model("BatchingSection", __base__=_BatchingChecks, __mo
 
 
 class TargetSection(_Section):
-    kind: Literal["local", "ssh", "proxmox", "group"] = "local"
+    kind: Literal["local", "ssh", "proxmox", "group", "slurm"] = "local"
     root: str | None = None
     checkpoints: str | None = None
     python: str = "python3"
@@ -149,6 +149,16 @@ class TargetSection(_Section):
     address: str | None = None
     members: list[str] = Field(default_factory=list)  # kind = "group": names of other targets; node 0 first
     gpus: int | None = Field(None, ge=1)  # the machine's GPU count (0..N-1) where nvidia-smi sees none; wins if both
+    # kind = "slurm": host is the login node; these become sbatch's options (launch/slurm.py)
+    partition: str | None = None  # kind = "slurm": the partition jobs are submitted to (sbatch --partition)
+    account: str | None = None  # kind = "slurm": the account jobs are charged to (sbatch --account)
+    qos: str | None = None  # kind = "slurm": the quality of service (sbatch --qos)
+    time: str | None = None  # kind = "slurm": the job's time limit, "2-00:00:00" or "30:00" (sbatch --time)
+    sbatch_args: list[str] = Field(default_factory=list)  # kind = "slurm": more sbatch options, e.g. ["--mem=32G"]
+    signal: str | None = Field(None, pattern=r"^(INT|TERM)@[0-9]+$", description=(
+        'kind = "slurm": "INT@120" sends the run SIGINT 120 s before its time limit, to checkpoint (sbatch --signal)'))
+    resubmit: bool = Field(False, description='kind = "slurm": a run the time limit\'s signal ended is requeued and '
+                                              "goes on as the same experiment in a new allocation")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "TargetSection":
@@ -158,6 +168,12 @@ class TargetSection(_Section):
             raise ValueError("only a kind = \"group\" target has members")
         if self.kind == "ssh" and not self.host:
             raise ValueError("an ssh target needs host = \"...\"")
+        if self.kind == "slurm" and not self.host:
+            raise ValueError("a slurm target needs host = \"...\" (the cluster's login node)")
+        slurm_only = [k for k in ("partition", "account", "qos", "time", "signal") if getattr(self, k) is not None]
+        slurm_only += ["resubmit"] if self.resubmit else []
+        if self.kind != "slurm" and (slurm_only or self.sbatch_args):
+            raise ValueError(f"{(slurm_only or ['sbatch_args'])[0]} is for kind = \"slurm\" targets only")
         if self.kind == "proxmox" and self.ct is None:
             raise ValueError("a proxmox target needs ct = <CT id>")
         return self

@@ -100,11 +100,13 @@ def split_testbed() -> bool:
 
 
 def ready_base() -> None:
-    """The base image, built here if missing: the second testbed has no network to build it."""
-    from tests.testbed import lxc
+    """The base images (the testbed's, the Slurm cluster's), built here if missing: the second testbed has no
+    network to build them."""
+    from tests.testbed import lxc, slurm
 
     try:
         lxc.ensure_base()
+        slurm.ensure_base()
     except (lxc.TestbedError, OSError, subprocess.SubprocessError):
         pass  # each testbed group reports it
 

@@ -12,7 +12,7 @@ from . import diskspace, journal
 from .ckpt import checkpoints, ckpt_move
 from .machine import doctor, identity, system
 from .queue import gpu_share, runqueue
-from .run import launch_env, rollback, runs, start_check, workdir
+from .run import launch_env, rollback, runs, slurm, start_check, workdir
 from .serving import logs, run_files, validate
 from .store import envs, gc, revisions
 from .watch import notify
@@ -72,7 +72,11 @@ OPS = {
     "revision_assemble": (revisions.revision_assemble, False),
     "run_start": (lambda layout, **a: runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **a), False),
     "run_check": (start_check.check, False),
+    "slurm_check": (lambda layout, exp_id, registry, **a: slurm.check(layout, layout.run_dir(exp_id, registry), a),
+                    False),
     "run_stop": (runs.stop, False),
+    "slurm_nodes": (slurm.nodes, False),
+    "slurm_doctor": (slurm.doctor, False),
     "run_verify": (runs.verify_started, False),
     "status": (lambda layout, gpus=True, **a: {**_status(layout, **a), "gpus": system.gpus() if gpus else [],
                                                "queue": runqueue.entries(layout, a["project"]) if a.get("project")

@@ -15,6 +15,11 @@ def gpus(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_js
     from ..reach.gpu_facts import machines
 
     settings = common.settings(ctx)
+    if not ct and len(target or []) <= 1:
+        spec = settings.targets.get((target or [None])[0] or settings.default_target)
+        if spec is not None and spec.kind == "slurm":  # the cluster's nodes, as Slurm counts their GPUs
+            return _slurm_nodes(settings, common.target(settings, (target or [None])[0], None,
+                                                        trust=trust_new_host), as_json)
     rows = machines(settings, lambda name, ct_: common.target(settings, name, ct_, trust=trust_new_host),
                     names=target, cts=ct)
     if as_json:
@@ -32,6 +37,19 @@ def gpus(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_js
             continue
         table.append([m["where"], "-", _passed(m), "-", "-", "-", "-", _why_none(m)])
     render.table(None, ["machine", "gpu", "name", "memory", "util", "temp", "power", "use"], table)
+
+
+def _slurm_nodes(settings, tgt, as_json: bool) -> None:
+    from ..launch import slurm
+
+    found = slurm.nodes(settings, tgt)
+    if as_json:
+        render.print_json({"target_label": tgt.label, "nodes": found})
+        return
+    render.table(f"GPUs on {tgt.label}", ["node", "state", "partitions", "gpus", "in use", "jobs"],
+                 [[n["node"], n["state"].lower(), n["partitions"], n["gpus"], n["gpus_used"],
+                   ", ".join(f"{j['job_id']} {j['name']} ({j['user']})" for j in n["jobs"]) or "-"]
+                  for n in found])
 
 
 def _memory(g: dict) -> str:

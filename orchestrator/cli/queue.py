@@ -27,6 +27,8 @@ def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_jso
 
     settings = common.settings(ctx)
     tgt = common.target(settings, target, ct, trust=trust_new_host)
+    if tgt.spec.kind == "slurm":  # Slurm is the queue: the project's pending jobs
+        return _slurm_pending(settings, tgt, as_json)
     with common.registry(settings) as reg:
         entries = queueing.listing(settings, tgt, reg)
     if as_json:
@@ -42,6 +44,22 @@ def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_jso
     for e in entries:
         if e.get("waiting"):
             render.out(f"experiment {e['id']} has not started: {e['waiting']}")  # "experiment 31 is running", ...
+
+
+def _slurm_pending(settings, tgt, as_json: bool) -> None:
+    from ..launch import slurm
+
+    with common.registry(settings) as reg:
+        entries = slurm.pending(settings, tgt, reg)
+    if as_json:
+        render.print_json({"target_label": tgt.label, "queue": entries})
+        return
+    if not entries:
+        render.out(f"no job of this project is pending on {tgt.label}")
+        return
+    render.table(f"pending on {tgt.label}", ["position", "id", "job", "partition", "reason", "priority", "since"],
+                 [[e["position"], e["id"], e["job_id"], e.get("partition"), e.get("reason"), e.get("priority"),
+                   render.when(e.get("since"))] for e in entries])
 
 
 def _budget(entry: dict) -> str | None:

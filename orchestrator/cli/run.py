@@ -33,8 +33,23 @@ GpusOpt = Annotated[Optional[int], typer.Option(
 PoolOpt = Annotated[Optional[str], typer.Option("--pool", help="Choose among [pools.NAME] members (with --gpus)")]
 
 
+NodesOpt = Annotated[Optional[int], typer.Option("--nodes", min=1, help="On a kind = \"slurm\" target: the "
+                                                "nodes the job asks Slurm for")]
+
+
+def _on_slurm(settings, names, cts) -> bool:
+    """Whether the one target named (or the default) is a Slurm cluster: Slurm places its runs, not orch."""
+    if cts or len(names or []) > 1:
+        return False
+    name = (names or [None])[0] or settings.default_target
+    spec = settings.targets.get(name)
+    return spec is not None and spec.kind == "slurm"
+
+
 def _placed(settings, gpus, pool, names, cts, start, trust):
     """``--gpus N``: the machine and GPUs chosen, said with why, and the flags naming that machine."""
+    if _on_slurm(settings, names, cts):
+        return None, None  # --gpus is the job's --gres: Slurm chooses the node
     if gpus is None:
         if pool is not None:
             from ..errors import InputError
@@ -197,6 +212,13 @@ def _say_outcome(outcome, target) -> None:
     if exp is None:
         return
     waited = outcome.waited or {}
+    if (exp.target_info or {}).get("slurm"):
+        from ..launch import slurm
+
+        render.out(f"experiment {exp.id}: {slurm.state_words(exp.status, (outcome.queue or {}).get('slurm'))} "
+                   f"on {target.label} as {slurm.describe(exp.target_info)} (revision {exp.revision}); "
+                   "orch status and orch logs --follow show it")
+        return
     if exp.status == "running" and waited.get("metric"):
         render.out(f"experiment {exp.id}: running on {target.label} (revision {exp.revision}); "
                    f"first metrics after {waited['seconds']:g} s: {waited['line']}")
@@ -224,7 +246,7 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
            yes: YesOpt = False, dry_run: DryOpt = False, start: StartOpt = False,
            trust_new_host: TrustOpt = False, wait: WaitOpt = None, queue: QueueOpt = False,
            guard: GuardOpt = False, as_json: JsonOpt = False, gpus: GpusOpt = None, pool: PoolOpt = None,
-           beside: BesideOpt = False) -> None:
+           beside: BesideOpt = False, nodes: NodesOpt = None) -> None:
     """Push the code as a new revision and start it as a new experiment; it replaces every running experiment of
     the project on the target, unless --beside starts it next to them."""
     from ..launch import prepare, queueing
@@ -251,7 +273,12 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
         from ..launch.placement import apply
 
         apply(launch, choice)
+    from ..launch import slurm
+
+    launch.slurm = slurm.wanted(tgt, gpus, nodes)
     launch.guard = guard
+    if launch.slurm is not None and queue:  # Slurm is the queue: the job is submitted beside the running one
+        queue, launch = False, slurm.beside_running(launch)
     if grp is not None and (queue or guard):
         from ..errors import InputError
 
@@ -347,6 +374,9 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
         from ..launch.placement import apply
 
         apply(launch, choice)
+    from ..launch import slurm
+
+    launch.slurm = slurm.wanted(tgt, gpus, None)
     if beside and tgt.connect is not None:
         launch = besides.beside(launch, gpus, queue=False)
     launch.guard = guard

@@ -155,11 +155,18 @@ def _print_status(d: dict) -> None:
         return
     code = _how_it_ended(d)
     state = "restarting" if d["state"] == "running" and d.get("phase") == "restarting" else d["state"]
+    if d.get("slurm") and state in ("queued", "running"):  # a Slurm job: pending (its reason), its nodes
+        from ..launch.slurm import state_words
+
+        state = state_words(state, d["slurm"])
     render.out(f"{d['target_label']}: experiment {d['experiment']} {state}{code}, revision {d['revision']}")
     if (tried := _attempt_line(d)) is not None:
         render.out(f"  {tried}")
     if (watched := _guard_line(d)) is not None:
         render.out(f"  {watched}")
+    if (job := d.get("slurm")):
+        render.out(f"  Slurm job {job.get('job_id')}" + (f", partition {job['partition']}" if job.get("partition")
+                                                          else ""))
     if d.get("message"):
         render.out(f"  message: {d['message']}")
     if (told := _notify_line(d.get("notify"))) is not None:

@@ -372,6 +372,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "secrets": dict(launch.secrets), "experiment": start.experiment,
                                         "batching": exp.batching, "recovery": start.recovery}
                           | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})
+                          | _slurm_arg(launch, exp)
                           | ({} if settings.run.standby else {"use_standby": False}) | _inherited(launch)))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
@@ -384,6 +385,15 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
         ops.insert(first, checkpoints.move_op(target))
         keys.insert(first, "ckpt_move")
     return ops, keys
+
+
+def _slurm_arg(launch: Launch, exp: Experiment) -> dict:
+    """On a Slurm target the agent submits the run as a job (``agent/slurm.py``) with these options."""
+    from . import slurm
+
+    if not slurm.is_slurm(launch.target):
+        return {}
+    return {"slurm_job": slurm.job_spec(launch.target, launch.settings.project.name, exp.id, launch.slurm)}
 
 
 def _inherited(launch: Launch) -> dict:
@@ -440,6 +450,8 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
     from .envs import run_env
 
     recovery = settings.run.recovery() | ({"guard": out.guard} if out.guard else {})
+    if launch.target.spec.kind == "slurm":  # no unit of orch's on a compute node: a requeue brings the run back
+        recovery["resume_after_reboot"] = False
     start = Start(launch.inputs.argv or [], {**launch.env, **run_env(launch)},
                   {**_experiment_json(exp), "clone": clone(settings)}, recovery) if exp is not None else None
     ops, keys = locked_ops(launch, probe, writer, exp, key, registry.registry_id, start)
@@ -484,6 +496,10 @@ def _check_start_first(launch: Launch, exp: Experiment, key: str | None, ops: li
                                        "spare_jobs": spare_jobs}
                      | ({"beside": launch.env.get("CUDA_VISIBLE_DEVICES", "")} if launch.beside else {})))
     keys.insert(first, "start_check")
+    slurm_job = _slurm_arg(launch, exp).get("slurm_job")
+    if slurm_job is not None:  # whether Slurm takes the job (partition, account, GPUs), before anything changes
+        ops.insert(first + 1, Op("slurm_check", {"exp_id": exp.id, "registry": key} | slurm_job))
+        keys.insert(first + 1, "slurm_check")
 
 
 def _record_moved(registry: Registry, value: dict) -> None:
@@ -517,9 +533,16 @@ def _record_results(launch: Launch, registry: Registry, results: list[tuple[str,
                 fields["started"] = value.get("started") or now
             out.queue = value
             out.experiment = registry.update(out.experiment.id, checkpoints_action="kept", **fields)
+        elif key == "start" and out.experiment is not None and (value or {}).get("slurm"):
+            info = dict(out.experiment.target_info or {}, slurm=value["slurm"])
+            out.experiment = registry.update(out.experiment.id, target_info=info)
         elif key == "verify" and out.experiment is not None:
             exp = out.experiment
-            fields: dict = {"status": value["state"], "started": value.get("started") or now}
+            fields: dict = {"status": value["state"]}
+            if value["state"] != "queued":  # a Slurm job pending for its nodes has not started
+                fields["started"] = value.get("started") or now
+            if value.get("slurm"):
+                out.queue = {"slurm": value["slurm"]}
             if value.get("attempts"):
                 fields["attempts"] = value["attempts"]
             if value["state"] in ("finished", "crashed", "stopped"):

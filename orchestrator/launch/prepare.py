@@ -142,7 +142,8 @@ def restart(settings: Settings, target: Target, registry: Registry, *, message: 
     """Relaunch ``parent`` (default: the target's latest experiment); a job's row is given by the caller (``job``
     unless said otherwise: ``orch restart -e ID`` gives one run's)."""
     job = parent is not None if job is None else job
-    parent = parent or registry.latest(target.machine, target.name)
+    parent = parent or registry.latest(target.machine, target.name,
+                                      queued=target.spec.kind == "slurm")  # a pending job is restarted too
     if parent is None:
         raise NotFoundError(f"nothing to restart: no experiment on {target.label}",
                             hint="use orch deploy first (or orch use to pick the target you deployed to)")

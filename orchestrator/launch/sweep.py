@@ -12,41 +12,24 @@ each other on each, so a machine goes from one to the next with no controller co
 
 from __future__ import annotations
 
-import itertools
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import InputError
+from . import space
 
-MAX_VARIANTS = 256
+MAX_VARIANTS = space.MAX_VARIANTS
 
 
 def variants(sets: list[str]) -> list[dict[str, str]]:
-    """Every combination of the ``--set`` values, the first key varying slowest; a key given twice is refused."""
-    if not sets:
-        raise InputError("a sweep needs at least one --set key=value1,value2",
-                         hint="e.g. orch sweep --set batching.strategy=sorted,shuffle,bucketed --steps 200")
-    axes: dict[str, list[str]] = {}
-    for item in sets:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key or "." not in key:
-            raise InputError(f"--set {item!r} is not section.key=value1,value2",
-                             hint="e.g. --set batching.strategy=sorted,shuffle")
-        values = [v.strip() for v in raw.split(",")]
-        if not all(values):
-            raise InputError(f"--set {item!r} has an empty value", hint="separate the values with single commas")
-        if key in axes:
-            raise InputError(f"--set {key} is given twice", hint="list all its values in one --set, comma-separated")
-        if len(set(values)) != len(values):
-            raise InputError(f"--set {item!r} repeats a value", hint="give each value once")
-        axes[key] = values
-    combos = [dict(zip(axes, chosen)) for chosen in itertools.product(*axes.values())]
-    if len(combos) > MAX_VARIANTS:
-        raise InputError(f"the sweep has {len(combos)} variants, more than {MAX_VARIANTS}",
-                         hint="sweep fewer values at once")
-    return combos
+    """Every combination of the ``--set`` values, the first key varying slowest; a key given twice is refused,
+    and so is a range (``loguniform(1e-5,1e-2)``: a search, which the conductor runs)."""
+    chosen = space.plan(sets)
+    if chosen.search:
+        raise InputError("a grid sweep takes lists of values; this one has a range",
+                         hint="give --trials N to search it")
+    return space.grid(chosen.space)
 
 
 def budget_env(steps: int | None, minutes: float | None) -> dict[str, str]:
@@ -78,13 +61,31 @@ class Launched:
     rows: list[dict] = field(default_factory=list)  # one per variant: id, settings, target, status, position
 
 
+def queue_one(settings, target, registry, *, sweep: str, env: dict[str, str], message: str,
+              echo: Callable[[str], None], start_idle: bool = True, beside_gpus: int | None = None):
+    """One variant handed to the target's queue (started at once when ``start_idle`` and nothing runs there):
+    the experiment and its place in the queue."""
+    from . import prepare, queueing
+    from .operations import execute
+
+    plan = prepare.deploy(settings, target, message=message, clean=False, purge=False, yes=True, confirm=None,
+                          echo=echo)
+    plan.env = {**plan.env, **env}
+    plan.sweep = sweep
+    plan = queueing.queued(plan, start_idle=start_idle)
+    if beside_gpus is not None:  # started by the target's queue on the free GPUs, as many at once as fit
+        plan.beside = {"gpus": beside_gpus, "total": target.spec.gpus}
+    done = execute(plan, registry)
+    assert done.experiment is not None
+    return done.experiment, (done.queue or {}).get("position")
+
+
 def launch(sets: list[str], steps: int | None, minutes: float | None, targets: list[Any],
            settings_for: Callable[[list[str]], Any], registry, *, echo: Callable[[str], None],
            message: str | None = None, base_sets: list[str] | None = None,
            beside_gpus: int | None = None) -> Launched:
     """Queue every variant (nothing is changed anywhere before every variant's settings have loaded)."""
-    from . import prepare, queueing
-    from .operations import execute
+    from . import queueing
 
     combos = variants(sets)
     env = budget_env(steps, minutes)
@@ -97,18 +98,11 @@ def launch(sets: list[str], steps: int | None, minutes: float | None, targets: l
     for i, (combo, settings) in enumerate(zip(combos, configs)):
         target = targets[i % len(targets)]
         said = ", ".join(f"{k}={v}" for k, v in combo.items())
-        plan = prepare.deploy(settings, target, message=f"sweep {sweep}: {said}" + (f" ({message})" if message else ""),
-                              clean=False, purge=False, yes=True, confirm=None, echo=echo)
-        plan.env = {**plan.env, **env}
-        plan.sweep = sweep
-        plan = queueing.queued(plan, start_idle=i + len(targets) >= len(combos))  # this target's last variant
-        if beside_gpus is not None:  # started by the target's queue on the free GPUs, as many at once as fit
-            plan.beside = {"gpus": beside_gpus, "total": target.spec.gpus}
-        done = execute(plan, registry)
-        exp = done.experiment
-        assert exp is not None
+        exp, position = queue_one(settings, target, registry, sweep=sweep, env=env, echo=echo,
+                                  message=f"sweep {sweep}: {said}" + (f" ({message})" if message else ""),
+                                  start_idle=i + len(targets) >= len(combos), beside_gpus=beside_gpus)
         out.rows.append({"id": exp.id, "settings": combo, "target": target.label, "status": exp.status,
-                         "position": (done.queue or {}).get("position")})
+                         "position": position})
     # each target's last queueing started its first variant: the rows and positions as the targets have them now
     for target in {t.label: t for t in targets[:len(combos)]}.values():
         where = {e["id"]: e["position"] for e in queueing.listing(configs[0], target, registry) if e.get("mine")}

@@ -37,6 +37,8 @@ class Target:
         if self.spec.kind == "ssh":
             host = self.spec.host or ""
             return host if host == self.name else f"{self.name} ({host})"
+        if self.spec.kind == "slurm":
+            return f"{self.name} (Slurm at {self.spec.host})"
         return self.name
 
 
@@ -52,15 +54,19 @@ def machine_key(settings: Settings, spec: TargetSection, root: str) -> str:
     if spec.kind == "proxmox":
         cluster = settings.proxmox.host if settings.proxmox else ""
         return f"ct:{spec.ct}@{cluster}:{root}"
-    if spec.kind == "ssh":
-        return f"ssh:{spec.user or ''}@{spec.host}:{spec.port or 22}:{root}"
+    if spec.kind in ("ssh", "slurm"):  # a Slurm target is its login node (and the shared root behind it)
+        return f"{spec.kind}:{spec.user or ''}@{spec.host}:{spec.port or 22}:{root}"
     return f"local:{root}"
 
 
 def paths_for(settings: Settings, spec: TargetSection) -> tuple[str, str]:
     """The target's root and checkpoint folder; ``{project}`` stands for the project's name."""
     root = spec.root or settings.paths.root
-    ckpt = (spec.checkpoints or settings.paths.checkpoints).replace("{project}", settings.project.name)
+    default = settings.paths.checkpoints
+    if spec.kind == "slurm" and "checkpoints" not in settings.paths.model_fields_set:
+        # on the shared file system: a node-local folder would stay behind on a node the next job may not get
+        default = f"{root.rstrip('/')}/checkpoints/{{project}}"
+    ckpt = (spec.checkpoints or default).replace("{project}", settings.project.name)
     return root, ckpt
 
 
@@ -131,7 +137,7 @@ def resolve_target(settings: Settings, name: str | None = None, ct: int | None =
         return target
     ssh_kw = _ssh_kwargs(settings)
     identity = _home(spec.identity_file or settings.ssh.identity_file)
-    if spec.kind == "ssh":
+    if spec.kind in ("ssh", "slurm"):  # Slurm: the login node, reached like any SSH host
         host = spec.host or ""
         target.info.update(host=host, port=spec.port, user=spec.user)
         target.connect = lambda: _ssh(host, spec.port, spec.user, identity, trust_new_host, ssh_kw)

@@ -90,7 +90,7 @@ def describe(run: dict, registry_id: str | None = None, now: float | None = None
         if name:
             return f"{name}: {run['cause']}" if run.get("cause") else name
         if run.get("exit_code") is None:
-            return "no exit code recorded"
+            return run.get("cause") or "no exit code recorded"  # a Slurm job that ended without its supervisor's
         return f"exit code {run['exit_code']}"
     if state == "finished" and run.get("budget"):  # ended by its supervisor at ORCH_MAX_STEPS / ORCH_MAX_MINUTES
         return run.get("cause") or "reached its budget"

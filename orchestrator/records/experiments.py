@@ -613,8 +613,9 @@ class Registry:
         found = [self._from_row(r) for r in rows]
         return sorted(found, key=lambda e: e.machine or e.target)
 
-    def latest(self, machine: str, target: str | None = None) -> Experiment | None:
-        """The newest experiment on ``machine`` that reached it (failed or still launching ones do not count).
+    def latest(self, machine: str, target: str | None = None, queued: bool = False) -> Experiment | None:
+        """The newest experiment on ``machine`` that reached it (failed or still launching ones do not count;
+        queued ones only with ``queued``: a Slurm job pending for its nodes is the cluster's latest run).
 
         A running one comes first: two deploys racing are numbered before they queue for the target's lock,
         so the higher id can be the one the other replaced. Rows recorded before machines were
@@ -623,7 +624,8 @@ class Registry:
         running, reached = _on_machine("=", 1), _on_machine("NOT IN", 3, first=4)
         row = self._exec(f"SELECT * FROM experiments WHERE id = COALESCE((SELECT MAX(id) FROM ({running})), "
                          f"(SELECT MAX(id) FROM ({reached})))",
-                         (machine, target, "running", "failed", "launching", "queued"), fetch="one")
+                         (machine, target, "running", "failed", "launching", "failed" if queued else "queued"),
+                         fetch="one")
         return self._from_row(row) if row else None
 
     def orphans(self, machine: str, target: str | None, project: str) -> list[Experiment]:

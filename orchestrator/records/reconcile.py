@@ -66,6 +66,8 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
             continue  # a start whose supervisor is not up yet: it runs, or the target says crashed within 30 s;
             # never recorded, so no row goes back to launching with no orch process launching it
         settled = exp.status in FINAL and exp.status not in ("failed", "lost")  # lost: may resume after boot
+        if run.get("slurm") and state in ("queued", "running") and exp.status == "crashed":
+            settled = False  # its Slurm job was requeued after the attempt that was killed: it goes on
         if run.get("attempts") and run["attempts"] != exp.attempts and not (settled and state not in FINAL):
             exp = registry.update(exp.id, attempts=run["attempts"])
         same = state == exp.status and (state not in FINAL or run.get("exit_code") == exp.exit_code)
@@ -78,8 +80,8 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
             fields["started"] = run["started"]
         if exp.status == "queued" and run.get("gpus") and not exp.gpus:
             fields["gpus"] = run["gpus"]  # queued beside the others: its queue gave it the GPUs freed
-        if exp.status == "lost" and state not in FINAL:
-            fields.update(ended=None, exit_code=None)  # resumed after a reboot
+        if exp.status in ("lost", "crashed") and state not in FINAL:
+            fields.update(ended=None, exit_code=None, end_reason=None)  # resumed after a reboot, or requeued
         if exp.status == "failed" and state != "failed":
             fields["error"] = None  # the launch did reach the target after all
         registry.update(exp.id, **fields)
@@ -240,8 +242,9 @@ def status_answered(settings: Settings, target: Target, registry: Registry, aske
     sync(registry, answer["runs"], target, settings.project.name)
     guard_records.record(registry, answer["runs"], target.machine)
     sync(registry, answer["runs"], target, settings.project.name)  # a restored run just recorded
-    latest: Experiment | None = registry.latest(target.machine, target.name) if experiment is None else \
-        registry.get(experiment)
+    slurm = target.spec.kind == "slurm"  # a job pending for its nodes is what the cluster runs next
+    latest: Experiment | None = registry.latest(target.machine, target.name, queued=slurm) if experiment is None \
+        else registry.get(experiment)
     run = None
     if latest is not None:
         run = next((r for r in answer["runs"] if r.get("id") == latest.id and registry.owns(r)), None)

@@ -72,9 +72,13 @@ def node_report(code: int, stdout: str, stderr: str) -> dict:
 
 def findings(target: Target, answer: dict, node: tuple[dict | None, str | None], sent: float, received: float,
              *, min_free_mb: int = 50, torch: bool = False) -> list[Finding]:
+    slurm = target.spec.kind == "slurm"
+    if slurm:  # the agent answers from the login node: the GPUs (and what drives them) are the compute nodes'
+        answer = dict(answer, devices=[], nvidia_smi={"found": False}, nvml_libraries=[], kernel_module=None)
     facts = Facts(agent=answer, ct=_ct(target), node_smi=node[0], node_error=node[1], sent=sent,
                   received=received, min_free_mb=min_free_mb, torch_asked=torch)
-    return judge(facts)
+    found = judge(facts)
+    return [f for f in found if f.check != "tmux"] if slurm else found  # Slurm runs the job, not tmux
 
 
 def examine(settings: Settings, target: Target, *, torch: bool = True) -> dict:
@@ -96,8 +100,23 @@ def examine(settings: Settings, target: Target, *, torch: bool = True) -> dict:
     finally:
         transport.close()
     found = findings(target, answer, node, sent, received, torch=torch)
+    if target.spec.kind == "slurm":  # the cluster's own checks, asked of the login node
+        found += slurm_findings(settings, target)
     return {"target": target.label, "ct": target.info.get("ct"), "node": target.info.get("node"),
             "status": worst(found), "findings": [f.to_dict() for f in found]}
+
+
+def slurm_findings(settings: Settings, target: Target) -> list[Finding]:
+    """A Slurm target's checks (``agent/slurm.doctor``): the controller, the partition, a compute node's Python and
+    view of ``root``, GPU confinement."""
+    assert target.connect is not None
+    transport = target.connect()
+    try:
+        client = AgentClient(transport, target.root, target.python, timeout=settings.ssh.command_timeout)
+        got = client.one("slurm_doctor", partition=target.spec.partition, time_limit=target.spec.time)
+    finally:
+        transport.close()
+    return [Finding(**f) for f in got["findings"]]
 
 
 def refuse(found: list[Finding] | None, label: str, echo) -> None:

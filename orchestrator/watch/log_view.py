@@ -21,7 +21,9 @@ def find_run(settings: Settings, registry: Registry, experiment: int | None, fla
         flags = target_flags(settings, registry.get(experiment))
     tgt = resolve(*flags)
     recover(settings, tgt, registry)
-    exp = registry.get(experiment) if experiment is not None else registry.latest(tgt.machine, tgt.name)
+    slurm = tgt.spec.kind == "slurm"  # a job pending for its nodes: its log comes once it runs
+    exp = registry.get(experiment) if experiment is not None else \
+        registry.latest(tgt.machine, tgt.name, queued=slurm)
     if exp is None:
         raise NotFoundError(f"no experiment on {tgt.label}",
                             hint="orch deploy starts one (or orch use picks the target you deployed to)")

@@ -41,6 +41,7 @@ def as_dict(st: dict) -> dict:
             "max_attempts": run.get("max_attempts"), "last_reason": run.get("last_reason"),
             "resumed_from": run.get("resumed_from"), "notify": run.get("notify"), "queue": st.get("queue", []),
             "guard": run.get("guard"),
+            "slurm": run.get("slurm") or ((exp.target_info or {}).get("slurm") if exp else None),
             "live": [{"experiment": e.id, "state": e.status, "gpus": [g.get("index") for g in e.gpus or []],
                       "revision": e.revision, "message": e.message, "started": e.started,
                       "checkpoints": e.checkpoints} for e in st.get("live") or []]}
@@ -69,7 +70,9 @@ def _ask(settings: Settings, target: Target, registry: Registry, *, metrics: boo
     ahead = None
     if metrics:
         try:
-            exp = registry.latest(target.machine, target.name) if experiment is None else registry.get(experiment)
+            slurm = target.spec.kind == "slurm"  # a job pending for its nodes is what the cluster runs next
+            exp = registry.latest(target.machine, target.name, queued=slurm) if experiment is None \
+                else registry.get(experiment)
         except NotFoundError:
             exp = None  # said once the target has been asked, as before
         ahead = metrics_view.first_read(settings, registry, exp) if exp is not None else None

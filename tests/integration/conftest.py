@@ -286,3 +286,42 @@ def ct_pair(testbed: Testbed) -> tuple[Container, Container]:
     """CTs 200 and 201, both reset to pristine and running (side by side)."""
     first, second = testbed.pristine(200, 201)
     return first, second
+
+
+_slurm: dict[str, Any] = {"cluster": None, "stack": None}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[Any]:
+    """A real two-node Slurm cluster (``tests/testbed/slurm.py``): CTs 210 (login, controller, node) and 211,
+    with ``/shared`` in both; its SSH key and known_hosts in ``cluster.key_path``/``cluster.known_hosts_path``."""
+    from tests.testbed.slurm import Cluster
+
+    problem = lxc.lxc_problem()
+    if problem:
+        _unavailable(problem)
+    stack = contextlib.ExitStack()
+    lock = Path("/run/orch-testbed")
+    lock.mkdir(parents=True, exist_ok=True)
+    stack.enter_context(lxc.session_lock(lock / "slurm.lock"))
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="orch-slurm-")))
+    key = workdir / "id_ed25519"
+    try:
+        lxc.sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "orch-slurm", "-f", str(key))
+        cluster = Cluster(Path(str(key) + ".pub").read_text(), lxc.LXC_PATH / "slurm-shared")
+        stack.callback(cluster.teardown)
+        cluster.timings = {"setup": cluster.setup()}
+    except TestbedError as exc:
+        try:
+            stack.close()
+        finally:
+            _unavailable(str(exc))
+    cluster.key_path = str(key)
+    cluster.known_hosts_path = str(workdir / "known_hosts")
+    Path(cluster.known_hosts_path).write_text("".join(ct.host_key_line + "\n" for ct in cluster.nodes))
+    try:
+        yield cluster
+    finally:
+        stack.close()
+        if _shared["bed"] is None:  # the testbed's own teardown removes the bridge when it is up
+            lxc.remove_bridge()

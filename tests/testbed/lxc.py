@@ -69,30 +69,31 @@ def session_lock(path: Path = Path("/run/orch-testbed.lock"), timeout: float = 1
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def recipe_digest() -> str:
-    text = "\n".join([SUITE, *PACKAGES, *MASKED_UNITS, SSHD_CONF])
+def recipe_digest(packages: list[str] = PACKAGES) -> str:
+    text = "\n".join([SUITE, *packages, *MASKED_UNITS, SSHD_CONF])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def ensure_base(cache_dir: Path = CACHE_DIR) -> Path:
+def ensure_base(cache_dir: Path = CACHE_DIR, packages: list[str] = PACKAGES, prefix: str = "base") -> Path:
     """Return the base rootfs, building it with mmdebstrap only when no complete copy is cached. Two testbeds
-    that start at once (``tests/testbed/instance.py``) share it: the second waits for the first's build."""
-    base = cache_dir / f"base-{recipe_digest()}"
+    that start at once (``tests/testbed/instance.py``) share it: the second waits for the first's build.
+    ``packages``/``prefix``: another image of the same recipe with more packages (``slurm.py``'s)."""
+    base = cache_dir / f"{prefix}-{recipe_digest(packages)}"
     if (base / COMPLETE).exists():
         return base
     cache_dir.mkdir(parents=True, exist_ok=True)
     with open(cache_dir / f"{base.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (base / COMPLETE).exists():
-            _build_base(cache_dir, base)
+            _build_base(cache_dir, base, packages)
     return base
 
 
-def _build_base(cache_dir: Path, base: Path) -> None:
+def _build_base(cache_dir: Path, base: Path, packages: list[str] = PACKAGES) -> None:
     tmp = cache_dir / f"{base.name}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     excludes = [f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("man", "locale", "doc")]
-    sh("mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(PACKAGES)}", *excludes,
+    sh("mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(packages)}", *excludes,
        SUITE, str(tmp), timeout=900)
     for key in (tmp / "etc/ssh").glob("ssh_host_*"):
         key.unlink()
@@ -101,7 +102,7 @@ def _build_base(cache_dir: Path, base: Path) -> None:
         link = tmp / "etc/systemd/system" / unit
         link.unlink(missing_ok=True)
         link.symlink_to("/dev/null")
-    (tmp / COMPLETE).write_text(recipe_digest() + "\n")
+    (tmp / COMPLETE).write_text(recipe_digest(packages) + "\n")
     tmp.rename(base)
 
 

@@ -9,14 +9,15 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "orchestrator"
 HEAVY = ("fabric", "invoke", "paramiko", "proxmoxer", "requests", "numpy", "matplotlib", "mlflow",
-         "starlette", "uvicorn", "tensorboard")
+         "starlette", "uvicorn", "tensorboard", "optuna")
 # paramiko's first import is sshlib's (which holds invoke back); fabric is not used at all
 OWNERS = {"fabric": set(), "invoke": {"reach/transport/sshlib.py"},
           "paramiko": {"reach/transport/ssh.py", "reach/transport/hostkeys.py", "reach/transport/sshlib.py"},
           "proxmoxer": {"reach/proxmox.py"},
           "requests": {"reach/proxmox.py"}, "sqlite3": {"records/experiments.py"},
           "mlflow": {"watch/mlflow_export.py"},
-          "tensorboard": {"watch/tensorboard_export.py"}, "starlette": {"ui/server.py"}, "uvicorn": {"ui/server.py"}}
+          "tensorboard": {"watch/tensorboard_export.py"}, "starlette": {"ui/server.py"}, "uvicorn": {"ui/server.py"},
+          "optuna": {"launch/study.py"}}
 
 
 def imports(path: Path, top_level_only: bool = False) -> list[str]:

@@ -33,8 +33,8 @@ import time
 from .. import diskspace, journal, procstat
 from ..ckpt import ckpt_layout
 from ..watch import budget, guard
-from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, series, standby, tmux, watchdog,
-               workdir)
+from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, series, slurm, standby, tmux,
+               watchdog, workdir)
 from ..watch import notify as notices
 from ..layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from ..protocol import AgentFailure
@@ -90,6 +90,9 @@ def run_state(run_dir: str) -> dict:
         out["heartbeat"] = heard
     if stop_req:
         out["stopped_by"] = (read_json(os.path.join(run_dir, "stop_requested"), {}) or {}).get("by")
+    job = slurm.job_of(run_dir)
+    if job is not None and isinstance(ended, dict) and not stop_req and slurm.requeued(job, ended):
+        ended = None  # Slurm requeued its job (preempted, a node failed, scontrol requeue): it comes back
     if isinstance(ended, dict) and ended.get("not_started"):  # the start failed, or a stop came first: it never ran
         out.update(state="stopped" if stop_req else "failed", ended=ended.get("ended"), error=ended.get("error"))
     elif isinstance(ended, dict):
@@ -99,6 +102,8 @@ def run_state(run_dir: str) -> dict:
         spent = budget.spent(run_dir)
         if spent is not None and not stop_req:  # ended gracefully at its budget, whatever its exit code
             out.update(state="finished", budget=spent, cause=f"reached its budget of {spent.get('spent')}")
+    elif job is not None:  # its supervisor runs on a compute node: Slurm says
+        out.update(slurm.state(job, pid, stop_req, run_dir=run_dir))
     elif _alive(pid.get("supervisor"), pid.get("supervisor_start")) or \
             _alive(pid.get("child"), pid.get("child_start")):
         out["state"] = "running"  # a supervisor still alive is about to record the exit code, or to restart
@@ -198,13 +203,19 @@ def _last_line(path: str) -> str | None:
 def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, env: dict,
           experiment: dict, batching: dict, agent_path: str, secrets: dict | None = None,
           registry: str | None = None, recovery: dict | None = None, notify: dict | None = None,
-          beside: bool = False, launch: dict | None = None, use_standby: bool = True) -> dict:
+          beside: bool = False, launch: dict | None = None, use_standby: bool = True,
+          slurm_job: dict | None = None) -> dict:
     """Write the run's files, then start the supervisor in this project's tmux session (``beside``: next to
     the project's live runs, on GPUs none of them was given: checked by ``start_check``/``runqueue`` under the same
-    lock, with ``gpu_share``). ``launch``: what the command that launched it had (``launch_env``: the local
-    target's ``orch`` command sends its own); without it, this agent's own, as the target gave it. ``use_standby``
+    lock, with ``gpu_share``; ``slurm_job``: submitted as a Slurm job instead, see ``slurm.py``). ``launch``: what
+    the command that launched it had (``launch_env``: the local target's ``orch`` command sends its own); without
+    it, this agent's own, as the target gave it. ``use_standby``
     False (``[run] standby``): tmux starts the supervisor afresh, and no standby is left for the next start."""
     secrets = handover.check(secrets or {})
+    if slurm_job is not None and (secrets or notify):
+        raise AgentFailure("input", "a run on a Slurm target gets no secrets or webhook yet: they pass to its "
+                                    "supervisor through a pipe, which a batch job has not",
+                           "leave [project] secrets and [notify] out for this target")
     inherited = launch_env.check(launch) if launch is not None else launch_env.own()
     base = inherited["env"]
     if notify is not None:  # its URL goes with the secrets, through the pipe
@@ -217,7 +228,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     rev_dir = layout.revision(revision)
     if not os.path.isdir(rev_dir):
         raise AgentFailure("notfound", f"revision {revision} is not on the target", "deploy again to push it")
-    busy = alive_runs(layout, project)
+    busy = alive_runs(layout, project) if slurm_job is None else []  # Slurm is the queue: it runs when it may
     if busy and not beside:
         raise AgentFailure("conflict", f"experiment {busy[0]['id']} of project {project} is still running",
                            "stop it first (orch stop) or use orch restart")
@@ -262,6 +273,13 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                {"argv": list(argv), "cwd": work, "revision": revision, "env": run_env, "secrets": sorted(secrets),
                 "created": time.time(), "recovery": recovery or {},
                 "notify": {k: v for k, v in notify.items() if k != "url"} if notify else None})
+    if slurm_job is not None:
+        try:
+            job = slurm.submit(run_dir, sys.executable, agent_path, slurm_job)
+        except BaseException as exc:
+            not_started(run_dir, f"{exc}"[:300])
+            raise
+        return {"run_dir": run_dir, "slurm": job}
     server = tmux.Server(socket_name(layout))
     name = session_name(project)
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
@@ -329,12 +347,15 @@ def not_started(run_dir: str, why: str) -> None:
 
 def supervise(run_dir: str) -> int:
     """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
-    if os.path.exists(os.path.join(run_dir, "exit.json")):
+    run_dir = slurm.node_folder(run_dir, os.environ)  # a Slurm job's second node and on: a folder of its own
+    if os.path.exists(os.path.join(run_dir, "exit.json")) and not slurm.resumes(run_dir, os.environ):
         return 0  # too late: its start was already given up (``not_started``)
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)
     # the launch's variables, umask and limits (never this process's: a standby's, the tmux server's)
     env, missed = launch_env.apply(launch_env.read(run_dir))
+    # in a Slurm job: its allocation (SLURM_JOB_ID, the GPUs it was given) and, over several nodes, each one's rank
+    env.update(slurm.allocation(os.environ), **slurm.node_env(os.environ))
     secrets = handover.receive(run_dir) if launch.get("secrets") or launch.get("notify") else {}
     url = (secrets or {}).pop(notices.URL_KEY, None)
     if secrets is None and not launch.get("secrets"):
@@ -417,6 +438,10 @@ def supervise(run_dir: str) -> int:
     if guarded is not None:  # the verdict before the exit: whoever reads the end reads the guard's too
         guarded.ended(code, history.items[-1].get("reason") or "", attempts.stop_requested(run_dir))
     _record_exit(run_dir, code, sig, cause=cause)
+    if stopping and not attempts.stop_requested(run_dir) and slurm.resubmit(run_dir, os.environ):
+        with open(log_path, "ab") as tail:  # said in the run's log, where orch logs shows it
+            tail.write(b"orch: the time limit's signal ended it: requeued, to go on in a new allocation\n")
+        return code  # its next attempt is the requeued job's (``slurm.resumes``), so nothing is told yet
     if not stopping and not attempts.stop_requested(run_dir):
         told.send("finished" if code == 0 else "crashed", exit_code=code, signal=sig, reason=reason, cause=cause,
                   attempts=len(history.items), last_lines=[] if code == 0 else notices.last_lines(log_path))
@@ -661,10 +686,20 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
     stopped = []
     for state in targets:
         reboot_unit.remove(state["dir"])  # a stopped (or lost) run is never resumed at the next boot
-        if state["state"] not in ("running", "launching"):
+        if state["state"] not in ("running", "launching") and not (state.get("slurm") and state["state"] == "queued"):
             continue
         run_dir = state["dir"]
         _mark_stopping(run_dir, by)
+        if state.get("slurm"):  # a Slurm job: its supervisors run on the compute nodes
+            sent = slurm.stop(run_dir, slurm.job_of(run_dir) or state["slurm"], stop_timeout, term_timeout,
+                              running=state["state"] == "running")
+            if not sent:
+                not_started(run_dir, BEFORE_START)
+            final = run_state(run_dir)
+            stopped.append({"id": final["id"], "registry": final["registry"], "clone": final["clone"],
+                            "state": final["state"], "exit_code": final["exit_code"], "signals": sent,
+                            "ended": final.get("ended")})
+            continue
         pid = read_json(os.path.join(run_dir, "pid.json"), {}) or {}
         sent = []
         ladder = ((signal.SIGINT, stop_timeout), (signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0))
@@ -700,6 +735,8 @@ def verify_started(layout: Layout, exp_id: int, wait: float = 1.0, registry: str
     file, so the supervisor's own start-up is not added to it; an exit ends it at once.
     """
     run_dir = layout.run_dir(exp_id, registry)
+    if slurm.job_of(run_dir) is not None:  # Slurm starts it when its nodes are free: pending, or running
+        return run_state(run_dir)
     pid_path = os.path.join(run_dir, "pid.json")
     deadline = time.monotonic() + 30.0  # generous: a loaded machine can be slow to start Python
     while True:

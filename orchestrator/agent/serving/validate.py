@@ -325,6 +325,15 @@ def _pull_files(value: Any, name: str) -> list:
 _PULL_FROM = {"exp_id": exp_id, "registry": registry_id, "checkpoints": _optional(_str),
               "entry": _optional(trash_name), "outputs": _bool, "log": _bool, "own": _bool}
 
+def _slurm_job(value: Any, name: str) -> dict:
+    """A run's Slurm options (``slurm.sbatch_argv``): the same keys as ``slurm_check``'s."""
+    value = _dict(value, name)
+    for key, check in ARGS["slurm_check"].items():
+        if key in value and key not in ("exp_id", "registry"):
+            check(value[key], f"{name}.{key}")
+    return value
+
+
 # op -> {argument: check}; an argument not named here is refused (the op would fail on it anyway)
 ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "hello": {},
@@ -336,7 +345,12 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "run_start": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "argv": _STRINGS, "env": _env,
                   "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict),
-                  "notify": _optional(_dict), "launch": _optional(_launch), "use_standby": _bool},
+                  "notify": _optional(_dict), "launch": _optional(_launch), "use_standby": _bool,
+                  "slurm_job": _optional(_slurm_job)},
+    "slurm_check": {"exp_id": exp_id, "registry": registry_id, "name": _str, "partition": _optional(_str),
+                    "account": _optional(_str), "qos": _optional(_str), "time": _optional(_str),
+                    "gpus": _optional(_int), "nodes": _optional(_int), "signal": _optional(_str),
+                    "sbatch_args": _optional(_STRINGS), "resubmit": _optional(_bool)},
     "queue_add": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "argv": _STRINGS, "env": _env,
                   "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict), "start_idle": _bool,
@@ -352,6 +366,8 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "status": {"project": _optional(project), "ids": _EXP_IDS, "last": lambda v, n: _int(v, n, 0, 1 << 20),
                "tail": _bool, "gpus": _bool, "registry": registry_id},
     "gpus": {},
+    "slurm_nodes": {},
+    "slurm_doctor": {"partition": _optional(_str), "time_limit": _optional(_str)},
     "run_records": {"project": project},
     "log_read": {"exp_id": exp_id, "registry": registry_id, "offset": _optional(_int), "tail_lines": _optional(_int),
                  "max_bytes": lambda v, n: _int(v, n, 0, 1 << 30), "identity": _optional(_str),

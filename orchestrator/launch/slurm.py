@@ -1,0 +1,101 @@
+"""A launch on a ``kind = "slurm"`` target: the options its job is submitted with, and how its record reads.
+
+The login node is reached like any SSH host and runs orch's agent; the run folder, revision and checkpoints are
+on the shared file system under the target's root. Only the run's start differs: the agent submits a job that
+runs the run's supervisor on the allocated nodes (``agent/slurm.py``), where a container's agent starts it in
+tmux. So a deploy is the same plan on both: push, stop the project's run (``scancel --signal=INT``, then
+``scancel``), move checkpoints, start; and ``status``, ``logs``, ``stop`` read and act through the same agent ops.
+"""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from ..reach.targets import Target
+
+
+def is_slurm(target: Target) -> bool:
+    return target.spec.kind == "slurm"
+
+
+def job_spec(target: Target, project: str, exp_id: int | None, wanted: dict | None) -> dict:
+    """sbatch's options for the run: the target's (partition, account, qos, time, sbatch_args) and the launch's
+    (``--gpus``: GPUs per node, ``--nodes``)."""
+    spec = target.spec
+    wanted = wanted or {}
+    out: dict = {"name": f"orch-{project}" + (f"-{exp_id}" if exp_id is not None else "")}
+    for key in ("partition", "account", "qos", "time", "signal", "resubmit"):
+        if getattr(spec, key):
+            out[key] = getattr(spec, key)
+    if spec.sbatch_args:
+        out["sbatch_args"] = list(spec.sbatch_args)
+    if wanted.get("gpus"):
+        out["gpus"] = int(wanted["gpus"])
+    if wanted.get("nodes"):
+        out["nodes"] = int(wanted["nodes"])
+    return out
+
+
+def wanted(target: Target, gpus: int | None, nodes: int | None) -> dict | None:
+    """``--gpus``/``--nodes`` of a launch on ``target``: Slurm's to satisfy there; refused elsewhere."""
+    if not is_slurm(target):
+        if nodes is not None:
+            raise InputError("--nodes asks Slurm for nodes: it is for a kind = \"slurm\" target",
+                             hint="a job over several CTs names them: --ct 200 --ct 201")
+        return None
+    return {"gpus": gpus, "nodes": nodes}
+
+
+def describe(info: dict) -> str:
+    """``Slurm job 42 (partition debug)`` from a row's ``target_info["slurm"]``."""
+    job = info.get("slurm") or {}
+    part = f", partition {job['partition']}" if job.get("partition") else ""
+    return f"Slurm job {job.get('job_id')}{part}"
+
+
+def beside_running(launch):
+    """``deploy --queue`` on Slurm: submitted without stopping the project's running job (Slurm queues it)."""
+    from dataclasses import replace
+
+    from .model import StopRun
+
+    return replace(launch, actions=tuple(a for a in launch.actions if not isinstance(a, StopRun)))
+
+
+def state_words(status: str, job: dict | None) -> str:
+    """``pending (Resources)``, ``running on ct210``, or the status itself."""
+    job = job or {}
+    if status == "queued":
+        reason = job.get("reason")
+        return f"pending ({reason})" if reason and reason != "None" else "pending"  # None: not yet scheduled
+    if status == "running" and job.get("nodes"):
+        return f"running on {job['nodes']}"
+    return status
+
+
+def pending(settings, target: Target, registry) -> list[dict]:
+    """``orch queue`` on a Slurm target: the project's jobs Slurm holds back, oldest first, with its reason and
+    priority (the rows reconciled in the same call)."""
+    from ..reach.agent_client import Op
+    from ..records.reconcile import client_for, reconcile
+
+    client = client_for(settings, target, read_only=True)
+    try:
+        answer, = reconcile(settings, target, registry, client, also=[Op("status", {
+            "project": settings.project.name, "tail": False, "gpus": False, "registry": registry.registry_id})])
+    finally:
+        client.transport.close()
+    runs = [r for r in answer["runs"] if r.get("state") == "queued" and r.get("slurm") and registry.owns(r)]
+    return [{"position": i + 1, "id": r["id"], "job_id": r["slurm"].get("job_id"), "reason": r["slurm"].get("reason"),
+             "priority": r["slurm"].get("priority"), "since": r["slurm"].get("since"),
+             "partition": r["slurm"].get("partition")} for i, r in enumerate(runs)]
+
+
+def nodes(settings, target: Target) -> list[dict]:
+    """``orch gpus`` on a Slurm target: each node's GPUs, in use, state, and the jobs running there."""
+    from ..records.reconcile import client_for
+
+    client = client_for(settings, target, read_only=True)
+    try:
+        return client.one("slurm_nodes")["nodes"]
+    finally:
+        client.transport.close()

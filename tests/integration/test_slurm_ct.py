@@ -1,0 +1,327 @@
+"""A ``kind = "slurm"`` target end to end: the real CLI against a real two-node Slurm cluster in LXC containers.
+
+The login node (CT 210) is reached over SSH with strict host keys; orch's root is on ``/shared``, a folder both
+nodes mount, as a cluster's shared file system. The run is a small script that prints what its allocation gave it
+(``SLURM_JOB_ID``, ``CUDA_VISIBLE_DEVICES``, ``ORCH_RESUME_FROM``), writes a checkpoint every 5 steps and one more
+on SIGINT, so a graceful stop shows as a final checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Project
+from tests.waits import wait_for
+
+pytestmark = pytest.mark.testbed
+
+ROOT = "/shared/orch"
+
+TRAIN = """\
+import os, pathlib, signal, sys, time
+ck = pathlib.Path(os.environ["ORCH_CHECKPOINT_DIR"])
+ck.mkdir(parents=True, exist_ok=True)
+print("job", os.environ.get("SLURM_JOB_ID", "-"), "node", os.environ.get("SLURMD_NODENAME", "-"),
+      "cuda", os.environ.get("CUDA_VISIBLE_DEVICES", "-"), "resume", os.environ.get("ORCH_RESUME_FROM") or "-",
+      "restarts", os.environ.get("SLURM_RESTART_COUNT", "-"), "rank", os.environ.get("ORCH_NODE_RANK", "-"),
+      "of", os.environ.get("ORCH_NNODES", "-"), "master", os.environ.get("ORCH_MASTER_ADDR", "-"), flush=True)
+stop = []
+signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+resume = os.environ.get("ORCH_RESUME_FROM")
+first = int(pathlib.Path(resume).stem.split("-")[1]) if resume else 0
+steps, pause = int(os.environ.get("STEPS", "5")), float(os.environ.get("PAUSE", "0.2"))
+for step in range(first + 1, steps + 1):
+    time.sleep(pause)
+    print(f"step={step} loss={1.0 / step:.4f}", flush=True)
+    if stop:
+        (ck / f"ckpt-{step}.pt").write_text(str(step))
+        print(f"final checkpoint at step {step}", flush=True)
+        sys.exit(0)
+    if step % 5 == 0:
+        (ck / f"ckpt-{step}.pt").write_text(str(step))
+print("done", flush=True)
+"""
+
+
+class SlurmProject(Project):
+    def __init__(self, path: Path, cluster) -> None:
+        super().__init__(path, Path(cluster.shared) / "orch")
+        self.cluster = cluster
+
+    def write(self, *, steps: int = 5, pause: float = 0.2, target: str = "", name: str = "slurmy") -> None:
+        login = self.cluster.login
+        (self.path / "train.py").write_text(TRAIN)
+        (self.path / "orch.toml").write_text(f"""\
+default_target = "lab"
+
+[project]
+name = "{name}"
+sources = ["train.py"]
+command = "python3 train.py"
+env = {{ STEPS = "{steps}", PAUSE = "{pause}" }}
+
+[run]
+stop_timeout = 15
+term_timeout = 3
+checkpoint_glob = "ckpt-*.pt"
+
+[ssh]
+known_hosts = ["{self.cluster.known_hosts_path}"]
+identity_file = "{self.cluster.key_path}"
+trust_file = "{self.path / 'trusted_hosts'}"
+
+[targets.lab]
+kind = "slurm"
+host = "{login.address}"
+user = "root"
+root = "{ROOT}"
+{target}
+""")
+
+    def json(self, *args: str) -> dict:
+        done = self.run(*args, "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    def until(self, wanted, what: str, timeout: float = 90) -> dict:
+        """``orch status --json`` until ``wanted(it)``."""
+        seen: list = [{}]
+
+        def check() -> dict | None:
+            seen[0] = self.json("status")
+            return seen[0] if wanted(seen[0]) else None
+
+        return wait_for(check, timeout=timeout, what=what, every=1, describe=lambda: f"last status: {seen[0]}")
+
+
+@pytest.fixture
+def lab(tmp_path: Path, slurm_cluster) -> SlurmProject:
+    slurm_cluster.cancel_all()
+    # the shared file system lives for the session: another test's checkpoints must not be this one's to resume
+    shutil.rmtree(Path(slurm_cluster.shared) / "orch" / "checkpoints", ignore_errors=True)
+    path = tmp_path / "proj"
+    path.mkdir()
+    proj = SlurmProject(path, slurm_cluster)
+    proj.write()
+    return proj
+
+
+def _job_of(proj: SlurmProject, exp_id: int) -> str:
+    with proj.registry() as reg:
+        return reg.get(exp_id).target_info["slurm"]["job_id"]
+
+
+def test_a_run_goes_through_slurm_to_its_end(lab: SlurmProject) -> None:
+    done = lab.run("deploy", "-m", "first")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Slurm job" in done.stdout and "lab (Slurm at 10.77.0.210)" in done.stdout, done.stdout
+    job = _job_of(lab, 1)
+    followed = lab.run("logs", "--follow", timeout=90)  # from pending on, to the run's end
+    assert followed.returncode == 0 and "step=5" in followed.stdout and "done" in followed.stdout, \
+        followed.stdout + followed.stderr
+    end = lab.until(lambda s: s["state"] == "finished", "finished")
+    assert end["exit_code"] == 0 and end["slurm"]["job_id"] == job
+    log = lab.run("logs", "-e", "1", "-n", "1000")
+    assert log.returncode == 0, log.stderr
+    # the run's own supervisor ran it in the allocation: Slurm's variables and orch's together
+    assert f"job {job} node ct21" in log.stdout and "step=5" in log.stdout and "done" in log.stdout, log.stdout
+    shown = lab.run("status")
+    assert "experiment 1 finished" in shown.stdout and f"Slurm job {job}" in shown.stdout, shown.stdout
+    # the checkpoints default to the shared file system, under the target's root
+    assert (lab.root / "checkpoints" / "slurmy" / "ckpt-5.pt").exists()
+    with lab.registry() as reg:
+        assert reg.get(1).checkpoints == f"{ROOT}/checkpoints/slurmy"
+
+
+def test_pending_while_the_nodes_are_full_then_running(lab: SlurmProject) -> None:
+    cluster = lab.cluster
+    blocker = cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300").stdout.decode().strip()
+    lab.write(steps=200, pause=0.1)
+    done = lab.run("deploy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    pending = lab.until(lambda s: s["state"] == "queued" and s["slurm"].get("reason") in ("Resources", "Priority"),
+                        "pending")
+    shown = lab.run("status")
+    assert f"experiment 1 pending ({pending['slurm']['reason']})" in shown.stdout, shown.stdout
+    # --queue: Slurm is the queue, so the second job is submitted beside the first, which goes on pending
+    queued = lab.run("deploy", "--queue")
+    assert queued.returncode == 0 and "experiment 2: pending" in queued.stdout, queued.stdout + queued.stderr
+    listed = lab.json("queue", "--target", "lab")["queue"]
+    assert [e["id"] for e in listed] == [1, 2] and all(e["reason"] and e["priority"] for e in listed), listed
+    assert "pending on lab" in lab.run("queue").stdout
+    cluster.run("scancel", blocker)
+    running = lab.until(lambda s: s["state"] == "running", "running", timeout=60)
+    assert running["slurm"]["nodes"].startswith("ct21")
+    assert "running on ct21" in lab.run("status").stdout
+    stopped = lab.run("stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+
+
+def test_stop_sends_sigint_and_the_run_writes_its_final_checkpoint(lab: SlurmProject) -> None:
+    lab.write(steps=1000, pause=0.1)
+    assert lab.run("deploy").returncode == 0
+    lab.until(lambda s: s["state"] == "running" and "step=" in (s.get("last_line") or ""), "running")
+    stopped = lab.run("stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "experiment 1" in stopped.stdout and "stopped" in stopped.stdout and "SIGINT" in stopped.stdout
+    log = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert "final checkpoint at step" in log, log
+    job = _job_of(lab, 1)
+    assert not lab.cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip()  # nothing left running
+    assert lab.json("status")["state"] == "stopped"
+
+
+def test_a_pending_job_is_cancelled_by_stop(lab: SlurmProject) -> None:
+    cluster = lab.cluster
+    blocker = cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300").stdout.decode().strip()
+    try:
+        assert lab.run("deploy").returncode == 0
+        lab.until(lambda s: s["state"] == "queued", "pending")
+        stopped = lab.run("stop")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert lab.json("status")["state"] == "stopped"
+        assert not cluster.run("squeue", "-h", "-j", _job_of(lab, 1), check=False).stdout.strip()
+    finally:
+        cluster.run("scancel", blocker, check=False)
+
+
+def test_gpus_1_gives_the_run_one_device(lab: SlurmProject) -> None:
+    done = lab.run("deploy", "--gpus", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lab.until(lambda s: s["state"] == "finished", "finished")
+    log = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert " cuda 0 " in log or " cuda 1 " in log, log
+
+
+@pytest.mark.parametrize(("flags", "target", "words"), [
+    ((), 'partition = "nope"', "invalid partition"),
+    (("--gpus", "3"), "", "node configuration is not available"),
+    ((), 'sbatch_args = ["--bogus-flag"]', "unrecognized option"),
+])
+def test_a_job_slurm_refuses_is_an_error_and_nothing_runs(lab: SlurmProject, flags, target, words) -> None:
+    lab.write(target=target)
+    done = lab.run("deploy", *flags)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error:" in done.stderr and words in done.stderr.lower() and "hint:" in done.stderr, done.stderr
+    with lab.registry() as reg:
+        assert all(e.status not in ("running", "queued", "launching") for e in reg.list())
+    assert not lab.cluster.run("squeue", "-h", check=False).stdout.strip()
+
+
+def test_a_requeued_job_is_the_same_experiment_resuming_from_its_checkpoint(lab: SlurmProject) -> None:
+    lab.write(steps=60, pause=0.2)
+    assert lab.run("deploy").returncode == 0
+    lab.until(lambda s: s["state"] == "running" and "step=1" in (s.get("last_line") or ""), "past step 10")
+    assert (lab.root / "checkpoints" / "slurmy" / "ckpt-10.pt").exists()
+    job = _job_of(lab, 1)
+    lab.cluster.run("scontrol", "requeue", job)
+    back = lab.until(lambda s: s["state"] == "running" and s["experiment"] == 1 and (s.get("attempt") or 0) >= 2,
+                     "running again", timeout=150)
+    assert back["slurm"]["job_id"] == job
+    end = lab.until(lambda s: s["state"] == "finished", "finished", timeout=120)
+    assert end["experiment"] == 1 and end["exit_code"] == 0
+    log = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert "restarts 1" in log and f"resume {ROOT}/checkpoints/slurmy/ckpt-" in log, log
+    with lab.registry() as reg:
+        assert [e.id for e in reg.list()] == [1]
+
+
+def test_a_login_node_without_slurm_is_an_error(lab: SlurmProject) -> None:
+    cluster = lab.cluster
+    cluster.run("mv", "/usr/bin/sbatch", "/usr/bin/sbatch.away")
+    try:
+        done = lab.run("deploy")
+    finally:
+        cluster.run("mv", "/usr/bin/sbatch.away", "/usr/bin/sbatch")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: sbatch is not on the login node's PATH" in done.stderr and "hint:" in done.stderr, done.stderr
+    with lab.registry() as reg:
+        assert all(e.status not in ("running", "queued", "launching") for e in reg.list())
+
+
+def test_restart_with_clean_checkpoints_moves_them_aside_and_submits_anew(lab: SlurmProject) -> None:
+    lab.write(steps=1000, pause=0.1)
+    assert lab.run("deploy").returncode == 0
+    lab.until(lambda s: s["state"] == "running" and "step=1" in (s.get("last_line") or ""), "past step 10")
+    done = lab.run("restart", "--clean-checkpoints", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "moved to" in done.stderr and "experiment 2" in done.stdout and "Slurm job" in done.stdout, done.stdout
+    first, second = _job_of(lab, 1), _job_of(lab, 2)
+    assert first != second
+    with lab.registry() as reg:
+        assert reg.get(1).status == "stopped"
+    lab.until(lambda s: s["experiment"] == 2 and s["state"] == "running" and "step=" in (s.get("last_line") or ""),
+              "the new run going")
+    log = lab.run("logs", "-e", "2", "-n", "1000").stdout
+    assert "resume -" in log, log  # its checkpoints were moved aside: it starts afresh
+    listed = lab.run("checkpoints", "list")
+    assert listed.returncode == 0 and "trash" in listed.stdout, listed.stdout + listed.stderr
+    assert lab.run("stop").returncode == 0
+
+
+def test_gpus_lists_each_node_with_its_gres_and_the_jobs_holding_them(lab: SlurmProject) -> None:
+    lab.write(steps=1000, pause=0.1)
+    assert lab.run("deploy", "--gpus", "1").returncode == 0
+    running = lab.until(lambda s: s["state"] == "running", "running")
+    shown = lab.json("gpus", "--target", "lab")["nodes"]
+    by = {n["node"]: n for n in shown}
+    assert sorted(by) == ["ct210", "ct211"] and all(n["gpus"] == 2 for n in shown), shown
+    held = by[running["slurm"]["nodes"]]
+    assert held["gpus_used"] == 1 and held["jobs"][0]["name"] == "orch-slurmy-1", shown
+    table = lab.run("gpus")
+    assert table.returncode == 0 and "orch-slurmy-1" in table.stdout, table.stdout + table.stderr
+    assert lab.run("stop").returncode == 0
+
+
+def test_a_job_over_two_nodes_runs_a_supervisor_on_each(lab: SlurmProject) -> None:
+    done = lab.run("deploy", "--nodes", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    end = lab.until(lambda s: s["state"] == "finished", "finished")
+    assert end["exit_code"] == 0
+    first = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert "rank 0 of 2 master ct210" in first and "done" in first, first
+    second = (lab.run_dir(1) / "nodes" / "1" / "train.log").read_text()
+    assert "node ct211" in second and "rank 1 of 2 master ct210" in second and "done" in second, second
+
+
+def test_doctor_checks_the_controller_partition_and_a_compute_node(lab: SlurmProject) -> None:
+    report = lab.run("doctor", "--json")
+    found = {f["check"]: f for f in json.loads(report.stdout)["findings"]}
+    assert found["slurmctld"]["status"] == "ok" and found["partition"]["status"] == "ok", found
+    assert found["compute node python"]["status"] == "ok" and found["shared root"]["status"] == "ok", found
+    # task/none here: no confinement, said as a warning, never a failure
+    assert found["gpu confinement"]["status"] == "warn" and report.returncode == 0, found
+    lab.write(target='partition = "nope"')
+    bad = lab.run("doctor")
+    assert bad.returncode == 6 and "FAIL  partition" in bad.stdout and "nope" in bad.stdout, bad.stdout
+
+
+def test_a_compute_node_without_python_ends_the_run_crashed_with_slurms_words(lab: SlurmProject) -> None:
+    second = lab.cluster.nodes[1]
+    second.attach("mv", "/usr/bin/python3.11", "/usr/bin/python3.11.away")
+    try:
+        lab.write(target='sbatch_args = ["--nodelist=ct211"]')
+        assert lab.run("deploy").returncode == 0
+        end = lab.until(lambda s: s["state"] == "crashed", "crashed")
+    finally:
+        second.attach("mv", "/usr/bin/python3.11.away", "/usr/bin/python3.11")
+    assert "without the supervisor's exit record" in (end["end_reason"] or ""), end
+    assert "python3" in end["end_reason"], end
+
+
+def test_at_its_time_limit_a_run_checkpoints_and_goes_on_in_a_new_allocation(lab: SlurmProject) -> None:
+    lab.write(steps=5000, pause=0.2, target='time = "1"\nsignal = "INT@45"\nresubmit = true')
+    assert lab.run("deploy").returncode == 0
+    job = _job_of(lab, 1)
+    back = lab.until(lambda s: s["state"] == "running" and (s.get("attempt") or 0) >= 2, "in its second allocation",
+                     timeout=200)
+    assert back["experiment"] == 1 and back["slurm"]["job_id"] == job
+    log = lab.run("logs", "-e", "1", "-n", "5000").stdout
+    assert "final checkpoint at step" in log and "requeued, to go on in a new allocation" in log, log
+    assert "restarts 1" in log and f"resume {ROOT}/checkpoints/slurmy/ckpt-" in log, log
+    assert lab.run("stop").returncode == 0
+    assert lab.json("status")["state"] == "stopped"

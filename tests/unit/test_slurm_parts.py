@@ -1,0 +1,68 @@
+"""The pure parts of a Slurm target: sbatch's arguments, job.sh, Slurm's refusals, its GPU counts, run states."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from orchestrator.agent.run import slurm
+
+
+def test_sbatch_gets_the_targets_options_the_runs_gpus_and_appends_to_its_output() -> None:
+    argv = slurm.sbatch_argv("/shared/orch/runs/k-3", {"name": "orch-p-3", "partition": "gpu", "account": "ml",
+                                                       "time": "1:00:00", "gpus": 2, "nodes": 2,
+                                                       "sbatch_args": ["--mem=8G"]})
+    assert argv[:2] == ["sbatch", "--parsable"] and argv[-1] == "/shared/orch/runs/k-3/job.sh"
+    assert {"--nodes=2", "--ntasks-per-node=1", "--open-mode=append", "--partition=gpu", "--account=ml",
+            "--time=1:00:00", "--gres=gpu:2", "--mem=8G", "--output=/shared/orch/runs/k-3/slurm-%j.out"} <= set(argv)
+    assert "--qos" not in " ".join(argv)
+    assert slurm.sbatch_argv("/r", {}, test_only=True)[1] == "--test-only"
+
+
+def test_job_sh_starts_the_supervisor_under_srun_quoted_once() -> None:
+    text = slurm.script("/usr/bin/python3", "/shared/my orch/agent/agent-1.pyz", "/shared/my orch/runs/k-1")
+    line = text.splitlines()[-1]
+    assert text.startswith("#!/bin/sh\n") and line.startswith("exec srun ")
+    assert shlex.split(line)[-3:] == ["/shared/my orch/agent/agent-1.pyz", "supervise", "/shared/my orch/runs/k-1"]
+
+
+@pytest.mark.parametrize(("said", "hint"), [
+    ("sbatch: error: invalid partition specified: nope\nsbatch: error: Batch job submission failed: Invalid "
+     "partition name specified", "sinfo"),
+    ("sbatch: error: Batch job submission failed: Requested node configuration is not available", "fewer GPUs"),
+    ("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+     "sacctmgr"),
+    ("sbatch: unrecognized option '--bogus'", "sbatch_args"),
+])
+def test_a_refusal_keeps_slurms_words_and_says_what_to_change(said: str, hint: str) -> None:
+    words, told = slurm.refusal(said)
+    assert "\n" not in words and said.splitlines()[-1].strip() in words
+    assert hint in told
+
+
+def test_gpus_are_counted_from_gres_and_tres() -> None:
+    assert slurm._gpu_count("gpu:2") == 2
+    assert slurm._gpu_count("gpu:a100:4(S:0-1)") == 4
+    assert slurm._gpu_count("gpu:1(IDX:0)") == 1
+    assert slurm._gpu_count("cpu=1,gres/gpu=3") == 3
+    assert slurm._gpu_count("(null)") == 0
+
+
+def test_a_runs_state_from_its_job() -> None:
+    job = {"job_id": "7", "partition": "gpu", "submitted": 100.0}
+    row = dict(zip(slurm.FIELDS, ["7", "PENDING", "Resources", "", "", "N/A", "gpu", "4294"]))
+    pending = slurm.state(job, {}, False, {"7": row})
+    assert pending["state"] == "queued" and pending["slurm"]["reason"] == "Resources"
+    running = slurm.state(job, {}, False, {"7": row | {"state": "RUNNING", "nodes": "n[1-2]"}})
+    assert running["state"] == "running" and running["slurm"]["nodes"] == "n[1-2]"
+    assert slurm.state(job, {}, True, {})["state"] == "stopped"
+    gone = slurm.state(job, {"child": 5}, False, {})
+    assert gone["state"] == "crashed" and "without the supervisor's exit record" in gone["cause"]
+
+
+def test_the_allocation_is_kept_over_the_launchs_variables() -> None:
+    kept = slurm.allocation({"SLURM_JOB_ID": "4", "SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": "1",
+                             "HOME": "/root"})
+    assert kept == {"SLURM_JOB_ID": "4", "SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": "1"}
+    assert slurm.node_env({"SLURM_NNODES": "1"}) == {}
