@@ -183,6 +183,7 @@ def read_all(settings: Settings, open_registry: OpenRegistry,
                         calls[pool.submit(lambda r: setattr(r, "values", r.step(_call, settings, r.client, r.asked)),
                                           r)] = r
                 shown = {}
+
                 def settle(r: _Reading) -> None:
                     r.settled = r.step(_settle, settings, r.target, reg, r.asked, r.values, experiment=None)
 
