@@ -2,8 +2,9 @@
 
 One project on the built-in local target; a run prints --lines lines (``bench_metrics.make_log``: key=value,
 bracketed, JSON and plain lines mixed), then one last ``step=N``, and ends; its supervisor keeps its series as it
-goes. Then, each a fresh process (the warm process off): `orch status --json` twice and `orch experiments show
---json`, each timed, with the step it shows against the log's last. Prints one table; asserts nothing about time.
+goes. Then, each a fresh process (the warm process off): `orch status --no-metrics` (what a status costs
+without the metric read, on this machine now), `orch status --json` twice and `orch experiments show --json`, each
+timed, with the step it shows against the log's last. Prints one table; asserts nothing about time.
 Run: python benchmarks/bench_status_long.py [--lines 300000]
 """
 
@@ -62,7 +63,9 @@ def main() -> None:
                 pass
             time.sleep(0.5)
         sizes = {p.name: p.stat().st_size for p in run.iterdir() if p.name in ("train.log", "metrics.jsonl")}
-        for what, args in (("first `orch status`", ("status", "--json")), ("second `orch status`", ("status", "--json")),
+        for what, args in (("`orch status --no-metrics` (the same command without the metric read)",
+                            ("status", "--no-metrics", "--json")),
+                           ("first `orch status`", ("status", "--json")), ("second `orch status`", ("status", "--json")),
                            ("first `orch experiments show 1`", ("experiments", "show", "1", "--json"))):
             took, data = orch(work, *args)
             summary = data.get("summary") or data.get("metrics") or {}

@@ -23,8 +23,9 @@ CHUNK = 4 << 20  # bytes per agent call
 SERIES_CHUNK = 1 << 20  # bytes of a run's series per agent call: the budget is checked between them
 STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
 # where the run's supervisor sums its series up (its last step, each metric's last and best), what status shows is
-# exact however little of the series is read: the rest, for the charts, is read a little each time
-SUMMED_BUDGET_S = 0.25
+# exact however little of the series is read: the rest, for the charts, is read a chunk a time (the one asked ahead,
+# in the status's own call: no further call, which costs more than the chunk; 1 MB a status outruns any run)
+SUMMED_BUDGET_S = 0.0
 COUNTERS = ("step", "epoch", "total_steps", "total_epochs", "tokens", "total_tokens", "t")  # not series
 MAX_SERIES = 64  # a log that prints more metric names than this keeps the first ones
 EVAL_LOSSES = ("val_loss", "test_loss")  # the eval loss status shows: the validation loss, else the test loss
