@@ -215,7 +215,7 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     if slurm_job is not None and (secrets or notify):
         raise AgentFailure("input", "a run on a Slurm target gets no secrets or webhook yet: they pass to its "
                                     "supervisor through a pipe, which a batch job has not",
-                           "leave [project] secrets and [notify] out for this target")
+                           "leave [project] secrets and the [notify] table out for this target")
     inherited = launch_env.check(launch) if launch is not None else launch_env.own()
     base = inherited["env"]
     if notify is not None:  # its URL goes with the secrets, through the pipe
