@@ -57,17 +57,21 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False,
     """One experiment's full record: revision, command, target, batching, checkpoints, outcome, metrics."""
     settings = common.settings(ctx)
     from ..records.experiments import record
+    from ..watch.metrics_view import STATUS_BUDGET_S
 
     with common.registry(settings) as reg:
         reg.get(exp_id)
-        _refreshed(settings, reg, [exp_id], refresh)
+        _refreshed(settings, reg, [exp_id], refresh, budget_s=STATUS_BUDGET_S)  # the summary, exact; the rest next
         exp = reg.get(exp_id)
         data = record(reg, exp)
         metrics = reg.metrics(exp_id)
     from ..records.experiments import FINAL
 
+    read = ((metrics or {}).get("summary") or {}).get("_state") or {}
     if exp.status in FINAL and exp.status != "failed" and not metrics_complete(settings, exp, metrics):
         data["metrics_stale"] = True
+        if read.get("behind") and refresh:  # read in part within the budget: the rest by the next show or status
+            data["metrics_read"] = {"offset": read.get("offset"), "size": read.get("size")}
     if as_json:
         render.print_json(data)
         return
@@ -131,7 +135,11 @@ def show(ctx: typer.Context, exp_id: IdArg, as_json: JsonOpt = False,
         render.out(f"  gpu          {g.get('index')}: {g.get('name')}{mark}")
     for line in metric_lines(data["metrics"]):
         render.out(f"  {line}")
-    if data.get("metrics_stale"):
+    if data.get("metrics_read"):
+        render.say(f"orch: experiment {exp.id}'s series read up to byte {data['metrics_read']['offset']} of "
+                   f"{data['metrics_read']['size']} (its last step and metrics are its supervisor's, exact); "
+                   f"orch experiments show {exp.id} or compare reads on")
+    elif data.get("metrics_stale"):
         render.say(f"orch: experiment {exp.id}'s metrics may be behind its log (its target was not read); "
                    f"orch experiments show {exp.id} reads it, orch status -e {exp.id} too")
 
@@ -147,8 +155,9 @@ def metrics_complete(settings, exp, stored) -> bool:
     return is_complete(stored, reading_key(settings, exp))
 
 
-def _refreshed(settings, reg, ids: list[int], refresh: bool) -> None:
-    """Bring the experiments' metrics up to date first; complete ones cost no connection."""
+def _refreshed(settings, reg, ids: list[int], refresh: bool, budget_s: float | None = None) -> None:
+    """Bring the experiments' metrics up to date first; complete ones cost no connection. ``budget_s``: each read
+    bounded as status's is (what only shows the summary)."""
     if not refresh:
         return
     from ..watch.metrics_view import refresh_stale, target_flags
@@ -158,7 +167,7 @@ def _refreshed(settings, reg, ids: list[int], refresh: bool) -> None:
         return common.target(settings, name, ct)
 
     exps = [reg.get(i) for i in ids]
-    refresh_stale(settings, reg, exps, resolve, notice=lambda m: render.say(f"orch: {m}"))
+    refresh_stale(settings, reg, exps, resolve, notice=lambda m: render.say(f"orch: {m}"), budget_s=budget_s)
 
 
 @app.command()

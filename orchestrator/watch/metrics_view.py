@@ -20,7 +20,12 @@ from ..records.experiments import ENDED, FINAL, Experiment, Registry
 from ..reach.targets import Target
 
 CHUNK = 4 << 20  # bytes per agent call
+SERIES_CHUNK = 1 << 20  # bytes of a run's series per agent call: the budget is checked between them
 STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
+# where the run's supervisor sums its series up (its last step, each metric's last and best), what status shows is
+# exact however little of the series is read: the rest, for the charts, is read a chunk a time (the one asked ahead,
+# in the status's own call: no further call, which costs more than the chunk; 1 MB a status outruns any run)
+SUMMED_BUDGET_S = 0.0
 COUNTERS = ("step", "epoch", "total_steps", "total_epochs", "tokens", "total_tokens", "t")  # not series
 MAX_SERIES = 64  # a log that prints more metric names than this keeps the first ones
 EVAL_LOSSES = ("val_loss", "test_loss")  # the eval loss status shows: the validation loss, else the test loss
@@ -265,7 +270,7 @@ def _log_read(registry: Registry, exp: Experiment, offset: int, state: dict, set
     args = {"exp_id": exp.id, "registry": registry.run_registry(exp.id), "offset": offset,
             "identity": state.get("identity"), "max_bytes": CHUNK}
     if not settings.metrics.patterns and state.get("source") != "log":
-        args["series_offset"] = state.get("series_offset", 0)
+        args["series_offset"], args["max_bytes"] = state.get("series_offset", 0), SERIES_CHUNK
     return Op("log_read", args)
 
 
@@ -317,7 +322,8 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
                 offset = records[-1][0]  # the log is read (by its supervisor) to the end of this event's line
             state["series_offset"], state["source"] = kept["offset"], "series"
             state["identity"] = value["identity"]
-            if kept["offset"] >= kept["size"] or (budget_s is not None and time.monotonic() - begin > budget_s):
+            budget = budget_s if budget_s is None or "summary" not in kept else min(budget_s, SUMMED_BUDGET_S)
+            if kept["offset"] >= kept["size"] or (budget is not None and time.monotonic() - begin > budget):
                 break
             continue
         if state.get("source") == "series":
@@ -344,14 +350,38 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
         state["complete"] = run.get("state") in ENDED and offset >= value["size"]
     if state.get("last_step") != old_step:
         state["step_seen"] = run.get("log_mtime")
-    if run.get("id") == exp.id and not exp.nodes:  # a job's state is every node's, settled by the job layer
-        sync(registry, [run], target, settings.project.name)
-        exp = registry.get(exp.id)
+    # the earlier experiment's own reads (agent calls) before this one's writes, which then hold the registry's
+    # write lock only for as long as they take: another command never waits on a target answering
     previous = _previous(base, target, registry, client, exp, with_previous, budget_s)
-    out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)
-    registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
-                                                   "_state": state})
+    with registry.batch():
+        if run.get("id") == exp.id and not exp.nodes:  # a job's state is every node's, settled by the job layer
+            sync(registry, [run], target, settings.project.name)
+            exp = registry.get(exp.id)
+        out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)
+        if kept is not None and state["behind"] and isinstance(kept.get("summary"), dict):
+            summed_up(out, kept["summary"])
+        registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
+                                                       "_state": state})
     return out
+
+
+def summed_up(out: dict, kept: dict) -> None:
+    """Where the series is read only in part, the place ``out`` shows from the supervisor's own summary of it
+    (``agent/run/series.py``: ``Summary``): the last step, the last loss and each metric's last and best value."""
+    from .metrics import better
+
+    last, low, high = kept.get("last") or {}, kept.get("min") or {}, kept.get("max") or {}
+    for key in ("step", "total_steps"):
+        if isinstance(kept.get(key), (int, float)):
+            out[key] = _int(float(kept[key]))
+    metrics = {k: float(v) for k, v in last.items() if k not in COUNTERS and isinstance(v, (int, float))}
+    if "loss" in metrics:
+        out["loss"], out["min_loss"] = metrics["loss"], float(low.get("loss", metrics["loss"]))
+    out["metrics"] = {k: metrics[k] for k in sorted(metrics)}
+    out["best"] = {k: float((high if better(k) == "max" else low).get(k, v)) for k, v in out["metrics"].items()}
+    eval_key = next((k for k in EVAL_LOSSES if k in metrics), None)
+    if eval_key is not None:
+        out["eval_loss"], out["eval_metric"] = metrics[eval_key], eval_key
 
 
 def kept_records(data: str) -> list:
@@ -412,11 +442,13 @@ def target_flags(settings: Settings, exp: Experiment) -> tuple[str | None, int |
 
 
 def refresh_stale(settings: Settings, registry: Registry, exps: list[Experiment],
-                  resolve: Callable[[Experiment], Target], notice: Callable[[str], None]) -> int:
+                  resolve: Callable[[Experiment], Target], notice: Callable[[str], None],
+                  budget_s: float | None = None) -> int:
     """Bring incomplete metrics up to date, one connection per target; returns how many were read.
 
     Experiments whose metrics are complete cost nothing; a target that cannot be reached is
-    reported through ``notice`` and its experiments keep what the registry has.
+    reported through ``notice`` and its experiments keep what the registry has. ``budget_s`` bounds each one's
+    read as ``refresh``'s does (``experiments show``, which shows the summary); None reads every log to its end.
     """
     from ..records.reconcile import client_for
 
@@ -434,7 +466,7 @@ def refresh_stale(settings: Settings, registry: Registry, exps: list[Experiment]
             continue
         try:
             for exp in group:
-                refresh(settings, target, registry, client, exp, budget_s=None, with_previous=False)
+                refresh(settings, target, registry, client, exp, budget_s=budget_s, with_previous=False)
                 done += 1
         except OrchError as exc:
             notice(f"metrics on target {name} not refreshed: {exc.message}")

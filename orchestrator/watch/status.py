@@ -3,6 +3,8 @@
 A read brings the registry's unsettled rows on that machine up to date (``records.reconcile``'s
 ``status_asked``/``status_answered``) and reads what is new in the run's log for its metrics, both in one agent
 call (the log read its refresh starts with is asked ahead), and answers one flat dict (the ``--json`` form).
+What the target said is recorded in short write transactions after its answers are in, never around an agent
+call: a status waiting on a slow target holds up no other command on the registry.
 The caller says how a target is chosen (``resolve``), how the registry is opened (``open_registry``) and how
 a notice reaches the user, so this module knows nothing of flags or terminals.
 """
@@ -48,11 +50,13 @@ def as_dict(st: dict) -> dict:
 def read(settings: Settings, target: Target, registry: Registry, client, *, metrics: bool,
          experiment: int | None = None) -> dict:
     """One status of ``target`` (its latest experiment, or ``experiment``): its rows reconciled, and (``metrics``)
-    what is new in the log read; one agent call asks for both, and what it said is recorded in one transaction."""
+    what is new in the log read; one agent call asks for both. What it said of the rows is recorded in one
+    transaction, then the log read (any further call made first) in another."""
     asked = _ask(settings, target, registry, metrics=metrics, experiment=experiment)
     values = _call(settings, client, asked)
     with registry.batch():
-        return _answer(settings, target, registry, client, asked, values, metrics=metrics, experiment=experiment)
+        settled = _settle(settings, target, registry, asked, values, experiment=experiment)
+    return _answer(settings, target, registry, client, asked, settled, metrics=metrics)
 
 
 def _ask(settings: Settings, target: Target, registry: Registry, *, metrics: bool,
@@ -90,15 +94,23 @@ def _call(settings: Settings, client, asked: tuple) -> list:
         return [*exc.partial, None]
 
 
-def _answer(settings: Settings, target: Target, registry: Registry, client, asked: tuple, values: list, *,
-            metrics: bool, experiment: int | None) -> dict:
-    """The read from its call's values: the rows reconciled, the log read (from the value asked ahead where it is
-    the read needed), the GPUs recorded."""
+def _settle(settings: Settings, target: Target, registry: Registry, asked: tuple, values: list, *,
+            experiment: int | None) -> tuple:
+    """What the call said of the rows, recorded (``status_answered``): (its answer, the values of the reads
+    asked ahead). Only writes: its caller holds a write transaction around it, never around an agent call."""
     from ..records.reconcile import status_answered
+
+    return status_answered(settings, target, registry, asked[0], values, experiment)
+
+
+def _answer(settings: Settings, target: Target, registry: Registry, client, asked: tuple, settled: tuple, *,
+            metrics: bool) -> dict:
+    """The read from its settled rows: the log read (from the value asked ahead where it is the read needed; the
+    refresh makes any further agent call before its own short write), the GPUs recorded."""
     from . import gpu_use, metrics_view
 
-    request, ahead = asked
-    st, rest = status_answered(settings, target, registry, request, values, experiment)
+    ahead = asked[1]
+    st, rest = settled
     if metrics:
         got = (ahead, rest[0]) if ahead is not None and rest[0] is not None else None
         st["summary"] = metrics_view.refresh(settings, target, registry, client, st["experiment"], now=st["now"],
@@ -171,10 +183,14 @@ def read_all(settings: Settings, open_registry: OpenRegistry,
                         calls[pool.submit(lambda r: setattr(r, "values", r.step(_call, settings, r.client, r.asked)),
                                           r)] = r
                 shown = {}
-                for answered in _as_answered(reg, calls):
-                    for r in answered:
-                        shown[r.exp.id] = r.step(_answer, settings, r.target, reg, r.client, r.asked, r.values,
-                                                 metrics=metrics, experiment=None)
+
+                def settle(r: _Reading) -> None:
+                    r.settled = r.step(_settle, settings, r.target, reg, r.asked, r.values, experiment=None)
+
+                for answered in _as_answered(reg, calls, settle):
+                    for r in answered:  # the transaction that recorded them is over: a log read waits on no one
+                        shown[r.exp.id] = r.step(_answer, settings, r.target, reg, r.client, r.asked, r.settled,
+                                                 metrics=metrics)
                 shown.update({exp_id: job.result() for exp_id, job in jobs.items()})
                 shown.update({r.exp.id: r.failed for r in readings if r.failed is not None})
             finally:
@@ -182,26 +198,29 @@ def read_all(settings: Settings, open_registry: OpenRegistry,
     return [shown[exp.id] for exp in exps]
 
 
-def _as_answered(registry: Registry, calls: dict) -> Iterator[list]:
-    """The readings whose calls have answered, in groups, each recorded in one transaction (``registry.batch``):
-    one opens at the first answer and takes those that come within ``HOLD_S`` of it, so a slow target never keeps
-    the registry locked while it is waited for."""
+def _as_answered(registry: Registry, calls: dict, settle: Callable[[Any], None]) -> Iterator[list]:
+    """The readings whose calls have answered, in groups, each ``settle``d in one transaction (``registry.batch``)
+    and yielded once it is committed: one opens at the first answer and takes those that come within ``HOLD_S`` of
+    it, so a slow target never keeps the registry locked while it is waited for."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     pending = set(calls)
     while pending:
         done, pending = wait(pending, return_when=FIRST_COMPLETED)  # nothing held while none has answered
+        group = []
         with registry.batch():
             until = time.monotonic() + HOLD_S
             while True:
                 for future in done:
                     future.result()
-                yield [calls[f] for f in done]
+                    settle(calls[future])
+                    group.append(calls[future])
                 if not pending or time.monotonic() >= until:
                     break
                 done, pending = wait(pending, timeout=until - time.monotonic(), return_when=FIRST_COMPLETED)
                 if not done:
                     break
+        yield group
 
 
 class _Reading:
@@ -213,6 +232,7 @@ class _Reading:
         self.client: Any = None
         self.asked: Any = None
         self.values: Any = None
+        self.settled: Any = None
         self.failed: dict | None = None
 
     def step(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:

@@ -94,6 +94,29 @@ def test_a_supervisor_started_again_after_a_crash_loses_and_doubles_nothing(tmp_
         grow(run, ticker, 23, seed)
         series.Series(str(run)).tick(final=True)
         assert [r[2] for r in records(run)] == want, f"seed {seed}"
+        # the summary saved with the state counts each event once however often the supervisor started again
+        assert json.loads(state.read_text())["summary"] == summary_of(want), f"seed {seed}"
+
+
+def summary_of(events: list[dict]) -> dict:
+    """The summary of ``events`` read by one supervisor that never stopped."""
+    one = series.Summary(None)
+    for event in events:
+        one.add({k: int(v) if v.is_integer() else v for k, v in event.items()})
+    return one.saved()
+
+
+def test_the_state_sums_the_series_up_to_its_offset(tmp_path):
+    keeper = series.Series(str(tmp_path))
+    grow(tmp_path, lambda i: keeper, 5)
+    keeper.tick(final=True)
+    saved = json.loads((tmp_path / series.STATE).read_text())["summary"]
+    kept = [r[2] for r in records(tmp_path)]
+    assert saved["events"] == len(kept) and saved["step"] == 41  # the last step, after the evaluation lines
+    losses = [e["loss"] for e in kept if "loss" in e]
+    assert saved["last"]["loss"] == 0.1 and saved["min"]["loss"] == min(losses) and saved["max"]["loss"] == 2.0
+    assert saved["last"]["val_acc"] == 0.9 and saved["last"]["test_ppl"] == 148.41
+    assert series.answer(str(tmp_path), 0, 100)["summary"] == saved  # a status asks for it with the series
 
 
 def test_the_last_line_without_its_newline_is_kept_when_the_run_ends(tmp_path):

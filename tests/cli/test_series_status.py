@@ -53,3 +53,38 @@ def test_metrics_patterns_read_the_log_itself(project):
     assert summary["step"] == 3000 and summary["metrics"]["gpu_mem"] == 3.5
     with project.registry() as reg:
         assert reg.metrics(1)["summary"]["_state"]["source"] == "log"
+
+
+LONG = ("import sys\nfor i in range(1, 20001):\n"
+        "    sys.stdout.write(f'step={i} loss={1.0 + 1.0 / i:.6f} tok/s={10000 + i % 7}\\n')\n"
+        "    if i % 1000 == 0:\n        sys.stdout.write(f'eval: loss={2.0 / i:.6f} acc={i / 20000}\\n')\n")
+
+
+def test_the_first_status_of_a_long_series_shows_its_last_step_exact_and_reads_the_rest_after(project, monkeypatch):
+    from orchestrator.watch import metrics_view
+
+    (project.path / "train.py").write_text(LONG)
+    assert project.run("deploy", "--wait").returncode == 0
+    ended(project)
+    # a long series read a few bytes at a time, one read a status: only its supervisor's summary can say the end
+    monkeypatch.setattr(metrics_view, "CHUNK", 4096)
+    monkeypatch.setattr(metrics_view, "SERIES_CHUNK", 4096, raising=False)
+    monkeypatch.setattr(metrics_view, "SUMMED_BUDGET_S", 0.0, raising=False)
+    res = project.cli("status", "--json")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)["summary"]
+    assert summary["step"] == 20000 and summary["loss"] == 1.00005 and summary["min_loss"] == 1.00005
+    assert summary["eval_loss"] == 0.0001 and summary["best"]["val_acc"] == 1.0 and summary["best"]["loss"] == 1.00005
+    assert any(n.startswith("metrics read up to byte") for n in summary["notes"])  # the series: the rest next time
+    with project.registry() as reg:
+        read = reg.metrics(1)["summary"]["_state"]
+    assert 0 < read["series_offset"] < read["size"] and not read["complete"]
+    res = project.cli("experiments", "show", "1", "--json")  # the same for show, which reads on
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.stdout)
+    assert shown["metrics"]["step"] == 20000 and shown["metrics_read"]["offset"] > read["series_offset"]
+    monkeypatch.setattr(metrics_view, "SERIES_CHUNK", 16 << 20, raising=False)
+    res = project.cli("status", "--json")  # the rest of it read: the summary from the series itself, the same
+    assert json.loads(res.stdout)["summary"]["step"] == 20000
+    with project.registry() as reg:
+        assert reg.metrics(1)["summary"]["_state"]["complete"]

@@ -10,8 +10,10 @@ evaluation and summary kept apart by name), with its step and tokens where the l
 (a whole number is written as one: ``120``, not ``120.0``).
 
 Appended whole lines only, never rewritten: a reader keeps its byte offset in the file and reads what is new.
-``metrics.state.json`` says how far the log is read and what the reader remembers (the epoch a header opened, a
-progress bar's last postfix); it is written after the records it covers are on disk. A supervisor that starts again
+``metrics.state.json`` says how far the log is read, what the reader remembers (the epoch a header opened, a
+progress bar's last postfix) and the series' summary to there (``Summary``: the last step, each metric's last,
+lowest and highest value), so a status that only shows where the run is never reads the whole series; it is written
+after the records it covers are on disk. A supervisor that starts again
 (a crash, a reboot, the next attempt) cuts a record half written off the file's end, reads the log again from the
 state's offset, and appends only the events after the last record there: none is lost or written twice.
 """
@@ -32,6 +34,43 @@ LOG = "train.log"
 READ_MAX = 4 << 20  # bytes of log per tick: a runaway writer cannot hold the supervisor up
 SAVE_EVERY_S = 2.0  # how often the state is saved (and the records fsynced) while the log grows
 TAIL = 1 << 16  # bytes read back from the file's end to find its last record
+MAX_KEYS = 64  # metric names the summary keeps (a log printing more keeps the first ones, as the controller does)
+BAR_KEYS = {"step", "total_steps", "steps_s"}  # all a progress bar's event holds
+
+
+class Summary:
+    """What the series holds to the log offset of the state it is saved in: its events, the last step (a Hugging
+    Face evaluation bar, over fewer items than the training bar and behind it, is no training step), and each
+    metric's last, lowest and highest value; updated by every event read from the log, appended or not, so a
+    supervisor started again from its state's offset counts each event once."""
+
+    def __init__(self, saved: dict | None) -> None:
+        saved = saved if isinstance(saved, dict) else {}
+        self.events = int(saved.get("events", 0))
+        self.step = saved.get("step")
+        self.total_steps = saved.get("total_steps")
+        self.last, self.low, self.high = (dict(saved.get(k) or {}) for k in ("last", "min", "max"))
+
+    def add(self, event: dict) -> None:
+        total = event.get("total_steps")
+        if (total is not None and self.total_steps is not None and total < self.total_steps
+                and set(event) <= BAR_KEYS and event.get("step", -1.0) <= (self.step or 0)):
+            return
+        self.events += 1
+        if "step" in event:
+            self.step = event["step"]
+        if total is not None:
+            self.total_steps = total
+        for key, value in event.items():
+            if key not in self.last and len(self.last) >= MAX_KEYS:
+                continue
+            self.last[key] = value
+            self.low[key] = min(value, self.low.get(key, value))
+            self.high[key] = max(value, self.high.get(key, value))
+
+    def saved(self) -> dict:
+        return {"events": self.events, "step": self.step, "total_steps": self.total_steps, "last": self.last,
+                "min": self.low, "max": self.high}
 
 
 class Series:
@@ -46,6 +85,7 @@ class Series:
             state = {}  # no records yet (or none kept): the log from its start
         self.offset = int(state.get("log", 0))
         self.reader = metric_lines.Reader(state.get("reader"))
+        self.summary = Summary(state.get("summary"))
         self.saved = time.monotonic()
         self.dirty = False
         # the events already in the file past the state's offset: read again from the log, not appended again
@@ -100,10 +140,11 @@ class Series:
         for raw in data[:cut].splitlines(keepends=True):
             at += len(raw)
             for event in self.reader.events(raw.decode("utf-8", "replace").rstrip("\r\n")):
+                compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
+                self.summary.add(compact)
                 if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
                     self.skip_n -= at == self.skip_to
                     continue
-                compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
                 records.append(json.dumps([at, now, compact], separators=(",", ":")))
         self.offset += cut
         if records:
@@ -129,7 +170,8 @@ class Series:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        write_json(self.state_path, {"log": self.offset, "reader": self.reader.state()})
+        write_json(self.state_path, {"log": self.offset, "reader": self.reader.state(),
+                                     "summary": self.summary.saved()})
         self.saved, self.dirty = time.monotonic(), False
 
 
@@ -158,8 +200,9 @@ def _lines(run_dir: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
 def answer(run_dir: str, offset: int, max_bytes: int) -> dict | None:
     """What a ``log_read`` with ``series_offset`` answers: the file's whole lines from ``offset`` as they are
     (``data``, base64: the controller reads them, ``records``), the offset after them, the file's size, and whether
-    the series covers the whole log (the supervisor's last save reached its end); None while the run has no record
-    kept (an older supervisor, no metric line yet): the log is read then."""
+    the series covers the whole log (the supervisor's last save reached its end), and the series' summary at that
+    save (``Summary``; absent from an older supervisor's); None while the run has no record kept (an older
+    supervisor, no metric line yet): the log is read then."""
     try:
         size = os.path.getsize(os.path.join(run_dir, FILE))
     except OSError:
@@ -168,9 +211,13 @@ def answer(run_dir: str, offset: int, max_bytes: int) -> dict | None:
         return None
     data, end = _lines(run_dir, min(offset, size), max_bytes)
     state = read_json(os.path.join(run_dir, STATE))
-    read_to = state.get("log", 0) if isinstance(state, dict) else 0
+    state = state if isinstance(state, dict) else {}
+    read_to = state.get("log", 0)
     try:
         log_size = os.path.getsize(os.path.join(run_dir, LOG))
     except OSError:
         log_size = 0
-    return {"data": base64.b64encode(data).decode(), "offset": end, "size": size, "whole": read_to >= log_size}
+    out = {"data": base64.b64encode(data).decode(), "offset": end, "size": size, "whole": read_to >= log_size}
+    if isinstance(state.get("summary"), dict):
+        out["summary"] = state["summary"]
+    return out
