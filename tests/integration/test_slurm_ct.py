@@ -296,6 +296,19 @@ def test_a_job_over_two_nodes_runs_a_supervisor_on_each(lab: SlurmProject) -> No
     assert (lab.run_dir(1) / "nodes" / "1" / "train.log").exists()
 
 
+def test_a_requeued_job_over_two_nodes_runs_again_on_both(lab: SlurmProject) -> None:
+    lab.write(steps=60, pause=0.2)
+    assert lab.run("deploy", "--nodes", "2").returncode == 0
+    lab.until(lambda s: s["state"] == "running" and "step=1" in (s.get("last_line") or ""), "past step 10")
+    lab.cluster.run("scontrol", "requeue", _job_of(lab, 1))
+    end = lab.until(lambda s: s["state"] == "finished" and (s.get("attempt") or 0) >= 2, "finished again",
+                    timeout=180)
+    assert end["exit_code"] == 0
+    merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    # the second node's supervisor set its first attempt's exit record aside and ran again, as the first node's did
+    assert "restarts 1 rank 0 of 2" in merged and "[1] job" in merged and "restarts 1 rank 1 of 2" in merged, merged
+
+
 def test_doctor_checks_the_controller_partition_and_a_compute_node(lab: SlurmProject) -> None:
     report = lab.run("doctor", "--json")
     found = {f["check"]: f for f in json.loads(report.stdout)["findings"]}

@@ -241,19 +241,21 @@ def requeued(job: dict, ended: dict) -> bool:
     return found is not None and found["state"] == "PENDING"
 
 
-def resumes(run_dir: str, environ: dict) -> bool:
-    """In a requeued job (``SLURM_RESTART_COUNT`` > 0): the attempt Slurm killed left an exit record, which is
-    set aside so that this supervisor goes on with the same run, as its next attempt."""
+def resumes(folder: str, environ: dict, run_dir: str | None = None) -> bool:
+    """In a requeued job (``SLURM_RESTART_COUNT`` > 0): the attempt Slurm killed left an exit record in this
+    node's ``folder``, which is set aside so that this supervisor goes on with the same run, as its next attempt.
+    ``run_dir``: the run folder (where the job and a stop are recorded), when ``folder`` is a later node's."""
+    run_dir = run_dir or folder
     restarts = environ.get("SLURM_RESTART_COUNT", "")
     if not restarts.isdigit() or int(restarts) < 1 or job_of(run_dir) is None:
         return False
     if os.path.exists(os.path.join(run_dir, "stop_requested")):
         return False
-    path = os.path.join(run_dir, "exit.json")
+    path = os.path.join(folder, "exit.json")
     ended = read_json(path, {}) or {}
     if ended.get("not_started"):
         return False
-    os.replace(path, os.path.join(run_dir, f"exit-requeued-{restarts}.json"))
+    os.replace(path, os.path.join(folder, f"exit-requeued-{restarts}.json"))
     return True
 
 
