@@ -50,24 +50,30 @@ def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, exper
                  node=0 if metrics and node is None else node)
         _finish(write)
         return None
-    if node is not None:
-        from ..errors import InputError
-
-        raise InputError("--node names a node of a job over several nodes, and this is one target",
-                         hint="drop --node (or name the job's nodes: orch logs --ct A --ct B --node 1)")
     with common.registry(settings) as reg:
         tgt, exp, run_registry = log_view.find_run(
             settings, reg, experiment, common.single(target, ct),
             lambda name, ct_: common.target(settings, name, ct_, trust=trust_new_host))
         if experiment is None:
             _say_latest(settings, reg, tgt, exp.id)
+    nodes = log_view.job_nodes(tgt, exp)  # a Slurm job over several nodes: a log per node, in its run folder
+    if node is not None and nodes < 2:
+        from ..errors import InputError
+
+        raise InputError("--node names a node of a job over several nodes, and this is one target",
+                         hint="drop --node (or name the job's nodes: orch logs --ct A --ct B --node 1)")
     if follow:
         render.say(f"orch: following experiment {exp.id} on {tgt.label} (Ctrl-C stops following, not the run)")
     write = metric_writer(as_recorded(settings, exp)) if metrics else _raw_writer()
     try:
-        state = log_view.read(settings, tgt, exp.id, run_registry, functools.partial(common.registry, settings),
-                              write=write, notice=lambda m: render.say(f"orch: {m}"), follow=follow,
-                              tail_lines=lines)
+        if nodes > 1:
+            state = log_view.read_nodes(settings, tgt, exp, run_registry, functools.partial(common.registry, settings),
+                                        write=write, notice=lambda m: render.say(f"orch: {m}"), follow=follow,
+                                        tail_lines=lines, node=0 if metrics and node is None else node)
+        else:
+            state = log_view.read(settings, tgt, exp.id, run_registry, functools.partial(common.registry, settings),
+                                  write=write, notice=lambda m: render.say(f"orch: {m}"), follow=follow,
+                                  tail_lines=lines)
     except KeyboardInterrupt:
         render.say("orch: stopped following (the run goes on)")
         raise typer.Exit(0) from None

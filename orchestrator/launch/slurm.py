@@ -61,15 +61,37 @@ def beside_running(launch):
     return replace(launch, actions=tuple(a for a in launch.actions if not isinstance(a, StopRun)))
 
 
-def state_words(status: str, job: dict | None) -> str:
-    """``pending (Resources)``, ``running on ct210``, or the status itself."""
+def state_words(status: str, job: dict | None, now: float | None = None) -> str:
+    """``pending (Resources) since 12:03:14, 2 min``, ``running on ct210``, or the status itself."""
     job = job or {}
     if status == "queued":
         reason = job.get("reason")
-        return f"pending ({reason})" if reason and reason != "None" else "pending"  # None: not yet scheduled
+        words = f"pending ({reason})" if reason and reason != "None" else "pending"  # None: not yet scheduled
+        since = job.get("since")
+        return words + (waiting(float(since), now) if isinstance(since, (int, float)) and since > 0 else "")
     if status == "running" and job.get("nodes"):
         return f"running on {job['nodes']}"
     return status
+
+
+def waiting(since: float, now: float | None = None) -> str:
+    """`` since 12:03:14, 2 min``: the clock time (with its date when not today) and how long that is."""
+    import datetime as dt
+    import time
+
+    now = time.time() if now is None else now
+    at = dt.datetime.fromtimestamp(since)
+    clock = at.strftime("%H:%M:%S" if at.date() == dt.datetime.fromtimestamp(now).date() else "%Y-%m-%d %H:%M:%S")
+    waited = max(0.0, now - since)  # the login node's clock may run a little ahead of this one
+    if waited < 90:
+        span = f"{waited:.0f} s"
+    elif waited < 90 * 60:
+        span = f"{waited / 60:.0f} min"
+    elif waited < 48 * 3600:
+        span = f"{waited / 3600:.1f} h"
+    else:
+        span = f"{waited / 86400:.0f} days"
+    return f" since {clock}, {span}"
 
 
 def pending(settings, target: Target, registry) -> list[dict]:

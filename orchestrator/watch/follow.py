@@ -103,13 +103,14 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
            notice: Callable[[str], None], follow: bool = False, tail_lines: int | None = None,
            poll: float = 0.3, first_backoff: float = 0.5, max_backoff: float = 8.0, max_failures: int = 20,
            max_bytes: int = 1 << 20, overlap: int = OVERLAP, registry: str | None = None,
-           cancel: threading.Event | None = None, whole_lines: bool = True) -> FollowResult:
+           cancel: threading.Event | None = None, whole_lines: bool = True, node: int | None = None) -> FollowResult:
     """Write the log of ``exp_id`` (from its last ``tail_lines`` lines, or all of it); with ``follow``,
     keep going until the run has ended and every byte it wrote has been written out.
 
     ``max_failures`` bounds consecutive failed attempts, not reconnects over the whole run. ``registry``
     is the registry id in the run folder's name (``Registry.run_registry``). With ``whole_lines=False`` a
-    partial last line is written as it comes (a progress bar redrawn in place never ends its line).
+    partial last line is written as it comes (a progress bar redrawn in place never ends its line). ``node``: that
+    node's log of a Slurm job over several nodes (each in a folder of the one run folder).
     """
     link = _Link(settings, target)
     offset: int | None = None
@@ -170,6 +171,8 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
                 raise _Cancelled
             back = 0
             args: dict = {"exp_id": exp_id, "registry": registry, "max_bytes": max_bytes, "identity": identity}
+            at_node: dict = {"node": node} if node else {}  # node 0's log is the run folder's own
+            args.update(at_node)
             if offset is None and tail_lines is not None:
                 args["tail_lines"] = tail_lines
             else:
@@ -224,7 +227,7 @@ def follow(settings: Settings, target: Target, exp_id: int, *, write: Callable[[
                 try:
                     why = link.stream(take, exp_id=exp_id, registry=registry, offset=offset, identity=identity,
                                       seen=base64.b64encode(seen).decode(), max_bytes=max_bytes,
-                                      poll=STREAM_POLL, heartbeat=HEARTBEAT)["why"]
+                                      poll=STREAM_POLL, heartbeat=HEARTBEAT, **at_node)["why"]
                 except TransportError as exc:
                     link_lost(exc)
                     continue

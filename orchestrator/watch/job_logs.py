@@ -57,9 +57,11 @@ class NodeFollow:
 
 def follow_nodes(settings: Settings, targets: dict[int, Target], exp_id: int, *, write: Callable[[bytes], None],
                  notice: Callable[[str], None], follow: bool, tail_lines: int | None, registry: str | None,
-                 prefix: bool = True, **kw: object) -> list[NodeFollow]:
+                 prefix: bool = True, folders: bool = False, **kw: object) -> list[NodeFollow]:
     """Print (and with ``follow``, keep printing until every node's run has ended) the logs of ``targets``
-    (rank -> target). A node that cannot be read is reported and the others go on; its error is kept."""
+    (rank -> target). A node that cannot be read is reported and the others go on; its error is kept.
+    ``folders``: the ranks are nodes of one run on one target (a Slurm job over several nodes: each node's log
+    is in a folder of the run folder on the shared file system, read through the login node)."""
     from .follow import follow as follow_one
 
     lock = threading.Lock()
@@ -73,7 +75,8 @@ def follow_nodes(settings: Settings, targets: dict[int, Target], exp_id: int, *,
         try:
             res = follow_one(settings, node.target, exp_id, write=lines,
                              notice=lambda m: notice(f"node {node.rank}: {m}"), follow=follow,
-                             tail_lines=tail_lines, registry=registry, **kw)  # type: ignore[arg-type]
+                             tail_lines=tail_lines, registry=registry,  # type: ignore[arg-type]
+                             **({"node": node.rank} if folders else {}), **kw)
             node.state, node.reconnects = res.state, res.reconnects
         except OrchError as exc:
             node.error = exc

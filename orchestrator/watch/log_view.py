@@ -46,6 +46,41 @@ def read(settings: Settings, target: Target, exp_id: int, run_registry: str | No
     return result.state
 
 
+def job_nodes(target: Target, exp: Experiment) -> int:
+    """How many nodes the run's Slurm job has (each with its own log); 1 for any other run."""
+    if target.spec.kind != "slurm":
+        return 1
+    count = ((exp.target_info or {}).get("slurm") or {}).get("nodes")
+    return count if isinstance(count, int) and count > 1 else 1
+
+
+def read_nodes(settings: Settings, target: Target, exp: Experiment, run_registry: str | None,
+               open_registry: Callable[[], ContextManager[Registry]], *, write: Callable[[bytes], None],
+               notice: Callable[[str], None], follow: bool, tail_lines: int, node: int | None) -> dict:
+    """``read`` for a Slurm job over several nodes: every node's log merged, each line prefixed ``[rank]`` as for
+    a job over CTs (``job_logs``), or node ``node``'s alone; all read through the login node from the shared
+    file system. Returns the run's state as the agent last reported it."""
+    from ..errors import InputError
+    from ..records.reconcile import sync
+    from .job_logs import follow_nodes
+
+    count = job_nodes(target, exp)
+    if node is not None and node >= count:
+        raise InputError(f"--node {node}: experiment {exp.id} has nodes 0 to {count - 1}",
+                         hint="see orch status for the job's nodes")
+    ranks = [node] if node is not None else list(range(count))
+    nodes = follow_nodes(settings, {rank: target for rank in ranks}, exp.id, write=write, notice=notice,
+                         follow=follow, tail_lines=tail_lines, registry=run_registry, prefix=node is None, folders=True)
+    failed = [n for n in nodes if n.error is not None]
+    if failed:
+        raise failed[0].error
+    state = nodes[0].state
+    if follow and state.get("id") == exp.id:
+        with open_registry() as reg:
+            sync(reg, [state], target, settings.project.name)
+    return state
+
+
 def _json_line(event: dict) -> str:
     import json
     import math

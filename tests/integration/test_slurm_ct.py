@@ -146,7 +146,7 @@ def test_pending_while_the_nodes_are_full_then_running(lab: SlurmProject) -> Non
     pending = lab.until(lambda s: s["state"] == "queued" and s["slurm"].get("reason") in ("Resources", "Priority"),
                         "pending")
     shown = lab.run("status")
-    assert f"experiment 1 pending ({pending['slurm']['reason']})" in shown.stdout, shown.stdout
+    assert f"experiment 1 pending ({pending['slurm']['reason']}) since " in shown.stdout, shown.stdout
     # --queue: Slurm is the queue, so the second job is submitted beside the first, which goes on pending
     queued = lab.run("deploy", "--queue")
     assert queued.returncode == 0 and "experiment 2: pending" in queued.stdout, queued.stdout + queued.stderr
@@ -280,12 +280,33 @@ def test_gpus_lists_each_node_with_its_gres_and_the_jobs_holding_them(lab: Slurm
 def test_a_job_over_two_nodes_runs_a_supervisor_on_each(lab: SlurmProject) -> None:
     done = lab.run("deploy", "--nodes", "2")
     assert done.returncode == 0, done.stdout + done.stderr
+    # followed from pending to the end: both nodes' lines, each prefixed with its rank as for a job over CTs
+    followed = lab.run("logs", "--follow", timeout=120)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    for rank in (0, 1):
+        assert f"[{rank}] done" in followed.stdout and f"rank {rank} of 2 master ct210" in followed.stdout, \
+            followed.stdout + followed.stderr
     end = lab.until(lambda s: s["state"] == "finished", "finished")
     assert end["exit_code"] == 0
-    first = lab.run("logs", "-e", "1", "-n", "1000").stdout
-    assert "rank 0 of 2 master ct210" in first and "done" in first, first
-    second = (lab.run_dir(1) / "nodes" / "1" / "train.log").read_text()
-    assert "node ct211" in second and "rank 1 of 2 master ct210" in second and "done" in second, second
+    merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert "[0] job" in merged and "[1] job" in merged and "[1] step=5" in merged, merged
+    second = lab.run("logs", "--node", "1", "-n", "1000").stdout  # one node's log alone, unprefixed
+    assert "node ct211" in second and "rank 1 of 2 master ct210" in second and "rank 0" not in second, second
+    assert "[1]" not in second, second
+    assert (lab.run_dir(1) / "nodes" / "1" / "train.log").exists()
+
+
+def test_a_requeued_job_over_two_nodes_runs_again_on_both(lab: SlurmProject) -> None:
+    lab.write(steps=60, pause=0.2)
+    assert lab.run("deploy", "--nodes", "2").returncode == 0
+    lab.until(lambda s: s["state"] == "running" and "step=1" in (s.get("last_line") or ""), "past step 10")
+    lab.cluster.run("scontrol", "requeue", _job_of(lab, 1))
+    end = lab.until(lambda s: s["state"] == "finished" and (s.get("attempt") or 0) >= 2, "finished again",
+                    timeout=180)
+    assert end["exit_code"] == 0
+    merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    # the second node's supervisor set its first attempt's exit record aside and ran again, as the first node's did
+    assert "restarts 1 rank 0 of 2" in merged and "[1] job" in merged and "restarts 1 rank 1 of 2" in merged, merged
 
 
 def test_doctor_checks_the_controller_partition_and_a_compute_node(lab: SlurmProject) -> None:

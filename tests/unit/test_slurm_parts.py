@@ -61,6 +61,21 @@ def test_a_runs_state_from_its_job() -> None:
     assert gone["state"] == "crashed" and "without the supervisor's exit record" in gone["cause"]
 
 
+def test_a_pending_job_says_since_when_it_waits_from_slurms_submit_time() -> None:
+    import time
+
+    from orchestrator.launch.slurm import state_words
+
+    job = {"job_id": "7", "partition": "gpu", "submitted": 100.0}
+    row = dict(zip(slurm.FIELDS, ["7", "PENDING", "Resources", "", "2026-12-07T12:03:14", "N/A", "gpu", "4294"]))
+    told = slurm.state(job, {}, False, {"7": row})["slurm"]
+    assert told["since"] == time.mktime((2026, 12, 7, 12, 3, 14, 0, 0, -1))
+    assert state_words("queued", told, now=told["since"] + 125) == "pending (Resources) since 12:03:14, 2 min"
+    unknown = slurm.state(job, {}, False, {"7": row | {"submitted": "N/A"}})["slurm"]
+    assert unknown["since"] == 100.0  # Slurm did not say: the time orch submitted it
+    assert state_words("queued", unknown, now=100.0 + 3 * 86400).startswith("pending (Resources) since 1970-01-")
+
+
 def test_the_allocation_is_kept_over_the_launchs_variables() -> None:
     kept = slurm.allocation({"SLURM_JOB_ID": "4", "SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": "1",
                              "HOME": "/root"})

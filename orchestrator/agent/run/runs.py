@@ -347,8 +347,8 @@ def not_started(run_dir: str, why: str) -> None:
 
 def supervise(run_dir: str) -> int:
     """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
-    run_dir = slurm.node_folder(run_dir, os.environ)  # a Slurm job's second node and on: a folder of its own
-    if os.path.exists(os.path.join(run_dir, "exit.json")) and not slurm.resumes(run_dir, os.environ):
+    top, run_dir = run_dir, slurm.node_folder(run_dir, os.environ)  # a Slurm job's later nodes: a folder each
+    if os.path.exists(os.path.join(run_dir, "exit.json")) and not slurm.resumes(run_dir, os.environ, top):
         return 0  # too late: its start was already given up (``not_started``)
     launch = read_json(os.path.join(run_dir, "launch.json"))
     log_path = os.path.join(run_dir, LOG)

@@ -154,8 +154,8 @@ def state(job: dict, pid: dict, stop_requested: bool, listed: dict | None = None
     if found is not None:
         told.update(state=found["state"], reason=found["reason"], partition=found["partition"] or job.get("partition"),
                     priority=found["priority"], start=found["start"])
-        if found["state"] == "PENDING":
-            return {"state": "queued", "slurm": told | {"since": job.get("submitted")}}
+        if found["state"] == "PENDING":  # waiting since Slurm's submit time (a requeue's, after one), else ours
+            return {"state": "queued", "slurm": told | {"since": _epoch(found["submitted"]) or job.get("submitted")}}
         if found["state"] in RUNNING:
             return {"state": "running", "slurm": told | {"nodes": found["nodes"]}}
     if stop_requested:
@@ -165,6 +165,15 @@ def state(job: dict, pid: dict, stop_requested: bool, listed: dict | None = None
         f": {said}" if said else " (node lost, cancelled, or no Python or no shared root on the compute node: see "
                                  f"slurm-{job['job_id']}.out in the run folder)")
     return {"state": "crashed", "slurm": told, "cause": why, "error": why, "lost": not pid}
+
+
+def _epoch(stamp: str) -> float | None:
+    """Slurm's ``2026-12-07T12:03:14`` (the cluster's local time, which the login node shares) as a timestamp, so
+    that a client in another time zone shows it in its own."""
+    try:
+        return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None  # "N/A", "Unknown"
 
 
 def _last_words(path: str) -> str | None:
@@ -232,19 +241,21 @@ def requeued(job: dict, ended: dict) -> bool:
     return found is not None and found["state"] == "PENDING"
 
 
-def resumes(run_dir: str, environ: dict) -> bool:
-    """In a requeued job (``SLURM_RESTART_COUNT`` > 0): the attempt Slurm killed left an exit record, which is
-    set aside so that this supervisor goes on with the same run, as its next attempt."""
+def resumes(folder: str, environ: dict, run_dir: str | None = None) -> bool:
+    """In a requeued job (``SLURM_RESTART_COUNT`` > 0): the attempt Slurm killed left an exit record in this
+    node's ``folder``, which is set aside so that this supervisor goes on with the same run, as its next attempt.
+    ``run_dir``: the run folder (where the job and a stop are recorded), when ``folder`` is a later node's."""
+    run_dir = run_dir or folder
     restarts = environ.get("SLURM_RESTART_COUNT", "")
     if not restarts.isdigit() or int(restarts) < 1 or job_of(run_dir) is None:
         return False
     if os.path.exists(os.path.join(run_dir, "stop_requested")):
         return False
-    path = os.path.join(run_dir, "exit.json")
+    path = os.path.join(folder, "exit.json")
     ended = read_json(path, {}) or {}
     if ended.get("not_started"):
         return False
-    os.replace(path, os.path.join(run_dir, f"exit-requeued-{restarts}.json"))
+    os.replace(path, os.path.join(folder, f"exit-requeued-{restarts}.json"))
     return True
 
 

@@ -6,10 +6,11 @@ import base64
 import os
 import sys
 import time
+from typing import Callable
 
-from ..layout import Layout
+from ..layout import Layout, read_json
 from ..protocol import AgentFailure, data_frame
-from ..run import series
+from ..run import series, slurm
 from ..run.runs import LOG, run_state
 
 
@@ -37,22 +38,50 @@ def _tail_offset(fh, size: int, lines: int) -> int:
     return 0
 
 
+def _node(run_dir: str, node: int | None) -> tuple[str, Callable[[], dict]]:
+    """The folder whose log is read and how its run's state is told: the run folder's own, or, for ``node`` N > 0
+    of a Slurm job over several nodes, ``nodes/<N>/`` (each node's supervisor writes its own log there)."""
+    if not node:
+        return run_dir, lambda: run_state(run_dir)
+    if slurm.job_of(run_dir) is None:
+        raise AgentFailure("input", f"node {node}: this run is not a Slurm job over several nodes",
+                           "leave out the node (a job over several CTs names each of them)")
+    folder = os.path.join(run_dir, "nodes", str(int(node)))
+    return folder, lambda: node_state(run_dir, folder)
+
+
+def node_state(run_dir: str, folder: str) -> dict:
+    """A Slurm job's node N > 0: the job's state (its first node's record), except that a node whose supervisor
+    still writes (no exit record of its own while Slurm still runs the job) reads as running: a follower of its
+    log waits for its last lines even when the first node ended before it."""
+    state = run_state(run_dir)
+    if state.get("state") not in ("finished", "crashed", "stopped", "lost", "failed"):
+        return state
+    if isinstance(read_json(os.path.join(folder, "exit.json")), dict):
+        return state
+    job = slurm.job_of(run_dir) or {}
+    listed = slurm.queue([job["job_id"]]).get(job["job_id"]) if job.get("job_id") else None
+    return dict(state, state="running") if listed and listed["state"] in slurm.RUNNING else state
+
+
 def read(layout: Layout, exp_id: int, offset: int | None = None, tail_lines: int | None = None,
          max_bytes: int = 1 << 20, identity: str | None = None, registry: str | None = None,
-         series_offset: int | None = None) -> dict:
+         series_offset: int | None = None, node: int | None = None) -> dict:
     """Bytes from ``offset`` (or the last ``tail_lines`` lines), plus what the follower needs to resume.
 
     ``identity`` is the log's (device, inode) from the previous read: if it changed, or the file is
     now shorter than ``offset``, the log was rotated or truncated and reading starts over (``reset``).
     With ``series_offset``, where the run's supervisor keeps its metric series (``series.py``) with a record in
-    it, the answer is the series' records from there (``series``) in place of the log's bytes.
+    it, the answer is the series' records from there (``series``) in place of the log's bytes. ``node``: that node's
+    log of a Slurm job over several nodes (``_node``).
     """
     run_dir = layout.run_dir(exp_id, registry)
     if not os.path.isdir(run_dir):
         raise AgentFailure("notfound", f"experiment {exp_id} has no run folder on this target",
                            "check the experiment id and target (orch experiments list)")
+    run_dir, told = _node(run_dir, node)
     path = os.path.join(run_dir, LOG)
-    state = run_state(run_dir)
+    state = told()
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -86,7 +115,7 @@ def _frame(data: bytes, offset: int, size: int, identity: str) -> bytes:
 
 
 def stream(layout: Layout, exp_id: int, offset: int, identity: str, seen: str = "", registry: str | None = None,
-           max_bytes: int = 1 << 20, poll: float = 0.05, heartbeat: float = 2.0) -> dict:
+           max_bytes: int = 1 << 20, poll: float = 0.05, heartbeat: float = 2.0, node: int | None = None) -> dict:
     """Write what is appended to the log after ``offset`` as frames, as it is written, until the run has
     ended and every byte is out; then answer where it stopped.
 
@@ -101,6 +130,7 @@ def stream(layout: Layout, exp_id: int, offset: int, identity: str, seen: str = 
     if not os.path.isdir(run_dir):
         raise AgentFailure("notfound", f"experiment {exp_id} has no run folder on this target",
                            "check the experiment id and target (orch experiments list)")
+    run_dir, told = _node(run_dir, node)
     path = os.path.join(run_dir, LOG)
     tail = base64.b64decode(seen)[-OVERLAP:]
     try:
@@ -132,7 +162,7 @@ def stream(layout: Layout, exp_id: int, offset: int, identity: str, seen: str = 
                 continue
             if ended:  # the run had ended and a look after that found nothing more: all is out
                 return {"why": "ended", "offset": offset}
-            ended = run_state(run_dir)["state"] not in ("running", "launching")
+            ended = told()["state"] not in ("running", "launching")
             if ended:
                 continue  # one more look: the last bytes may have landed after the previous one
             if time.monotonic() - sent_at >= heartbeat:
