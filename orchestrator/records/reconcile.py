@@ -66,8 +66,10 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
             continue  # a start whose supervisor is not up yet: it runs, or the target says crashed within 30 s;
             # never recorded, so no row goes back to launching with no orch process launching it
         settled = exp.status in FINAL and exp.status not in ("failed", "lost")  # lost: may resume after boot
-        if run.get("slurm") and state in ("queued", "running") and exp.status == "crashed":
-            settled = False  # its Slurm job was requeued after the attempt that was killed: it goes on
+        if run.get("slurm") and state in ("queued", "running") and exp.status in ("crashed", "finished"):
+            # its Slurm job was requeued after an attempt that was killed (crashed) or that its time limit's signal
+            # ended cleanly before the requeue (finished, if a status came between its exit record and the requeue)
+            settled = False
         if run.get("attempts") and run["attempts"] != exp.attempts and not (settled and state not in FINAL):
             exp = registry.update(exp.id, attempts=run["attempts"])
         same = state == exp.status and (state not in FINAL or run.get("exit_code") == exp.exit_code)
@@ -80,7 +82,8 @@ def sync(registry: Registry, runs: list[dict], target: Target, project: str) -> 
             fields["started"] = run["started"]
         if exp.status == "queued" and run.get("gpus") and not exp.gpus:
             fields["gpus"] = run["gpus"]  # queued beside the others: its queue gave it the GPUs freed
-        if exp.status in ("lost", "crashed") and state not in FINAL:
+        if (exp.status in ("lost", "crashed") or (run.get("slurm") and exp.status == "finished")) \
+                and state not in FINAL:
             fields.update(ended=None, exit_code=None, end_reason=None)  # resumed after a reboot, or requeued
         if exp.status == "failed" and state != "failed":
             fields["error"] = None  # the launch did reach the target after all

@@ -212,10 +212,18 @@ def test_a_job_slurm_refuses_is_an_error_and_nothing_runs(lab: SlurmProject, fla
     assert not lab.cluster.run("squeue", "-h", check=False).stdout.strip()
 
 
+def _step(status: dict) -> int:
+    """The step the run's log last printed (``step=N``), 0 before the first; "step=1" in a line is also step 10."""
+    import re
+
+    found = re.search(r"\bstep=(\d+)", status.get("last_line") or "")
+    return int(found[1]) if found else 0
+
+
 def test_a_requeued_job_is_the_same_experiment_resuming_from_its_checkpoint(lab: SlurmProject) -> None:
     lab.write(steps=60, pause=0.2)
     assert lab.run("deploy").returncode == 0
-    lab.until(lambda s: s["state"] == "running" and "step=1" in (s.get("last_line") or ""), "past step 10")
+    lab.until(lambda s: s["state"] == "running" and _step(s) > 10, "past step 10")
     assert (lab.root / "checkpoints" / "slurmy" / "ckpt-10.pt").exists()
     job = _job_of(lab, 1)
     lab.cluster.run("scontrol", "requeue", job)
@@ -246,7 +254,7 @@ def test_a_login_node_without_slurm_is_an_error(lab: SlurmProject) -> None:
 def test_restart_with_clean_checkpoints_moves_them_aside_and_submits_anew(lab: SlurmProject) -> None:
     lab.write(steps=1000, pause=0.1)
     assert lab.run("deploy").returncode == 0
-    lab.until(lambda s: s["state"] == "running" and "step=1" in (s.get("last_line") or ""), "past step 10")
+    lab.until(lambda s: s["state"] == "running" and _step(s) > 10, "past step 10")
     done = lab.run("restart", "--clean-checkpoints", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "moved to" in done.stderr and "experiment 2" in done.stdout and "Slurm job" in done.stdout, done.stdout
@@ -299,7 +307,7 @@ def test_a_job_over_two_nodes_runs_a_supervisor_on_each(lab: SlurmProject) -> No
 def test_a_requeued_job_over_two_nodes_runs_again_on_both(lab: SlurmProject) -> None:
     lab.write(steps=60, pause=0.2)
     assert lab.run("deploy", "--nodes", "2").returncode == 0
-    lab.until(lambda s: s["state"] == "running" and "step=1" in (s.get("last_line") or ""), "past step 10")
+    lab.until(lambda s: s["state"] == "running" and _step(s) > 10, "past step 10")
     lab.cluster.run("scontrol", "requeue", _job_of(lab, 1))
     end = lab.until(lambda s: s["state"] == "finished" and (s.get("attempt") or 0) >= 2, "finished again",
                     timeout=180)
