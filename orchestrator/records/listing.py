@@ -39,13 +39,17 @@ def count(reg: Registry, target: str | None = None) -> int:
     return reg._exec(f"SELECT count(*) FROM experiments{where}", args, fetch="one")[0]
 
 
+def _newest(reg: Registry, columns: str, target: str | None, limit: int) -> list:
+    """The newest ``limit`` experiments' ``columns`` (of ``target`` alone, if named), newest first."""
+    where, args = _where(target)
+    return reg._exec(f"SELECT {columns} FROM experiments{where} ORDER BY id DESC LIMIT ?", [*args, int(limit)],
+                     fetch="all")
+
+
 def rows(reg: Registry, target: str | None = None, limit: int = 50) -> tuple[list[dict], int]:
     """The table's rows, newest first (``orphaned`` marked: a launch whose process is gone), and the total."""
-    where, args = _where(target)
-    found = reg._exec(f"SELECT {_SHOWN} FROM experiments{where} ORDER BY id DESC LIMIT ?", [*args, int(limit)],
-                      fetch="all")
     out = []
-    for r in found:
+    for r in _newest(reg, _SHOWN, target, limit):
         row = dict(r)
         row["orphaned"] = row["status"] == "launching" and not launcher_alive(reg.path.parent, row["id"])
         out.append(row)
@@ -54,11 +58,8 @@ def rows(reg: Registry, target: str | None = None, limit: int = 50) -> tuple[lis
 
 def public_records(reg: Registry, target: str | None = None, limit: int = 50) -> tuple[list[dict], int]:
     """``orch experiments list --json``'s records, newest first, as ``listing`` gives them, and the total."""
-    where, args = _where(target)
-    found = reg._exec(f"SELECT {_PUBLIC} FROM experiments{where} ORDER BY id DESC LIMIT ?", [*args, int(limit)],
-                      fetch="all")
     out = []
-    for r in found:
+    for r in _newest(reg, _PUBLIC, target, limit):
         rec = dict(r)
         for k in (*_JSON_FIELDS, "command"):
             if rec.get(k) is not None:
