@@ -51,6 +51,11 @@ def hold() -> None:
     _goes_on = False
 
 
+def holding() -> bool:
+    """Whether this process is a warm child holding its upkeep for after the answer (``hold``)."""
+    return _parked is not None
+
+
 def park(closer: Callable[[], None]) -> None:
     """Run ``closer`` now, or after the answer: when holding, in the main thread, and none is parked yet."""
     if _parked is None or _parked or threading.current_thread() is not threading.main_thread():

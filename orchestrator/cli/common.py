@@ -82,9 +82,13 @@ def target(settings, name: str | None, ct: int | None, *, start: bool = False, t
     prefer = chosen.get("target")
     if not resolve:
         return planned_target(settings, *target_spec(settings, name, ct, render.say, prefer))
+    from ..reach.agent_client import connect_early
+
     confirm = render.confirm if render.interactive() else None
-    return resolve_target(settings, name, ct, trust_new_host=trust, start=start, confirm=confirm,
-                          notice=render.say, prefer=prefer)
+    tgt = resolve_target(settings, name, ct, trust_new_host=trust, start=start, confirm=confirm, notice=render.say,
+                         prefer=prefer)
+    connect_early(tgt)  # the login and the agent's start go on while the command prepares its first request
+    return tgt
 
 
 def remember(settings, name: str | None, ct: int | None, tgt) -> None:

@@ -146,6 +146,21 @@ class Op:
 TIMEOUT_SETTING = "[ssh] command_timeout (read-only commands: [ssh] read_timeout)"
 
 
+def connect_early(target) -> None:
+    """Have ``target``'s connection and its resident agent readied in the background while the command goes on
+    (``keeper.client.early``): an SSH target with no keeper up, as after a break; nothing otherwise."""
+    if target.connect is None or target.spec.kind not in ("ssh", "proxmox"):
+        return
+    from .keeper.client import early
+
+    early(target.connect(), lambda: [target.python, agent_file(target.root)])
+
+
+def agent_file(root: str) -> str:
+    """Where this orch's agent lives under ``root`` on a target: its name carries its content hash."""
+    return f"{root.rstrip('/')}/agent/agent-{agent_digest()}.pyz"
+
+
 class AgentClient:
     """Runs batches of agent operations on one target over one transport."""
 
@@ -156,8 +171,7 @@ class AgentClient:
         self.python = python
         self.timeout = timeout
         self.timeout_setting = timeout_setting  # named in the hint when a call runs out of time
-        digest = agent_digest()
-        self.agent_path = f"{root.rstrip('/')}/agent/agent-{digest}.pyz"
+        self.agent_path = agent_file(root)
         self.calls = 0
         self.pushes = 0
         self.timings: dict[str, float] = {}  # ms spent in each op on the target, for benchmarks

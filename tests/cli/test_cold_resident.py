@@ -40,10 +40,11 @@ def _close_keepers() -> None:
     client.close(None)
 
 
-def test_a_deploy_that_finds_no_keeper_starts_the_agent_once_for_all_its_calls(project, sshd, tmp_path):  # noqa: F811
-    """The deploy's calls share one agent on its own connection; the keeper it starts, told once the deploy has
-    reached the target, opens that connection and readies an agent there: the next commands find both up and
-    start no agent of their own."""
+def test_a_deploy_that_finds_no_keeper_starts_one_at_once_whose_connection_and_agent_serve_all_its_calls(
+        project, sshd, tmp_path):  # noqa: F811
+    """In an orch process of its own (no warm process), a deploy that finds no keeper starts one as soon as it knows
+    its target, told to log in and ready an agent there while the deploy goes on loading and preparing; the
+    deploy's calls go through it, and so do the next commands': one login and one agent start for all of them."""
     from orchestrator.reach.keeper import client
 
     log = _logged_target(project, sshd, tmp_path)
@@ -56,20 +57,30 @@ def test_a_deploy_that_finds_no_keeper_starts_the_agent_once_for_all_its_calls(p
 
     res = project.run("deploy", "-t", "box")
     assert res.returncode == 0, res.stderr
-    deadline = time.monotonic() + 30
-    while not (held := [c for k in client.keepers() for c in k["connections"] if c["agents"]]):
-        assert time.monotonic() < deadline, client.keepers()
-        time.sleep(0.05)
-    assert held[0]["alive"] and held[0]["commands"] == 0 and len(held[0]["agents"]) == 1  # readied, not used yet
+    (held,) = [c for k in client.keepers() for c in k["connections"]]  # up already: the deploy's calls used it
+    assert held["alive"] and held["connections"] == 1 and held["commands"] >= 2 and len(held["agents"]) == 1
     started = log.read_text().splitlines()
-    # probe, push and start: one agent for the deploy, on its own connection; one the keeper readied
-    assert len(started) == 2 and all(line.endswith(".pyz serve") for line in started), started
+    assert len(started) == 1 and started[0].endswith(".pyz serve"), started  # probe, push and start: one agent
     with project.registry() as reg:
         assert reg.get(2).status == "running"
     for args in (["stop", "-t", "box"], ["status", "-t", "box"]):
         assert project.run(*args).returncode == 0
     _close_keepers()
-    assert len(log.read_text().splitlines()) == 2  # both answered by the readied agent
+    assert log.read_text().splitlines() == started  # answered by the same agent, on the same login
+
+
+def test_a_first_command_whose_target_refuses_its_login_says_so_as_before(project, sshd, tmp_path):  # noqa: F811
+    """The keeper that the first command starts at once meets the refusal (an unknown host key here); the
+    command reports it as its own connection would have, and nothing is held."""
+    from orchestrator.reach.keeper import client
+
+    _logged_target(project, sshd, tmp_path)
+    sshd.known_hosts.write_text("")  # strict host keys: this host is not known
+    res = project.run("status", "-t", "box")
+    assert res.returncode != 0 and "error:" in res.stderr and "hint:" in res.stderr, res.stderr
+    assert "host key" in res.stderr.lower(), res.stderr
+    assert not [c for k in client.keepers() for c in k["connections"] if c["alive"]]
+    _close_keepers()
 
 
 def test_a_resident_that_cannot_start_leaves_the_call_to_a_one_shot_agent(project, sshd, tmp_path):  # noqa: F811

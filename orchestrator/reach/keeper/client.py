@@ -43,6 +43,8 @@ def keeper(persist: float) -> socket.socket | None:
     sock = sockets.connect(path)
     if sock is not None:
         return sock
+    if path in _EARLY:  # started by ``early``, readying this command's connection: its requests go there
+        return sockets.wait_for(path, EARLY_WAIT)
     if path in _ADOPTING:
         return None  # this command becomes the keeper once its answer is out: it goes on on its own connection
     if path in _STARTED and sockets.alive(_STARTED[path][0]):
@@ -166,6 +168,38 @@ def ready(spec: dict, agent: list[str] | None) -> None:
         _REACHED.append({"spec": spec, "agent": agent or None})
     for path in list(_STARTED):
         _tell(path, {"spec": spec, "agent": agent or None})
+
+
+def early(transport: Transport, agent: Callable[[], list[str]]) -> None:
+    """In an ``orch`` process that loaded orch for this command (not one holding upkeep for after its answer), when
+    no keeper listens: start one now, told at once to open ``transport``'s connection (a ``KeptTransport``) and
+    start the agent ``agent()`` there, and have this command's requests wait for it. The first command of the day
+    would otherwise load paramiko, log in and start the agent itself only once its own imports and preparations are
+    done, one after the other; the keeper does that on the other CPU meanwhile (and the target its part), and the
+    next commands find both up. Its connection is checked as any keeper's (strict host keys, the trust files'
+    signature), and the command's own requests, with a CT's identity, go as before. A process that holds its upkeep
+    (``after_answer.holding``) had orch loaded before the command: its own connection is sooner up than a new
+    process's, and it becomes the keeper after its answer (``keeper``)."""
+    if not isinstance(transport, KeptTransport) or after_answer.holding():
+        return
+    try:
+        path = place.socket_path()
+    except OrchError:
+        return
+    if path in _STARTED or path in _ADOPTING or path in _EARLY:
+        return
+    sock = sockets.connect(path)
+    if sock is not None:  # a keeper holds (or opens) the connection
+        sock.close()
+        return
+    if sockets.starting(path) or not _start(path, transport.persist):
+        return  # another command's keeper is coming up: the requests wait for it (``keeper``)
+    _EARLY.add(path)
+    _tell(path, {"spec": transport.spec, "agent": agent()})
+
+
+EARLY_WAIT = 10.0  # s a command waits for the keeper it started early to listen (its start is ~0.3 s of CPU)
+_EARLY: set = set()  # socket paths of the keepers this command started early, told what to ready at once
 
 
 SMALL_INPUT = 1 << 16  # bytes of input sent behind the request itself; a larger one is streamed by a thread

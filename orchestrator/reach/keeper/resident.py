@@ -171,6 +171,7 @@ class Residents:
         self.lock = threading.Lock()
         self.pools: dict[int, list[Resident]] = {}
         self.readying: dict[tuple[int, tuple[str, ...]], threading.Event] = {}  # ``prestart``s under way
+        self.starting: dict[tuple[int, tuple[str, ...]], int] = {}  # requests' own starts under way
 
     def _take(self, transport: Any, argv: list[str], limit: float | None) -> Resident | None:
         with self.lock:
@@ -190,10 +191,18 @@ class Residents:
                     return resident
             if len(pool) >= MAX_PER_TARGET:
                 return None
-        resident = self._start(transport, argv, limit)
-        if resident is not None:
+            key = (id(transport), tuple(argv))
+            self.starting[key] = self.starting.get(key, 0) + 1  # a ``prestart`` meanwhile starts no second one
+        try:
+            resident = self._start(transport, argv, limit)
+            if resident is not None:
+                with self.lock:
+                    self.pools.setdefault(id(transport), []).append(resident)
+        finally:
             with self.lock:
-                self.pools.setdefault(id(transport), []).append(resident)
+                self.starting[key] -= 1
+                if not self.starting[key]:
+                    del self.starting[key]
         return resident
 
     @staticmethod
@@ -256,7 +265,8 @@ class Residents:
         meanwhile waits for this one rather than start another."""
         key, done = (id(transport), tuple(argv)), threading.Event()
         with self.lock:
-            if key in self.readying or any(r.argv == argv and r.alive() for r in self.pools.get(id(transport), [])):
+            if key in self.readying or key in self.starting or \
+                    any(r.argv == argv and r.alive() for r in self.pools.get(id(transport), [])):
                 return
             self.readying[key] = done
         try:
