@@ -45,6 +45,9 @@ torch comes from the testbed's torch site folder (tests/testbed/torchsite.py: in
 into the testbed cache outside the repository), bind-mounted read-only into the CTs.
 Never asserts on time. Run as root:
     python benchmarks/bench_speed.py [--runs 5] [--cases cold,coldconn,pxbreak,second,warm,wstatus,pct,...] [--quick]
+                                     [--install wheel|checkout]
+orch is measured as users install it: a wheel built from the checkout, installed into a venv of its own (its
+dependencies this interpreter's); --install checkout measures the checkout's own install instead.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _speed import Case, PeakWatch, busy_ms, check, cpu_ms, pairs, print_table, tree, wall  # noqa: E402
+from _speed import (Case, PeakWatch, busy_ms, check, cpu_ms, pairs, print_table, tree, wall,  # noqa: E402
+                    wheel_install)
 from tests.testbed.procs import pids_running  # noqa: E402
 
 CASES = ("cold", "coldconn", "pxbreak", "second", "warm", "wstatus", "close", "pct", "push", "job", "jobidle",
@@ -83,10 +87,11 @@ HAND = "/root/hand"
 class Bench:
     """The testbed, the keepers of this benchmark, and the CLI as a user types it."""
 
-    def __init__(self, bed, work: Path, runs: int, quick: bool) -> None:
+    def __init__(self, bed, work: Path, runs: int, quick: bool, bin_dir: Path) -> None:
         self.bed, self.work, self.runs, self.quick = bed, work, runs, quick
-        self.script = str(Path(sys.executable).parent / "orch")
-        self.env = dict(os.environ, ORCH_PROXMOX_TOKEN=bed.api.token_secret)
+        self.script = str(bin_dir / "orch")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # no path to the checkout
+        self.env["ORCH_PROXMOX_TOKEN"] = bed.api.token_secret
         self.opts = bed.ssh_options()
         self.dest = f"root@{bed.ct(200).address}"
 
@@ -119,11 +124,16 @@ checkpoints = "{root}-checkpoints"
 
     @staticmethod
     def close_keepers() -> None:
+        """What `orch connections close` and an hour away leave: no keeper, no warm process. Everyone's (this
+        benchmark's runtime folder holds its own alone): the installed orch's are not this checkout's own."""
         from orchestrator.reach.keeper import client
         from orchestrator.warm import client as warm_client
 
-        warm_client.close()
-        client.close(None)
+        warm_client.close(everyone=True)
+        client.close(None, everyone=True)
+        deadline = time.monotonic() + 10
+        while warm_client.processes() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def keepers_up(self, proj: Path) -> None:
         from orchestrator.reach.keeper import client
@@ -186,7 +196,7 @@ def case_cold(b: Bench) -> Case:
 
     mine, hand = pairs(cold, wall(lambda i: b.hand_pair(proj, i)), b.runs)
     b.ssh("tmux kill-server")
-    return Case("cold deploy, 1 line changed", mine, hand, "scp + ssh tmux", 0.8)
+    return Case("cold deploy, 1 line changed", mine, hand, "scp + ssh tmux", 1.0)
 
 
 def case_coldconn(b: Bench) -> Case:
@@ -199,7 +209,7 @@ def case_coldconn(b: Bench) -> Case:
 
     def after_a_break(i: int) -> float:
         b.warm_up(proj)
-        client.close(None)
+        client.close(None, everyone=True)
         return b.changed_deploy(proj)
 
     mine, hand = pairs(after_a_break, wall(lambda i: b.hand_pair(proj, i)), b.runs)
@@ -217,7 +227,7 @@ def case_warm(b: Bench) -> Case:
     subprocess.run(["ssh", *b.opts, *master, "-O", "exit", b.dest], capture_output=True)
     b.ssh("tmux kill-server")
     b.orch(proj, "stop")
-    return Case("warm deploy, 1 line changed", mine, hand, "scp + ssh tmux, ControlMaster", 3.0, ms_bar=150)
+    return Case("warm deploy, 1 line changed", mine, hand, "scp + ssh tmux, ControlMaster", 3.0, ms_bar=120)
 
 
 def px_project(b: Bench, name: str, access: str) -> Path:
@@ -258,7 +268,7 @@ def case_pxbreak(b: Bench) -> Case:
 
     def after_a_break(i: int) -> float:
         b.warm_up(proj)
-        client.close(None)
+        client.close(None, everyone=True)
         age_lookups(proj, 600)
         return b.changed_deploy(proj)
 
@@ -277,7 +287,7 @@ def case_second(b: Bench) -> Case:
 
     def second(i: int) -> float:
         b.warm_up(proj)
-        client.close(None)
+        client.close(None, everyone=True)
         b.changed_deploy(proj)  # the reconnect, untimed
         took = b.changed_deploy(proj)
         seconds.append(b.changed_deploy(proj))  # the third, right after, as the baseline
@@ -300,7 +310,7 @@ def case_wstatus(b: Bench) -> Case:
     subprocess.run(["ssh", *b.opts, *master, "-O", "exit", b.dest], capture_output=True)
     b.ssh("tmux kill-server")
     b.orch(proj, "stop")
-    return Case("warm status", mine, hand, "ssh tmux ls, ControlMaster", None, ms_bar=100)
+    return Case("warm status", mine, hand, "ssh tmux ls, ControlMaster", None, ms_bar=80)
 
 
 def case_close(b: Bench) -> Case:
@@ -616,6 +626,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES))
     ap.add_argument("--quick", action="store_true", help="small sizes: a 256 MiB push, 5 SSH targets")
+    ap.add_argument("--install", choices=("wheel", "checkout"), default="wheel",
+                    help="orch as users install it (a wheel in a venv of its own: the default), or this checkout's")
+    ap.add_argument("--source", type=Path, default=REPO,
+                    help="the checkout the wheel is built from (another revision's, for a before and after)")
     a = ap.parse_args()
     chosen = [c.strip() for c in a.cases.split(",") if c.strip()]
     unknown = [c for c in chosen if c not in CASES]
@@ -624,12 +638,16 @@ def main() -> None:
     from tests.integration.conftest import Testbed
     from tests.testbed import lxc, torchsite
 
-    import compileall
-
-    # orch's bytecode, as a wheel install has it (pip compiles it as it installs): with PYTHONDONTWRITEBYTECODE
-    # set, every `orch` of a checkout would otherwise compile the modules it loads before it hands the command on
-    compileall.compile_dir(REPO / "orchestrator", quiet=2)
     work = Path(tempfile.mkdtemp(prefix="orch-bench-speed-"))
+    if a.install == "wheel":  # an editable install's path or import hook costs every Python start what users never pay
+        bin_dir = wheel_install(work, sys.executable, a.source)
+    else:
+        import compileall
+
+        # orch's bytecode, as a wheel install has it: with PYTHONDONTWRITEBYTECODE set, every `orch` of a checkout
+        # would otherwise compile the modules it loads before it hands the command on
+        compileall.compile_dir(REPO / "orchestrator", quiet=2)
+        bin_dir = Path(sys.executable).parent
     os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="orch-rt-")  # keepers of this benchmark only
     (work / "bed").mkdir()
     cases: list[Case] = []
@@ -646,7 +664,7 @@ def main() -> None:
                 for vmid in (200, 201):
                     torchsite.mount(bed.ct(vmid), site)
                 mounted = True
-            b = Bench(bed, work, a.runs, a.quick)
+            b = Bench(bed, work, a.runs, a.quick, bin_dir)
             for name in chosen:
                 begin = time.monotonic()
                 try:
@@ -662,7 +680,8 @@ def main() -> None:
                     torchsite.unmount(bed.ct(vmid))
             bed.teardown()
             shutil.rmtree(work, ignore_errors=True)
-    print_table(cases, f"testbed CTs over the bridge, loopback sshd for the fleet; medians of {a.runs} pairs; "
+    print_table(cases, f"orch from {f'a wheel of {a.source} in a venv' if a.install == 'wheel' else 'the checkout'}; "
+                       f"testbed CTs over the bridge, loopback sshd for the fleet; medians of {a.runs} pairs; "
                        f"{os.cpu_count()} CPUs; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
                        + ("; --quick sizes" if a.quick else ""))
     for line in failed:
