@@ -14,6 +14,7 @@ import os
 import sys
 
 HERE_ONLY = {"attach", "ssh", "forward", "ui"}  # interactive, or serving until Ctrl-C
+REACHING = {"deploy", "restart", "status", "stop", "logs", "pull"}  # commands that ask a target first of all
 
 
 def interrupted_while_starting(_signum, _frame):
@@ -47,6 +48,11 @@ def main() -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code & 0xFF)
+    if REACHING & set(argv) and "--help" not in argv and "-h" not in argv:
+        # the connection keeper, started before the CLI's imports: its own start goes on beside them
+        from .reach.keeper.client import prespawn
+
+        prespawn()
     from .cli.main import main as cli_main
 
     try:

@@ -265,10 +265,11 @@ class Server:
         with self._guard:
             self.last = time.monotonic()
 
-    def connections(self, idle: float, busy: Callable[[], bool] = lambda: False,
+    def connections(self, idle: float | Callable[[], float], busy: Callable[[], bool] = lambda: False,
                     stop: threading.Event | None = None) -> Iterator[socket.socket]:
         """Each connection as it comes (blocking, no timeout), until ``stop`` is set, the socket file is
-        removed (nobody can reach this server), or ``idle`` seconds pass with nothing ``busy`` and no connection."""
+        removed (nobody can reach this server), or ``idle`` seconds (or ``idle()``, asked each time: a server told
+        its idle time after it started) pass with nothing ``busy`` and no connection."""
         import socket
 
         assert self._listener is not None, "bind() first"
@@ -279,7 +280,7 @@ class Server:
                 with self._guard:
                     quiet = time.monotonic() - self.last
                 if (stop is not None and stop.is_set()) or not self.path.exists() or \
-                        (quiet > idle and not busy()):
+                        (quiet > (idle() if callable(idle) else idle) and not busy()):
                     return
                 continue
             if stop is not None and stop.is_set():  # woken to stop (``wake``), or a caller just as it stops

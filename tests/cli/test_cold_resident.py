@@ -1,10 +1,14 @@
-"""A command that finds no connection keeper (the first of the day, or one after the keeper idled out) sends its
-agent calls to one resident agent on its own connection, as the keeper would: its second call does not start the
-agent again on the target. Seen from the target: its python is a wrapper that logs every agent process started."""
+"""A command that finds no connection keeper (the first of the day, or one after the keeper idled out) starts the
+agent on the target once for all its calls: in an orch process of its own, through a keeper it starts at once (as
+it begins, told the target once it knows it); in a warm process's child, on a resident agent on its own connection,
+as the keeper would. Seen from the target: its python is a wrapper that logs every agent process started."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -267,3 +271,43 @@ def test_a_warm_follow_that_finds_no_keeper_starts_one_beside_it_and_the_next_co
     time.sleep(0.5)
     assert [k["pid"] for k in client.keepers()] == [keeper["pid"]]  # the follow, ended, became no second one
     _close_keepers()
+
+
+def _orch_cold(project, *args: str) -> subprocess.CompletedProcess:
+    """The ``orch`` script as users run it (``orchestrator.main``), with no warm process to hand the command to."""
+    orch = Path(sys.executable).parent / "orch"
+    return subprocess.run([str(orch), *args], cwd=project.path, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, ORCH_WARM="0"))
+
+
+def test_the_orch_command_starts_the_keeper_before_its_imports_and_tells_it_its_target(project, sshd, tmp_path):  # noqa: F811
+    """`orch status` with no keeper up starts one as it begins; told the target once the command knows it, the
+    keeper logs in and starts the agent that answers the command: one login, one agent, held for the next ones."""
+    from orchestrator.reach.keeper import client
+
+    log = _logged_target(project, sshd, tmp_path)
+    assert project.run("deploy", "-t", "box").returncode == 0  # the agent is on the target now
+    _close_keepers()
+    log.unlink()
+
+    res = _orch_cold(project, "status", "-t", "box")
+    assert res.returncode == 0, res.stderr
+    (keeper,) = client.keepers()
+    (held,) = keeper["connections"]
+    assert held["alive"] and held["connections"] == 1 and held["commands"] >= 1 and len(held["agents"]) == 1
+    assert len(log.read_text().splitlines()) == 1
+    assert _orch_cold(project, "stop", "-t", "box").returncode == 0
+    assert len(log.read_text().splitlines()) == 1  # the next command found both up
+    _close_keepers()
+
+
+def test_a_keeper_started_for_a_command_that_reaches_no_remote_target_exits_with_it(project):
+    """`orch status` of the local target: the keeper started as the command began is told nothing and exits."""
+    from orchestrator.reach.keeper import client
+
+    res = _orch_cold(project, "status")
+    assert res.returncode == 0, res.stderr
+    deadline = time.monotonic() + 10
+    while client.keepers():
+        assert time.monotonic() < deadline, client.keepers()
+        time.sleep(0.05)

@@ -59,12 +59,12 @@ def keeper(persist: float) -> socket.socket | None:
     return None
 
 
-def _start(path, persist: float) -> bool:
+def _start(path, persist: float, early: bool = False) -> bool:
     """Start a keeper process at ``path`` in the background, its pipe kept to tell it what to ready (``ready``);
-    False when another one is starting there."""
+    False when another one is starting there. An ``early`` one exits when the pipe closes with nothing told."""
     told, tell = os.pipe()
     try:
-        started = sockets.spawn(path, place.MODULE, str(persist), stdin=told)
+        started = sockets.spawn(path, place.MODULE, str(persist), *(["early"] if early else []), stdin=told)
     finally:
         os.close(told)
     if started is None:
@@ -186,6 +186,11 @@ def early(transport: Transport, agent: Callable[[], list[str]]) -> None:
         path = place.socket_path()
     except OrchError:
         return
+    if path in _PRESPAWNED:  # started as this command began (``prespawn``): told now
+        _PRESPAWNED.discard(path)
+        _EARLY.add(path)
+        _tell(path, {"spec": transport.spec, "agent": agent(), "idle": transport.persist})
+        return
     if path in _STARTED or path in _ADOPTING or path in _EARLY:
         return
     sock = sockets.connect(path)
@@ -198,8 +203,29 @@ def early(transport: Transport, agent: Callable[[], list[str]]) -> None:
     _tell(path, {"spec": transport.spec, "agent": agent()})
 
 
+def prespawn() -> None:
+    """As a command that reaches a target begins, in an ``orch`` process of its own (``early``'s case), with no
+    keeper up: start one before the command's own imports, so that its start (Python's and paramiko's, which it
+    loads while it waits) goes on beside them; ``early`` tells it the connection to ready, once the command knows
+    it. Told nothing (a local target, ``[ssh] persist = 0``, a command that failed before), it exits."""
+    if after_answer.holding():
+        return
+    try:
+        path = place.socket_path()
+    except OrchError:
+        return
+    sock = sockets.connect(path)
+    if sock is not None:
+        sock.close()
+        return
+    if not sockets.starting(path) and _start(path, PRESPAWN_IDLE, early=True):
+        _PRESPAWNED.add(path)
+
+
 EARLY_WAIT = 10.0  # s a command waits for the keeper it started early to listen (its start is ~0.3 s of CPU)
+PRESPAWN_IDLE = 600.0  # s a keeper started before the settings were read idles: [ssh] persist's default, until told
 _EARLY: set = set()  # socket paths of the keepers this command started early, told what to ready at once
+_PRESPAWNED: set = set()  # socket paths of the keepers this command started as it began, not told anything yet
 
 
 SMALL_INPUT = 1 << 16  # bytes of input sent behind the request itself; a larger one is streamed by a thread

@@ -54,9 +54,10 @@ class Held:
 
 
 class Keeper:
-    def __init__(self, path: Path, idle: float) -> None:
+    def __init__(self, path: Path, idle: float, early: bool = False) -> None:
         self.path = path
         self.idle = idle
+        self.early = early  # started as a command began (``client.prespawn``): told nothing, it exits
         self.held: dict[str, Held] = {}
         self.lock = threading.Lock()
         self.active = 0
@@ -225,13 +226,21 @@ class Keeper:
         and agent to ready (``client.ready``); nothing (the pipe closed) when that command never reached them.
         Readying counts as use: the keeper does not exit idle meanwhile, and its idle clock starts from its end
         (not from the keeper's start, which a slow first command may outlast)."""
+        if self.early:  # the connection it is about to be told: paramiko loads while the command still starts
+            from ..transport import ssh  # noqa: F401
         try:
             line = stdin.readline()
             asked = json.loads(line) if line.strip() else None
         except (OSError, ValueError):
             asked = None
         if not (isinstance(asked, dict) and isinstance(asked.get("spec"), dict)):
+            if self.early and not self.held:  # nothing to hold: no command's connection waits for it
+                self.stopping.set()
+                if self.server is not None:
+                    self.server.wake()
             return
+        if isinstance(asked.get("idle"), (int, float)):
+            self.idle = float(asked["idle"])  # [ssh] persist, read by the command after it started this keeper
         with self.lock:
             self.active += 1
         try:
@@ -281,7 +290,7 @@ class Keeper:
         try:
             if stdin is not None:
                 threading.Thread(target=self.told, args=(stdin,), daemon=True).start()
-            for conn in server.connections(self.idle, busy=lambda: self.active > 0, stop=self.stopping):
+            for conn in server.connections(lambda: self.idle, busy=lambda: self.active > 0, stop=self.stopping):
                 threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
         finally:
             server.close()
@@ -323,5 +332,5 @@ def main(argv: list[str]) -> int:
 
     path, idle = Path(argv[0]), float(argv[1])
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
-    return Keeper(path, idle).serve(sys.stdin.buffer)
+    return Keeper(path, idle, early=argv[2:] == ["early"]).serve(sys.stdin.buffer)
 
