@@ -249,12 +249,12 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
            beside: BesideOpt = False, nodes: NodesOpt = None) -> None:
     """Push the code as a new revision and start it as a new experiment; it replaces every running experiment of
     the project on the target, unless --beside starts it next to them."""
-    from ..launch import prepare, queueing
+    from .. import secrets
 
     from . import job
 
     settings = common.settings(ctx, set_)
-    secret = prepare.secret_values(settings)  # a missing secret stops here, before the target is touched
+    secret = secrets.collect(settings.project.secrets, settings.state_dir)  # a missing one: stopped before the target
     if beside:
         return _beside(settings, target, ct, message, secret, gpus, queue, dry_run, start, trust_new_host, wait,
                        as_json, guard=guard, clean=clean_checkpoints or purge, pool=pool)
@@ -263,6 +263,8 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
     one = one or common.single(target, ct)
     tgt = choice.target if choice is not None else \
         grp.members[0] if grp is not None else _target(settings, *one, start, trust_new_host, dry_run)
+    from ..launch import prepare, queueing  # once the target is known: its connection readies meanwhile
+
     confirm = render.confirm if render.interactive() else None
     launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge or guard, purge=purge,
                             yes=yes, confirm=confirm, echo=render.say, secret=secret,

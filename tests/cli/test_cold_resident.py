@@ -280,7 +280,8 @@ def _orch_cold(project, *args: str) -> subprocess.CompletedProcess:
                           env=dict(os.environ, ORCH_WARM="0"))
 
 
-def test_the_orch_command_starts_the_keeper_before_its_imports_and_tells_it_its_target(project, sshd, tmp_path):  # noqa: F811
+def test_the_orch_command_starts_the_keeper_before_its_imports_and_tells_it_its_target(project, sshd,  # noqa: F811
+                                                                                     tmp_path):
     """`orch status` with no keeper up starts one as it begins; told the target once the command knows it, the
     keeper logs in and starts the agent that answers the command: one login, one agent, held for the next ones."""
     from orchestrator.reach.keeper import client
