@@ -294,6 +294,8 @@ def test_a_pruned_trial_resumes_to_its_full_budget_from_its_checkpoint(quad):
     table = _ended(quad, sweep)
     pruned = next(r for r in table["rows"] if r["state"] == "pruned")
     done = next(r for r in table["rows"] if r["state"] == "complete")
+    said = (quad.path / ".orch" / "sweeps" / f"{sweep}.log").read_text()
+    assert "conductor ends: every trial has ended" in said and "Traceback" not in said, said  # the grid told
     with quad.registry() as reg:
         before = len(reg.list())
     for args, message in (([sweep, "--trial", str(done["trial"])], "not pruned or stopped"),
