@@ -269,6 +269,10 @@ def show(settings, sweep: str, as_json: bool) -> None:
                               attrs.get("resumed"))
     table["conductor"] = conductor.holder(where["lock"])
     if as_json:
+        from ..launch import space
+
+        # what orch ui draws (parallel coordinates, a scatter a parameter) and sweep plot draws as an image
+        table["coordinates"] = search_view.coordinates(table, space.axes(attrs["spec"]["sets"]))
         render.print_json(table)
         return
     rows = table["rows"]
@@ -300,6 +304,8 @@ def _short(value) -> str | None:
 
 
 def plot(settings, sweep: str, out: Path) -> Path:
+    """Parallel coordinates and a scatter a parameter, as a PNG (``orch sweep plot``, ``orch experiments plot
+    --sweep`` of a search)."""
     from ..launch import conductor, search_view, space, study
     from ..records.plots import draw_search
 
@@ -310,7 +316,8 @@ def plot(settings, sweep: str, out: Path) -> Path:
                               "plot is of a search (orch sweep --set K=RANGE --trials N)")
     found = study.Study.read(where["db"], sweep)
     attrs = found.attrs
-    table = search_view.table(attrs["spec"], found.trials(), attrs.get("metric"), attrs.get("error"))
+    table = search_view.table(attrs["spec"], found.trials(), attrs.get("metric"), attrs.get("error"),
+                              attrs.get("resumed"))
     coords = search_view.coordinates(table, space.axes(attrs["spec"]["sets"]))
     if not coords["lines"]:
         raise InputError(f"sweep {sweep} has no ended trial to draw yet", hint=f"orch sweep show {sweep} says where it is")
