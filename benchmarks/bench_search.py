@@ -165,7 +165,8 @@ def main() -> None:
         grid_reach = statistics.median(r[0] for r in results["grid"])
         grid_whole = statistics.median(r[2] for r in results["grid"])
         print(f"\nsurface {name}: optimum {best:.4f}, within 5%: {target:.4f}; {args.trials} trials of "
-              f"{args.steps} steps, {args.seeds} seeds, rungs every {rung} steps, a pruned trial charged {args.overshoot} steps past its rung")
+              f"{args.steps} steps, {args.seeds} seeds, rungs every {rung} steps, a pruned trial charged "
+              f"{args.overshoot} steps past its rung")
         print(f"{'mode':<12} {'steps to 5%':>12} {'grid / mode':>12} {'whole sweep':>12} {'grid / mode':>12} "
               f"{'best within 5%':>15} {'worst best':>11}")
         for mode, runs in results.items():
