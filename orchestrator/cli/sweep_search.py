@@ -285,7 +285,10 @@ def show(settings, sweep: str, as_json: bool) -> None:
                    *(_short(r["params"].get(k)) for k in table["keys"]),
                    _short(r["objective"]), r["rung"], _short(r["threshold"]), _short(r["steps"]),
                    _short(r["tokens"])] for r in rows])
-    if table["saved"] is not None:
+    if table["saved"] is not None and not any(r["state"] == "pruned" for r in rows):
+        render.out(f"no trial was pruned: steps run {table['steps_run']:g} of {table['steps_budget']:g} budgeted "
+                   "(a graceful stop runs a step or two past its budget)")
+    elif table["saved"] is not None:
         render.out(f"steps run: {table['steps_run']:g} of {table['steps_budget']:g} had every ended trial run its "
                    f"budget: pruning saved {table['saved']:.0%}")
     if table["error"]:

@@ -237,6 +237,8 @@ def test_parallel_trials_run_side_by_side_each_on_its_gpus(quad):
     given = [json.loads((quad.run_dir(e.id) / "launch.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"]
              for e in (first, second)]
     assert sorted(given) == ["0", "1"], given
+    shown = quad.run("sweep", "show", started["sweep"]).stdout
+    assert "no trial was pruned: steps run" in shown and "pruning saved" not in shown, shown
 
 
 def test_sweep_stop_ends_the_conductor_first_then_its_trials(quad):
