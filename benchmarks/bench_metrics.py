@@ -128,7 +128,8 @@ def main() -> None:
         print(f"{name:<32} {rate[name]:>12,.0f} {seconds[name]:>9.3f} {rate[name] / rate['line.split()']:>8.2f}x"
               f" {rate[name] / base:>11.2f}x")
     fw = rate["Parser() framework lines"] / rate["Parser(fast=False) frameworks"]
-    print(f"\nreader vs baseline: {rate['Parser() defaults'] / base:.1f}x on the mixed log, {fw:.1f}x on framework lines")
+    print(f"\nreader vs baseline: {rate['Parser() defaults'] / base:.1f}x on the mixed log,"
+          f" {fw:.1f}x on framework lines")
 
 
 if __name__ == "__main__":

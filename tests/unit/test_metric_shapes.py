@@ -392,7 +392,8 @@ _MIXED_FORMS = [
     "***** eval metrics *****",
     "  eval_loss = {}",
     "\x1b[31mstep: {}  \x1b[32mloss: {}\x1b[39m",
-    "Epoch {}:  10%|█  | {}/20 [00:00<00:00, 266.20it/s, train_loss={}]\rEpoch 0:  15%|█  | 3/20 [00:01<00:00, 5it/s]",
+    "Epoch {}:  10%|█  | {}/20 [00:00<00:00, 266.20it/s, train_loss={}]"
+    "\rEpoch 0:  15%|█  | 3/20 [00:01<00:00, 5it/s]",
     "iter {}: loss {}, time {}ms, mfu {}%",
     "tokens: {:,} loss: {}",
     "Saving checkpoint to checkpoints/ckpt-{}.npz",

@@ -142,7 +142,9 @@ class Reader:
             return self._read(text, None)
         if kept.__class__ is metric_templates.JsonPlan:
             found = kept.read(text)
-            return self._read(text, None) if found is metric_templates.MISS else self._event(found, "", None, None, None)
+            if found is metric_templates.MISS:
+                return self._read(text, None)
+            return self._event(found, "", None, None, None)
         got = kept.read(text, self.last)
         if got is metric_templates.MISS:
             return self._read(text, None)

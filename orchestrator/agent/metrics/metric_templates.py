@@ -184,11 +184,11 @@ class Template:
 
 
 class Batch:
-    """How ``Reader.lines`` reads a chunk's lines of one quick template together, with no Python step per line: their
-    numbers cut out (``cuts``, one a number), made floats a column at a time and zipped with ``names`` into events, each put back in
-    its line's place. Only for a template whose line needs nothing from the lines before it but what ``Reader.lines``
-    checks as it goes (``epoch``: the first epoch's number is known; ``steps``: no epoch header is open, and the line's
-    step total becomes ``total_steps``, as ``Reader._counters`` makes it)."""
+    """How ``Reader.lines`` reads a chunk's lines of one quick template together, with no Python step per line:
+    their numbers cut out (``cuts``, one a number), made floats a column at a time and zipped with ``names`` into
+    events, each put back in its line's place. Only for a template whose line needs nothing from the lines before it
+    but what ``Reader.lines`` checks as it goes (``epoch``: the first epoch's number is known; ``steps``: no epoch
+    header is open, and the line's step total becomes ``total_steps``, as ``Reader._counters`` makes it)."""
 
     __slots__ = ("names", "cuts", "factors", "epoch", "steps", "kind", "check", "want")
 
