@@ -218,7 +218,7 @@ class Batch:
     def events(self, lines: list[str]) -> list[Event]:
         """The events of ``lines``, all of this template and checked (``check``) already. A column whose numbers
         repeat (a learning rate, an epoch, a rate to whole tokens) makes each of its texts a float once."""
-        columns = []
+        columns: list = []
         for cut, factor in zip(self.cuts, self.factors):  # (a column at a time: no tuple per line to collect)
             column = list(map(cut, lines))
             distinct = set(column)
@@ -228,7 +228,14 @@ class Batch:
             else:
                 values = map(float, column)
             columns.append(values if factor == 1.0 else map(mul, values, repeat(factor)))
-        return list(map(dict, map(zip, repeat(self.names), zip(*columns))))
+        if self.steps:
+            columns[-1] = totals = list(columns[-1])
+        events = list(map(dict, map(zip, repeat(self.names), zip(*columns))))
+        if self.steps and 0.0 in totals:
+            for found in events:  # a total of 0 is no total (``Reader._counters``)
+                if not found["total_steps"]:
+                    del found["total_steps"]
+        return events
 
 
 class JsonPlan:
