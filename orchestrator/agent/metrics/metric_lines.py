@@ -85,17 +85,30 @@ class Reader:
                 out.extend(self.events(line))
             return out
         for at in range(0, len(lines), CHUNK):
-            out.extend(self._chunk(lines[at:at + CHUNK]))
+            out.extend(filter(None, self._chunk(lines[at:at + CHUNK], at)[0]))
         return out
 
-    def _chunk(self, lines: list[str]) -> list[Event]:
+    def placed(self, lines: list[str]) -> list[tuple[int, Event]]:
+        """``lines``'s events as ``lines`` reads them, each with the index of the line it came from."""
+        if not self.fast:
+            return [(i, event) for i, line in enumerate(lines) for event in self.events(line)]
+        out: list[tuple[int, Event]] = []
+        for at in range(0, len(lines), CHUNK):
+            slots, where = self._chunk(lines[at:at + CHUNK], at)
+            out.extend((i, found) for i, found in zip(where, slots) if found)
+        return out
+
+    def _chunk(self, lines: list[str], first: int) -> tuple[list[Event | None], list[int]]:
+        """The events of ``lines`` in order (None where a line read with others gave none) and the index of the line
+        each came from (``first`` the first's)."""
         kept = metric_templates.KEPT.get  # (``keep`` clears that dict in place: the bound method stays good)
         nothing, miss = metric_templates.NOTHING, metric_templates.MISS
         template, json_plan = metric_templates.Template, metric_templates.JsonPlan
         slots: list[Event | None] = []
-        append, read, events = slots.append, self.read, self.events
+        where: list[int] = []  # the index of each slot's line
+        append, place, read, events = slots.append, where.append, self.read, self.events
         batches: dict[metric_templates.Batch, tuple[list[int], list[str]]] = {}
-        for line, key in zip(lines, metric_templates.keys(lines)):
+        for i, (line, key) in enumerate(zip(lines, metric_templates.keys(lines)), first):
             plan = kept(key)  # (None for a line with colour codes, \r or \b: its pieces' templates are kept)
             if plan is nothing:
                 continue
@@ -110,6 +123,7 @@ class Reader:
                     noted[0].append(len(slots))
                     noted[1].append(line)
                     append(None)
+                    place(i)
                     self.last = batch.kind
                     continue
             elif cls is json_plan:
@@ -117,16 +131,20 @@ class Reader:
                 found = read(line) if found is miss else self._event(found, "", None, None, None)
                 if found:
                     append(found)
+                    place(i)
                 continue
             if "\x1b" in line or "\r" in line or "\b" in line:
-                slots.extend(events(line))
+                for found in events(line):
+                    append(found)
+                    place(i)
             elif (found := read(line)):
                 append(found)
+                place(i)
         put = slots.__setitem__
         for batch, (places, texts) in batches.items():
             for _ in map(put, places, batch.events(texts)):
                 pass
-        return list(filter(None, slots)) if batches else slots
+        return slots, where
 
     def read(self, text: str) -> Event | None:
         """The metrics of one update of a line (colour codes removed), None when it holds none."""

@@ -29,6 +29,7 @@ import base64
 import json
 import os
 import time
+from itertools import accumulate
 
 from ..metrics import metric_lines
 from ..layout import read_json, write_json
@@ -144,22 +145,24 @@ class Series:
             cut = len(data)
         elif not cut and len(data) >= READ_MAX:
             cut = len(data)  # one line longer than a read
-        records, at = [], self.offset
+        records = []
         shapes, dumps = self.shapes, json.JSONEncoder(separators=(",", ":")).encode
-        for raw in data[:cut].splitlines(keepends=True):
-            at += len(raw)
-            for event in self.reader.events(raw.decode("utf-8", "replace").rstrip("\r\n")):
-                compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
-                self.summary.add(compact)
-                if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
-                    self.skip_n -= at == self.skip_to
-                    continue
-                names = tuple(compact)
-                shape = shapes.get(names)
-                if shape is None:
-                    shape = shapes[names] = len(shapes)
-                    records.append(dumps({"id": shape, "names": names}))
-                records.append(dumps([at, shape, *compact.values()]))
+        raws = data[:cut].splitlines(keepends=True)
+        ends = list(accumulate(map(len, raws), initial=self.offset))[1:]  # each line's end in the log
+        texts = [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in raws]
+        for i, event in self.reader.placed(texts):  # (the lines read together: metric_lines.Reader.lines)
+            at = ends[i]
+            compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
+            self.summary.add(compact)
+            if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
+                self.skip_n -= at == self.skip_to
+                continue
+            names = tuple(compact)
+            shape = shapes.get(names)
+            if shape is None:
+                shape = shapes[names] = len(shapes)
+                records.append(dumps({"id": shape, "names": names}))
+            records.append(dumps([at, shape, *compact.values()]))
         self.offset += cut
         if records:
             records.insert(0, dumps({"t": round(time.time(), 2)}))
