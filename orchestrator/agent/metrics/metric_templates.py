@@ -9,8 +9,10 @@ characters is kept here; the next lines of that template have their numbers slic
 with no pattern run at all. Digits that are part of a name (``acc1``, ``bf16``) are not numbers: a line of the
 template must have the same ones there, or it is read in full.
 
-Only the general shapes (``metric_shapes.scan``) are kept as plans; a line a framework's format or a dict reads
-is marked ``FULL`` (read in full each time) and a line that can hold no metric ``NOTHING``.
+Only the general shapes (``metric_shapes.scan``) and flat JSON objects of numbers (``JsonPlan``) are kept as
+plans; a line a framework's format or another dict reads is marked ``FULL`` (read in full each time) and a line
+that can hold no metric ``NOTHING``. ``Reader.lines`` reads a chunk of lines at a time, and the lines of a template
+that needs nothing from the lines before it together (``Batch``): a column of numbers at a time, in C.
 """
 
 from __future__ import annotations
