@@ -185,3 +185,33 @@ def test_an_older_supervisors_records_read_beside_the_new_ones(tmp_path):
                                          [30, 1700000001.25, {"step": 2, "loss": 2.25}]]
     (tmp_path / series.FILE).write_bytes(old + new)
     assert series.Series(str(tmp_path))._last_record() == (30, 1)
+
+
+def test_the_series_gives_the_events_the_controllers_log_reader_gives(tmp_path):
+    # the supervisor's series, read a tick at a time as the log grows, against the controller's raw-log reader
+    # (watch.logparse.Parser, which reads old runs and [metrics] patterns) on the same log: train, evaluation and
+    # summary lines of several formats, JSON lines, progress bars
+    from orchestrator.watch.logparse import Parser
+
+    rng = random.Random(1)
+    lines = list(LINES)
+    for i in range(1, 1500):
+        loss = 3.0 * 0.999 ** i + rng.gauss(0, 0.01)
+        lines.append(rng.choice([
+            f"step={i} loss={loss:.4f} tok/s={rng.randint(900, 1100)} lr=3.0e-04",
+            f"iter {i}: loss {loss:.4f}, time {rng.uniform(40, 60):.2f}ms, mfu {rng.uniform(30, 40):.2f}%",
+            json.dumps({"step": i, "loss": round(loss, 4), "val_loss": round(loss + 0.1, 4), "time": 1.7e9 + i}),
+            f"[2026-11-29 09:32:22] step: {i}/1500 | loss: {loss:.4f} | grad_norm: 0.93 | Ktok/s: 12.1",
+            f"| end of epoch {i // 100:3d} | time: 35.12s | valid loss {loss:5.2f} | valid ppl {2 ** loss:8.2f}",
+            "Test set: Average loss: 0.0500, Accuracy: 9800/10000 (98%)",
+            "saving checkpoint to out",
+        ]))
+    data = ("\n".join(lines) + "\n").encode()
+    keeper, at = series.Series(str(tmp_path)), 0
+    for cut in sorted(rng.sample(range(1, len(data)), 40)) + [len(data)]:
+        with open(tmp_path / series.LOG, "ab") as fh:
+            fh.write(data[at:cut])
+        at = cut
+        keeper.tick()
+    keeper.tick(final=True)
+    assert [r[2] for r in records(tmp_path)] == Parser().parse_lines(lines)
