@@ -192,12 +192,13 @@ class Batch:
     but what ``Reader.lines`` checks as it goes (``epoch``: the first epoch's number is known; ``steps``: no epoch
     header is open, and the line's step total becomes ``total_steps``, as ``Reader._counters`` makes it)."""
 
-    __slots__ = ("names", "cuts", "factors", "epoch", "steps", "kind", "check", "want")
+    __slots__ = ("names", "cuts", "factors", "epoch", "steps", "kind", "check", "want", "repeats")
 
     def __init__(self, names: tuple, cuts: tuple, factors: tuple, steps: bool, kind: str,
                  check: itemgetter | None, want: tuple) -> None:
         self.names, self.cuts, self.factors, self.epoch, self.steps = names, cuts, factors, "epoch" in names, steps
         self.kind, self.check, self.want = kind, check, want
+        self.repeats = [True] * len(names)  # whether a column's numbers are worth a look for repeats
 
     @classmethod
     def of(cls, template: Template, kind: str) -> Batch | None:
@@ -221,13 +222,16 @@ class Batch:
         """The events of ``lines``, all of this template and checked (``check``) already. A column whose numbers
         repeat (a learning rate, an epoch, a rate to whole tokens) makes each of its texts a float once."""
         columns: list = []
-        for cut, factor in zip(self.cuts, self.factors):  # (a column at a time: no tuple per line to collect)
+        repeats = self.repeats
+        for j, (cut, factor) in enumerate(zip(self.cuts, self.factors)):  # (a column at a time: no tuple per line)
             column = list(map(cut, lines))
-            distinct = set(column)
-            if len(distinct) * 5 < len(column) * 4:
+            distinct = set(column) if repeats[j] else None
+            if distinct is not None and len(distinct) * 5 < len(column) * 4:
                 floats = dict(zip(distinct, map(float, distinct)))
                 values = map(floats.__getitem__, column)
             else:
+                if distinct is not None and len(column) >= 64:
+                    repeats[j] = False  # a column of new numbers (a step, a time): not looked at again
                 values = map(float, column)
             columns.append(values if factor == 1.0 else map(mul, values, repeat(factor)))
         if self.steps:
