@@ -268,11 +268,18 @@ def export(ctx: typer.Context,
 
 
 def _to_tensorboard(settings, folder: Path, ids: list[int] | None, refresh: bool, as_json: bool) -> dict:
+    from ..watch.metrics_view import target_flags
+    from ..watch.series_read import records_of
     from ..watch.tensorboard_export import export as run
+
+    def resolve(exp):
+        return common.target(settings, *target_flags(settings, exp))
 
     with common.registry(settings) as reg:
         result = run(reg, ids, folder.expanduser().absolute(),
-                     refresh=(lambda exps: _refreshed(settings, reg, [e.id for e in exps], True)) if refresh else None)
+                     refresh=(lambda exps: _refreshed(settings, reg, [e.id for e in exps], True)) if refresh else None,
+                     series=(lambda exps: records_of(settings, reg, exps, resolve, lambda m: render.say(f"orch: {m}")))
+                     if refresh else None)
     if as_json:
         return result
     for r in result["runs"]:
