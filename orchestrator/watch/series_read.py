@@ -1,5 +1,5 @@
 """A run's whole metric series as its supervisor kept it (``agent/run/series.py``), read from the target: every
-event with the time it was read, for the exports that want every point and its time (TensorBoard).
+event with the time it was read, for the exports that want every point and its time (TensorBoard, MLflow).
 
 A run whose series is not there (an older orch's supervisor, a run folder collected), an ended run whose series
 stops short of its log, or one whose metrics come from ``[metrics] patterns`` (which need the log's lines) has none
@@ -69,3 +69,28 @@ def _records(registry: Registry, client, exp: Experiment) -> list | None:
             ended = (value.get("state") or {}).get("state") in ENDED
             return records if kept.get("whole") or not ended else None
         offset = kept["offset"]
+
+
+def points_of(records: list) -> dict[str, list[tuple[int, float, float]]]:
+    """A run's series (``[log offset, time, event]`` each) as each metric's (step, value, wall time) points, one per
+    step (the last value a step had), the steps as the registry's series place them (``metrics_view.add_events``:
+    an event without a step at the last training step before it; an evaluation bar's counts are no steps)."""
+    from .metrics_view import COUNTERS, MAX_SERIES, _evaluation_bar
+
+    state: dict = {}
+    by_name: dict[str, dict[int, tuple[float, float]]] = {}
+    seen = 0
+    for _, wall, ev in records:
+        if _evaluation_bar(ev, state):
+            continue
+        if "step" in ev:
+            state["last_step"] = ev["step"]
+        if "total_steps" in ev:
+            state["total_steps"] = ev["total_steps"]
+        x = int(round(state["last_step"] if state.get("last_step") is not None else seen))
+        seen += 1
+        for key, value in ev.items():
+            if key in COUNTERS or (key not in by_name and len(by_name) >= MAX_SERIES):
+                continue
+            by_name.setdefault(key, {})[x] = (float(value), float(wall))
+    return {name: [(step, v, t) for step, (v, t) in sorted(points.items())] for name, points in by_name.items()}

@@ -64,31 +64,11 @@ def tagged(stored: dict | None) -> dict[str, list[tuple[int, float]]]:
 
 def tagged_records(records: list) -> dict[str, list[tuple[int, float, float]]]:
     """A run's series (``[log offset, time, event]`` each) as TensorBoard tags and their (step, value, wall time)
-    points, one per step (the last value a step had), the steps as the registry's series place them
-    (``metrics_view.add_events``: an event without a step at the last training step before it)."""
+    points (``series_read.points_of``)."""
     from ..agent.metrics.metric_names import kind_of_metric
-    from .metrics_view import COUNTERS, MAX_SERIES, _evaluation_bar
+    from .series_read import points_of
 
-    state: dict = {}
-    by_tag: dict[str, dict[int, tuple[float, float]]] = {}
-    seen = 0
-    for _, wall, ev in records:
-        if _evaluation_bar(ev, state):
-            continue
-        if "step" in ev:
-            state["last_step"] = ev["step"]
-        if "total_steps" in ev:
-            state["total_steps"] = ev["total_steps"]
-        x = int(round(state["last_step"] if state.get("last_step") is not None else seen))
-        seen += 1
-        for key, value in ev.items():
-            if key in COUNTERS:
-                continue
-            tag = f"{SECTIONS[kind_of_metric(key)]}/{key}"
-            if tag not in by_tag and len(by_tag) >= MAX_SERIES:
-                continue
-            by_tag.setdefault(tag, {})[x] = (float(value), float(wall))
-    return {tag: [(step, v, t) for step, (v, t) in sorted(points.items())] for tag, points in by_tag.items()}
+    return {f"{SECTIONS[kind_of_metric(name)]}/{name}": points for name, points in points_of(records).items()}
 
 
 def _last_steps(accumulator: Any, folder: Path) -> dict[str, int]:
