@@ -81,3 +81,17 @@ def test_the_allocation_is_kept_over_the_launchs_variables() -> None:
                              "HOME": "/root"})
     assert kept == {"SLURM_JOB_ID": "4", "SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": "1"}
     assert slurm.node_env({"SLURM_NNODES": "1"}) == {}
+
+
+@pytest.mark.parametrize("order", ["cause first", "summary first"])
+def test_why_a_job_failed_is_the_line_that_says_why_whichever_process_flushed_first(tmp_path, order):
+    cause = "slurmstepd-ct211: error: execve(): python3: No such file or directory"
+    summary = "srun: error: ct211: task 0: Exited with exit code 2"
+    lines = [cause, summary] if order == "cause first" else [summary, cause]
+    out = tmp_path / "slurm-7.out"
+    out.write_text("\n".join(["starting", *lines]) + "\n")
+    assert slurm._last_words(str(out)) == f"{cause}; {summary}"
+    out.write_text("Traceback (most recent call last):\nModuleNotFoundError: No module named 'zipimport'\n")
+    assert slurm._last_words(str(out)) == "ModuleNotFoundError: No module named 'zipimport'"
+    out.write_text("")
+    assert slurm._last_words(str(out)) is None
