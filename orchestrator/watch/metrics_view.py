@@ -20,7 +20,7 @@ from ..records.experiments import ENDED, FINAL, Experiment, Registry
 from ..reach.targets import Target
 
 CHUNK = 4 << 20  # bytes per agent call
-SERIES_CHUNK = 1 << 20  # bytes of a run's series per agent call: the budget is checked between them
+SERIES_CHUNK = 1 << 19  # bytes of a run's series per agent call (some 12,000 events); the budget is checked between
 STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
 # where the run's supervisor sums its series up (its last step, each metric's last and best), what status shows is
 # exact however little of the series is read: the rest, for the charts, is read a chunk a time (the one asked ahead,

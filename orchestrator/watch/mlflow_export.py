@@ -332,8 +332,8 @@ def export(settings: Settings, registry: Registry, ids: list[int] | None, *, uri
 
     Once MLflow answers, ``refresh`` brings their metrics up to date and ``series`` reads the series their
     supervisors kept (every point, at its time; the registry's series where it has none); with ``resolve``, each
-    run's log is read from its target and uploaded too (an ended one's once). A target that cannot be reached is said through
-    ``notice``, and everything else is exported all the same."""
+    run's log is read from its target and uploaded too (an ended one's once). A target that cannot be reached is said
+    through ``notice``, and everything else is exported all the same."""
     _library()  # before anything is read or written
     exps = [registry.get(i) for i in dict.fromkeys(ids)] if ids else sorted(registry.list(), key=lambda e: e.id)
     with _locked(settings.state_dir):
