@@ -356,3 +356,24 @@ def test_at_its_time_limit_a_run_checkpoints_and_goes_on_in_a_new_allocation(lab
     assert "restarts 1" in log and f"resume {ROOT}/checkpoints/slurmy/ckpt-" in log, log
     assert lab.run("stop").returncode == 0
     assert lab.json("status")["state"] == "stopped"
+
+
+def test_status_says_how_slurms_accounting_saw_the_end_where_it_is_on(lab: SlurmProject) -> None:
+    # accounting off (this cluster's default): the supervisor's own record, and nothing more said
+    assert lab.run("deploy").returncode == 0
+    end = lab.until(lambda s: s["state"] == "finished", "finished")
+    assert "sacct" not in end["slurm"], end["slurm"]
+    assert "sacct" not in lab.run("status").stdout
+    assert json.loads((lab.run_dir(1) / "sacct.json").read_text())["off"] is True  # not asked again
+    # a job completion log (jobcomp/filetxt) is on: sacct -c answers, and status says how Slurm saw the end
+    with lab.cluster.job_completion_log():
+        lab.write(target='time = "5"')
+        assert lab.run("deploy").returncode == 0
+        job = _job_of(lab, 2)
+        told = lab.until(lambda s: s["experiment"] == 2 and (s.get("slurm") or {}).get("sacct"), "sacct's word")
+        assert told["state"] == "finished" and told["slurm"]["job_id"] == job
+        assert told["slurm"]["sacct"]["state"] == "COMPLETED" and told["slurm"]["sacct"]["exit_code"] == "0:0"
+        shown = lab.run("status").stdout
+        assert f"Slurm job {job}; sacct: COMPLETED, exit code 0:0, ran 00:" in shown, shown
+        # asked once: the next status reads it from the run folder
+        assert json.loads((lab.run_dir(2) / "sacct.json").read_text())["state"] == "COMPLETED"

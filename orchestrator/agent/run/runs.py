@@ -33,8 +33,8 @@ import time
 from .. import diskspace, journal, procstat
 from ..ckpt import ckpt_layout
 from ..watch import budget, guard
-from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, series, slurm, standby, tmux,
-               watchdog, workdir)
+from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, sacct, series, slurm, standby,
+               tmux, watchdog, workdir)
 from ..watch import notify as notices
 from ..layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from ..protocol import AgentFailure
@@ -175,6 +175,7 @@ def status(layout: Layout, project: str | None = None, ids: list | None = None, 
         if tail:
             state["last_line"] = _last_line(os.path.join(run_dir, LOG))
         out.append(state)
+    sacct.tell(out, [run_dir for *_, run_dir in runs])  # an ended Slurm job: how Slurm's accounting saw its end
     return {"runs": out, "now": time.time()}
 
 
