@@ -393,7 +393,9 @@ def _slurm_arg(launch: Launch, exp: Experiment) -> dict:
 
     if not slurm.is_slurm(launch.target):
         return {}
-    return {"slurm_job": slurm.job_spec(launch.target, launch.settings.project.name, exp.id, launch.slurm)}
+    command = launch.inputs.command if launch.inputs.command is not None else launch.inputs.argv or []
+    return {"slurm_job": slurm.job_spec(launch.target, launch.settings.project.name, exp.id, launch.slurm)
+            | slurm.launcher(launch.settings, command, exp.id, launch.slurm)}
 
 
 def _inherited(launch: Launch) -> dict:

@@ -35,6 +35,31 @@ def job_spec(target: Target, project: str, exp_id: int | None, wanted: dict | No
     return out
 
 
+PLACE = "{orch:node%d}"  # node R's address in a launcher line, which its supervisor fills in from the allocation
+
+
+def launcher(settings, command: list[str] | str, exp_id: int | None, wanted: dict | None) -> dict:
+    """A job over several nodes whose command runs a Python script: torchrun with a c10d rendezvous on the
+    allocation's first node, as a job over containers starts (``distributed.plan``, [distributed]'s launcher,
+    nproc_per_node, port and interface, [run] restarts as torchrun's). Slurm names the nodes only once the job
+    runs, so each rank's line holds ``PLACE``s that its supervisor fills in (``agent/run/slurm_launch.py``),
+    and that supervisor starts it only where the script's Python imports torch (else the command as it is).
+    ``{}`` for one node, ``launcher = "none"``, or a command torchrun cannot be put in front of."""
+    from . import distributed
+
+    nodes = int((wanted or {}).get("nodes") or 1)
+    dist = settings.distributed
+    python = distributed.python_of(command)
+    if nodes < 2 or distributed.launcher(dist, nodes) == "none" or (python is None and dist.launcher is None):
+        return {}
+    gpus = int((wanted or {}).get("gpus") or 0)
+    facts = [distributed.NodeFacts(rank, f"node{rank}", PLACE % rank, None, gpus) for rank in range(nodes)]
+    runs = distributed.plan(facts, command, dist, settings.project.name, exp_id, restarts=settings.run.restarts)
+    env = {k: v for k, v in runs[0].env.items() if not k.startswith("ORCH_")}  # the allocation gives those
+    return {"torchrun": {"argv": [run.argv for run in runs], "env": env, "places": [PLACE % r for r in range(nodes)],
+                         "python": python or "python3", "port": dist.port}}
+
+
 def wanted(target: Target, gpus: int | None, nodes: int | None) -> dict | None:
     """``--gpus``/``--nodes`` of a launch on ``target``: Slurm's to satisfy there; refused elsewhere."""
     if not is_slurm(target):

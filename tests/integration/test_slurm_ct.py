@@ -377,3 +377,61 @@ def test_status_says_how_slurms_accounting_saw_the_end_where_it_is_on(lab: Slurm
         assert f"Slurm job {job}; sacct: COMPLETED, exit code 0:0, ran 00:" in shown, shown
         # asked once: the next status reads it from the run folder
         assert json.loads((lab.run_dir(2) / "sacct.json").read_text())["state"] == "COMPLETED"
+
+
+DDP = """\
+import os, pathlib, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+print(f"worker {rank} of {world} sum {total.item():g} node {os.environ['ORCH_NODE_RANK']} of "
+      f"{os.environ['ORCH_NNODES']} master {os.environ['ORCH_MASTER_ADDR']} torchrun {os.environ['MASTER_ADDR']} "
+      f"job {os.environ['SLURM_JOB_ID']}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture
+def torch_nodes(lab: SlurmProject):
+    """torch importable on both compute nodes (the testbed's torch site, read-only), for this test alone."""
+    from tests.testbed import torchsite
+
+    site = torchsite.ensure_site()
+    try:
+        for ct in lab.cluster.nodes:
+            torchsite.mount(ct, site)
+        lab.cluster.wait_idle()
+        yield site
+    finally:
+        for ct in lab.cluster.nodes:
+            ct.attach("rm", "-f", "/" + torchsite.PTH, check=False)  # the mount itself goes at the CT's next start
+            torchsite.unmount(ct, site)
+
+
+def test_a_python_job_over_two_nodes_starts_with_torchrun_and_c10d_on_the_first(lab: SlurmProject,
+                                                                                 torch_nodes) -> None:
+    (lab.path / "ddp.py").write_text(DDP)
+    lab.write()
+    toml = lab.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('sources = ["train.py"]', 'sources = ["train.py", "ddp.py"]')
+                    .replace('command = "python3 train.py"', 'command = "OMP_NUM_THREADS=1 python3 ddp.py"'))
+    done = lab.run("deploy", "--nodes", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    end = lab.until(lambda s: s["state"] in ("finished", "crashed"), "the end", timeout=240)
+    merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert end["state"] == "finished", merged
+    job = _job_of(lab, 1)
+    # one rendezvous over both nodes: the workers' ranks and world come from torchrun, the ORCH_* as on CTs
+    assert "[0] orch: torchrun over 2 nodes, rendezvous (c10d) at 10.77.0.210:29400" in merged, merged
+    for rank in (0, 1):
+        assert f"[{rank}] worker {rank} of 2 sum 3 node {rank} of 2 master ct210 torchrun 10.77.0.210 job {job}" \
+            in merged, merged
+
+
+def test_without_torch_a_job_over_two_nodes_runs_its_command_as_it_is(lab: SlurmProject) -> None:
+    assert lab.run("deploy", "--nodes", "2").returncode == 0
+    lab.until(lambda s: s["state"] == "finished", "finished", timeout=120)
+    merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert "[0] orch: python3 cannot import torch on this node: the command runs as it is" in merged, merged
+    assert "[1] done" in merged and "rank 1 of 2 master ct210" in merged, merged

@@ -33,8 +33,8 @@ import time
 from .. import diskspace, journal, procstat
 from ..ckpt import ckpt_layout
 from ..watch import budget, guard
-from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, sacct, series, slurm, standby,
-               tmux, watchdog, workdir)
+from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, sacct, series, slurm,
+               slurm_launch, standby, tmux, watchdog, workdir)
 from ..watch import notify as notices
 from ..layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from ..protocol import AgentFailure
@@ -368,6 +368,7 @@ def supervise(run_dir: str) -> int:
                                               "error": "no webhook URL came with this start (it is never stored "
                                                        "on the target, so a resume after a reboot has none)"})
     env.update(launch["env"])
+    launch, launched = slurm_launch.launch(top, launch, env, os.environ)  # a Slurm job's nodes: torchrun's line
     policy = attempts.Policy.from_dict(launch.get("recovery"))
     history = attempts.History(run_dir, policy)
     spec = guard.Spec.from_dict(policy.extra.get("guard"))
@@ -379,6 +380,8 @@ def supervise(run_dir: str) -> int:
             why = "its secrets did not arrive from the agent"
             log.write(f"orch: not started: {why} ({', '.join(launch['secrets'])})\n".encode())
             return _record_exit(run_dir, 127, None, error=why)
+        if launched:
+            log.write(launched.encode())
         if missed:
             log.write(f"orch: the launch's hard limits of {', '.join(missed)} are above the supervisor's, which the "
                       "run keeps\n".encode())

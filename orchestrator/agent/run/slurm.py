@@ -25,6 +25,7 @@ from ..layout import read_json, write_atomic, write_json
 from ..protocol import AgentFailure
 
 JOB_FILE = "slurm.json"
+LAUNCHER = "torchrun.json"  # a job over several nodes: each rank's torchrun line (``slurm_launch.py``)
 SCRIPT = "job.sh"
 FIELDS = ("job_id", "state", "reason", "nodes", "submitted", "start", "partition", "priority")
 FORMAT = "%i|%T|%r|%N|%V|%S|%P|%Q"  # one squeue line: the FIELDS, in order
@@ -110,6 +111,8 @@ def check(layout, run_dir: str, spec: dict) -> dict:
 
 def submit(run_dir: str, python: str, agent_path: str, spec: dict) -> dict:
     """Write ``job.sh``, ``sbatch`` it, keep its id in ``slurm.json``."""
+    if spec.get("torchrun"):  # each rank's launcher line, there before any node's supervisor starts
+        write_json(os.path.join(run_dir, LAUNCHER), spec["torchrun"])
     path = os.path.join(run_dir, SCRIPT)
     write_atomic(path, script(python, agent_path, run_dir).encode())
     os.chmod(path, 0o755)
