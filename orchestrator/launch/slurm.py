@@ -3,18 +3,14 @@
 The login node is reached like any SSH host and runs orch's agent; the run folder, revision and checkpoints are
 on the shared file system under the target's root. Only the run's start differs: the agent submits a job that
 runs the run's supervisor on the allocated nodes (``agent/slurm.py``), where a container's agent starts it in
-tmux. So a deploy is the same plan on both: push, stop the project's run (``scancel --signal=INT``, then
-``scancel``), move checkpoints, start; and ``status``, ``logs``, ``stop`` read and act through the same agent ops.
+tmux (``scheduler.py``: the two kinds behind one interface). So a deploy is the same plan on both: push, stop the
+project's run (``scancel --signal=INT``, then ``scancel``), move checkpoints, start; and ``status``, ``logs``,
+``stop`` read and act through the same agent ops.
 """
 
 from __future__ import annotations
 
-from ..errors import InputError
 from ..reach.targets import Target
-
-
-def is_slurm(target: Target) -> bool:
-    return target.spec.kind == "slurm"
 
 
 def job_spec(target: Target, project: str, exp_id: int | None, wanted: dict | None) -> dict:
@@ -60,30 +56,11 @@ def launcher(settings, command: list[str] | str, exp_id: int | None, wanted: dic
                          "python": python or "python3", "port": dist.port}}
 
 
-def wanted(target: Target, gpus: int | None, nodes: int | None) -> dict | None:
-    """``--gpus``/``--nodes`` of a launch on ``target``: Slurm's to satisfy there; refused elsewhere."""
-    if not is_slurm(target):
-        if nodes is not None:
-            raise InputError("--nodes asks Slurm for nodes: it is for a kind = \"slurm\" target",
-                             hint="a job over several CTs names them: --ct 200 --ct 201")
-        return None
-    return {"gpus": gpus, "nodes": nodes}
-
-
 def describe(info: dict) -> str:
     """``Slurm job 42 (partition debug)`` from a row's ``target_info["slurm"]``."""
     job = info.get("slurm") or {}
     part = f", partition {job['partition']}" if job.get("partition") else ""
     return f"Slurm job {job.get('job_id')}{part}"
-
-
-def beside_running(launch):
-    """``deploy --queue`` on Slurm: submitted without stopping the project's running job (Slurm queues it)."""
-    from dataclasses import replace
-
-    from .model import StopRun
-
-    return replace(launch, actions=tuple(a for a in launch.actions if not isinstance(a, StopRun)))
 
 
 def state_words(status: str, job: dict | None, now: float | None = None) -> str:
