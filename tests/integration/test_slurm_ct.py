@@ -435,3 +435,59 @@ def test_without_torch_a_job_over_two_nodes_runs_its_command_as_it_is(lab: Slurm
     merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
     assert "[0] orch: python3 cannot import torch on this node: the command runs as it is" in merged, merged
     assert "[1] done" in merged and "rank 1 of 2 master ct210" in merged, merged
+
+
+SECRET = """\
+import hashlib, os
+print("token", hashlib.sha256(os.environ["LAB_TOKEN"].encode()).hexdigest()[:12], "rank",
+      os.environ.get("ORCH_NODE_RANK", "-"), flush=True)
+"""
+
+
+def test_secrets_reach_every_node_of_a_job_in_a_file_its_supervisor_takes(lab: SlurmProject) -> None:
+    import hashlib
+    import stat
+
+    value = "s3cret-" + "x" * 20
+    (lab.path / "secret.py").write_text(SECRET)
+    toml = lab.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('sources = ["train.py"]', 'sources = ["secret.py"]\nsecrets = ["LAB_TOKEN"]')
+                    .replace('command = "python3 train.py"', 'command = "python3 secret.py"'))
+    cluster = lab.cluster
+    blocker = cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300").stdout.decode().strip()
+    try:
+        done = lab.run("deploy", "--nodes", "2", env={"LAB_TOKEN": value})
+        assert done.returncode == 0, done.stdout + done.stderr
+        lab.until(lambda s: s["state"] == "queued", "pending")
+        # while the job waits: one file per node, 0600 in a 0700 folder, and the value nowhere else
+        run_dir = lab.run_dir(1)
+        folder = run_dir / "secrets"
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        files = sorted(folder.iterdir())
+        assert [f.name for f in files] == ["0.json", "1.json"], files
+        assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 and value in f.read_text() for f in files)
+        for name in ("job.sh", "slurm.json", "launch.json", "launch-env.json", "experiment.json"):
+            assert value not in (run_dir / name).read_text(), name
+    finally:
+        cluster.run("scancel", blocker, check=False)
+    lab.until(lambda s: s["state"] == "finished", "finished", timeout=120)
+    merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    digest = hashlib.sha256(value.encode()).hexdigest()[:12]
+    assert f"[0] token {digest} rank 0" in merged and f"[1] token {digest} rank 1" in merged, merged
+    assert list(folder.iterdir()) == []  # each node's supervisor took its own
+    assert value not in (lab.path / ".orch" / "experiments.db").read_bytes().decode("latin-1")
+
+
+def test_a_pending_job_stopped_leaves_no_secrets_behind(lab: SlurmProject) -> None:
+    toml = lab.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('sources = ["train.py"]', 'sources = ["train.py"]\nsecrets = ["LAB_TOKEN"]'))
+    cluster = lab.cluster
+    blocker = cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300").stdout.decode().strip()
+    try:
+        assert lab.run("deploy", env={"LAB_TOKEN": "never-used"}).returncode == 0
+        lab.until(lambda s: s["state"] == "queued", "pending")
+        assert [f.name for f in (lab.run_dir(1) / "secrets").iterdir()] == ["0.json"]
+        assert lab.run("stop").returncode == 0
+        assert list((lab.run_dir(1) / "secrets").iterdir()) == []
+    finally:
+        cluster.run("scancel", blocker, check=False)

@@ -102,3 +102,17 @@ def test_a_python_job_over_nodes_gets_torchruns_lines_with_a_place_for_each_node
     assert launcher(settings, "python3 train.py | tee out", 7, {"nodes": 2}) == {}
     none = Settings(project={"name": "p"}, distributed={"launcher": "none"})
     assert launcher(none, ["python3", "train.py"], 7, {"nodes": 2}) == {}
+
+
+def test_a_batch_jobs_secrets_wait_in_a_file_per_node_that_its_supervisor_takes(tmp_path) -> None:
+    import stat
+
+    from orchestrator.agent.run import handover
+
+    handover.leave(str(tmp_path), {"TOKEN": "v"}, 2)
+    assert stat.S_IMODE((tmp_path / "secrets").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "secrets" / "1.json").stat().st_mode) == 0o600
+    assert handover.take(str(tmp_path), {"SLURM_NODEID": "1"}) == {"TOKEN": "v"}
+    assert handover.take(str(tmp_path), {"SLURM_NODEID": "1"}) is None  # taken: a requeued attempt has none
+    handover.drop(str(tmp_path))
+    assert list((tmp_path / "secrets").iterdir()) == []

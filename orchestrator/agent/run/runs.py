@@ -213,10 +213,6 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     it, this agent's own, as the target gave it. ``use_standby``
     False (``[run] standby``): tmux starts the supervisor afresh, and no standby is left for the next start."""
     secrets = handover.check(secrets or {})
-    if slurm_job is not None and (secrets or notify):
-        raise AgentFailure("input", "a run on a Slurm target gets no secrets or webhook yet: they pass to its "
-                                    "supervisor through a pipe, which a batch job has not",
-                           "leave [project] secrets and the [notify] table out for this target")
     inherited = launch_env.check(launch) if launch is not None else launch_env.own()
     base = inherited["env"]
     if notify is not None:  # its URL goes with the secrets, through the pipe
@@ -274,17 +270,20 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                {"argv": list(argv), "cwd": work, "revision": revision, "env": run_env, "secrets": sorted(secrets),
                 "created": time.time(), "recovery": recovery or {},
                 "notify": {k: v for k, v in notify.items() if k != "url"} if notify else None})
+    piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     if slurm_job is not None:
         try:
+            if piped:  # no pipe reaches a batch job: a file per node, taken by its supervisor
+                handover.leave(run_dir, piped, int(slurm_job.get("nodes") or 1))
             job = slurm.submit(run_dir, sys.executable, agent_path, slurm_job)
         except BaseException as exc:
+            handover.drop(run_dir)
             not_started(run_dir, f"{exc}"[:300])
             raise
         return {"run_dir": run_dir, "slurm": job}
     server = tmux.Server(socket_name(layout))
     name = session_name(project)
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
-    piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     sender = handover.Sender(run_dir, piped) if piped else None
     try:
         # a window opened in the session (orch attach, then tmux's new-window) sees the run's env first too
@@ -357,7 +356,11 @@ def supervise(run_dir: str) -> int:
     env, missed = launch_env.apply(launch_env.read(run_dir))
     # in a Slurm job: its allocation (SLURM_JOB_ID, the GPUs it was given) and, over several nodes, each one's rank
     env.update(slurm.allocation(os.environ), **slurm.node_env(os.environ))
-    secrets = handover.receive(run_dir) if launch.get("secrets") or launch.get("notify") else {}
+    wanted = launch.get("secrets") or launch.get("notify")
+    # a Slurm job's come in a file per node (no pipe reaches a batch job: its job.sh is there before it is
+    # submitted, its slurm.json only once sbatch answered); a tmux start's through the pipe
+    batch = os.path.exists(os.path.join(top, slurm.SCRIPT))
+    secrets = (handover.take(top, os.environ) if batch else handover.receive(run_dir)) if wanted else {}
     url = (secrets or {}).pop(notices.URL_KEY, None)
     if secrets is None and not launch.get("secrets"):
         secrets = {}  # only the webhook's URL was to come (a resume after a reboot): the run goes without it

@@ -23,6 +23,7 @@ import time
 
 from ..layout import read_json, write_atomic, write_json
 from ..protocol import AgentFailure
+from . import handover
 
 JOB_FILE = "slurm.json"
 LAUNCHER = "torchrun.json"  # a job over several nodes: each rank's torchrun line (``slurm_launch.py``)
@@ -203,7 +204,14 @@ def cancel(job_id: str, signal: str | None = None) -> None:
 
 def stop(run_dir: str, job: dict, stop_timeout: float, term_timeout: float, running: bool) -> list[str]:
     """SIGINT to the supervisors, ``stop_timeout`` for the final checkpoint, then ``scancel``; a pending job is
-    cancelled at once. Returns the signals sent."""
+    cancelled at once. Returns the signals sent. The secrets no node's supervisor took are removed."""
+    try:
+        return _stop(run_dir, job, stop_timeout, term_timeout, running)
+    finally:
+        handover.drop(run_dir)
+
+
+def _stop(run_dir: str, job: dict, stop_timeout: float, term_timeout: float, running: bool) -> list[str]:
     exit_path = os.path.join(run_dir, "exit.json")
     if not running:
         cancel(job["job_id"])
