@@ -491,3 +491,17 @@ def test_a_pending_job_stopped_leaves_no_secrets_behind(lab: SlurmProject) -> No
         assert list((lab.run_dir(1) / "secrets").iterdir()) == []
     finally:
         cluster.run("scancel", blocker, check=False)
+
+
+def test_a_crash_on_slurm_reaches_the_webhook(lab: SlurmProject) -> None:
+    from tests.webhook import Webhook
+
+    with Webhook("10.77.0.1") as hook:  # the host's address on the testbed's bridge
+        toml = lab.path / "orch.toml"
+        toml.write_text(toml.read_text().replace('command = "python3 train.py"',
+                                                 'command = "python3 -c \'raise SystemExit(3)\'"')
+                        + f'\n[notify]\nurl_secret = "LAB_HOOK"\nformat = "json"\non = ["crashed"]\n')
+        assert lab.run("deploy", env={"LAB_HOOK": hook.url}).returncode == 0
+        got = hook.wait(1, timeout=90)[0].json()
+    assert got["event"] == "crashed" and got["details"]["exit_code"] == 3, got
+    assert list((lab.run_dir(1) / "secrets").iterdir()) == []
