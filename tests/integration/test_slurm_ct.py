@@ -345,7 +345,8 @@ def test_a_compute_node_without_python_ends_the_run_crashed_with_slurms_words(la
 
 
 def test_at_its_time_limit_a_run_checkpoints_and_goes_on_in_a_new_allocation(lab: SlurmProject) -> None:
-    lab.write(steps=5000, pause=0.2, target='time = "1"\nsignal = "INT@45"\nresubmit = true')
+    # the signal and the resubmit from the [slurm] table, the time limit the target's own
+    lab.write(steps=5000, pause=0.2, target='time = "1"\n\n[slurm]\nsignal = "INT@45"\nresubmit = true\ntime = "10"')
     assert lab.run("deploy").returncode == 0
     job = _job_of(lab, 1)
     back = lab.until(lambda s: s["state"] == "running" and (s.get("attempt") or 0) >= 2, "in its second allocation",
