@@ -381,7 +381,7 @@ def test_status_says_how_slurms_accounting_saw_the_end_where_it_is_on(lab: Slurm
 
 
 DDP = """\
-import os, pathlib, torch, torch.distributed as dist
+import os, signal, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 total = torch.tensor([rank + 1.0])
@@ -389,6 +389,14 @@ dist.all_reduce(total)
 print(f"worker {rank} of {world} sum {total.item():g} node {os.environ['ORCH_NODE_RANK']} of "
       f"{os.environ['ORCH_NNODES']} master {os.environ['ORCH_MASTER_ADDR']} torchrun {os.environ['MASTER_ADDR']} "
       f"job {os.environ['SLURM_JOB_ID']}", flush=True)
+stop = []
+signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+for step in range(1, int(os.environ.get("DDP_STEPS", "0")) + 1):
+    time.sleep(0.2)
+    print(f"worker {rank} step={step}", flush=True)
+    if stop:
+        print(f"worker {rank} final checkpoint at step {step}", flush=True)
+        break
 dist.destroy_process_group()
 """
 
@@ -428,6 +436,15 @@ def test_a_python_job_over_two_nodes_starts_with_torchrun_and_c10d_on_the_first(
     for rank in (0, 1):
         assert f"[{rank}] worker {rank} of 2 sum 3 node {rank} of 2 master ct210 torchrun 10.77.0.210 job {job}" \
             in merged, merged
+    # a stop: SIGINT through each node's supervisor and torchrun to its worker, which writes its final checkpoint
+    done = lab.run("deploy", "--nodes", "2", "--set", "project.env={DDP_STEPS = '100000'}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lab.until(lambda s: s["state"] == "running" and "step=" in (s.get("last_line") or ""), "training", timeout=180)
+    stopped = lab.run("stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+    merged = lab.run("logs", "-e", "2", "-n", "1000").stdout
+    assert "[0] worker 0 final checkpoint at step" in merged and "[1] worker 1 final checkpoint at step" in merged, \
+        merged
 
 
 def test_without_torch_a_job_over_two_nodes_runs_its_command_as_it_is(lab: SlurmProject) -> None:

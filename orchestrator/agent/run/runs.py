@@ -395,7 +395,7 @@ def supervise(run_dir: str) -> int:
 
         def forward(signum: int, _frame: object) -> None:
             stopping.append(signum)
-            if children:
+            if children and not launch.get("step_signalled"):
                 try:
                     os.killpg(children[-1].pid, signum)
                 except ProcessLookupError:

@@ -10,7 +10,9 @@ runs the job, so the lines hold a place for each (``{orch:node1}``), kept in ``t
 Each node's supervisor takes its rank's line (``SLURM_NODEID``), fills in the allocation's addresses (its node
 list, in Slurm's order, resolved here) and runs it, where the script's Python can import torch; where it cannot,
 the command runs as it is, with the ``ORCH_*`` variables, and the log says why. Restarts are then torchrun's (one
-node's supervisor relaunching alone would wait for a rendezvous that has gone), as on containers.
+node's supervisor relaunching alone would wait for a rendezvous that has gone), as on containers. A stop's
+signal reaches torchrun and its workers from Slurm alone, which signals every process of the job's step: the
+supervisor does not pass it on a second time.
 """
 
 from __future__ import annotations
@@ -76,4 +78,6 @@ def launch(run_dir: str, launch_rec: dict, env: dict, environ: dict) -> tuple[di
     recovery = dict(launch_rec.get("recovery") or {}, restarts=0, resume_after_reboot=False)
     said = (f"orch: torchrun over {len(names)} nodes, rendezvous (c10d) at {addrs[0]}:{plan['port']}, this node "
             f"rank {rank}\n")
-    return dict(launch_rec, argv=argv, recovery=recovery), said
+    # Slurm signals every process of the step itself (scancel --signal, the time limit's): torchrun must get a
+    # stop once, or a second SIGINT during its shutdown has it SIGTERM its workers before their final checkpoint
+    return dict(launch_rec, argv=argv, recovery=recovery, step_signalled=True), said
