@@ -410,7 +410,8 @@ def torch_nodes(lab: SlurmProject):
     try:
         for ct in lab.cluster.nodes:
             torchsite.mount(ct, site)
-        lab.cluster.wait_idle()
+        # the controller restarted from its saved state, which may still hold an earlier test's job as running
+        lab.cluster.cancel_all()
         yield site
     finally:
         for ct in lab.cluster.nodes:
