@@ -196,17 +196,25 @@ def plot(ctx: typer.Context,
          out: Annotated[Path, typer.Option("--out", "-o", help="Image to write (.png, .svg, .pdf)")],
          ids: Annotated[Optional[list[int]], typer.Argument(metavar="ID...", min=1, max=ID_MAX,
                                                             help="One or more ids")] = None,
-         metric: Annotated[str, typer.Option("--metric", "-m", help="loss, throughput, or any metric the log gave "
-                                             "(val_loss, lr, ppl: experiments show lists them)")] = "loss",
-         sweep: Annotated[Optional[str], typer.Option("--sweep", help="Every variant of this sweep")] = None,
+         metric: Annotated[Optional[str], typer.Option("--metric", "-m", help="loss (default), throughput, or "
+                                                       "any metric the log gave (val_loss, lr, ppl: experiments "
+                                                       "show lists them)")] = None,
+         sweep: Annotated[Optional[str], typer.Option("--sweep", help="Every variant of this sweep; a search's "
+                                                      "trials as parallel coordinates and a scatter a parameter, "
+                                                      "unless --metric asks for curves")] = None,
          refresh: RefreshOpt = True) -> None:
     """Draw the experiments' loss, throughput or any other metric against the step (needs the plot extra)."""
     from ..errors import InputError
     from ..watch.metrics import Series
     from ..records.plots import draw, series_key, throughput_series
+    from . import sweep_search
 
-    key = series_key(metric)
     settings = common.settings(ctx)
+    if sweep is not None and not ids and metric is None and sweep_search.is_search(settings, sweep):
+        render.out(f"wrote {sweep_search.plot(settings, sweep, out)}")
+        return
+    metric = metric or "loss"
+    key = series_key(metric)
     with common.registry(settings) as reg:
         if sweep is not None:
             ids = sorted({*(ids or []), *(e.id for e in reg.list(sweep=sweep))})

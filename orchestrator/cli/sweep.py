@@ -187,9 +187,14 @@ def stop(ctx: typer.Context, sweep_id: SweepArg, as_json: JsonOpt = False, trust
 
 
 @app.command()
-def resume(ctx: typer.Context, sweep_id: SweepArg, as_json: JsonOpt = False) -> None:
+def resume(ctx: typer.Context, sweep_id: SweepArg, as_json: JsonOpt = False,
+           trial: Annotated[Optional[int], typer.Option("--trial", min=0, help="Resume this pruned (or stopped) "
+                                                        "trial to its full budget from its checkpoint, as a restart "
+                                                        "of its experiment")] = None) -> None:
     """Start a search's conductor again (after a reboot, or once it was killed): it picks up every trial where
-    the study left it, runs none twice and loses none."""
+    the study left it, runs none twice and loses none. --trial N: run a pruned trial on to its full budget."""
+    if trial is not None:
+        return sweep_search.resume_trial(ctx, sweep_id, trial, as_json)
     sweep_search.resume(ctx, sweep_id, as_json)
 
 

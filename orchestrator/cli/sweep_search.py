@@ -145,6 +145,81 @@ def resume(ctx: typer.Context, sweep: str, as_json: bool) -> None:
         render.out(f"sweep {sweep}: already conducted by process {pid}")
 
 
+RESUMABLE = ("pruned",)
+
+
+def resume_trial(ctx: typer.Context, sweep: str, number: int, as_json: bool) -> None:
+    """A pruned (or stopped) trial run again to its full budget from its checkpoint: ``orch restart -e`` of its
+    experiment, queued on its target behind the sweep's other trials, with the trial's budget; the study keeps
+    which experiment resumed it (the conductor never follows it: its message names a resumed trial)."""
+    import dataclasses
+
+    from .. import checkpoints
+    from ..launch import conductor, prepare, queueing, study
+    from ..launch.operations import execute
+    from ..records.reconcile import recover
+    from ..watch.metrics_view import target_flags
+
+    settings = common.settings(ctx)
+    where = conductor.paths(settings.state_dir, sweep)
+    if not where["db"].exists():
+        raise InputError(f"no search {sweep!r} in this project",
+                         hint="orch experiments list shows each sweep; only a search's trials can be resumed")
+    found = study.Study.read(where["db"], sweep)
+    trials = {t["number"]: t for t in found.trials()}
+    if number not in trials:
+        raise InputError(f"sweep {sweep} has no trial {number}",
+                         hint=f"its trials are {', '.join(map(str, sorted(trials))) or 'none yet'} "
+                              f"(orch sweep show {sweep})")
+    trial, attrs = trials[number], trials[number]["attrs"]
+    with common.registry(settings) as reg:
+        exp = reg.get(attrs["experiment"]) if attrs.get("experiment") else None
+        stopped = exp is not None and exp.status == "stopped"
+        if trial["state"] not in RESUMABLE and not stopped:
+            raise InputError(f"trial {number} of sweep {sweep} is {trial['state']}, not pruned or stopped: "
+                             "there is nothing to resume", hint=f"orch sweep show {sweep} marks the pruned trials")
+        # kept with the study, not the trial: Optuna keeps an ended trial as it ended
+        resumed = dict(found.attrs.get("resumed") or {})
+        if str(number) in resumed:
+            again = resumed[str(number)]["experiment"]
+            raise InputError(f"trial {number} of sweep {sweep} was resumed already, as experiment {again}",
+                             hint=f"orch status -e {again} says where it is")
+        if exp is None:
+            raise InputError(f"trial {number} of sweep {sweep} never started: it has no checkpoint to resume",
+                             hint=f"orch sweep show {sweep}")
+        name, ct = target_flags(settings, exp)
+        tgt = common.target(settings, name, ct)
+        if tgt.connect is not None:
+            recover(settings, tgt, reg)
+        # in the pruned run's own folder (a trial's is a variant's, beside its lineage): its checkpoint is the
+        # newest there, so the agent hands it to the first attempt as ORCH_RESUME_FROM
+        tgt = dataclasses.replace(checkpoints.ran_with(tgt, exp), checkpoints=exp.checkpoints or tgt.checkpoints)
+        spec = found.attrs["spec"]
+        budget = int(attrs.get("budget_steps") or spec["steps"])
+        said = ", ".join(f"{k}={_short(v)}" for k, v in trial["params"].items())
+        plan = prepare.restart(settings, tgt, reg, message=f"sweep {sweep}: resumed trial {number}: {said}",
+                               clean=False, purge=False, yes=True, confirm=None, echo=lambda _m: None,
+                               parent=exp, job=True)  # job: the target is given as it ran, folder included
+        plan.env = {**plan.env, "ORCH_MAX_STEPS": str(budget), "ORCH_SWEEP_TRIAL": str(number)}
+        plan.sweep, plan.in_folder = sweep, True
+        plan = queueing.queued(plan)  # behind the sweep's trials in flight there, never stopping one
+        if spec.get("gpus") is not None:
+            plan.beside = {"gpus": spec["gpus"], "total": tgt.spec.gpus}
+        done = execute(plan, reg)
+        new = done.experiment
+        assert new is not None
+        resumed[str(number)] = {"experiment": new.id, "from": exp.id, "budget_steps": budget}
+        found.set_attr("resumed", resumed)
+        position = (done.queue or {}).get("position")
+    if as_json:
+        render.print_json({"sweep": sweep, "trial": number, "experiment": new.id, "from": exp.id,
+                           "status": new.status, "position": position, "budget_steps": budget})
+        return
+    where_now = "started" if new.status == "running" else f"queued at position {position}"
+    render.out(f"sweep {sweep}: trial {number} resumed to its {budget} steps from experiment {exp.id}'s checkpoint: "
+               f"experiment {new.id} {where_now} on {tgt.label}")
+
+
 def halt(settings, sweep: str) -> int | None:
     """Ends the sweep's conductor (before its trials are stopped, so it asks no new one); its pid, if one ran."""
     import signal
@@ -190,9 +265,14 @@ def show(settings, sweep: str, as_json: bool) -> None:
     where = conductor.paths(settings.state_dir, sweep)
     found = study.Study.read(where["db"], sweep)
     attrs = found.attrs
-    table = search_view.table(attrs["spec"], found.trials(), attrs.get("metric"), attrs.get("error"))
+    table = search_view.table(attrs["spec"], found.trials(), attrs.get("metric"), attrs.get("error"),
+                              attrs.get("resumed"))
     table["conductor"] = conductor.holder(where["lock"])
     if as_json:
+        from ..launch import space
+
+        # what orch ui draws (parallel coordinates, a scatter a parameter) and sweep plot draws as an image
+        table["coordinates"] = search_view.coordinates(table, space.axes(attrs["spec"]["sets"]))
         render.print_json(table)
         return
     rows = table["rows"]
@@ -200,11 +280,15 @@ def show(settings, sweep: str, as_json: bool) -> None:
                  f"pruning {table['prune']}, objective {table['metric']} ({table['mode']})",
                  ["", "trial", "exp", "state", *table["keys"], table["metric"], "rung", "threshold", "steps",
                   "tokens"],
-                 [["best" if r["best"] else "", r["trial"], r["experiment"], r["state"],
+                 [["best" if r["best"] else "", r["trial"], r["experiment"],
+                   r["state"] + (f" (resumed: exp {r['resumed']})" if r.get("resumed") else ""),
                    *(_short(r["params"].get(k)) for k in table["keys"]),
                    _short(r["objective"]), r["rung"], _short(r["threshold"]), _short(r["steps"]),
                    _short(r["tokens"])] for r in rows])
-    if table["saved"] is not None:
+    if table["saved"] is not None and not any(r["state"] == "pruned" for r in rows):
+        render.out(f"no trial was pruned: steps run {table['steps_run']:g} of {table['steps_budget']:g} budgeted "
+                   "(a graceful stop runs a step or two past its budget)")
+    elif table["saved"] is not None:
         render.out(f"steps run: {table['steps_run']:g} of {table['steps_budget']:g} had every ended trial run its "
                    f"budget: pruning saved {table['saved']:.0%}")
     if table["error"]:
@@ -223,6 +307,8 @@ def _short(value) -> str | None:
 
 
 def plot(settings, sweep: str, out: Path) -> Path:
+    """Parallel coordinates and a scatter a parameter, as a PNG (``orch sweep plot``, ``orch experiments plot
+    --sweep`` of a search)."""
     from ..launch import conductor, search_view, space, study
     from ..records.plots import draw_search
 
@@ -233,7 +319,8 @@ def plot(settings, sweep: str, out: Path) -> Path:
                               "plot is of a search (orch sweep --set K=RANGE --trials N)")
     found = study.Study.read(where["db"], sweep)
     attrs = found.attrs
-    table = search_view.table(attrs["spec"], found.trials(), attrs.get("metric"), attrs.get("error"))
+    table = search_view.table(attrs["spec"], found.trials(), attrs.get("metric"), attrs.get("error"),
+                              attrs.get("resumed"))
     coords = search_view.coordinates(table, space.axes(attrs["spec"]["sets"]))
     if not coords["lines"]:
         raise InputError(f"sweep {sweep} has no ended trial to draw yet", hint=f"orch sweep show {sweep} says where it is")

@@ -163,6 +163,8 @@ class Launch:
     gpus: list | None = None  # the GPUs placement chose (index, uuid): in CUDA_VISIBLE_DEVICES and the record
     venv: dict | None = None  # the env the run starts in, once it is on the target (envs.prepare)
     sweep: str | None = None  # the sweep this launch is a variant of (launch/sweep.py)
+    in_folder: bool = False  # runs in the target's checkpoint folder as given, even as a sweep's or beside run: a
+    # resumed trial goes on in its pruned run's own folder (orch sweep resume --trial)
     guard: bool = False  # --guard: the new run is watched against the one it replaces ([guard])
     beside: dict | None = None  # --beside: {"gpus": N, "total": M}, started next to the running ones (beside.py)
     stop_ids: list | None = None  # stop_run stops these experiments only (orch stop -e ID); None: all the project's

@@ -89,7 +89,7 @@ def _execute(launch: Launch, registry: Registry) -> Outcome:
             if launch.has(Record):
                 # numbered by this registry alone: its runs' folders on the target carry its id (runs/<id>-<n>)
                 exp = registry.create(launcher=guard, **_record_fields(launch, probe))
-                if launch.sweep or launch.beside:  # runs side by side never share each other's checkpoints
+                if (launch.sweep or launch.beside) and not launch.in_folder:  # side by side: never each other's
                     exp = registry.update(exp.id, checkpoints=checkpoints.variant_folder(
                         target, probe.get("inventory"), exp.id))
                 out.experiment = exp

@@ -22,7 +22,9 @@ def _key(row: dict, mode: str) -> tuple:
             sign * value if value is not None else float("inf"), row["trial"])
 
 
-def table(spec: dict, trials: list[dict], metric: str | None, error: str | None = None) -> dict[str, Any]:
+def table(spec: dict, trials: list[dict], metric: str | None, error: str | None = None,
+          resumed: dict | None = None) -> dict[str, Any]:
+    """``resumed``: the experiment each trial resumed by ``orch sweep resume --trial`` runs as, by trial number."""
     rows = []
     for t in trials:
         attrs = t["attrs"]
@@ -33,7 +35,8 @@ def table(spec: dict, trials: list[dict], metric: str | None, error: str | None 
                      "params": t["params"], "objective": objective, "rung": pruned.get("rung") or attrs.get("rungs"),
                      "rung_at": pruned.get("at"), "threshold": pruned.get("threshold"),
                      "steps": attrs.get("steps"), "tokens": attrs.get("tokens"),
-                     "budget_steps": attrs.get("budget_steps"), "error": attrs.get("error"), "best": False})
+                     "budget_steps": attrs.get("budget_steps"), "error": attrs.get("error"),
+                     "resumed": ((resumed or {}).get(str(t["number"])) or {}).get("experiment"), "best": False})
     rows.sort(key=lambda r: _key(r, spec["mode"]))
     if rows and rows[0]["state"] == "complete":
         rows[0]["best"] = True

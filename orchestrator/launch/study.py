@@ -129,7 +129,14 @@ class Study:
     def tell(self, number: int, value: float | None = None, *, state: str = "complete") -> None:
         states = {"complete": None, "pruned": self.optuna.trial.TrialState.PRUNED,
                   "failed": self.optuna.trial.TrialState.FAIL}
-        self.study.tell(number, value if state == "complete" else None, state=states[state], skip_if_finished=True)
+        try:
+            self.study.tell(number, value if state == "complete" else None, state=states[state],
+                            skip_if_finished=True)
+        except RuntimeError as exc:
+            # the grid sampler calls study.stop() once its grid is told, which only optimize() allows; the
+            # outcome is stored before that (Optuna stores it in a finally), and the conductor asks no more
+            if "Study.stop" not in str(exc):
+                raise
 
     def trials(self) -> list[dict[str, Any]]:
         """Each trial as plain data: number, state, params, value, intermediate values, user attrs."""

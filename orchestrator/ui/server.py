@@ -180,8 +180,11 @@ def build(settings: Settings, token: str, *, cookie: str = "orch-ui", hosts: set
 
     def sweep(request: Request) -> Any:
         done = actions.sweep(settings, request.path_params["sweep"])
-        ids = [v["id"] for v in done.data.get("variants", [])] if done.ok and isinstance(done.data, dict) else []
-        return with_curves(done, ids)
+        data = done.data if done.ok and isinstance(done.data, dict) else {}
+        # a grid's variants, or a search's trials (those launched)
+        ids = [v["id"] for v in data.get("variants", [])] or [r["experiment"] for r in data.get("rows", [])
+                                                                if r.get("experiment") is not None]
+        return with_curves(done, ids) if ids else done
 
     def limit(request: Request, default: int) -> int:
         return max(1, min(int(request.query_params.get("limit", default)), 100_000))

@@ -84,3 +84,30 @@ def test_a_command_from_inside_another_tmux_pane_goes_to_its_own_server(server, 
         time.sleep(0.02)
     assert server.has_session("orch~later")
     assert os.environ["TMUX"] == "/tmp/elsewhere,1,0"  # this process's own environment is left as it was
+
+
+def test_a_session_made_as_the_last_one_is_killed_is_made_on_a_new_server(server, tmp_path):
+    """A stop kills its project's session, the last on its server, and the next queued run of another project
+    starts at once: tmux's server is exiting then and answers "server exited unexpectedly" to a new-session."""
+    for i in range(60):
+        server.new_session("orch-a", "exp1", str(tmp_path), "sleep 60")
+        server.cmd("kill-session", "-t", "=orch-a")
+        server.new_session("orch-b", f"exp{i}", str(tmp_path), "sleep 60")  # raised TmuxError now and then
+        assert server.has_session("orch-b")
+        server.cmd("kill-session", "-t", "=orch-b")
+
+
+def test_a_server_exiting_under_new_session_is_asked_again_and_other_refusals_are_not(tmp_path):
+    tries = tmp_path / "tries"
+    fake = tmp_path / "tmux"
+    fake.write_text("#!/bin/sh\necho x >> " + str(tries) + "\n"
+                    "[ $(wc -l < " + str(tries) + ") -lt 3 ] && { echo 'server exited unexpectedly' >&2; exit 1; }\n"
+                    "exit 0\n")
+    fake.chmod(0o755)
+    tmux.Server("orch-fake", tmux_bin=str(fake)).new_session("orch-a", "exp1", str(tmp_path), "true")
+    assert tries.read_text().count("x") == 3
+    fake.write_text("#!/bin/sh\necho x >> " + str(tries) + "\necho 'duplicate session: orch-a' >&2\nexit 1\n")
+    tries.write_text("")
+    with pytest.raises(tmux.TmuxError, match="duplicate session"):
+        tmux.Server("orch-fake", tmux_bin=str(fake)).new_session("orch-a", "exp1", str(tmp_path), "true")
+    assert tries.read_text().count("x") == 1

@@ -24,7 +24,10 @@ ckpt = os.environ.get("ORCH_CHECKPOINT_DIR") or "ckpt"
 stop = []
 signal.signal(signal.SIGINT, lambda *a: stop.append(1))
 floor = (math.log10(lr) + 3) ** 2
-step = 0
+resume = os.environ.get("ORCH_RESUME_FROM")
+step = int(open(resume).read()) if resume else 0  # a resumed trial goes on from its checkpoint's step
+if resume:
+    print(f"resumed from {resume}", flush=True)
 while not stop:
     step += 1
     tokens = step * per_step
@@ -234,6 +237,8 @@ def test_parallel_trials_run_side_by_side_each_on_its_gpus(quad):
     given = [json.loads((quad.run_dir(e.id) / "launch.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"]
              for e in (first, second)]
     assert sorted(given) == ["0", "1"], given
+    shown = quad.run("sweep", "show", started["sweep"]).stdout
+    assert "no trial was pruned: steps run" in shown and "pruning saved" not in shown, shown
 
 
 def test_sweep_stop_ends_the_conductor_first_then_its_trials(quad):
@@ -282,3 +287,47 @@ def test_a_conductor_killed_inside_a_launch_launches_that_trial_again_once(quad)
     assert len(cut) == 1 and cut[0].status == "failed", [(e.id, e.status) for e in exps]  # recorded, never run
     assert sorted(r["experiment"] for r in table["rows"]) == sorted(e.id for e in exps if e.started is not None)
     assert "was never started" in (quad.path / ".orch" / "sweeps" / f"{sweep}.log").read_text()
+
+
+def test_a_pruned_trial_resumes_to_its_full_budget_from_its_checkpoint(quad):
+    started = _start(quad, "--set", "project.env.LR=1e-3,0.1,1.0", "--sampler", "grid", "--prune", "asha",
+                     "--steps", "30", "--min-steps", "3", "--seed", "3")
+    sweep = started["sweep"]
+    table = _ended(quad, sweep)
+    pruned = next(r for r in table["rows"] if r["state"] == "pruned")
+    done = next(r for r in table["rows"] if r["state"] == "complete")
+    said = (quad.path / ".orch" / "sweeps" / f"{sweep}.log").read_text()
+    assert "conductor ends: every trial has ended" in said and "Traceback" not in said, said  # the grid told
+    with quad.registry() as reg:
+        before = len(reg.list())
+    for args, message in (([sweep, "--trial", str(done["trial"])], "not pruned or stopped"),
+                          (["s0000000", "--trial", "0"], "no search 's0000000'"),
+                          ([sweep, "--trial", "7"], "has no trial 7")):
+        refused = quad.run("sweep", "resume", *args)
+        assert refused.returncode == 2 and message in refused.stderr and "hint: " in refused.stderr, refused.stderr
+    with quad.registry() as reg:
+        assert len(reg.list()) == before  # nothing launched
+        old = reg.get(pruned["experiment"])
+    kept = sorted(os.listdir(old.checkpoints))  # the checkpoint its graceful stop wrote
+    assert len(kept) == 1, kept
+    resumed = quad.run("sweep", "resume", sweep, "--trial", str(pruned["trial"]), "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    new = json.loads(resumed.stdout)
+    assert new["from"] == pruned["experiment"] and new["budget_steps"] == 30
+
+    def finished():  # orch status brings the registry up to date with the target
+        shown = quad.run("status", "-e", str(new["experiment"]), "--json")
+        return shown.returncode == 0 and json.loads(shown.stdout).get("state") in ("finished", "failed", "crashed")
+    wait_for(finished, timeout=120, what="the resumed trial's end", every=1.0)
+    with quad.registry() as reg:
+        exp = reg.get(new["experiment"])
+    assert exp.status == "finished" and exp.parent == old.id and exp.sweep == sweep, exp
+    log = (quad.run_dir(exp.id) / "train.log").read_text()
+    assert f"resumed from {old.checkpoints}/{kept[0]}" in log, log  # ORCH_RESUME_FROM: the pruned run's checkpoint
+    first = int(kept[0].removeprefix("step").removesuffix(".ckpt"))
+    assert f"step={first + 1} " in log and "step=1 " not in log and "step=30 " in log, log  # on to its budget
+    again = _show(quad, sweep)
+    row = next(r for r in again["rows"] if r["trial"] == pruned["trial"])
+    assert row["resumed"] == exp.id and f"resumed: exp {exp.id}" in quad.run("sweep", "show", sweep).stdout
+    twice = quad.run("sweep", "resume", sweep, "--trial", str(pruned["trial"]))
+    assert twice.returncode == 2 and "resumed already" in twice.stderr, twice.stderr

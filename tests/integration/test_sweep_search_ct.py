@@ -67,3 +67,33 @@ def test_a_search_on_a_ct_goes_on_after_its_conductor_and_the_ct_went_down(remot
     failed = [r for r in rows if r["state"] == "failed"]
     assert len(failed) <= 1, failed  # at most the trial the CT went down under, if it could not come back
     assert 10 ** -3.6 <= float(rows[0]["params"]["project.env.LR"]) <= 10 ** -2.4, rows[0]
+
+
+def test_a_pruned_trial_on_a_ct_resumes_there_from_its_checkpoint(remote, testbed):
+    remote.write()
+    (remote.path / "train.py").write_text(SCRIPT)
+    started = remote.run("sweep", "--ct", "200", "--set", "project.env.LR=1e-3,0.1,1.0", "--set",
+                         "project.env.PAUSE=0.1", "--sampler", "grid", "--prune", "asha", "--steps", "30",
+                         "--min-steps", "3", "--seed", "3", "--json")
+    assert started.returncode == 0, started.stderr
+    sweep = json.loads(started.stdout)["sweep"]
+
+    def ended():
+        table = _show(remote, sweep)
+        return table["conductor"] is None and all(r["state"] in ("complete", "pruned") for r in table["rows"]) \
+            and len(table["rows"]) == 3 and table
+    table = wait_for(ended, timeout=300, what="the sweep's end", every=2)
+    pruned = next(r for r in table["rows"] if r["state"] == "pruned")
+    resumed = remote.run("sweep", "resume", sweep, "--trial", str(pruned["trial"]), "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    new = json.loads(resumed.stdout)
+
+    def finished():
+        shown = remote.run("status", "-e", str(new["experiment"]), "--json")
+        return shown.returncode == 0 and json.loads(shown.stdout).get("state") == "finished"
+    wait_for(finished, timeout=180, what="the resumed trial's end", every=2)
+    log = remote.run("logs", "-e", str(new["experiment"]), "-n", "100").stdout
+    with remote.registry() as reg:
+        old, exp = reg.get(pruned["experiment"]), reg.get(new["experiment"])
+    assert exp.target == "ct200" and exp.parent == old.id and exp.checkpoints == old.checkpoints, exp
+    assert f"resumed from {old.checkpoints}/step" in log and "step=30 " in log and "step=1 " not in log, log

@@ -116,3 +116,17 @@ def test_a_batch_jobs_secrets_wait_in_a_file_per_node_that_its_supervisor_takes(
     assert handover.take(str(tmp_path), {"SLURM_NODEID": "1"}) is None  # taken: a requeued attempt has none
     handover.drop(str(tmp_path))
     assert list((tmp_path / "secrets").iterdir()) == []
+
+
+@pytest.mark.parametrize("order", ["cause first", "summary first"])
+def test_why_a_job_failed_is_the_line_that_says_why_whichever_process_flushed_first(tmp_path, order):
+    cause = "slurmstepd-ct211: error: execve(): python3: No such file or directory"
+    summary = "srun: error: ct211: task 0: Exited with exit code 2"
+    lines = [cause, summary] if order == "cause first" else [summary, cause]
+    out = tmp_path / "slurm-7.out"
+    out.write_text("\n".join(["starting", *lines]) + "\n")
+    assert slurm._last_words(str(out)) == f"{cause}; {summary}"
+    out.write_text("Traceback (most recent call last):\nModuleNotFoundError: No module named 'zipimport'\n")
+    assert slurm._last_words(str(out)) == "ModuleNotFoundError: No module named 'zipimport'"
+    out.write_text("")
+    assert slurm._last_words(str(out)) is None

@@ -17,6 +17,7 @@ its nodes; a job Slurm no longer lists that left no exit record ended without it
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -180,8 +181,14 @@ def _epoch(stamp: str) -> float | None:
         return None  # "N/A", "Unknown"
 
 
+# srun's closing summary of a failed step: it follows the line that says why (``python3: not found``), and
+# its order against that line depends on which process flushed first
+SRUN_SUMMARY = re.compile(r"^srun: (error: \S+: tasks? [\d,-]+: |launch/|Job step aborted|error: Timed out)")
+
+
 def _last_words(path: str) -> str | None:
-    """The last line of a job's output (Slurm's own words of why its step failed), if it wrote one."""
+    """Slurm's own words of why a job's step failed, from the end of its output: the last line that says why,
+    then srun's summary of the step (``task 0: Exited with exit code 2``) if it wrote one."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -189,7 +196,12 @@ def _last_words(path: str) -> str | None:
             lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
     except OSError:
         return None
-    return lines[-1][:300] if lines else None
+    if not lines:
+        return None
+    summary = [ln for ln in lines if SRUN_SUMMARY.match(ln)]
+    cause = next((ln for ln in reversed(lines) if not SRUN_SUMMARY.match(ln)), None)
+    said = "; ".join(part for part in (cause, summary[-1] if summary else None) if part)
+    return said[:300]
 
 
 def cancel(job_id: str, signal: str | None = None) -> None:

@@ -18,10 +18,15 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 from ..protocol import AgentFailure
 
 NEEDED = (3, 2)  # a run's session is made with its environment: ``new-session -e`` came in tmux 3.2
+# what a tmux client says when the server it reached exits under it: a server exits once its last session is
+# killed, and a new-session sent in that moment (a stop's kill-session, then the next queued run's start) is lost
+EXITING = ("server exited unexpectedly", "lost server", "no server running")
+EXITING_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)  # s before each new try; a new server starts on the next
 
 
 def too_old(version: str) -> None:
@@ -82,8 +87,14 @@ class Server:
                     environment: dict | None = None) -> None:
         """A detached session ``name`` whose first window ``window`` runs ``command`` (a string tmux gives to the
         shell, as it would typed) in ``start_directory``; ``environment`` is what windows opened in it later see."""
-        said = self.cmd("new-session", "-d", "-s", name, "-n", window, "-c", start_directory,
-                        *_environment(environment), command)
+        argv = ("new-session", "-d", "-s", name, "-n", window, "-c", start_directory, *_environment(environment),
+                command)
+        said = self.cmd(*argv)
+        for pause in EXITING_RETRIES:  # the server was exiting (its last session just killed): it made nothing
+            if said.returncode == 0 or not any(words in " ".join(said.stderr) for words in EXITING):
+                break
+            time.sleep(pause)
+            said = self.cmd(*argv)
         self._understood(said)
         if said.returncode != 0 or said.stderr:
             raise TmuxError(" ".join(said.stderr) or f"tmux new-session exited {said.returncode}")

@@ -478,6 +478,13 @@ function groupKeys(differing, settings) {
 async function sweepView(sweep) {
   const s = await get(`/api/sweeps/${encodeURIComponent(sweep)}`);
   const charts = h("div");
+  if (s.rows) {  // a search (orch sweep --trials N): its trials, parallel coordinates and scatters (search.js)
+    searchView(s, charts);
+    const ids = s.rows.filter(r => r.experiment !== null && r.experiment !== undefined).map(r => r.experiment);
+    if (s.series) overlay(charts, s, Object.fromEntries(ids.map(i => [i, `exp ${i}`])), groupKeys(s.keys, s.settings));
+    view.dataset.ready = "1";
+    return;
+  }
   const stopBtn = h("button", { class: "danger", "data-action": "sweep-stop", onclick: async () => {
     if (!await confirmDialog(`Stop sweep ${sweep}?`, ["Its queued variants are taken out of the queues first, then its running ones stopped (as orch sweep stop)."])) return;
     try { const r = await post(`/api/sweeps/${encodeURIComponent(sweep)}/stop`); toast(`sweep ${sweep}: ${r.dequeued.length} dequeued, ${r.stopped.length} stopped`); }
