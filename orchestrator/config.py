@@ -12,6 +12,7 @@ values of ``[project] secrets`` (only their names are settings; ``secrets.collec
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -135,6 +136,59 @@ BatchingSection = create_model("BatchingSection", __base__=_BatchingChecks, __mo
                                **{name: _batching_field(key) for name, key in batching_keys.KEYS.items()})
 
 
+_SLURM_TIME = r"(UNLIMITED|INFINITE|[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2})"
+SLURM_KEYS = ("partition", "account", "qos", "time", "sbatch_args", "signal", "resubmit")  # [slurm] and a target's
+#: sbatch options orch sets itself for every job (``agent/run/slurm.sbatch_argv``): in sbatch_args they would fight it
+SBATCH_OWN = ("--output", "--error", "--chdir", "--parsable", "--test-only", "--open-mode", "--job-name",
+              "--nodes", "--ntasks-per-node", "--wrap", "-o", "-e", "-D", "-J", "-N")
+
+
+def _slurm_time(value: str | None) -> str | None:
+    """``time``: one of sbatch's forms, so that a typo is refused here rather than by Slurm at the deploy."""
+    if value is not None and not re.fullmatch(_SLURM_TIME, value):
+        raise ValueError('is not a Slurm time limit: minutes ("30"), "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM:SS" '
+                         'or "UNLIMITED"')
+    return value
+
+
+def _slurm_signal(value: str | None) -> str | None:
+    """``signal``: what the run's supervisor takes as a stop (INT or TERM), and how long before the time limit."""
+    sig, _, seconds = (value or "").partition("@")
+    if value is not None and (sig not in ("INT", "TERM") or not seconds.isdigit()):
+        raise ValueError('must be "INT@<seconds>" or "TERM@<seconds>": the signal the run gets that many seconds '
+                         "before its time limit, to checkpoint")
+    return value
+
+
+def _sbatch_args(args: list[str]) -> list[str]:
+    """``sbatch_args``: options only (a script or its arguments would follow orch's ``job.sh``), none of orch's."""
+    for arg in args:
+        if not arg.startswith("-"):
+            raise ValueError(f"{arg!r} is not an sbatch option: each item is one option, e.g. \"--mem=32G\"")
+        name = arg.split("=", 1)[0]
+        if name in SBATCH_OWN:
+            raise ValueError(f"{name} is set by orch for every job (its output, folder, name and nodes); "
+                             "use --nodes N on the command line for nodes")
+    return args
+
+
+class SlurmSection(_Section):
+    """``[slurm]``: the options of every ``kind = "slurm"`` target's jobs; a target's own keys win over these."""
+
+    partition: str | None = None  # sbatch --partition
+    account: str | None = None  # sbatch --account
+    qos: str | None = None  # sbatch --qos
+    time: str | None = None  # the job's time limit: "30" (minutes), "2:00:00", "2-00:00:00" (sbatch --time)
+    sbatch_args: list[str] = Field(default_factory=list)  # more sbatch options, e.g. ["--mem=32G"]
+    signal: str | None = None  # "INT@120": SIGINT 120 s before the time limit, to checkpoint (sbatch --signal)
+    resubmit: bool = Field(False, description="a run the time limit's signal ended is requeued and goes on as the "
+                                              "same experiment in a new allocation")
+
+    _args = field_validator("sbatch_args")(classmethod(lambda cls, v: _sbatch_args(v)))
+    _time = field_validator("time")(classmethod(lambda cls, v: _slurm_time(v)))
+    _signal = field_validator("signal")(classmethod(lambda cls, v: _slurm_signal(v)))
+
+
 class TargetSection(_Section):
     kind: Literal["local", "ssh", "proxmox", "group", "slurm"] = "local"
     root: str | None = None
@@ -155,10 +209,15 @@ class TargetSection(_Section):
     qos: str | None = None  # kind = "slurm": the quality of service (sbatch --qos)
     time: str | None = None  # kind = "slurm": the job's time limit, "2-00:00:00" or "30:00" (sbatch --time)
     sbatch_args: list[str] = Field(default_factory=list)  # kind = "slurm": more sbatch options, e.g. ["--mem=32G"]
-    signal: str | None = Field(None, pattern=r"^(INT|TERM)@[0-9]+$", description=(
+    signal: str | None = Field(None, description=(
         'kind = "slurm": "INT@120" sends the run SIGINT 120 s before its time limit, to checkpoint (sbatch --signal)'))
     resubmit: bool = Field(False, description='kind = "slurm": a run the time limit\'s signal ended is requeued and '
                                               "goes on as the same experiment in a new allocation")
+    # each key of [slurm] a target names itself wins over the table's (``reach/targets.slurm_options``)
+
+    _args = field_validator("sbatch_args")(classmethod(lambda cls, v: _sbatch_args(v)))
+    _time = field_validator("time")(classmethod(lambda cls, v: _slurm_time(v)))
+    _signal = field_validator("signal")(classmethod(lambda cls, v: _slurm_signal(v)))
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "TargetSection":
@@ -462,6 +521,7 @@ class Settings(_Section):
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
+    slurm: SlurmSection = Field(default_factory=SlurmSection)
     notify: NotifySection = Field(default_factory=NotifySection)
     pools: dict[str, PoolSection] = Field(default_factory=dict)
     env: EnvSection = Field(default_factory=EnvSection)

@@ -276,11 +276,18 @@ def export(ctx: typer.Context,
 
 
 def _to_tensorboard(settings, folder: Path, ids: list[int] | None, refresh: bool, as_json: bool) -> dict:
+    from ..watch.metrics_view import target_flags
+    from ..watch.series_read import records_of
     from ..watch.tensorboard_export import export as run
+
+    def resolve(exp):
+        return common.target(settings, *target_flags(settings, exp))
 
     with common.registry(settings) as reg:
         result = run(reg, ids, folder.expanduser().absolute(),
-                     refresh=(lambda exps: _refreshed(settings, reg, [e.id for e in exps], True)) if refresh else None)
+                     refresh=(lambda exps: _refreshed(settings, reg, [e.id for e in exps], True)) if refresh else None,
+                     series=(lambda exps: records_of(settings, reg, exps, resolve, lambda m: render.say(f"orch: {m}")))
+                     if refresh else None)
     if as_json:
         return result
     for r in result["runs"]:
@@ -293,12 +300,17 @@ def _to_tensorboard(settings, folder: Path, ids: list[int] | None, refresh: bool
 def _to_mlflow(settings, uri: str | None, ids: list[int] | None, log: bool, refresh: bool, as_json: bool) -> dict:
     from ..watch.mlflow_export import export as run, tracking_uri
     from ..watch.metrics_view import target_flags
+    from ..watch.series_read import records_of
+
+    def resolve(exp):
+        return common.target(settings, *target_flags(settings, exp))
 
     with common.registry(settings) as reg:
         result = run(settings, reg, ids, uri=tracking_uri(settings, uri),
                      refresh=(lambda exps: _refreshed(settings, reg, [e.id for e in exps], True)) if refresh else None,
-                     resolve=(lambda e: common.target(settings, *target_flags(settings, e))) if log else None,
-                     notice=render.say)
+                     resolve=resolve if log else None, notice=render.say,
+                     series=(lambda exps: records_of(settings, reg, exps, resolve, lambda m: render.say(f"orch: {m}")))
+                     if refresh else None)
     if as_json:
         return result
     for r in result["runs"]:

@@ -14,12 +14,12 @@ def gpus(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_js
     utilisation, temperature, power, and whether it is free, an orch experiment's, or another process's."""
     from ..reach.gpu_facts import machines
 
+    from ..launch import scheduler
+
     settings = common.settings(ctx)
-    if not ct and len(target or []) <= 1:
-        spec = settings.targets.get((target or [None])[0] or settings.default_target)
-        if spec is not None and spec.kind == "slurm":  # the cluster's nodes, as Slurm counts their GPUs
-            return _slurm_nodes(settings, common.target(settings, (target or [None])[0], None,
-                                                        trust=trust_new_host), as_json)
+    if not scheduler.named(settings, target, ct).places:  # its scheduler's nodes, as Slurm counts their GPUs
+        return _slurm_nodes(settings, common.target(settings, (target or [None])[0], None, trust=trust_new_host),
+                            as_json)
     rows = machines(settings, lambda name, ct_: common.target(settings, name, ct_, trust=trust_new_host),
                     names=target, cts=ct)
     if as_json:

@@ -23,11 +23,11 @@ def list_(ctx: typer.Context, target: TargetOpt = None, ct: CtOpt = None, as_jso
           trust_new_host: TrustOpt = False) -> None:
     """What is queued on the target, in order; a queue nothing would start (after a reboot without systemd)
     is started first."""
-    from ..launch import queueing
+    from ..launch import queueing, scheduler
 
     settings = common.settings(ctx)
     tgt = common.target(settings, target, ct, trust=trust_new_host)
-    if tgt.spec.kind == "slurm":  # Slurm is the queue: the project's pending jobs
+    if scheduler.of(tgt).queues:  # the scheduler is the queue (Slurm): the project's pending jobs
         return _slurm_pending(settings, tgt, as_json)
     with common.registry(settings) as reg:
         entries = queueing.listing(settings, tgt, reg)

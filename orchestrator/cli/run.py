@@ -37,19 +37,13 @@ NodesOpt = Annotated[Optional[int], typer.Option("--nodes", min=1, help="On a ki
                                                 "nodes the job asks Slurm for")]
 
 
-def _on_slurm(settings, names, cts) -> bool:
-    """Whether the one target named (or the default) is a Slurm cluster: Slurm places its runs, not orch."""
-    if cts or len(names or []) > 1:
-        return False
-    name = (names or [None])[0] or settings.default_target
-    spec = settings.targets.get(name)
-    return spec is not None and spec.kind == "slurm"
-
-
 def _placed(settings, gpus, pool, names, cts, start, trust):
-    """``--gpus N``: the machine and GPUs chosen, said with why, and the flags naming that machine."""
-    if _on_slurm(settings, names, cts):
-        return None, None  # --gpus is the job's --gres: Slurm chooses the node
+    """``--gpus N``: the machine and GPUs chosen, said with why, and the flags naming that machine (where orch
+    places runs: Slurm chooses the node of its job, whose --gres --gpus is)."""
+    from ..launch import scheduler
+
+    if not scheduler.named(settings, names, cts).places:
+        return None, None
     if gpus is None:
         if pool is not None:
             from ..errors import InputError
@@ -212,12 +206,11 @@ def _say_outcome(outcome, target) -> None:
     if exp is None:
         return
     waited = outcome.waited or {}
-    if (exp.target_info or {}).get("slurm"):
-        from ..launch import slurm
+    from ..launch import scheduler
 
-        render.out(f"experiment {exp.id}: {slurm.state_words(exp.status, (outcome.queue or {}).get('slurm'))} "
-                   f"on {target.label} as {slurm.describe(exp.target_info)} (revision {exp.revision}); "
-                   "orch status and orch logs --follow show it")
+    said = scheduler.of(target).started(exp, outcome, target.label)
+    if said is not None:
+        render.out(said)
         return
     if exp.status == "running" and waited.get("metric"):
         render.out(f"experiment {exp.id}: running on {target.label} (revision {exp.revision}); "
@@ -263,7 +256,7 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
     one = one or common.single(target, ct)
     tgt = choice.target if choice is not None else \
         grp.members[0] if grp is not None else _target(settings, *one, start, trust_new_host, dry_run)
-    from ..launch import prepare, queueing  # once the target is known: its connection readies meanwhile
+    from ..launch import prepare  # once the target is known: its connection readies meanwhile
 
     confirm = render.confirm if render.interactive() else None
     launch = prepare.deploy(settings, tgt, message=message, clean=clean_checkpoints or purge or guard, purge=purge,
@@ -275,25 +268,25 @@ def deploy(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, mes
         from ..launch.placement import apply
 
         apply(launch, choice)
-    from ..launch import slurm
+    from ..launch import scheduler
 
-    launch.slurm = slurm.wanted(tgt, gpus, nodes)
+    sched = scheduler.of(tgt)
+    launch.resources = sched.resources(gpus, nodes)
     launch.guard = guard
-    if launch.slurm is not None and queue:  # Slurm is the queue: the job is submitted beside the running one
-        queue, launch = False, slurm.beside_running(launch)
-    if grp is not None and (queue or guard):
+    ours = queue and not sched.queues  # orch's queue on the target; Slurm's: submitted beside the running job
+    if grp is not None and (ours or guard):
         from ..errors import InputError
 
-        raise InputError("a job over several nodes cannot be queued" if queue else
+        raise InputError("a job over several nodes cannot be queued" if ours else
                          "--guard watches one run against one parent, not a job",
-                         hint="deploy the job without --queue" if queue else "deploy the job without --guard")
-    if queue and guard:
+                         hint="deploy the job without --queue" if ours else "deploy the job without --guard")
+    if ours and guard:
         from ..errors import InputError
 
         raise InputError("a queued run has no running parent to be guarded against",
                          hint="give --queue or --guard, not both")
     if queue:
-        launch = queueing.queued(launch)
+        launch = sched.queued(launch)
     if grp is not None:
         return job.deploy(launch, grp, settings, dry_run, as_json)
     _run(launch, settings, dry_run, as_json, one)
@@ -376,9 +369,9 @@ def restart(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, me
         from ..launch.placement import apply
 
         apply(launch, choice)
-    from ..launch import slurm
+    from ..launch import scheduler
 
-    launch.slurm = slurm.wanted(tgt, gpus, None)
+    launch.resources = scheduler.of(tgt).resources(gpus, None)
     if beside and tgt.connect is not None:
         launch = besides.beside(launch, gpus, queue=False)
     launch.guard = guard

@@ -149,6 +149,14 @@ def _how_it_ended(d: dict) -> str:
     return f" ({reason})"
 
 
+def _accounted(said: dict | None) -> str:
+    """``; sacct: FAILED, exit code 3:0, ran 00:01:02``: how Slurm's accounting saw the job end (where it is on)."""
+    if not isinstance(said, dict) or not said.get("state"):
+        return ""
+    ran = f", ran {said['elapsed']}" if said.get("elapsed") else ""
+    return f"; sacct: {said['state']}, exit code {said.get('exit_code') or '?'}{ran}"
+
+
 def _print_status(d: dict) -> None:
     if d["experiment"] is None:
         render.out(f"{d['target_label']}: no experiment yet (orch deploy starts one)")
@@ -166,7 +174,7 @@ def _print_status(d: dict) -> None:
         render.out(f"  {watched}")
     if (job := d.get("slurm")):
         render.out(f"  Slurm job {job.get('job_id')}" + (f", partition {job['partition']}" if job.get("partition")
-                                                          else ""))
+                                                          else "") + _accounted(job.get("sacct")))
     if d.get("message"):
         render.out(f"  message: {d['message']}")
     if (told := _notify_line(d.get("notify"))) is not None:

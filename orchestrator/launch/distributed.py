@@ -71,6 +71,19 @@ def script_args(argv: list[str]) -> list[str]:
     return rest
 
 
+def python_of(command: list[str] | str) -> str | None:
+    """The interpreter word of a command that runs a Python script (``python3 train.py``, ``OMP=1 python -u
+    -m pkg``: a shell line of one simple command), which torchrun can be put in front of; else None."""
+    if isinstance(command, str):
+        if not commands.simple(command):
+            return None
+        raw = _line_words(command)[1]
+        words = [shlex.split(w)[0] if shlex.split(w) else "" for w in raw]
+    else:
+        words = list(command)
+    return words[0] if words and _is_python(words[0]) else None
+
+
 def rdzv_id(project: str, exp_id: int | None) -> str:
     return f"{project}-exp{exp_id if exp_id is not None else 'N'}"
 

@@ -168,7 +168,7 @@ class Launch:
     guard: bool = False  # --guard: the new run is watched against the one it replaces ([guard])
     beside: dict | None = None  # --beside: {"gpus": N, "total": M}, started next to the running ones (beside.py)
     stop_ids: list | None = None  # stop_run stops these experiments only (orch stop -e ID); None: all the project's
-    slurm: dict | None = None  # on a kind = "slurm" target: {"gpus", "nodes"} its job asks for (launch/slurm.py)
+    resources: dict | None = None  # what the run asks its scheduler for (scheduler.py): Slurm's {"gpus", "nodes"}
 
     def has(self, kind: type[Action]) -> bool:
         return has(self.actions, kind)

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import guarded, result as launch_result, way_back
+from . import guarded, result as launch_result, scheduler, way_back
 from .. import checkpoints, signals
 from ..reach.agent_client import AgentClient, Op
 from ..config import Settings
@@ -372,7 +372,7 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
                                         "secrets": dict(launch.secrets), "experiment": start.experiment,
                                         "batching": exp.batching, "recovery": start.recovery}
                           | _notify_arg(launch, exp) | ({"beside": True} if launch.beside else {})
-                          | _slurm_arg(launch, exp)
+                          | scheduler.of(launch.target).submit(launch, exp)
                           | ({} if settings.run.standby else {"use_standby": False}) | _inherited(launch)))
             keys.append("start")
         elif isinstance(step, VerifyStarted) and exp is not None:
@@ -385,15 +385,6 @@ def locked_ops(launch: Launch, probe: dict, writer: checkpoints.Writer | None, e
         ops.insert(first, checkpoints.move_op(target))
         keys.insert(first, "ckpt_move")
     return ops, keys
-
-
-def _slurm_arg(launch: Launch, exp: Experiment) -> dict:
-    """On a Slurm target the agent submits the run as a job (``agent/slurm.py``) with these options."""
-    from . import slurm
-
-    if not slurm.is_slurm(launch.target):
-        return {}
-    return {"slurm_job": slurm.job_spec(launch.target, launch.settings.project.name, exp.id, launch.slurm)}
 
 
 def _inherited(launch: Launch) -> dict:
@@ -449,9 +440,8 @@ def _apply(launch: Launch, client: AgentClient, registry: Registry, probe: dict,
     key = registry.run_registry(exp.id) if exp is not None else None
     from .envs import run_env
 
-    recovery = settings.run.recovery() | ({"guard": out.guard} if out.guard else {})
-    if launch.target.spec.kind == "slurm":  # no unit of orch's on a compute node: a requeue brings the run back
-        recovery["resume_after_reboot"] = False
+    recovery = scheduler.of(launch.target).recovery(settings.run.recovery() | ({"guard": out.guard} if out.guard
+                                                                                else {}))
     start = Start(launch.inputs.argv or [], {**launch.env, **run_env(launch)},
                   {**_experiment_json(exp), "clone": clone(settings)}, recovery) if exp is not None else None
     ops, keys = locked_ops(launch, probe, writer, exp, key, registry.registry_id, start)
@@ -496,10 +486,10 @@ def _check_start_first(launch: Launch, exp: Experiment, key: str | None, ops: li
                                        "spare_jobs": spare_jobs}
                      | ({"beside": launch.env.get("CUDA_VISIBLE_DEVICES", "")} if launch.beside else {})))
     keys.insert(first, "start_check")
-    slurm_job = _slurm_arg(launch, exp).get("slurm_job")
-    if slurm_job is not None:  # whether Slurm takes the job (partition, account, GPUs), before anything changes
-        ops.insert(first + 1, Op("slurm_check", {"exp_id": exp.id, "registry": key} | slurm_job))
-        keys.insert(first + 1, "slurm_check")
+    taken = scheduler.of(launch.target).check(launch, exp, key)
+    if taken is not None:  # whether the scheduler takes the run (Slurm: partition, account, GPUs), before any change
+        ops.insert(first + 1, taken)
+        keys.insert(first + 1, taken.name)
 
 
 def _record_moved(registry: Registry, value: dict) -> None:

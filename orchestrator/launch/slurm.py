@@ -3,18 +3,14 @@
 The login node is reached like any SSH host and runs orch's agent; the run folder, revision and checkpoints are
 on the shared file system under the target's root. Only the run's start differs: the agent submits a job that
 runs the run's supervisor on the allocated nodes (``agent/slurm.py``), where a container's agent starts it in
-tmux. So a deploy is the same plan on both: push, stop the project's run (``scancel --signal=INT``, then
-``scancel``), move checkpoints, start; and ``status``, ``logs``, ``stop`` read and act through the same agent ops.
+tmux (``scheduler.py``: the two kinds behind one interface). So a deploy is the same plan on both: push, stop the
+project's run (``scancel --signal=INT``, then ``scancel``), move checkpoints, start; and ``status``, ``logs``,
+``stop`` read and act through the same agent ops.
 """
 
 from __future__ import annotations
 
-from ..errors import InputError
 from ..reach.targets import Target
-
-
-def is_slurm(target: Target) -> bool:
-    return target.spec.kind == "slurm"
 
 
 def job_spec(target: Target, project: str, exp_id: int | None, wanted: dict | None) -> dict:
@@ -35,14 +31,29 @@ def job_spec(target: Target, project: str, exp_id: int | None, wanted: dict | No
     return out
 
 
-def wanted(target: Target, gpus: int | None, nodes: int | None) -> dict | None:
-    """``--gpus``/``--nodes`` of a launch on ``target``: Slurm's to satisfy there; refused elsewhere."""
-    if not is_slurm(target):
-        if nodes is not None:
-            raise InputError("--nodes asks Slurm for nodes: it is for a kind = \"slurm\" target",
-                             hint="a job over several CTs names them: --ct 200 --ct 201")
-        return None
-    return {"gpus": gpus, "nodes": nodes}
+PLACE = "{orch:node%d}"  # node R's address in a launcher line, which its supervisor fills in from the allocation
+
+
+def launcher(settings, command: list[str] | str, exp_id: int | None, wanted: dict | None) -> dict:
+    """A job over several nodes whose command runs a Python script: torchrun with a c10d rendezvous on the
+    allocation's first node, as a job over containers starts (``distributed.plan``, [distributed]'s launcher,
+    nproc_per_node, port and interface, [run] restarts as torchrun's). Slurm names the nodes only once the job
+    runs, so each rank's line holds ``PLACE``s that its supervisor fills in (``agent/run/slurm_launch.py``),
+    and that supervisor starts it only where the script's Python imports torch (else the command as it is).
+    ``{}`` for one node, ``launcher = "none"``, or a command torchrun cannot be put in front of."""
+    from . import distributed
+
+    nodes = int((wanted or {}).get("nodes") or 1)
+    dist = settings.distributed
+    python = distributed.python_of(command)
+    if nodes < 2 or distributed.launcher(dist, nodes) == "none" or (python is None and dist.launcher is None):
+        return {}
+    gpus = int((wanted or {}).get("gpus") or 0)
+    facts = [distributed.NodeFacts(rank, f"node{rank}", PLACE % rank, None, gpus) for rank in range(nodes)]
+    runs = distributed.plan(facts, command, dist, settings.project.name, exp_id, restarts=settings.run.restarts)
+    env = {k: v for k, v in runs[0].env.items() if not k.startswith("ORCH_")}  # the allocation gives those
+    return {"torchrun": {"argv": [run.argv for run in runs], "env": env, "places": [PLACE % r for r in range(nodes)],
+                         "python": python or "python3", "port": dist.port}}
 
 
 def describe(info: dict) -> str:
@@ -50,15 +61,6 @@ def describe(info: dict) -> str:
     job = info.get("slurm") or {}
     part = f", partition {job['partition']}" if job.get("partition") else ""
     return f"Slurm job {job.get('job_id')}{part}"
-
-
-def beside_running(launch):
-    """``deploy --queue`` on Slurm: submitted without stopping the project's running job (Slurm queues it)."""
-    from dataclasses import replace
-
-    from .model import StopRun
-
-    return replace(launch, actions=tuple(a for a in launch.actions if not isinstance(a, StopRun)))
 
 
 def state_words(status: str, job: dict | None, now: float | None = None) -> str:

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..config import Settings, TargetSection
+from ..config import SLURM_KEYS, Settings, TargetSection
 from ..errors import ConfigError, InputError, OrchError, ProxmoxError, TargetError
 from .transport.base import Transport
 
@@ -70,8 +70,20 @@ def paths_for(settings: Settings, spec: TargetSection) -> tuple[str, str]:
     return root, ckpt
 
 
+def slurm_options(settings: Settings, spec: TargetSection) -> TargetSection:
+    """A Slurm target with ``[slurm]``'s options under its own: each key the target sets itself wins (its
+    ``sbatch_args`` replace the table's, a ``resubmit = false`` turns the table's off)."""
+    if spec.kind != "slurm":
+        return spec
+    table = settings.slurm
+    inherited = {key: getattr(table, key) for key in SLURM_KEYS
+                 if key in table.model_fields_set and key not in spec.model_fields_set}
+    return spec.model_copy(update=inherited) if inherited else spec
+
+
 def planned_target(settings: Settings, name: str, spec: TargetSection) -> "Target":
     """A target as the configuration describes it, before any lookup or connection."""
+    spec = slurm_options(settings, spec)
     root, ckpt = paths_for(settings, spec)
     return Target(name, spec, root, ckpt, spec.python, {"kind": spec.kind},
                   machine=machine_key(settings, spec, root))

@@ -41,15 +41,17 @@ class Parser:
     ``patterns`` maps a metric name to a regex with exactly one group, e.g. ``{"loss": "L=([0-9.]+)"}``;
     it is matched against each update of the line with colour codes removed, and wins over the built-in formats.
     A parser reads one log in order: ``state`` (what its reader remembers, e.g. the epoch a header opened)
-    carries over to a ``Parser(patterns, state)`` that reads on.
+    carries over to a ``Parser(patterns, state)`` that reads on. ``fast=False`` reads each line in full, as orch
+    did before it kept line templates (``benchmarks/bench_metrics.py`` measures against it).
     """
 
-    def __init__(self, patterns: Mapping[str, str] | None = None, state: dict | None = None) -> None:
+    def __init__(self, patterns: Mapping[str, str] | None = None, state: dict | None = None,
+                 fast: bool = True) -> None:
         self._user: list[tuple[str, float, re.Pattern[str]]] = []
         for name, source in (patterns or {}).items():
             rx = _compile_pattern(name, source)
             self._user.append((*_user_name(name), rx))
-        self.reader = Reader(state)
+        self.reader = Reader(state, fast)
 
     def state(self) -> dict:
         return self.reader.state()

@@ -20,7 +20,7 @@ from ..records.experiments import ENDED, FINAL, Experiment, Registry
 from ..reach.targets import Target
 
 CHUNK = 4 << 20  # bytes per agent call
-SERIES_CHUNK = 1 << 20  # bytes of a run's series per agent call: the budget is checked between them
+SERIES_CHUNK = 1 << 19  # bytes of a run's series per agent call (some 12,000 events); the budget is checked between
 STATUS_BUDGET_S = 2.0  # `orch status` stays responsive on a huge log; the rest is read next time
 # where the run's supervisor sums its series up (its last step, each metric's last and best), what status shows is
 # exact however little of the series is read: the rest, for the charts, is read a chunk a time (the one asked ahead,
@@ -316,7 +316,7 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
                 continue  # its records were read from the old offset: ask again from the start
         if "series" in value:  # the events its supervisor read as they were written: no line read again here
             kept = value["series"]
-            records = kept_records(kept["data"])
+            records = kept_records(kept["data"], state.setdefault("series_context", {}))
             add_events([record[2] for record in records], series, state)
             if records:
                 offset = records[-1][0]  # the log is read (by its supervisor) to the end of this event's line
@@ -384,13 +384,14 @@ def summed_up(out: dict, kept: dict) -> None:
         out["eval_loss"], out["eval_metric"] = metrics[eval_key], eval_key
 
 
-def kept_records(data: str) -> list:
-    """The records of a run's series (``agent/run/series.py``) as a ``log_read`` with ``series_offset`` sends them."""
+def kept_records(data: str, context: dict | None = None) -> list:
+    """The records of a run's series (``agent/run/series.py``) as a ``log_read`` with ``series_offset`` sends them;
+    ``context``: what the reads of the series before this one found (its shapes' names), updated in place."""
     import base64
 
     from ..agent.run.series import records
 
-    return records(base64.b64decode(data))
+    return records(base64.b64decode(data), context)
 
 
 def _keep_without_log(registry: Registry, exp_id: int, stored: dict | None) -> None:

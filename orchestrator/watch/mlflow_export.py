@@ -191,6 +191,7 @@ class Exporter:
     def __init__(self, settings: Settings, registry: Registry, uri: str) -> None:
         client_class = _library()
         self.uri, self.registry = uri, registry
+        self.series: dict[int, list] = {}  # the series runs' supervisors kept, where read (``series_read``)
         self.registry_id = registry.registry_id
         self.name = settings.mlflow.experiment or settings.project.name
         with _translated(uri):
@@ -235,6 +236,8 @@ class Exporter:
         """Create or update ``exp``'s run; its parent's run, when there is one, must be exported first."""
         from mlflow.entities import Metric, Param, RunTag
 
+        from .series_read import points_of as series_points
+
         with _translated(self.uri):
             parent = self.runs.get(exp.parent) if exp.parent else None
             wanted = tags(exp, self.registry_id, parent.info.run_id if parent else None)
@@ -250,10 +253,16 @@ class Exporter:
             kept = sorted(k for k, v in recorded.items() if k in have_params and have_params[k] != v)
             new_tags = [RunTag(k, v) for k, v in wanted.items() if have_tags.get(k) != v]
             stamp = _ms(exp.ended or time.time())
+            if exp.id in self.series:  # every point, at the time its line was read
+                points_of = {_key(name): [(step, value, _ms(wall)) for step, value, wall in got]
+                             for name, got in series_points(self.series[exp.id]).items()}
+            else:  # the registry's series, which keep no time per point
+                points_of = {key: [(step, value, stamp) for step, value in got]
+                             for key, got in metric_points(self.registry.metrics(exp.id)).items()}
             new_metrics = []
-            for key, points in metric_points(self.registry.metrics(exp.id)).items():
+            for key, points in points_of.items():
                 seen = set() if created else {m.step for m in self.client.get_metric_history(run_id, key)}
-                new_metrics += [Metric(key, value, stamp, step) for step, value in points if step not in seen]
+                new_metrics += [Metric(key, value, at, step) for step, value, at in points if step not in seen]
             step = PER_BATCH["params"]
             for i in range(0, max(len(new_params), len(new_tags)), step):
                 self.client.log_batch(run_id, params=new_params[i:i + step], tags=new_tags[i:i + step])
@@ -317,12 +326,14 @@ def _with_parents(registry: Registry, exps: list[Experiment], present: dict[int,
 
 def export(settings: Settings, registry: Registry, ids: list[int] | None, *, uri: str,
            refresh: Callable[[list[Experiment]], None] | None, resolve: Callable[[Experiment], Target] | None,
-           notice: Callable[[str], None]) -> dict:
+           notice: Callable[[str], None],
+           series: Callable[[list[Experiment]], dict[int, list]] | None = None) -> dict:
     """Write experiments ``ids`` (default: all; and any ancestor MLflow lacks) as MLflow runs.
 
-    Once MLflow answers, ``refresh`` brings their metrics up to date; with ``resolve``, each run's log is read
-    from its target and uploaded too (an ended one's once). A target that cannot be reached is said through
-    ``notice``, and everything else is exported all the same."""
+    Once MLflow answers, ``refresh`` brings their metrics up to date and ``series`` reads the series their
+    supervisors kept (every point, at its time; the registry's series where it has none); with ``resolve``, each
+    run's log is read from its target and uploaded too (an ended one's once). A target that cannot be reached is said
+    through ``notice``, and everything else is exported all the same."""
     _library()  # before anything is read or written
     exps = [registry.get(i) for i in dict.fromkeys(ids)] if ids else sorted(registry.list(), key=lambda e: e.id)
     with _locked(settings.state_dir):
@@ -330,6 +341,8 @@ def export(settings: Settings, registry: Registry, ids: list[int] | None, *, uri
         if refresh is not None:
             refresh(exps)
         todo = _with_parents(registry, [registry.get(e.id) for e in exps], exporter.runs)
+        if series is not None:  # every point at its time, where the run's supervisor kept its series
+            exporter.series = series(todo)
         done = [exporter.export(exp) for exp in todo]
         logs = _logs(settings, registry, exporter, todo, resolve, notice) if resolve else {}
     registry.changed -= {e.id for e in todo}  # in MLflow as they are now: a mirror has nothing to add

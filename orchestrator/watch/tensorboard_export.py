@@ -9,8 +9,10 @@ functions. Each experiment is one run folder, ``DIR/exp-<id>``, of TensorBoard e
     summary/summary_loss  summary/mean_loss     a summary line's (end of training, Hugging Face's closing log)
 
 A point's step is the training step the line came at, as the log printed it (an evaluation's: the last training
-step before it). The registry's series keep no time per point: every point of an export has the experiment's end
-time (the export's own while it runs), as the MLflow export does.
+step before it), and its wall time when the run's supervisor read that line (``watch/series_read.py``: every event
+of the series it keeps on the target). A run without one (an older orch's, a run folder collected, ``[metrics]
+patterns``) is exported from the registry's series, which keep no time per point: its points have the experiment's
+end time (the export's own while it runs), as the MLflow export does.
 
 Exporting again adds only the points after each tag's last step in the folder (read back from its own event
 files), in a new event file beside the others: nothing is duplicated, and a folder deleted is written again whole.
@@ -60,6 +62,15 @@ def tagged(stored: dict | None) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
+def tagged_records(records: list) -> dict[str, list[tuple[int, float, float]]]:
+    """A run's series (``[log offset, time, event]`` each) as TensorBoard tags and their (step, value, wall time)
+    points (``series_read.points_of``)."""
+    from ..agent.metrics.metric_names import kind_of_metric
+    from .series_read import points_of
+
+    return {f"{SECTIONS[kind_of_metric(name)]}/{name}": points for name, points in points_of(records).items()}
+
+
 def _last_steps(accumulator: Any, folder: Path) -> dict[str, int]:
     """Each tag's last step in the event files already in ``folder``."""
     if not folder.is_dir() or not any(folder.glob("events.out.tfevents.*")):
@@ -72,9 +83,11 @@ def _last_steps(accumulator: Any, folder: Path) -> dict[str, int]:
 
 
 def export(registry: Registry, ids: list[int] | None, folder: Path, *,
-           refresh: Callable[[list[Experiment]], None] | None, now: float | None = None) -> dict:
+           refresh: Callable[[list[Experiment]], None] | None, now: float | None = None,
+           series: Callable[[list[Experiment]], dict[int, list]] | None = None) -> dict:
     """Write experiments ``ids`` (default: all) into ``folder`` as TensorBoard runs, only the points each run
-    lacks; ``refresh`` brings their metrics up to date first."""
+    lacks; ``refresh`` brings their metrics up to date first, ``series`` reads the series their supervisors kept
+    (``series_read.records_of``; a run it has none of is exported from the registry)."""
     accumulator, writer_class, event_pb2, summary_pb2 = _library()  # before anything is read or written
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{folder} is a file, not a folder", hint="name a folder for --tensorboard (it is made "
@@ -82,23 +95,29 @@ def export(registry: Registry, ids: list[int] | None, folder: Path, *,
     exps = [registry.get(i) for i in dict.fromkeys(ids)] if ids else sorted(registry.list(), key=lambda e: e.id)
     if refresh is not None:
         refresh(exps)
+    kept = series(exps) if series is not None else {}
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for exp in (registry.get(e.id) for e in exps):
         run_dir = folder / run_name(exp)
         have = _last_steps(accumulator, run_dir)
         wall = exp.ended or (time.time() if now is None else now)
-        new = [(tag, step, value) for tag, points in tagged(registry.metrics(exp.id)).items()
-               for step, value in points if step > have.get(tag, -1)]
+        if exp.id in kept:
+            points = tagged_records(kept[exp.id])
+        else:
+            points = {tag: [(step, value, wall) for step, value in got]
+                      for tag, got in tagged(registry.metrics(exp.id)).items()}
+        new = [(tag, step, value, at) for tag, got in points.items()
+               for step, value, at in got if step > have.get(tag, -1)]
         if new:
             run_dir.mkdir(exist_ok=True)
             writer = writer_class(str(run_dir), filename_suffix=SUFFIX)
             try:
-                for tag, step, value in sorted(new, key=lambda p: (p[1], p[0])):
+                for tag, step, value, at in sorted(new, key=lambda p: (p[1], p[0])):
                     summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
-                    writer.add_event(event_pb2.Event(wall_time=wall, step=step, summary=summary))
+                    writer.add_event(event_pb2.Event(wall_time=at, step=step, summary=summary))
             finally:
                 writer.close()
         rows.append({"experiment": exp.id, "run": run_name(exp), "points": len(new),
-                     "tags": sorted({tag for tag, _, _ in new})})
+                     "tags": sorted({tag for tag, _, _, _ in new})})
     return {"dir": str(folder), "runs": rows}

@@ -33,7 +33,7 @@ def expected() -> list[dict]:
 
 
 def records(run: Path) -> list:
-    return [json.loads(line) for line in (run / series.FILE).read_text().splitlines()]
+    return series.records((run / series.FILE).read_bytes())
 
 
 def grow(run: Path, keeper_of, pieces: int, seed: int = 0) -> None:
@@ -58,8 +58,9 @@ def test_every_event_once_as_the_log_grows_with_its_offset_and_time(tmp_path):
     assert all(log[r[0] - 1:r[0]] in (b"\n", b"\r") for r in kept)  # each at the end of its line
     assert [r[0] for r in kept] == sorted(r[0] for r in kept)
     # a reader carries its byte offset and reads only what is new
-    first, at = series.read(str(tmp_path), 0, max_bytes=200)
-    rest, end = series.read(str(tmp_path), at)
+    context: dict = {}
+    first, at = series.read(str(tmp_path), 0, max_bytes=200, context=context)
+    rest, end = series.read(str(tmp_path), at, context=context)
     assert first + rest == kept and end == (tmp_path / series.FILE).stat().st_size
 
 
@@ -155,3 +156,62 @@ def test_the_last_tick_reads_the_log_to_its_end_however_far_behind(tmp_path, mon
     keeper.tick(final=True)
     assert [r[2]["step"] for r in records(tmp_path)] == list(range(1, 200))
     assert json.loads((tmp_path / series.STATE).read_text())["log"] == (tmp_path / series.LOG).stat().st_size
+
+
+def test_the_series_is_smaller_than_its_log(tmp_path):
+    # a shape's names once, then each event as its offset, its shape and its values: smaller than the lines it
+    # was read from, and read back to the very events the lines give
+    rng = random.Random(0)
+    lines = []
+    for i in range(1, 3000):
+        loss = 4.0 * 0.9995 ** i + rng.gauss(0, 0.02)
+        lines.append(rng.choice([f"step={i} loss={loss:.4f} tok/s={rng.randint(10000, 16000)} lr=3.0e-04 epoch=0",
+                                 f"[2026-11-29 09:32:22] step: {i}/1000000 | loss: {loss:.4f} | grad_norm: 0.93",
+                                 json.dumps({"step": i, "loss": round(loss, 4), "lr": 3e-4, "time": 1.7e9 + i}),
+                                 "validation started"]))
+    (tmp_path / series.LOG).write_text("\n".join(lines) + "\n")
+    series.Series(str(tmp_path)).tick(final=True)
+    size, log = (tmp_path / series.FILE).stat().st_size, (tmp_path / series.LOG).stat().st_size
+    assert size < 0.8 * log, (size, log)
+    reader = metric_lines.Reader()
+    assert [r[2] for r in records(tmp_path)] == [e for line in lines for e in reader.events(line)]
+
+
+def test_an_older_supervisors_records_read_beside_the_new_ones(tmp_path):
+    # a run whose supervisor was an older orch's, then this one's after a restart: both kinds of line read in order
+    old = b'[12,1700000000.5,{"step":1,"loss":2.5}]\n'
+    new = b'{"t":1700000001.25}\n{"id":0,"names":["step","loss"]}\n[30,0,2,2.25]\n'
+    assert series.records(old + new) == [[12, 1700000000.5, {"step": 1, "loss": 2.5}],
+                                         [30, 1700000001.25, {"step": 2, "loss": 2.25}]]
+    (tmp_path / series.FILE).write_bytes(old + new)
+    assert series.Series(str(tmp_path))._last_record() == (30, 1)
+
+
+def test_the_series_gives_the_events_the_controllers_log_reader_gives(tmp_path):
+    # the supervisor's series, read a tick at a time as the log grows, against the controller's raw-log reader
+    # (watch.logparse.Parser, which reads old runs and [metrics] patterns) on the same log: train, evaluation and
+    # summary lines of several formats, JSON lines, progress bars
+    from orchestrator.watch.logparse import Parser
+
+    rng = random.Random(1)
+    lines = list(LINES)
+    for i in range(1, 1500):
+        loss = 3.0 * 0.999 ** i + rng.gauss(0, 0.01)
+        lines.append(rng.choice([
+            f"step={i} loss={loss:.4f} tok/s={rng.randint(900, 1100)} lr=3.0e-04",
+            f"iter {i}: loss {loss:.4f}, time {rng.uniform(40, 60):.2f}ms, mfu {rng.uniform(30, 40):.2f}%",
+            json.dumps({"step": i, "loss": round(loss, 4), "val_loss": round(loss + 0.1, 4), "time": 1.7e9 + i}),
+            f"[2026-11-29 09:32:22] step: {i}/1500 | loss: {loss:.4f} | grad_norm: 0.93 | Ktok/s: 12.1",
+            f"| end of epoch {i // 100:3d} | time: 35.12s | valid loss {loss:5.2f} | valid ppl {2 ** loss:8.2f}",
+            "Test set: Average loss: 0.0500, Accuracy: 9800/10000 (98%)",
+            "saving checkpoint to out",
+        ]))
+    data = ("\n".join(lines) + "\n").encode()
+    keeper, at = series.Series(str(tmp_path)), 0
+    for cut in sorted(rng.sample(range(1, len(data)), 40)) + [len(data)]:
+        with open(tmp_path / series.LOG, "ab") as fh:
+            fh.write(data[at:cut])
+        at = cut
+        keeper.tick()
+    keeper.tick(final=True)
+    assert [r[2] for r in records(tmp_path)] == Parser().parse_lines(lines)

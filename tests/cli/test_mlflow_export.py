@@ -97,6 +97,31 @@ def test_export_writes_each_experiment_as_one_run_and_again_duplicates_nothing(p
     assert history(uri, second[1], "loss") == history(uri, found[1], "loss")
 
 
+def test_each_metric_point_has_the_time_its_line_was_read(project):
+    # from the series the run's supervisor kept: each point when its line was read, not all at the run's end
+    project.configure(sleep=0.05)  # loss every 10 steps, half a second apart: several of the supervisor's reads
+    assert project.run("deploy", "--wait").returncode == 0
+    run_dir = project.run_dir(1)
+
+    def saved() -> bool:  # the supervisor's last read of the log (deploy --wait may answer just before it)
+        state = run_dir / "metrics.state.json"
+        return (run_dir / "exit.json").exists() and state.exists() and \
+            json.loads(state.read_text())["log"] == (run_dir / "train.log").stat().st_size
+
+    wait_for(saved, timeout=30, what="the series' last save")
+    res = project.run("experiments", "export", "--mlflow")
+    assert res.returncode == 0, res.stderr
+    uri = store(project)
+    run = runs(uri)[1]
+    with project.registry() as reg:
+        exp = reg.get(1)
+    points = MlflowClient(uri).get_metric_history(run.info.run_id, "loss")
+    assert [m.step for m in points] == [10, 20, 30, 40]
+    stamps = [m.timestamp for m in points]
+    assert stamps == sorted(set(stamps)), stamps  # one after the other, none at the same time
+    assert exp.started * 1000 - 1000 <= stamps[0] and stamps[-1] <= exp.ended * 1000 + 1000
+
+
 def test_a_running_experiment_then_stopped_and_exported_again(project):
     project.configure(steps=100000, sleep=0.02)
     assert project.run("deploy", "-m", "long").returncode == 0

@@ -35,6 +35,15 @@ def scalars(folder: Path) -> dict[str, list]:
     return {tag: acc.Scalars(tag) for tag in acc.Tags()["scalars"]}
 
 
+def series_saved(run: Path) -> None:
+    """Waits for the run's supervisor's last read of its log (deploy --wait may answer just before it)."""
+    def saved() -> bool:
+        state = json.loads((run / "metrics.state.json").read_text()) if (run / "metrics.state.json").exists() else {}
+        return (run / "exit.json").exists() and state.get("log") == (run / "train.log").stat().st_size
+
+    wait_for(saved, timeout=30, what="the series' last save")
+
+
 def export(project, *args: str) -> dict:
     res = project.run("experiments", "export", *args, "--json")
     assert res.returncode == 0, res.stderr
@@ -42,13 +51,15 @@ def export(project, *args: str) -> dict:
 
 
 def test_export_reads_back_in_tensorboard_train_and_eval_apart_and_again_adds_nothing(project, board):
+    project.configure(sleep=0.02)  # its lines over several of its supervisor's reads (0.2 s apart)
     assert project.run("deploy", "--wait", "-m", "first").returncode == 0
+    series_saved(project.run_dir(1))
     res = project.run("experiments", "export", "--tensorboard", str(board))
     assert res.returncode == 0, res.stderr
     assert "experiment 1: TensorBoard run exp-1 (" in res.stdout
     assert f"tensorboard --logdir {board}" in res.stdout
     with project.registry() as reg:
-        ended = reg.get(1).ended
+        started, ended = reg.get(1).started, reg.get(1).ended
     found = scalars(board / "exp-1")
     assert set(found) == {"train/loss", "train/lr", "eval/val_loss", "eval/val_acc"}
     loss = found["train/loss"]
@@ -56,7 +67,10 @@ def test_export_reads_back_in_tensorboard_train_and_eval_apart_and_again_adds_no
     assert [e.value for e in loss] == pytest.approx([round(2.0 / s, 4) for s in range(1, 41)], rel=1e-6)
     val = found["eval/val_loss"]  # an evaluation at the training step it came after, never in train/loss
     assert [(e.step, e.value) for e in val] == [(s, pytest.approx(round(1.0 / s, 4), rel=1e-6)) for s in (10, 20, 30, 40)]
-    assert [e.wall_time for e in loss] == pytest.approx([ended] * 40)  # the registry keeps no time per point
+    # each point's wall time is when the run's supervisor read its line (its series), not the experiment's end
+    walls = [e.wall_time for e in loss]
+    assert walls == sorted(walls) and walls[0] < walls[-1] <= ended + 1 and walls[0] >= started - 1
+    assert [e.wall_time for e in val] == [walls[s - 1] for s in (10, 20, 30, 40)]
 
     files = snapshot(board)
     again = export(project, "--tensorboard", str(board))
@@ -87,6 +101,16 @@ def test_a_running_experiment_exported_again_gets_only_its_new_points(project, b
         assert [(e.step, e.value) for e in events][:len(kept)] == kept  # the first export's points, as they were
     assert max(e.step for e in after["train/loss"]) > max(e.step for e in before["train/loss"])
     assert len(list((board / "exp-1").glob("events.out.tfevents.*"))) == 2  # the new points in a file of their own
+
+
+def test_a_run_read_with_metrics_patterns_is_exported_from_the_registry_at_one_time(project, board):
+    # [metrics] patterns need the log's lines, not the supervisor's series: the registry's points, with the end time
+    project.configure(sleep=0.02, extra='\n[metrics]\npatterns = { lr_x = "lr=([0-9.]+)" }\n')
+    assert project.run("deploy", "--wait").returncode == 0
+    assert export(project, "--tensorboard", str(board))["runs"][0]["points"] > 0
+    found = scalars(board / "exp-1")
+    assert found["train/lr_x"] and found["train/loss"]
+    assert len({e.wall_time for e in found["train/loss"]}) == 1  # no time per point: the end's (or the export's)
 
 
 def test_without_the_tensorboard_extra_an_error_names_it_and_nothing_is_written(project, board, tmp_path):

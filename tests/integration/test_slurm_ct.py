@@ -345,7 +345,8 @@ def test_a_compute_node_without_python_ends_the_run_crashed_with_slurms_words(la
 
 
 def test_at_its_time_limit_a_run_checkpoints_and_goes_on_in_a_new_allocation(lab: SlurmProject) -> None:
-    lab.write(steps=5000, pause=0.2, target='time = "1"\nsignal = "INT@45"\nresubmit = true')
+    # the signal and the resubmit from the [slurm] table, the time limit the target's own
+    lab.write(steps=5000, pause=0.2, target='time = "1"\n\n[slurm]\nsignal = "INT@45"\nresubmit = true\ntime = "10"')
     assert lab.run("deploy").returncode == 0
     job = _job_of(lab, 1)
     back = lab.until(lambda s: s["state"] == "running" and (s.get("attempt") or 0) >= 2, "in its second allocation",
@@ -356,3 +357,170 @@ def test_at_its_time_limit_a_run_checkpoints_and_goes_on_in_a_new_allocation(lab
     assert "restarts 1" in log and f"resume {ROOT}/checkpoints/slurmy/ckpt-" in log, log
     assert lab.run("stop").returncode == 0
     assert lab.json("status")["state"] == "stopped"
+
+
+def test_status_says_how_slurms_accounting_saw_the_end_where_it_is_on(lab: SlurmProject) -> None:
+    # accounting off (this cluster's default): the supervisor's own record, and nothing more said
+    assert lab.run("deploy").returncode == 0
+    end = lab.until(lambda s: s["state"] == "finished", "finished")
+    assert "sacct" not in end["slurm"], end["slurm"]
+    assert "sacct" not in lab.run("status").stdout
+    assert json.loads((lab.run_dir(1) / "sacct.json").read_text())["off"] is True  # not asked again
+    # a job completion log (jobcomp/filetxt) is on: sacct -c answers, and status says how Slurm saw the end
+    with lab.cluster.job_completion_log():
+        lab.write(target='time = "5"')
+        assert lab.run("deploy").returncode == 0
+        job = _job_of(lab, 2)
+        told = lab.until(lambda s: s["experiment"] == 2 and (s.get("slurm") or {}).get("sacct"), "sacct's word")
+        assert told["state"] == "finished" and told["slurm"]["job_id"] == job
+        assert told["slurm"]["sacct"]["state"] == "COMPLETED" and told["slurm"]["sacct"]["exit_code"] == "0:0"
+        shown = lab.run("status").stdout
+        assert f"Slurm job {job}; sacct: COMPLETED, exit code 0:0, ran 00:" in shown, shown
+        # asked once: the next status reads it from the run folder
+        assert json.loads((lab.run_dir(2) / "sacct.json").read_text())["state"] == "COMPLETED"
+
+
+DDP = """\
+import os, signal, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+print(f"worker {rank} of {world} sum {total.item():g} node {os.environ['ORCH_NODE_RANK']} of "
+      f"{os.environ['ORCH_NNODES']} master {os.environ['ORCH_MASTER_ADDR']} torchrun {os.environ['MASTER_ADDR']} "
+      f"job {os.environ['SLURM_JOB_ID']}", flush=True)
+stop = []
+signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+for step in range(1, int(os.environ.get("DDP_STEPS", "0")) + 1):
+    time.sleep(0.2)
+    print(f"worker {rank} step={step}", flush=True)
+    if stop:
+        print(f"worker {rank} final checkpoint at step {step}", flush=True)
+        break
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture
+def torch_nodes(lab: SlurmProject):
+    """torch importable on both compute nodes (the testbed's torch site, read-only), for this test alone."""
+    from tests.testbed import torchsite
+
+    site = torchsite.ensure_site()
+    try:
+        for ct in lab.cluster.nodes:
+            torchsite.mount(ct, site)
+        # the controller restarted from its saved state, which may still hold an earlier test's job as running
+        lab.cluster.cancel_all()
+        yield site
+    finally:
+        for ct in lab.cluster.nodes:
+            ct.attach("rm", "-f", "/" + torchsite.PTH, check=False)  # the mount itself goes at the CT's next start
+            torchsite.unmount(ct, site)
+
+
+def test_a_python_job_over_two_nodes_starts_with_torchrun_and_c10d_on_the_first(lab: SlurmProject,
+                                                                                 torch_nodes) -> None:
+    (lab.path / "ddp.py").write_text(DDP)
+    lab.write()
+    toml = lab.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('sources = ["train.py"]', 'sources = ["train.py", "ddp.py"]')
+                    .replace('command = "python3 train.py"', 'command = "OMP_NUM_THREADS=1 python3 ddp.py"'))
+    done = lab.run("deploy", "--nodes", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    end = lab.until(lambda s: s["state"] in ("finished", "crashed"), "the end", timeout=240)
+    merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert end["state"] == "finished", merged
+    job = _job_of(lab, 1)
+    # one rendezvous over both nodes: the workers' ranks and world come from torchrun, the ORCH_* as on CTs
+    assert "[0] orch: torchrun over 2 nodes, rendezvous (c10d) at 10.77.0.210:29400" in merged, merged
+    for rank in (0, 1):
+        assert f"[{rank}] worker {rank} of 2 sum 3 node {rank} of 2 master ct210 torchrun 10.77.0.210 job {job}" \
+            in merged, merged
+    # a stop: SIGINT through each node's supervisor and torchrun to its worker, which writes its final checkpoint
+    done = lab.run("deploy", "--nodes", "2", "--set", "project.env={DDP_STEPS = '100000'}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lab.until(lambda s: s["state"] == "running" and "step=" in (s.get("last_line") or ""), "training", timeout=180)
+    stopped = lab.run("stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+    merged = lab.run("logs", "-e", "2", "-n", "1000").stdout
+    assert "[0] worker 0 final checkpoint at step" in merged and "[1] worker 1 final checkpoint at step" in merged, \
+        merged
+
+
+def test_without_torch_a_job_over_two_nodes_runs_its_command_as_it_is(lab: SlurmProject) -> None:
+    assert lab.run("deploy", "--nodes", "2").returncode == 0
+    lab.until(lambda s: s["state"] == "finished", "finished", timeout=120)
+    merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    assert "[0] orch: python3 cannot import torch on this node: the command runs as it is" in merged, merged
+    assert "[1] done" in merged and "rank 1 of 2 master ct210" in merged, merged
+
+
+SECRET = """\
+import hashlib, os
+print("token", hashlib.sha256(os.environ["LAB_TOKEN"].encode()).hexdigest()[:12], "rank",
+      os.environ.get("ORCH_NODE_RANK", "-"), flush=True)
+"""
+
+
+def test_secrets_reach_every_node_of_a_job_in_a_file_its_supervisor_takes(lab: SlurmProject) -> None:
+    import hashlib
+    import stat
+
+    value = "s3cret-" + "x" * 20
+    (lab.path / "secret.py").write_text(SECRET)
+    toml = lab.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('sources = ["train.py"]', 'sources = ["secret.py"]\nsecrets = ["LAB_TOKEN"]')
+                    .replace('command = "python3 train.py"', 'command = "python3 secret.py"'))
+    cluster = lab.cluster
+    blocker = cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300").stdout.decode().strip()
+    try:
+        done = lab.run("deploy", "--nodes", "2", env={"LAB_TOKEN": value})
+        assert done.returncode == 0, done.stdout + done.stderr
+        lab.until(lambda s: s["state"] == "queued", "pending")
+        # while the job waits: one file per node, 0600 in a 0700 folder, and the value nowhere else
+        run_dir = lab.run_dir(1)
+        folder = run_dir / "secrets"
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        files = sorted(folder.iterdir())
+        assert [f.name for f in files] == ["0.json", "1.json"], files
+        assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 and value in f.read_text() for f in files)
+        for name in ("job.sh", "slurm.json", "launch.json", "launch-env.json", "experiment.json"):
+            assert value not in (run_dir / name).read_text(), name
+    finally:
+        cluster.run("scancel", blocker, check=False)
+    lab.until(lambda s: s["state"] == "finished", "finished", timeout=120)
+    merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
+    digest = hashlib.sha256(value.encode()).hexdigest()[:12]
+    assert f"[0] token {digest} rank 0" in merged and f"[1] token {digest} rank 1" in merged, merged
+    assert list(folder.iterdir()) == []  # each node's supervisor took its own
+    assert value not in (lab.path / ".orch" / "experiments.db").read_bytes().decode("latin-1")
+
+
+def test_a_pending_job_stopped_leaves_no_secrets_behind(lab: SlurmProject) -> None:
+    toml = lab.path / "orch.toml"
+    toml.write_text(toml.read_text().replace('sources = ["train.py"]', 'sources = ["train.py"]\nsecrets = ["LAB_TOKEN"]'))
+    cluster = lab.cluster
+    blocker = cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300").stdout.decode().strip()
+    try:
+        assert lab.run("deploy", env={"LAB_TOKEN": "never-used"}).returncode == 0
+        lab.until(lambda s: s["state"] == "queued", "pending")
+        assert [f.name for f in (lab.run_dir(1) / "secrets").iterdir()] == ["0.json"]
+        assert lab.run("stop").returncode == 0
+        assert list((lab.run_dir(1) / "secrets").iterdir()) == []
+    finally:
+        cluster.run("scancel", blocker, check=False)
+
+
+def test_a_crash_on_slurm_reaches_the_webhook(lab: SlurmProject) -> None:
+    from tests.webhook import Webhook
+
+    with Webhook("10.77.0.1") as hook:  # the host's address on the testbed's bridge
+        toml = lab.path / "orch.toml"
+        toml.write_text(toml.read_text().replace('command = "python3 train.py"',
+                                                 'command = "python3 -c \'raise SystemExit(3)\'"')
+                        + f'\n[notify]\nurl_secret = "LAB_HOOK"\nformat = "json"\non = ["crashed"]\n')
+        assert lab.run("deploy", env={"LAB_HOOK": hook.url}).returncode == 0
+        got = hook.wait(1, timeout=90)[0].json()
+    assert got["event"] == "crashed" and got["details"]["exit_code"] == 3, got
+    assert list((lab.run_dir(1) / "secrets").iterdir()) == []

@@ -13,10 +13,12 @@ the network to be built (``tests/groups.py`` builds it before the testbed instan
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Iterator
 
 from tests.testbed import lxc
 from tests.testbed.lxc import Container, TestbedError
@@ -146,6 +148,23 @@ class Cluster:
     def run(self, *argv: str, check: bool = True):
         """A command on the login node (as root), e.g. ``squeue``."""
         return self.login.attach(*argv, check=check)
+
+    @contextlib.contextmanager
+    def job_completion_log(self) -> Iterator[None]:
+        """Slurm's job completion log on (``jobcomp/filetxt``: what ``sacct -c`` reads) for the ``with`` block,
+        with accounting storage still off; the controller restarted each way."""
+        conf = self.login.attach("cat", "/etc/slurm/slurm.conf").stdout.decode()
+        logged = conf + "JobCompType=jobcomp/filetxt\nJobCompLoc=/var/log/slurm/jobcomp.log\n"
+        self._controller_with(logged)
+        try:
+            yield
+        finally:
+            self._controller_with(conf)
+
+    def _controller_with(self, conf: str) -> None:
+        self.login.attach("sh", "-c", 'cat > /etc/slurm/slurm.conf', input=conf.encode())
+        self.login.attach("systemctl", "restart", "slurmctld")
+        self.wait_idle()
 
     def cancel_all(self) -> None:
         """Every job cancelled, and the nodes idle again: what one test leaves, the next never meets."""

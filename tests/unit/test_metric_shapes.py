@@ -377,3 +377,44 @@ def test_digits_in_a_name_are_not_numbers_of_the_template() -> None:
     assert reader.read("top1=0.5 loss=2.0") == {"acc1": 0.5, "loss": 2.0}
     assert reader.read("top5=0.7 loss=1.0") == {"acc5": 0.7, "loss": 1.0}
     assert reader.read("top1=0.25 loss=3.5") == {"acc1": 0.25, "loss": 3.5}
+
+
+_MIXED_FORMS = [
+    "step={} loss={} tok/s={} lr=3.0e-04 epoch={}",
+    "[2026-11-29 09:32:22] step: {}/{} | loss: {} | grad_norm: 0.93 | Ktok/s: {}",
+    '{{"step": {}, "loss": {}, "lr": 0.0003, "time": {}}}',
+    '{{"acc{}": {}, "val_loss": {}, "tok/s": {}}}',
+    "Epoch {}/{}",
+    "Epoch [{}/{}], Step [{}/{}], Loss: {}",
+    "top{}={} loss={}",
+    "Test: [{}/{}] Acc@1 {} ({}) Acc@5 {} Loss {}",
+    " * Acc@1 {} Acc@5 {}",
+    "***** eval metrics *****",
+    "  eval_loss = {}",
+    "\x1b[31mstep: {}  \x1b[32mloss: {}\x1b[39m",
+    "Epoch {}:  10%|█  | {}/20 [00:00<00:00, 266.20it/s, train_loss={}]"
+    "\rEpoch 0:  15%|█  | 3/20 [00:01<00:00, 5it/s]",
+    "iter {}: loss {}, time {}ms, mfu {}%",
+    "tokens: {:,} loss: {}",
+    "Saving checkpoint to checkpoints/ckpt-{}.npz",
+    "validation started",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_MIXED_FORMS) - 1),
+                          st.lists(st.one_of(st.integers(0, 10**6), st.integers(1, 9),
+                                             st.floats(0, 1e3, allow_nan=False).map(lambda v: round(v, 4))),
+                                   min_size=6, max_size=6)),
+                min_size=1, max_size=400),
+       st.integers(1, 3000))
+def test_a_chunk_read_at_once_reads_as_each_line_read_in_full(picks: list, repeat: int) -> None:
+    # lines of one template are read together, a column at a time, in between lines that change what the reader
+    # remembers (an epoch header, an evaluation section, the kind of the line before): the events, their order and
+    # the order of their keys are those of reading each line in full, one after the other
+    lines = []
+    for i, (form, numbers) in enumerate(picks * (1 + repeat // len(picks))):
+        lines.append(_MIXED_FORMS[form].format(*numbers) if form != 14 else
+                     _MIXED_FORMS[form].format(int(numbers[0]) * 1000 + i, numbers[1]))
+    fast, full = Parser().parse_lines(lines), Parser(fast=False).parse_lines(lines)
+    assert [list(e.items()) for e in fast] == [list(e.items()) for e in full]

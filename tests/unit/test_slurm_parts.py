@@ -83,6 +83,41 @@ def test_the_allocation_is_kept_over_the_launchs_variables() -> None:
     assert slurm.node_env({"SLURM_NNODES": "1"}) == {}
 
 
+def test_a_python_job_over_nodes_gets_torchruns_lines_with_a_place_for_each_nodes_address() -> None:
+    from orchestrator.agent.run import slurm_launch
+    from orchestrator.config import Settings
+    from orchestrator.launch.slurm import launcher
+
+    settings = Settings(project={"name": "p"}, run={"restarts": 2})
+    plan = launcher(settings, ["python3", "-u", "train.py", "--lr", "1"], 7, {"nodes": 2, "gpus": 2})["torchrun"]
+    assert plan["places"] == ["{orch:node0}", "{orch:node1}"] and plan["python"] == "python3"
+    assert plan["env"] == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # the allocation gives the ORCH_* ones
+    second = slurm_launch.fill(plan["argv"][1], plan["places"], ["10.0.0.1", "10.0.0.2"])
+    assert second == ["python3", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+                      "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400", "--rdzv-id=p-exp7",
+                      "--rdzv-conf=is_host=0", "--local-addr=10.0.0.2", "--max-restarts=2", "train.py", "--lr", "1"]
+    # one node, a command that is no Python script, launcher = "none": the command as it is
+    assert launcher(settings, ["python3", "train.py"], 7, {"nodes": 1}) == {}
+    assert launcher(settings, "./train.sh", 7, {"nodes": 2}) == {}
+    assert launcher(settings, "python3 train.py | tee out", 7, {"nodes": 2}) == {}
+    none = Settings(project={"name": "p"}, distributed={"launcher": "none"})
+    assert launcher(none, ["python3", "train.py"], 7, {"nodes": 2}) == {}
+
+
+def test_a_batch_jobs_secrets_wait_in_a_file_per_node_that_its_supervisor_takes(tmp_path) -> None:
+    import stat
+
+    from orchestrator.agent.run import handover
+
+    handover.leave(str(tmp_path), {"TOKEN": "v"}, 2)
+    assert stat.S_IMODE((tmp_path / "secrets").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "secrets" / "1.json").stat().st_mode) == 0o600
+    assert handover.take(str(tmp_path), {"SLURM_NODEID": "1"}) == {"TOKEN": "v"}
+    assert handover.take(str(tmp_path), {"SLURM_NODEID": "1"}) is None  # taken: a requeued attempt has none
+    handover.drop(str(tmp_path))
+    assert list((tmp_path / "secrets").iterdir()) == []
+
+
 @pytest.mark.parametrize("order", ["cause first", "summary first"])
 def test_why_a_job_failed_is_the_line_that_says_why_whichever_process_flushed_first(tmp_path, order):
     cause = "slurmstepd-ct211: error: execve(): python3: No such file or directory"

@@ -34,6 +34,7 @@ _FIELD = re.compile(r"^\s+\S+\s*[=:]")  # "  eval_loss = 0.35", a line of a Hugg
 _BAR_COUNTS = ("step", "epoch", "total_steps", "steps_s")  # what a bar's counter shows; the rest is its postfix
 _BAR_PLACE = ("step", "epoch", "total_steps")
 _EVAL = ("val_", "test_")
+CHUNK = 2048  # lines read together: a chunk's columns stay in the CPU's caches
 AGENT_KEYS = ("step", "loss", "tok_s", "steps_s", "samples_s", "val_loss", "test_loss")
 
 
@@ -46,10 +47,12 @@ class Reader:
     """Reads the lines of one log in order (``read`` one update, ``events`` a whole line); ``state`` and
     ``Reader(state)`` carry what it remembers across reads of the same log."""
 
-    __slots__ = ("base", "epoch", "epochs", "section", "last", "bar")
+    __slots__ = ("base", "epoch", "epochs", "section", "last", "bar", "fast")
 
-    def __init__(self, state: dict | None = None) -> None:
+    def __init__(self, state: dict | None = None, fast: bool = True) -> None:
         state = state or {}
+        # fast=False reads every line in full, as the reader did before templates (the benchmark's baseline)
+        self.fast = fast
         self.base: float | None = state.get("base")  # the first epoch's number: 0 or 1
         self.epoch: float | None = state.get("epoch")  # the epoch a header line opened
         self.epochs: float | None = state.get("epochs")  # how many epochs, when a line said
@@ -71,19 +74,81 @@ class Reader:
                 yield found
 
     def lines(self, lines) -> list[Event]:
-        """``events`` of each of ``lines``, in order: a plain line (most are) goes straight to ``read``."""
+        """``events`` of each of ``lines``, in order. Read a chunk at a time: every line's template in one call
+        (``metric_templates.keys``); a line of a template known to hold nothing is passed over, and the lines of a
+        template read in batch (``metric_templates.Batch``) are only noted in their place as the rest are read in
+        order, then read a template at a time and put back in their places. The rest go to ``events``."""
+        lines = lines if isinstance(lines, list) else list(lines)
         out: list[Event] = []
-        read, events = self.read, self.events
-        for line in lines:
-            if "\x1b" in line or "\r" in line or "\b" in line:
-                out.extend(events(line))
-            elif (found := read(line)):
-                out.append(found)
+        if not self.fast:
+            for line in lines:
+                out.extend(self.events(line))
+            return out
+        for at in range(0, len(lines), CHUNK):
+            out.extend(filter(None, self._chunk(lines[at:at + CHUNK], at)[0]))
         return out
+
+    def placed(self, lines: list[str]) -> list[tuple[int, Event]]:
+        """``lines``'s events as ``lines`` reads them, each with the index of the line it came from."""
+        if not self.fast:
+            return [(i, event) for i, line in enumerate(lines) for event in self.events(line)]
+        out: list[tuple[int, Event]] = []
+        for at in range(0, len(lines), CHUNK):
+            slots, where = self._chunk(lines[at:at + CHUNK], at)
+            out.extend((i, found) for i, found in zip(where, slots) if found)
+        return out
+
+    def _chunk(self, lines: list[str], first: int) -> tuple[list[Event | None], list[int]]:
+        """The events of ``lines`` in order (None where a line read with others gave none) and the index of the line
+        each came from (``first`` the first's)."""
+        kept = metric_templates.KEPT.get  # (``keep`` clears that dict in place: the bound method stays good)
+        nothing, miss = metric_templates.NOTHING, metric_templates.MISS
+        template, json_plan = metric_templates.Template, metric_templates.JsonPlan
+        slots: list[Event | None] = []
+        where: list[int] = []  # the index of each slot's line
+        append, place, read, events = slots.append, where.append, self.read, self.events
+        batches: dict[metric_templates.Batch, tuple[list[int], list[str]]] = {}
+        for i, (line, key) in enumerate(zip(lines, metric_templates.keys(lines)), first):
+            plan = kept(key)  # (None for a line with colour codes, \r or \b: its pieces' templates are kept)
+            if plan is nothing:
+                continue
+            cls = plan.__class__
+            if cls is template and self.section is None:
+                batch = plan.batch
+                if (batch is not None and (batch.check is None or batch.check(line) == batch.want)
+                        and (self.base is not None or not batch.epoch) and (self.epoch is None or not batch.steps)):
+                    noted = batches.get(batch)
+                    if noted is None:
+                        noted = batches[batch] = ([], [])
+                    noted[0].append(len(slots))
+                    noted[1].append(line)
+                    append(None)
+                    place(i)
+                    self.last = batch.kind
+                    continue
+            elif cls is json_plan:
+                found = plan.read(line)
+                found = read(line) if found is miss else self._event(found, "", None, None, None)
+                if found:
+                    append(found)
+                    place(i)
+                continue
+            if "\x1b" in line or "\r" in line or "\b" in line:
+                for found in events(line):
+                    append(found)
+                    place(i)
+            elif (found := read(line)):
+                append(found)
+                place(i)
+        put = slots.__setitem__
+        for batch, (places, texts) in batches.items():
+            for _ in map(put, places, batch.events(texts)):
+                pass
+        return slots, where
 
     def read(self, text: str) -> Event | None:
         """The metrics of one update of a line (colour codes removed), None when it holds none."""
-        if self.section is not None:
+        if self.section is not None or not self.fast:
             return self._read(text, None)
         key = metric_templates.key_of(text)
         kept = metric_templates.KEPT.get(key)
@@ -93,6 +158,11 @@ class Reader:
             return None
         if kept is metric_templates.FULL:
             return self._read(text, None)
+        if kept.__class__ is metric_templates.JsonPlan:
+            found = kept.read(text)
+            if found is metric_templates.MISS:
+                return self._read(text, None)
+            return self._event(found, "", None, None, None)
         got = kept.read(text, self.last)
         if got is metric_templates.MISS:
             return self._read(text, None)
@@ -121,11 +191,13 @@ class Reader:
         brace = stripped.find("{") if stripped.endswith("}") else -1
         items = dict_items(stripped[brace:]) if brace >= 0 else None
         if items is not None:
-            keep(key, metric_templates.FULL)
-            if not items:
-                return None
             found = dict_found(items)
             kind = kind_of(stripped[:brace]) if brace else ""
+            plan = metric_templates.json_plan(text) if key is not None and text.startswith('{"') else None
+            # kept only where it reads this very line as the full read does: a line of its template then reads alike
+            keep(key, plan if plan is not None and plan.read(text) == event(found, kind) else metric_templates.FULL)
+            if not items:
+                return None
         else:
             if key is None:
                 found = scan(text)

@@ -74,7 +74,7 @@ _MODE = re.compile(r"\((val|test)\)")  # mmengine: "Epoch(val) [1][500/500]  acc
 _HF_SECTION = re.compile(r"\*{3,}\s*(\w+) metrics\s*\*{3,}")
 _DICT_ITEM = re.compile(rf"""['"]([^'"]+)['"]\s*:\s*(?:(?:np|numpy)\.\w+\(|tensor\()?['"]?({NUMBER})['"]?\)?"""
                         r"\s*(?=[,}])")
-_JSON_TIME_KEYS = ("time", "timestamp", "ts")
+JSON_TIME_KEYS = ("time", "timestamp", "ts")
 
 
 def kind_of(text: str, before: str = "") -> str:
@@ -409,7 +409,7 @@ def dict_found(items: list[tuple[str, float]]) -> Found:
     """The items of a dict line as ``Found``: its ``time`` is a timestamp (``t``), not a time per step."""
     found = Found()
     for key, value in items:
-        if key.lower() in _JSON_TIME_KEYS:
+        if key.lower() in JSON_TIME_KEYS:
             found.put("", "t", value)
             continue
         named = name_of(key)

@@ -9,14 +9,20 @@ characters is kept here; the next lines of that template have their numbers slic
 with no pattern run at all. Digits that are part of a name (``acc1``, ``bf16``) are not numbers: a line of the
 template must have the same ones there, or it is read in full.
 
-Only the general shapes (``metric_shapes.scan``) are kept as plans; a line a framework's format or a dict reads
-is marked ``FULL`` (read in full each time) and a line that can hold no metric ``NOTHING``.
+Only the general shapes (``metric_shapes.scan``) and flat JSON objects of numbers (``JsonPlan``) are kept as
+plans; a line a framework's format or another dict reads is marked ``FULL`` (read in full each time) and a line
+that can hold no metric ``NOTHING``. ``Reader.lines`` reads a chunk of lines at a time, and the lines of a template
+that needs nothing from the lines before it together (``Batch``): a column of numbers at a time, in C.
 """
 
 from __future__ import annotations
 
-from .metric_names import RATES, STRUCTURAL
-from .metric_shapes import Event
+import json
+from itertools import repeat
+from operator import itemgetter, mul
+
+from .metric_names import RATES, STRUCTURAL, name_of
+from .metric_shapes import JSON_TIME_KEYS, Event
 
 MASK = bytes.maketrans(b"123456789", b"000000000")
 FULL = "full"  # read in full each time
@@ -30,12 +36,19 @@ _EVAL = ("val", "test")
 class Template:
     """The plan of one template: which character spans hold which metric, as the first line's full read found."""
 
-    __slots__ = ("checks", "puts", "times", "epoch_total", "step_total", "progress", "kind", "star", "named")
+    __slots__ = ("checks", "puts", "times", "epoch_total", "step_total", "progress", "kind", "star", "named",
+                 "check", "want", "quick", "sliced", "batch")
 
     def __init__(self, text: str, ops: list, spans: list[tuple[int, int]], kind: str, star: bool) -> None:
         covered = {i for a, b in spans for i in range(a, b)}
         # the digits of names: a line of this template has the very same ones
         self.checks = tuple((i, c) for i, c in enumerate(text) if "0" <= c <= "9" and i not in covered)
+        # the same check in one C call: a getter of those characters and what it must give (a single index twice,
+        # as itemgetter of one index gives the item, not a tuple)
+        at = [i for i, _ in self.checks] or [0]
+        at = at * 2 if len(at) == 1 else at
+        self.check = itemgetter(*at) if self.checks else None
+        self.want = tuple(text[i] for i in at)
         self.kind, self.star = kind, star
         self.times: list[tuple[int, int, float, bool]] = []
         self.epoch_total: tuple[int, int] | None = None
@@ -70,6 +83,11 @@ class Template:
                 self.progress.append((*spans[op[1]], *spans[op[2]]))
         self.puts = [wins[key] for key in sorted(first, key=first.__getitem__)]
         self.named: dict[str, list[tuple]] = {}
+        self.sliced: dict[str, tuple | None] = {}
+        # a line of a quick template is its sliced numbers and its totals: no kind from the line before, no rate
+        # from a time, no bare progress counter (``Reader.lines`` reads it without the per-line bookkeeping)
+        self.quick = not (star or self.times or self.progress)
+        self.batch = Batch.of(self, kind) if self.quick and not self.epoch_total else None
 
     def _named(self, kind: str) -> list[tuple]:
         """The puts with the names ``metric_shapes.event`` gives them on a line of ``kind``."""
@@ -89,13 +107,52 @@ class Template:
         self.named[kind] = out
         return out
 
-    def read(self, text: str, last: str) -> tuple[Event, str, float | None, float | None, tuple | None] | object:
-        """``(event, kind, epoch_total, step_total, progress)`` of a line of this template (``last``: the kind of
-        the line before), or ``MISS``."""
-        for i, c in self.checks:
-            if text[i] != c:
-                return MISS
-        kind = (last if last in _EVAL else "summary") if self.star else self.kind
+    def _sliced(self, kind: str) -> tuple | None:
+        """``kind``'s puts as one slicing: ``(names, getter of every number's text, fix-ups)``, a fix-up being
+        ``(index, factor, total span)`` of a number scaled or divided; None where a number has a thousands comma
+        (read one by one)."""
+        named = self.named.get(kind) or self._named(kind)
+        if any(comma for _, _, _, comma, _, _ in named):
+            self.sliced[kind] = None
+            return None
+        names = tuple(key for key, *_ in named)
+        spans = [slice(a, b) for _, a, b, _, _, _ in named] or [slice(0, 0)]
+        get = itemgetter(*(spans * 2 if len(spans) == 1 else spans))  # (a tuple either way; zip stops at names)
+        fix = tuple((j, factor, total) for j, (_, _, _, _, factor, total) in enumerate(named)
+                    if factor != 1.0 or total is not None)
+        self.sliced[kind] = found = (names, get, fix)
+        return found
+
+    def slice(self, text: str, kind: str) -> Event | object:
+        """The metrics of a line of this template, read as ``kind``, or ``MISS``: its numbers cut out in one call
+        and made floats in one ``map``."""
+        if self.check is not None and self.check(text) != self.want:
+            return MISS
+        sliced = self.sliced[kind] if kind in self.sliced else self._sliced(kind)
+        if sliced is None:
+            return self._values(text, kind)
+        names, get, fix = sliced
+        if not names:
+            return {}
+        if not fix:
+            return dict(zip(names, map(float, get(text))))
+        values = list(map(float, get(text)))
+        for j, factor, total in fix:
+            value = values[j] * factor
+            if total is not None:
+                whole = float(text[total[0]:total[1]])
+                if whole:
+                    value = value / whole
+            values[j] = value
+        return dict(zip(names, values))
+
+    def totals(self, text: str) -> tuple[float | None, float | None]:
+        """The line's number of epochs and of steps, where the template's first line gave them."""
+        epochs, steps = self.epoch_total, self.step_total
+        return (float(text[epochs[0]:epochs[1]]) if epochs else None,
+                float(text[steps[0]:steps[1]]) if steps else None)
+
+    def _values(self, text: str, kind: str) -> Event:
         out: Event = {}
         for key, a, b, comma, factor, total in self.named.get(kind) or self._named(kind):
             value = (float(text[a:b].replace(",", "")) if comma else float(text[a:b])) * factor
@@ -104,14 +161,22 @@ class Template:
                 if whole:
                     value = value / whole
             out[key] = value
+        return out
+
+    def read(self, text: str, last: str) -> tuple[Event, str, float | None, float | None, tuple | None] | object:
+        """``(event, kind, epoch_total, step_total, progress)`` of a line of this template (``last``: the kind of
+        the line before), or ``MISS``."""
+        kind = (last if last in _EVAL else "summary") if self.star else self.kind
+        out = self.slice(text, kind)
+        if out is MISS:
+            return MISS
         if self.times and not kind and "steps_s" not in out:
             for a, b, comma, factor in self.times:
                 value = (float(text[a:b].replace(",", "")) if comma else float(text[a:b])) * factor
                 if value > 0:
                     out["steps_s"] = 1.0 / value
                     break
-        epoch_total = float(text[self.epoch_total[0]:self.epoch_total[1]]) if self.epoch_total else None
-        step_total = float(text[self.step_total[0]:self.step_total[1]]) if self.step_total else None
+        epoch_total, step_total = self.totals(text)
         progress = None
         for na, nb, ta, tb in self.progress:
             if int(float(text[ta:tb])) > 0:
@@ -120,7 +185,128 @@ class Template:
         return out, kind, epoch_total, step_total, progress
 
 
-KEPT: dict[bytes, Template | str] = {}
+class Batch:
+    """How ``Reader.lines`` reads a chunk's lines of one quick template together, with no Python step per line:
+    their numbers cut out (``cuts``, one a number), made floats a column at a time and zipped with ``names`` into
+    events, each put back in its line's place. Only for a template whose line needs nothing from the lines before it
+    but what ``Reader.lines`` checks as it goes (``epoch``: the first epoch's number is known; ``steps``: no epoch
+    header is open, and the line's step total becomes ``total_steps``, as ``Reader._counters`` makes it)."""
+
+    __slots__ = ("names", "cuts", "factors", "epoch", "steps", "kind", "check", "want", "repeats")
+
+    def __init__(self, names: tuple, cuts: tuple, factors: tuple, steps: bool, kind: str,
+                 check: itemgetter | None, want: tuple) -> None:
+        self.names, self.cuts, self.factors, self.epoch, self.steps = names, cuts, factors, "epoch" in names, steps
+        self.kind, self.check, self.want = kind, check, want
+        self.repeats = [True] * len(names)  # whether a column's numbers are worth a look for repeats
+
+    @classmethod
+    def of(cls, template: Template, kind: str) -> Batch | None:
+        named = template.named.get(kind) or template._named(kind)
+        names = tuple(key for key, *_ in named)
+        if not names or names == ("t",) or names == ("epoch",):
+            return None  # a line that may give no event, or an epoch header
+        if any(comma or total is not None for _, _, _, comma, _, total in named):
+            return None  # a thousands comma or a count out of a total: read one line at a time
+        at = [(a, b) for _, a, b, _, _, _ in named]
+        factors = tuple(factor for *_, factor, _ in named)
+        steps = template.step_total is not None
+        if steps:
+            if kind or "epoch" in names or "step" not in names:
+                return None  # the step total moves the step or goes: ``Reader._counters`` does it
+            names, at, factors = (*names, "total_steps"), at + [template.step_total], (*factors, 1.0)
+        cuts = tuple(itemgetter(slice(a, b)) for a, b in at)
+        return cls(names, cuts, factors, steps, kind, template.check, template.want)
+
+    def events(self, lines: list[str]) -> list[Event]:
+        """The events of ``lines``, all of this template and checked (``check``) already. A column whose numbers
+        repeat (a learning rate, an epoch, a rate to whole tokens) makes each of its texts a float once."""
+        columns: list = []
+        repeats = self.repeats
+        for j, (cut, factor) in enumerate(zip(self.cuts, self.factors)):  # (a column at a time: no tuple per line)
+            column = list(map(cut, lines))
+            distinct = set(column) if repeats[j] else None
+            if distinct is not None and len(distinct) * 5 < len(column) * 4:
+                floats = dict(zip(distinct, map(float, distinct)))
+                values = map(floats.__getitem__, column)
+            else:
+                if distinct is not None and len(column) >= 64:
+                    repeats[j] = False  # a column of new numbers (a step, a time): not looked at again
+                values = map(float, column)
+            columns.append(values if factor == 1.0 else map(mul, values, repeat(factor)))
+        if self.steps:
+            columns[-1] = totals = list(columns[-1])
+        events = list(map(dict, map(zip, repeat(self.names), zip(*columns))))
+        if self.steps and 0.0 in totals:
+            for found in events:  # a total of 0 is no total (``Reader._counters``)
+                if not found["total_steps"]:
+                    del found["total_steps"]
+        return events
+
+
+class JsonPlan:
+    """The plan of a JSON object line's template (a flat object of numbers, ``{"step": 12, "loss": 2.31}``): which
+    of its values become which metrics, as a full read of its first line found. A line of the template is parsed
+    by ``json`` (in C) and its values picked, with no name read again; a line whose keys differ (``acc1`` and
+    ``acc5`` share a template) is a ``MISS``."""
+
+    __slots__ = ("keys", "pick", "names", "scales")
+
+    def __init__(self, keys: tuple, picks: list[tuple[int, str, float]]) -> None:
+        self.keys = keys
+        self.names = tuple(name for _, name, _ in picks)
+        at = [j for j, _, _ in picks]
+        self.pick = itemgetter(*(at * 2 if len(at) == 1 else at)) if at else None
+        scales = tuple(scale for _, _, scale in picks)
+        self.scales = scales if any(scale != 1.0 for scale in scales) else None
+
+    def read(self, text: str) -> Event | object:
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return MISS
+        if obj.__class__ is not dict or tuple(obj) != self.keys:
+            return MISS
+        if self.pick is None:
+            return {}
+        values = self.pick(list(obj.values()))
+        if self.scales is None:
+            return dict(zip(self.names, map(float, values)))
+        return dict(zip(self.names, [float(v) * scale for v, scale in zip(values, self.scales)]))
+
+
+def json_plan(text: str) -> JsonPlan | None:
+    """The plan of a JSON object line (``metric_shapes.dict_found`` and ``event`` played on its keys), None for one
+    that is not a flat object of numbers."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if obj.__class__ is not dict or not all(v.__class__ in (int, float) for v in obj.values()):
+        return None
+    seen: set[tuple[str, str]] = set()
+    picks = []
+    for j, key in enumerate(obj):
+        if key.lower() in JSON_TIME_KEYS:
+            split, name, scale = "", "t", 1.0
+        else:
+            named = name_of(key)
+            if named is None or named[0] == "time":
+                continue
+            split, name, scale = named
+        if (split, name) in seen:  # the first of a name is kept (``Found.put``)
+            continue
+        seen.add((split, name))
+        if name in STRUCTURAL:
+            picks.append((j, name, scale))
+        elif not split:
+            picks.append((j, name, scale))
+        elif name not in RATES:
+            picks.append((j, f"{split}_{name}", scale))
+    return JsonPlan(tuple(obj), picks)
+
+
+KEPT: dict[bytes, Template | JsonPlan | str] = {}
 
 
 def key_of(text: str) -> bytes:
@@ -129,7 +315,13 @@ def key_of(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass").translate(MASK)
 
 
-def keep(key: bytes, template: Template | str) -> None:
+def keys(lines: list[str]) -> list[bytes]:
+    """``key_of`` of each of ``lines``, in one call for them all (one join, one encoding, one translation)."""
+    found = "\n".join(lines).encode("utf-8", "surrogatepass").translate(MASK).split(b"\n")
+    return found if len(found) == len(lines) else [key_of(line) for line in lines]  # (a line with a \n in it)
+
+
+def keep(key: bytes, template: Template | JsonPlan | str) -> None:
     if len(KEPT) >= KEPT_MAX:
         KEPT.clear()
     KEPT[key] = template

@@ -6,6 +6,11 @@ supervisor opens the FIFO, unlinks it (its signal to the agent) and reads the va
 the agent then closes its end. The bytes only ever live in kernel pipe buffers and, in the end, in the
 run's environment. If the agent dies first, the buffer is gone and the supervisor reads an empty pipe:
 the run does not start without its secrets.
+
+A Slurm job has no pipe from the agent (its supervisors start on compute nodes, whenever Slurm runs it): there the
+values wait in one file per node, ``secrets/<rank>.json`` in the run folder on the shared file system (folder 0700,
+file 0600, never in ``job.sh``, ``slurm.json`` or a record), which that node's supervisor reads and removes
+(``leave``, ``take``); a stop removes those of a job that never ran (``drop``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import select
 import time
 
+from ..layout import write_atomic
 from ..protocol import AgentFailure
 
 PIPE = "secrets.pipe"
@@ -57,6 +63,56 @@ class Sender:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+FOLDER = "secrets"  # a Slurm job's: one file per node
+
+
+def leave(run_dir: str, secrets: dict, nodes: int) -> None:
+    """A Slurm job's values, one 0600 file per node for its supervisor to take."""
+    data = json.dumps(secrets).encode() + b"\n"
+    folder = os.path.join(run_dir, FOLDER)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)  # whatever the umask made of it
+    for rank in range(max(1, nodes)):
+        write_atomic(os.path.join(folder, f"{rank}.json"), data, 0o600)
+
+
+def take(run_dir: str, environ: dict) -> dict | None:
+    """This node's values (``SLURM_NODEID``), its file removed; None when there are none (a requeued job's next
+    attempt: they were taken by the first)."""
+    rank = environ.get("SLURM_NODEID", "0")
+    path = os.path.join(run_dir, FOLDER, f"{rank if rank.isdigit() else 0}.json")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    finally:
+        _remove(path)
+    try:
+        values = json.loads(data)
+    except ValueError:
+        return None
+    return values if isinstance(values, dict) else None
+
+
+def drop(run_dir: str) -> None:
+    """Every node's values that no supervisor took (a job stopped or cancelled before it ran everywhere)."""
+    folder = os.path.join(run_dir, FOLDER)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        _remove(os.path.join(folder, name))
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def receive(run_dir: str, timeout: float = 30.0) -> dict | None:

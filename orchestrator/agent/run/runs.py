@@ -33,8 +33,8 @@ import time
 from .. import diskspace, journal, procstat
 from ..ckpt import ckpt_layout
 from ..watch import budget, guard
-from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, series, slurm, standby, tmux,
-               watchdog, workdir)
+from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, sacct, series, slurm,
+               slurm_launch, standby, tmux, watchdog, workdir)
 from ..watch import notify as notices
 from ..layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from ..protocol import AgentFailure
@@ -175,6 +175,7 @@ def status(layout: Layout, project: str | None = None, ids: list | None = None, 
         if tail:
             state["last_line"] = _last_line(os.path.join(run_dir, LOG))
         out.append(state)
+    sacct.tell(out, [run_dir for *_, run_dir in runs])  # an ended Slurm job: how Slurm's accounting saw its end
     return {"runs": out, "now": time.time()}
 
 
@@ -212,10 +213,6 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     it, this agent's own, as the target gave it. ``use_standby``
     False (``[run] standby``): tmux starts the supervisor afresh, and no standby is left for the next start."""
     secrets = handover.check(secrets or {})
-    if slurm_job is not None and (secrets or notify):
-        raise AgentFailure("input", "a run on a Slurm target gets no secrets or webhook yet: they pass to its "
-                                    "supervisor through a pipe, which a batch job has not",
-                           "leave [project] secrets and the [notify] table out for this target")
     inherited = launch_env.check(launch) if launch is not None else launch_env.own()
     base = inherited["env"]
     if notify is not None:  # its URL goes with the secrets, through the pipe
@@ -273,17 +270,20 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                {"argv": list(argv), "cwd": work, "revision": revision, "env": run_env, "secrets": sorted(secrets),
                 "created": time.time(), "recovery": recovery or {},
                 "notify": {k: v for k, v in notify.items() if k != "url"} if notify else None})
+    piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     if slurm_job is not None:
         try:
+            if piped:  # no pipe reaches a batch job: a file per node, taken by its supervisor
+                handover.leave(run_dir, piped, int(slurm_job.get("nodes") or 1))
             job = slurm.submit(run_dir, sys.executable, agent_path, slurm_job)
         except BaseException as exc:
+            handover.drop(run_dir)
             not_started(run_dir, f"{exc}"[:300])
             raise
         return {"run_dir": run_dir, "slurm": job}
     server = tmux.Server(socket_name(layout))
     name = session_name(project)
     command = shlex.join([sys.executable, agent_path, "supervise", run_dir])
-    piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     sender = handover.Sender(run_dir, piped) if piped else None
     try:
         # a window opened in the session (orch attach, then tmux's new-window) sees the run's env first too
@@ -356,7 +356,11 @@ def supervise(run_dir: str) -> int:
     env, missed = launch_env.apply(launch_env.read(run_dir))
     # in a Slurm job: its allocation (SLURM_JOB_ID, the GPUs it was given) and, over several nodes, each one's rank
     env.update(slurm.allocation(os.environ), **slurm.node_env(os.environ))
-    secrets = handover.receive(run_dir) if launch.get("secrets") or launch.get("notify") else {}
+    wanted = launch.get("secrets") or launch.get("notify")
+    # a Slurm job's come in a file per node (no pipe reaches a batch job: its job.sh is there before it is
+    # submitted, its slurm.json only once sbatch answered); a tmux start's through the pipe
+    batch = os.path.exists(os.path.join(top, slurm.SCRIPT))
+    secrets = (handover.take(top, os.environ) if batch else handover.receive(run_dir)) if wanted else {}
     url = (secrets or {}).pop(notices.URL_KEY, None)
     if secrets is None and not launch.get("secrets"):
         secrets = {}  # only the webhook's URL was to come (a resume after a reboot): the run goes without it
@@ -367,6 +371,7 @@ def supervise(run_dir: str) -> int:
                                               "error": "no webhook URL came with this start (it is never stored "
                                                        "on the target, so a resume after a reboot has none)"})
     env.update(launch["env"])
+    launch, launched = slurm_launch.launch(top, launch, env, os.environ)  # a Slurm job's nodes: torchrun's line
     policy = attempts.Policy.from_dict(launch.get("recovery"))
     history = attempts.History(run_dir, policy)
     spec = guard.Spec.from_dict(policy.extra.get("guard"))
@@ -378,6 +383,8 @@ def supervise(run_dir: str) -> int:
             why = "its secrets did not arrive from the agent"
             log.write(f"orch: not started: {why} ({', '.join(launch['secrets'])})\n".encode())
             return _record_exit(run_dir, 127, None, error=why)
+        if launched:
+            log.write(launched.encode())
         if missed:
             log.write(f"orch: the launch's hard limits of {', '.join(missed)} are above the supervisor's, which the "
                       "run keeps\n".encode())
@@ -388,7 +395,7 @@ def supervise(run_dir: str) -> int:
 
         def forward(signum: int, _frame: object) -> None:
             stopping.append(signum)
-            if children:
+            if children and not launch.get("step_signalled"):
                 try:
                     os.killpg(children[-1].pid, signum)
                 except ProcessLookupError:

@@ -1,15 +1,20 @@
 """A run's metric series, kept by its supervisor beside its log: ``metrics.jsonl`` in the run folder.
 
-The supervisor reads each line its command prints (``metric_lines``, the one metric reader) and appends one record
-per metric event, every metric of it (``loss``, ``lr``, ``val_loss``, ``test_acc1``, ``summary_loss``: train,
-evaluation and summary kept apart by name), with its step and tokens where the line gave them::
+The supervisor reads each line its command prints (``metric_lines``, the one metric reader) and appends every
+metric of each event (``loss``, ``lr``, ``val_loss``, ``test_acc1``, ``summary_loss``: train, evaluation and summary
+kept apart by name), with its step and tokens where the line gave them. Compact, as a log prints the same few shapes
+of event again and again: a shape's names are written once, in a line that gives them a number, and each event is
+then that number and its values, as printed (a whole number as one: ``120``, not ``120.0``)::
 
-    [1832, 1733571234.52, {"step": 120.0, "loss": 2.3125, "tok_s": 11873.0}]
-     ^ the log's byte offset after the line   ^ when it was read (within a tick, 0.2 s, of its printing)
+    {"t": 1733571234.52}                                        <- when the lines after it were read (a tick, 0.2 s)
+    {"id": 0, "names": ["step", "loss", "tok_s"]}               <- a shape's names, before its first event
+    [1832, 0, 120, 2.3125, 11873]                               <- an event: the log's byte offset after its line,
+    [1901, 0, 121, 2.3101, 11890]                                  its shape, its values
 
-(a whole number is written as one: ``120``, not ``120.0``).
-
-Appended whole lines only, never rewritten: a reader keeps its byte offset in the file and reads what is new.
+(an older supervisor wrote ``[1832, 1733571234.52, {"step": 120, ...}]``; ``records`` reads both). A supervisor
+started again numbers its shapes from 0 again, each written anew before its first event: a reader takes the last
+definition of a number it has read. Appended whole lines only, never rewritten: a reader keeps its byte offset in the
+file and what it has read there (``records``'s context: the shapes, the time), and reads what is new.
 ``metrics.state.json`` says how far the log is read, what the reader remembers (the epoch a header opened, a
 progress bar's last postfix) and the series' summary to there (``Summary``: the last step, each metric's last,
 lowest and highest value), so a status that only shows where the run is never reads the whole series; it is written
@@ -24,6 +29,7 @@ import base64
 import json
 import os
 import time
+from itertools import accumulate
 
 from ..metrics import metric_lines
 from ..layout import read_json, write_json
@@ -88,6 +94,7 @@ class Series:
         self.summary = Summary(state.get("summary"))
         self.saved = time.monotonic()
         self.dirty = False
+        self.shapes: dict[tuple[str, ...], int] = {}  # the shapes written by this supervisor, by their names
         # the events already in the file past the state's offset: read again from the log, not appended again
         self.skip_to, self.skip_n = self._last_record()
 
@@ -107,6 +114,8 @@ class Series:
             return -1, 0
         at, n = -1, 0
         for line in reversed(tail.splitlines()):
+            if line.startswith(b"{"):
+                continue  # a shape's names or a time, no event
             try:
                 end = int(json.loads(line)[0])
             except (ValueError, TypeError, IndexError, KeyError):
@@ -136,18 +145,27 @@ class Series:
             cut = len(data)
         elif not cut and len(data) >= READ_MAX:
             cut = len(data)  # one line longer than a read
-        records, at, now = [], self.offset, round(time.time(), 2)
-        for raw in data[:cut].splitlines(keepends=True):
-            at += len(raw)
-            for event in self.reader.events(raw.decode("utf-8", "replace").rstrip("\r\n")):
-                compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
-                self.summary.add(compact)
-                if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
-                    self.skip_n -= at == self.skip_to
-                    continue
-                records.append(json.dumps([at, now, compact], separators=(",", ":")))
+        records = []
+        shapes, dumps = self.shapes, json.JSONEncoder(separators=(",", ":")).encode
+        raws = data[:cut].splitlines(keepends=True)
+        ends = list(accumulate(map(len, raws), initial=self.offset))[1:]  # each line's end in the log
+        texts = [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in raws]
+        for i, event in self.reader.placed(texts):  # (the lines read together: metric_lines.Reader.lines)
+            at = ends[i]
+            compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
+            self.summary.add(compact)
+            if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
+                self.skip_n -= at == self.skip_to
+                continue
+            names = tuple(compact)
+            shape = shapes.get(names)
+            if shape is None:
+                shape = shapes[names] = len(shapes)
+                records.append(dumps({"id": shape, "names": names}))
+            records.append(dumps([at, shape, *compact.values()]))
         self.offset += cut
         if records:
+            records.insert(0, dumps({"t": round(time.time(), 2)}))
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, ("\n".join(records) + "\n").encode())
@@ -175,15 +193,38 @@ class Series:
         self.saved, self.dirty = time.monotonic(), False
 
 
-def read(run_dir: str, offset: int = 0, max_bytes: int = 4 << 20) -> tuple[list, int]:
-    """The records of ``run_dir``'s series from byte ``offset`` (whole lines only) and the offset after them."""
+def read(run_dir: str, offset: int = 0, max_bytes: int = 4 << 20, context: dict | None = None) -> tuple[list, int]:
+    """The records of ``run_dir``'s series from byte ``offset`` (whole lines only) and the offset after them;
+    ``context``: what the reads before this one found (``records``)."""
     data, end = _lines(run_dir, offset, max_bytes)
-    return records(data), end
+    return records(data, context), end
 
 
-def records(data: bytes) -> list:
-    """The records of whole lines of the file: one JSON array for all of them, read in one call."""
-    return json.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]") if data else []
+def records(data: bytes, context: dict | None = None) -> list:
+    """The events of whole lines of the file, each as ``[log offset, time, {name: value}]``: all the lines parsed by
+    one ``json`` call. ``context`` carries what a read needs from the lines before it (the shapes' names, the time)
+    to the next read from where this one ends, updated in place; an event of a shape not defined there is left out
+    (only a read from the middle of a file without the context of its start has one)."""
+    if not data:
+        return []
+    context = context if context is not None else {}
+    names: list = context.setdefault("names", [])
+    now = context.get("t", 0.0)
+    out = []
+    for line in json.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]"):
+        if line.__class__ is list:
+            if line[-1].__class__ is dict:  # an older supervisor's record
+                out.append(line)
+            elif line[1] < len(names) and names[line[1]] is not None:
+                out.append([line[0], now, dict(zip(names[line[1]], line[2:]))])
+        elif "t" in line:
+            now = line["t"]
+        elif "id" in line:
+            shape = line["id"]
+            names.extend([None] * (shape + 1 - len(names)))
+            names[shape] = line["names"]
+    context["t"] = now
+    return out
 
 
 def _lines(run_dir: str, offset: int, max_bytes: int) -> tuple[bytes, int]:

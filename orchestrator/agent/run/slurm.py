@@ -24,8 +24,10 @@ import time
 
 from ..layout import read_json, write_atomic, write_json
 from ..protocol import AgentFailure
+from . import handover
 
 JOB_FILE = "slurm.json"
+LAUNCHER = "torchrun.json"  # a job over several nodes: each rank's torchrun line (``slurm_launch.py``)
 SCRIPT = "job.sh"
 FIELDS = ("job_id", "state", "reason", "nodes", "submitted", "start", "partition", "priority")
 FORMAT = "%i|%T|%r|%N|%V|%S|%P|%Q"  # one squeue line: the FIELDS, in order
@@ -34,7 +36,7 @@ ALLOCATION = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICE
 TIMEOUT_S = 60.0  # a slurmctld that does not answer a command within this is reported, not waited for
 
 
-def _slurm(argv: list[str], what: str) -> subprocess.CompletedProcess:
+def call(argv: list[str], what: str) -> subprocess.CompletedProcess:
     """One Slurm command; its absence is the login node's fault, said once here."""
     try:
         return subprocess.run(argv, capture_output=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
@@ -102,7 +104,7 @@ def check(layout, run_dir: str, spec: dict) -> dict:
         probe.write("#!/bin/sh\n")  # sbatch reads the script even to test: the run folder is not made yet
         probe.flush()
         argv = sbatch_argv(run_dir, spec, test_only=True)
-        proc = _slurm(argv[:-1] + [probe.name], "testing the job")
+        proc = call(argv[:-1] + [probe.name], "testing the job")
     if proc.returncode != 0:
         words, hint = refusal(proc.stderr.decode("utf-8", "replace"))
         raise AgentFailure("input", f"Slurm refuses the job: {words}", hint)
@@ -111,10 +113,12 @@ def check(layout, run_dir: str, spec: dict) -> dict:
 
 def submit(run_dir: str, python: str, agent_path: str, spec: dict) -> dict:
     """Write ``job.sh``, ``sbatch`` it, keep its id in ``slurm.json``."""
+    if spec.get("torchrun"):  # each rank's launcher line, there before any node's supervisor starts
+        write_json(os.path.join(run_dir, LAUNCHER), spec["torchrun"])
     path = os.path.join(run_dir, SCRIPT)
     write_atomic(path, script(python, agent_path, run_dir).encode())
     os.chmod(path, 0o755)
-    proc = _slurm(sbatch_argv(run_dir, spec), "submitting the job")
+    proc = call(sbatch_argv(run_dir, spec), "submitting the job")
     if proc.returncode != 0:
         words, hint = refusal(proc.stderr.decode("utf-8", "replace"))
         raise AgentFailure("input", f"sbatch refused the job: {words}", hint)
@@ -137,7 +141,7 @@ def queue(job_ids: list[str]) -> dict[str, dict]:
     """What ``squeue`` says of these jobs, by id; a job it no longer lists is absent."""
     if not job_ids:
         return {}
-    proc = _slurm(["squeue", "-h", "-j", ",".join(job_ids), "-o", FORMAT], "reading the queue")
+    proc = call(["squeue", "-h", "-j", ",".join(job_ids), "-o", FORMAT], "reading the queue")
     if proc.returncode != 0:  # every id unknown: squeue refuses ("Invalid job id specified")
         return {}
     out = {}
@@ -204,7 +208,7 @@ def cancel(job_id: str, signal: str | None = None) -> None:
     """``scancel`` (with ``signal``: that signal to the job's steps, the supervisors); a job already gone is not
     an error."""
     argv = ["scancel"] + ([f"--signal={signal}"] if signal else []) + [job_id]
-    proc = _slurm(argv, "cancelling the job")
+    proc = call(argv, "cancelling the job")
     said = proc.stderr.decode("utf-8", "replace").strip()
     if proc.returncode != 0 and "already completing or completed" not in said and "Invalid job id" not in said:
         raise AgentFailure("agent", f"scancel {job_id} failed: {said[-300:]}")
@@ -212,7 +216,14 @@ def cancel(job_id: str, signal: str | None = None) -> None:
 
 def stop(run_dir: str, job: dict, stop_timeout: float, term_timeout: float, running: bool) -> list[str]:
     """SIGINT to the supervisors, ``stop_timeout`` for the final checkpoint, then ``scancel``; a pending job is
-    cancelled at once. Returns the signals sent."""
+    cancelled at once. Returns the signals sent. The secrets no node's supervisor took are removed."""
+    try:
+        return _stop(run_dir, job, stop_timeout, term_timeout, running)
+    finally:
+        handover.drop(run_dir)
+
+
+def _stop(run_dir: str, job: dict, stop_timeout: float, term_timeout: float, running: bool) -> list[str]:
     exit_path = os.path.join(run_dir, "exit.json")
     if not running:
         cancel(job["job_id"])
@@ -291,10 +302,10 @@ def _gpu_count(text: str) -> int:
 def nodes(layout) -> dict:
     """``orch gpus`` on a Slurm target: each node's GPUs (GRES), how many are allocated, its state and partitions,
     and the running jobs on it (an orch experiment's job is named ``orch-<project>-<id>``)."""
-    shown = _slurm(["scontrol", "show", "-d", "-o", "node"], "reading the nodes")  # -d: GresUsed
+    shown = call(["scontrol", "show", "-d", "-o", "node"], "reading the nodes")  # -d: GresUsed
     if shown.returncode != 0:
         raise AgentFailure("agent", f"scontrol show node failed: {shown.stderr.decode('utf-8', 'replace')[-300:]}")
-    running = _slurm(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%u|%j|%N|%b"], "reading the queue")
+    running = call(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%u|%j|%N|%b"], "reading the queue")
     jobs: dict[str, list] = {}
     for line in running.stdout.decode("utf-8", "replace").splitlines() if running.returncode == 0 else []:
         parts = line.split("|")
@@ -319,7 +330,7 @@ def expand(nodelist: str) -> list[str]:
     """Slurm's host list as names (``scontrol show hostnames``): ``ct[210-211]`` -> ``ct210``, ``ct211``."""
     if not nodelist or nodelist in ("(null)", "None"):
         return []
-    proc = _slurm(["scontrol", "show", "hostnames", nodelist], "expanding a node list")
+    proc = call(["scontrol", "show", "hostnames", nodelist], "expanding a node list")
     return proc.stdout.decode("utf-8", "replace").split() if proc.returncode == 0 else [nodelist]
 
 
@@ -362,11 +373,11 @@ def doctor(layout, partition: str | None = None, time_limit: str | None = None) 
     def finding(check: str, status: str, reason: str, fix: str | None = None) -> None:
         out.append({"check": check, "status": status, "reason": reason, "fix": fix})
 
-    ping = _slurm(["scontrol", "ping"], "asking the controller")
+    ping = call(["scontrol", "ping"], "asking the controller")
     said = (ping.stdout + ping.stderr).decode("utf-8", "replace").strip()
     finding("slurmctld", "ok" if ping.returncode == 0 and "UP" in said else "fail", said or "no answer",
             "ask the cluster's admins: slurmctld does not answer")
-    shown = _slurm(["scontrol", "show", "-o", "partition"] + ([partition] if partition else []), "reading partitions")
+    shown = call(["scontrol", "show", "-o", "partition"] + ([partition] if partition else []), "reading partitions")
     parts = [_pairs(line) for line in shown.stdout.decode("utf-8", "replace").splitlines() if "PartitionName=" in line]
     chosen = next((p for p in parts if not partition and p.get("Default") == "YES" or
                    partition and p.get("PartitionName") == partition), None)
@@ -385,7 +396,7 @@ def doctor(layout, partition: str | None = None, time_limit: str | None = None) 
     probe = "import os, sys; print(sys.version_info[0], sys.version_info[1], os.access(sys.argv[1], os.W_OK))"
     argv = ["srun", "-N1", "-n1", "--immediate=30", "--time=1"] + ([f"--partition={partition}"] if partition else []) \
         + [sys_python(), "-c", probe, root]
-    ran = _slurm(argv, "trying a compute node")
+    ran = call(argv, "trying a compute node")
     text = ran.stdout.decode("utf-8", "replace").split()
     if ran.returncode == 0 and len(text) >= 3:
         good = (int(text[0]), int(text[1])) >= (3, 10)
@@ -399,7 +410,7 @@ def doctor(layout, partition: str | None = None, time_limit: str | None = None) 
         last = why[-1] if why else "no answer"
         finding("compute node", "warn", f"could not run on a compute node within 30 s: {last}",
                 "run orch doctor again when a node is free")
-    config = _pairs(_slurm(["scontrol", "show", "config"], "reading the config").stdout.decode("utf-8", "replace")
+    config = _pairs(call(["scontrol", "show", "config"], "reading the config").stdout.decode("utf-8", "replace")
                     .replace(" = ", "="))
     plugins = config.get("TaskPlugin", "")
     finding("gpu confinement", "ok" if "cgroup" in plugins else "warn",
@@ -424,4 +435,4 @@ def resubmit(run_dir: str, environ: dict) -> bool:
         return False
     if environ.get("SLURM_JOB_ID") != job["job_id"]:
         return False
-    return _slurm(["scontrol", "requeue", job["job_id"]], "requeueing the job").returncode == 0
+    return call(["scontrol", "requeue", job["job_id"]], "requeueing the job").returncode == 0

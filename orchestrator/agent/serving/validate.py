@@ -325,6 +325,22 @@ def _pull_files(value: Any, name: str) -> list:
 _PULL_FROM = {"exp_id": exp_id, "registry": registry_id, "checkpoints": _optional(_str),
               "entry": _optional(trash_name), "outputs": _bool, "log": _bool, "own": _bool}
 
+def _torchrun(value: Any, name: str) -> dict:
+    """A job over several nodes' launcher lines (``launch/slurm.launcher``): one per rank, with its places."""
+    value = _dict(value, name)
+    for key in ("argv", "env", "places", "python", "port"):
+        if key not in value:
+            raise AgentFailure("input", f"{name}: {key} is missing", "the controller and agent versions differ")
+    _list(value["argv"], f"{name}.argv", _STRINGS)
+    _env(value["env"], f"{name}.env")
+    _STRINGS(value["places"], f"{name}.places")
+    _str(value["python"], f"{name}.python")
+    _int(value["port"], f"{name}.port", 1, 65535)
+    if len(value["argv"]) != len(value["places"]):
+        raise AgentFailure("input", f"{name}: one line per node", "the controller and agent versions differ")
+    return value
+
+
 def _slurm_job(value: Any, name: str) -> dict:
     """A run's Slurm options (``slurm.sbatch_argv``): the same keys as ``slurm_check``'s."""
     value = _dict(value, name)
@@ -350,7 +366,8 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "slurm_check": {"exp_id": exp_id, "registry": registry_id, "name": _str, "partition": _optional(_str),
                     "account": _optional(_str), "qos": _optional(_str), "time": _optional(_str),
                     "gpus": _optional(_int), "nodes": _optional(_int), "signal": _optional(_str),
-                    "sbatch_args": _optional(_STRINGS), "resubmit": _optional(_bool)},
+                    "sbatch_args": _optional(_STRINGS), "resubmit": _optional(_bool),
+                    "torchrun": _optional(_torchrun)},
     "queue_add": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "argv": _STRINGS, "env": _env,
                   "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict), "start_idle": _bool,
