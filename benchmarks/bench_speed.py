@@ -674,7 +674,9 @@ def main() -> None:
                 print(f"{name}: done in {time.monotonic() - begin:.0f} s; load average "
                       f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
         finally:
-            Bench.close_keepers()
+            for _ in range(20):  # a warm process the last command started may still be coming up: closed too
+                Bench.close_keepers()
+                time.sleep(0.1)
             if mounted:
                 for vmid in (200, 201):
                     torchsite.unmount(bed.ct(vmid))
