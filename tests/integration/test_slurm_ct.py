@@ -224,7 +224,9 @@ def _step(status: dict) -> int:
 
 def test_a_requeued_job_is_the_same_experiment_resuming_from_its_checkpoint(lab: SlurmProject) -> None:
     lab.write(steps=60, pause=0.2)
-    assert lab.run("deploy").returncode == 0
+    toml = lab.path / "orch.toml"  # with a secret, which the requeued attempt reads again
+    toml.write_text(toml.read_text().replace('sources = ["train.py"]', 'sources = ["train.py"]\nsecrets = ["LAB_TOKEN"]'))
+    assert lab.run("deploy", env={"LAB_TOKEN": "requeue-me"}).returncode == 0
     lab.until(lambda s: s["state"] == "running" and _step(s) > 10, "past step 10")
     assert (lab.root / "checkpoints" / "slurmy" / "ckpt-10.pt").exists()
     job = _job_of(lab, 1)
@@ -238,6 +240,9 @@ def test_a_requeued_job_is_the_same_experiment_resuming_from_its_checkpoint(lab:
     assert "restarts 1" in log and f"resume {ROOT}/checkpoints/slurmy/ckpt-" in log, log
     with lab.registry() as reg:
         assert [e.id for e in reg.list()] == [1]
+    # ended for good: the first status that finds its job gone from Slurm's queue removes the secrets' files
+    wait_for(lambda: lab.run("status").returncode == 0 and not list((lab.run_dir(1) / "secrets").iterdir()),
+             what="the secrets' files removed")
 
 
 def test_a_login_node_without_slurm_is_an_error(lab: SlurmProject) -> None:
@@ -493,7 +498,8 @@ def test_secrets_reach_every_node_of_a_job_in_a_file_its_supervisor_takes(lab: S
     merged = lab.run("logs", "-e", "1", "-n", "1000").stdout
     digest = hashlib.sha256(value.encode()).hexdigest()[:12]
     assert f"[0] token {digest} rank 0" in merged and f"[1] token {digest} rank 1" in merged, merged
-    assert list(folder.iterdir()) == []  # each node's supervisor took its own
+    wait_for(lambda: lab.run("status").returncode == 0 and not list(folder.iterdir()),
+             what="the secrets' files removed once the job is gone from Slurm's queue")
     assert value not in (lab.path / ".orch" / "experiments.db").read_bytes().decode("latin-1")
 
 

@@ -104,8 +104,10 @@ def test_a_python_job_over_nodes_gets_torchruns_lines_with_a_place_for_each_node
     assert launcher(none, ["python3", "train.py"], 7, {"nodes": 2}) == {}
 
 
-def test_a_batch_jobs_secrets_wait_in_a_file_per_node_that_its_supervisor_takes(tmp_path) -> None:
+def test_a_batch_jobs_secrets_wait_in_a_file_per_node_every_attempt_reads_until_the_run_has_ended(
+        tmp_path, monkeypatch) -> None:
     import stat
+    import time
 
     from orchestrator.agent.run import handover
 
@@ -113,8 +115,20 @@ def test_a_batch_jobs_secrets_wait_in_a_file_per_node_that_its_supervisor_takes(
     assert stat.S_IMODE((tmp_path / "secrets").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "secrets" / "1.json").stat().st_mode) == 0o600
     assert handover.take(str(tmp_path), {"SLURM_NODEID": "1"}) == {"TOKEN": "v"}
-    assert handover.take(str(tmp_path), {"SLURM_NODEID": "1"}) is None  # taken: a requeued attempt has none
-    handover.drop(str(tmp_path))
+    assert handover.take(str(tmp_path), {"SLURM_NODEID": "1"}) == {"TOKEN": "v"}  # a requeued attempt's
+    job, ended = {"job_id": "7"}, {"ended": time.time(), "exit_code": 0}
+    monkeypatch.setattr(slurm, "queue", lambda ids: {"7": {"state": "COMPLETING"}})
+    slurm.settled(str(tmp_path), job, ended)  # still in Slurm's queue: it may run again
+    assert len(list((tmp_path / "secrets").iterdir())) == 2
+    monkeypatch.setattr(slurm, "queue", lambda ids: {})
+    slurm.settled(str(tmp_path), job, ended)  # gone from the queue: ended for good
+    assert list((tmp_path / "secrets").iterdir()) == []
+    asked = []
+    monkeypatch.setattr(slurm, "queue", lambda ids: asked.append(ids) or {})
+    slurm.settled(str(tmp_path), job, ended)
+    assert asked == []  # nothing left: Slurm is not asked
+    handover.leave(str(tmp_path), {"TOKEN": "v"}, 1)
+    handover.drop(str(tmp_path))  # a stop
     assert list((tmp_path / "secrets").iterdir()) == []
 
 

@@ -9,8 +9,9 @@ the run does not start without its secrets.
 
 A Slurm job has no pipe from the agent (its supervisors start on compute nodes, whenever Slurm runs it): there the
 values wait in one file per node, ``secrets/<rank>.json`` in the run folder on the shared file system (folder 0700,
-file 0600, never in ``job.sh``, ``slurm.json`` or a record), which that node's supervisor reads and removes
-(``leave``, ``take``); a stop removes those of a job that never ran (``drop``).
+file 0600, never in ``job.sh``, ``slurm.json`` or a record), which that node's supervisor reads (``leave``,
+``take``): each attempt of a requeued job reads them again. A stop removes them, and so does the first status that
+finds the run ended for good (``drop``).
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ def leave(run_dir: str, secrets: dict, nodes: int) -> None:
 
 
 def take(run_dir: str, environ: dict) -> dict | None:
-    """This node's values (``SLURM_NODEID``), its file removed; None when there are none (a requeued job's next
-    attempt: they were taken by the first)."""
+    """This node's values (``SLURM_NODEID``); None when there are none. The file stays while the job may run
+    again (preempted, requeued, resubmitted at its time limit: the next attempt takes them again); ``drop``
+    removes it once the run has ended for good or is stopped."""
     rank = environ.get("SLURM_NODEID", "0")
     path = os.path.join(run_dir, FOLDER, f"{rank if rank.isdigit() else 0}.json")
     try:
@@ -88,8 +90,6 @@ def take(run_dir: str, environ: dict) -> dict | None:
             data = fh.read()
     except OSError:
         return None
-    finally:
-        _remove(path)
     try:
         values = json.loads(data)
     except ValueError:
@@ -98,7 +98,7 @@ def take(run_dir: str, environ: dict) -> dict | None:
 
 
 def drop(run_dir: str) -> None:
-    """Every node's values that no supervisor took (a job stopped or cancelled before it ran everywhere)."""
+    """Every node's values: a job stopped, cancelled, or ended for good."""
     folder = os.path.join(run_dir, FOLDER)
     try:
         names = os.listdir(folder)

@@ -93,6 +93,8 @@ def run_state(run_dir: str) -> dict:
     job = slurm.job_of(run_dir)
     if job is not None and isinstance(ended, dict) and not stop_req and slurm.requeued(job, ended):
         ended = None  # Slurm requeued its job (preempted, a node failed, scontrol requeue): it comes back
+    elif job is not None and isinstance(ended, dict):
+        slurm.settled(run_dir, job, ended)  # ended for good: its secrets, kept for a requeue, go
     if isinstance(ended, dict) and ended.get("not_started"):  # the start failed, or a stop came first: it never ran
         out.update(state="stopped" if stop_req else "failed", ended=ended.get("ended"), error=ended.get("error"))
     elif isinstance(ended, dict):

@@ -264,6 +264,22 @@ def requeued(job: dict, ended: dict) -> bool:
     return found is not None and found["state"] == "PENDING"
 
 
+def settled(run_dir: str, job: dict, ended: dict) -> None:
+    """A run whose exit record is its last (a stop, an end past the requeue window, or its job gone from Slurm's
+    queue): the secrets each attempt read are removed. Slurm is asked only while some are left."""
+    folder = os.path.join(run_dir, handover.FOLDER)
+    try:
+        if not os.listdir(folder):
+            return
+    except OSError:
+        return
+    recent = time.time() - float(ended.get("ended") or 0) <= REQUEUE_WINDOW_S
+    stopped = os.path.exists(os.path.join(run_dir, "stop_requested"))
+    if recent and not stopped and job["job_id"] in queue([job["job_id"]]):
+        return  # still listed (completing, or requeued between the two looks): it may run again
+    handover.drop(run_dir)
+
+
 def resumes(folder: str, environ: dict, run_dir: str | None = None) -> bool:
     """In a requeued job (``SLURM_RESTART_COUNT`` > 0): the attempt Slurm killed left an exit record in this
     node's ``folder``, which is set aside so that this supervisor goes on with the same run, as its next attempt.
