@@ -5,6 +5,8 @@ as the keeper would. Seen from the target: its python is a wrapper that logs eve
 
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import subprocess
@@ -59,8 +61,10 @@ def test_a_deploy_that_finds_no_keeper_starts_one_at_once_whose_connection_and_a
     log.unlink()
     (project.path / "train.py").write_text((project.path / "train.py").read_text() + "\n# one line changed\n")
 
-    res = project.run("deploy", "-t", "box")
+    res = project.run("deploy", "-t", "box", "--json")
     assert res.returncode == 0, res.stderr
+    # the login the keeper made for it is the deploy's, whether the readying or its first request opened it
+    assert json.loads(res.stdout)["stats"]["connections"] == 1, res.stdout
     (held,) = [c for k in client.keepers() for c in k["connections"]]  # up already: the deploy's calls used it
     assert held["alive"] and held["connections"] == 1 and held["commands"] >= 2 and len(held["agents"]) == 1
     started = log.read_text().splitlines()

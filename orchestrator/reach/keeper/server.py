@@ -51,6 +51,10 @@ class Held:
     last: float = field(default_factory=time.time)
     commands: int = 0
     reopened: int = 0
+    said: int = field(init=False)  # the transport's connections told to commands so far (``Keeper._opened``)
+
+    def __post_init__(self) -> None:
+        self.said = self.transport.stats.connections  # an adopted one was counted by the command that opened it
 
 
 class Keeper:
@@ -88,7 +92,6 @@ class Keeper:
     def _run(self, held: Held, request: dict, stdin: Iterator[bytes], output: Any, cancel: threading.Event) -> Any:
         from ..transport.ssh import NotStartedError
 
-        before = held.transport.stats.connections
         for attempt in (1, 2):
             try:
                 result = held.transport.run(request["argv"], input=stdin, timeout=request.get("timeout"),
@@ -98,7 +101,16 @@ class Keeper:
                 if attempt == 2:
                     raise
                 held.reopened += 1
-        return result, held.transport.stats.connections - before
+        return result, self._opened(held)
+
+    def _opened(self, held: Held) -> int:
+        """The connections opened to ``held``'s target since a command was last told: what a request reports as
+        its own. The one readied for the command that started this keeper (``ready``) is that command's, told with
+        its first request whether the readying or the request opened it."""
+        with self.lock:
+            now = held.transport.stats.connections
+            new, held.said = now - held.said, now
+        return new
 
     # -- serving ---------------------------------------------------------------------------------------
 
@@ -147,9 +159,8 @@ class Keeper:
         elif op == "put":
             data = b"".join(_stdin(conn, None))
             held = self._held(request["spec"])
-            before = held.transport.stats.connections
             held.transport.put(data, request["path"], int(request["mode"]))
-            wire.send_json(conn, b"R", {"connections": held.transport.stats.connections - before})
+            wire.send_json(conn, b"R", {"connections": self._opened(held)})
         else:
             raise TransportError(f"the connection keeper does not know the request {op!r}",
                                  hint="set [ssh] persist = 0, or close the keeper: orch connections close")
@@ -173,7 +184,6 @@ class Keeper:
         out = bytearray()
         stream = bool(request.get("stream"))
         output = (lambda chunk: wire.send(conn, b"O", chunk)) if stream else out.extend
-        before = held.transport.stats.connections
         rest = on_resident(self.residents, held.transport, request["argv"], _stdin(conn, cancel), output,
                            request.get("timeout"), request.get("stall"), cancel)
         if rest is not None:  # the same request one-shot, which pushes the agent again if it is gone
@@ -181,7 +191,7 @@ class Keeper:
         for start in range(0, len(out), 1 << 20):
             wire.send(conn, b"O", memoryview(out)[start:start + (1 << 20)])
         wire.send_json(conn, b"R", {"exit_code": 0, "stderr": "", "resident": True,
-                                    "connections": held.transport.stats.connections - before})
+                                    "connections": self._opened(held)})
         return None
 
     def describe(self) -> list[dict]:
