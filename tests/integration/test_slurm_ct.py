@@ -529,4 +529,5 @@ def test_a_crash_on_slurm_reaches_the_webhook(lab: SlurmProject) -> None:
         assert lab.run("deploy", env={"LAB_HOOK": hook.url}).returncode == 0
         got = hook.wait(1, timeout=90)[0].json()
     assert got["event"] == "crashed" and got["details"]["exit_code"] == 3, got
-    assert list((lab.run_dir(1) / "secrets").iterdir()) == []
+    wait_for(lambda: lab.run("status").returncode == 0 and not list((lab.run_dir(1) / "secrets").iterdir()),
+             what="the webhook's secrets file removed once the job is gone from Slurm's queue")

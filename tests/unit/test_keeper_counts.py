@@ -59,3 +59,29 @@ def test_a_request_that_opens_the_connection_itself_counts_it_once(keeper):
     assert _request(keeper, spec) == 0
     keeper.held[next(iter(keeper.held))].transport.close()  # dropped: the next request logs in again
     assert _request(keeper, spec) == 1
+
+
+class RefusingTransport(CountingTransport):
+    logins = 0
+
+    def connect(self) -> None:
+        from orchestrator.errors import TransportError
+
+        for _ in range(3):  # connect_retries = 2
+            RefusingTransport.logins += 1
+        raise TransportError("127.0.0.1:22 closed the connection while orch logged in")
+
+
+def test_a_login_the_readying_was_refused_is_told_to_the_commands_request_not_tried_again(monkeypatch, tmp_path):
+    from orchestrator.errors import TransportError
+
+    monkeypatch.setattr(ssh, "SshTransport", RefusingTransport)
+    keeper = server.Keeper(tmp_path / "keeper.sock", 60.0, early=True)
+    spec = {"host": "box"}
+    keeper.ready(spec, None)
+    with pytest.raises(TransportError, match="closed the connection"):
+        _request(keeper, spec)
+    assert RefusingTransport.logins == 3  # the readying's tries, not as many again for the request
+    with pytest.raises(TransportError):
+        _request(keeper, spec)  # a later request logs in again itself
+    assert RefusingTransport.logins == 6

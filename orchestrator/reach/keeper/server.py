@@ -42,6 +42,10 @@ def trust_signature(spec: dict) -> list:
     return out
 
 
+READY_WAIT = 120.0  # s a request waits for the readying of its connection (a login's retries, an agent's start)
+REFUSAL_FRESH = 30.0  # s a readying's refusal answers a request; a later command logs in again itself
+
+
 @dataclass
 class Held:
     transport: Any
@@ -68,14 +72,25 @@ class Keeper:
         self.server: sockets.Server | None = None
         self.started = time.time()
         self.stopping = threading.Event()
+        self.readying: dict[str, threading.Event] = {}  # connections ``ready`` is opening, by spec
+        self.refused: dict[str, tuple[float, OrchError]] = {}  # what readying one met (when), told to the next
+        # request for it: the command that had it readied, which asks at once
         self.residents = Residents()
 
     # -- the connections ---------------------------------------------------------------------------
 
-    def _held(self, spec: dict) -> Held:
+    def _held(self, spec: dict, readying: bool = False) -> Held:
         from ..transport.ssh import SshTransport
 
         key = json.dumps(spec, sort_keys=True)
+        if not readying:  # a request: the readying of its connection under way ends first, and its refusal is told
+            pending = self.readying.get(key)
+            if pending is not None:
+                pending.wait(READY_WAIT)
+            with self.lock:
+                refused = self.refused.pop(key, None)
+            if refused is not None and time.monotonic() - refused[0] < REFUSAL_FRESH:
+                raise refused[1]
         now = trust_signature(spec)
         with self.lock:
             held = self.held.get(key)
@@ -221,15 +236,25 @@ class Keeper:
         """Open the connection ``spec`` names and start a resident agent ``agent`` there, waiting idle: what the
         command that started this keeper used (told once that command reached its target), so that the next
         command finds both up."""
+        key, done = json.dumps(spec, sort_keys=True), threading.Event()
+        with self.lock:
+            self.readying[key] = done
         try:
-            held = self._held(spec)
+            held = self._held(spec, readying=True)
             held.commands -= 1  # readied, not used
             if agent:
                 self.residents.prestart(held.transport, list(agent))
             else:
                 held.transport.connect()
+        except OrchError as exc:  # the command's request says it, where it would log in as often again
+            with self.lock:
+                self.refused[key] = (time.monotonic(), exc)
         except Exception:  # noqa: BLE001 (the next command opens it itself and says what fails)
             pass
+        finally:
+            with self.lock:
+                self.readying.pop(key, None)
+            done.set()
 
     def told(self, stdin) -> None:
         """What the command that started this keeper tells it on its standard input: one line, the connection
