@@ -19,7 +19,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 from tests.testbed.procs import peak_kb
 
-SHIPPED = ("pyproject.toml", "README.md", "orchestrator")
 
 
 def wheel_install(work: Path, python: str, source: Path = REPO) -> Path:
@@ -27,19 +26,11 @@ def wheel_install(work: Path, python: str, source: Path = REPO) -> Path:
     installed (its bytecode compiled, as pip does) into a venv of its own. Its dependencies are the ones ``python``'s
     environment has, named by a .pth file: a .pth found in a folder that a .pth added is not read, so the checkout's
     editable install (its path or import hook) stays out."""
-    import shutil
+    from tests.packaging.wheel_build import build_wheel
 
-    src, dist, venv = work / "wheel-src", work / "dist", work / "installed"
-    src.mkdir()
-    for name in SHIPPED:
-        if (source / name).is_dir():
-            shutil.copytree(source / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy(source / name, src / name)
-    check([python, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)])
+    wheel, venv = build_wheel(source, work / "wheel", python), work / "installed"
     check([python, "-m", "venv", "--without-pip", str(venv)])
-    check([python, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps",
-           str(next(dist.glob("orch-*.whl")))])
+    check([python, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", str(wheel)])
     where = ["-c", "import site; print(site.getsitepackages()[0])"]
     deps, ours = (check([py, *where]).stdout.strip() for py in (python, str(venv / "bin" / "python")))
     (Path(ours) / "orch-bench-deps.pth").write_text(deps + "\n")

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CONFIG, EXAMPLE, REPO, tmux_socket
+from tests.packaging.wheel_build import build_wheel
 
-SHIPPED = ("pyproject.toml", "README.md", "orchestrator")
 
 
 def _run(argv: list, timeout: float, **kw) -> subprocess.CompletedProcess:
@@ -32,16 +32,7 @@ def _run(argv: list, timeout: float, **kw) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
     """The wheel built from a copy of the checkout's shipped files."""
-    base = tmp_path_factory.mktemp("wheel")
-    src = base / "src"  # a copy, so the build leaves no build/ or egg-info in the checkout
-    src.mkdir()
-    for name in SHIPPED:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy(REPO / name, src / name)
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(src)], 300)
-    return next((base / "dist").glob("orch-*.whl"))
+    return build_wheel(REPO, tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="session")
