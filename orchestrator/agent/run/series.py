@@ -29,10 +29,13 @@ import base64
 import json
 import os
 import time
-from itertools import accumulate
+from itertools import accumulate, repeat
 
-from ..metrics import metric_lines
 from ..layout import read_json, write_json
+from ..metrics import metric_lines
+from .series_rows import Rows, Summary
+
+__all__ = ["FILE", "LOG", "STATE", "Series", "Summary", "answer", "read", "records"]
 
 FILE = "metrics.jsonl"
 STATE = "metrics.state.json"
@@ -40,43 +43,6 @@ LOG = "train.log"
 READ_MAX = 4 << 20  # bytes of log per tick: a runaway writer cannot hold the supervisor up
 SAVE_EVERY_S = 2.0  # how often the state is saved (and the records fsynced) while the log grows
 TAIL = 1 << 16  # bytes read back from the file's end to find its last record
-MAX_KEYS = 64  # metric names the summary keeps (a log printing more keeps the first ones, as the controller does)
-BAR_KEYS = {"step", "total_steps", "steps_s"}  # all a progress bar's event holds
-
-
-class Summary:
-    """What the series holds to the log offset of the state it is saved in: its events, the last step (a Hugging
-    Face evaluation bar, over fewer items than the training bar and behind it, is no training step), and each
-    metric's last, lowest and highest value; updated by every event read from the log, appended or not, so a
-    supervisor started again from its state's offset counts each event once."""
-
-    def __init__(self, saved: dict | None) -> None:
-        saved = saved if isinstance(saved, dict) else {}
-        self.events = int(saved.get("events", 0))
-        self.step = saved.get("step")
-        self.total_steps = saved.get("total_steps")
-        self.last, self.low, self.high = (dict(saved.get(k) or {}) for k in ("last", "min", "max"))
-
-    def add(self, event: dict) -> None:
-        total = event.get("total_steps")
-        if (total is not None and self.total_steps is not None and total < self.total_steps
-                and set(event) <= BAR_KEYS and event.get("step", -1.0) <= (self.step or 0)):
-            return
-        self.events += 1
-        if "step" in event:
-            self.step = event["step"]
-        if total is not None:
-            self.total_steps = total
-        for key, value in event.items():
-            if key not in self.last and len(self.last) >= MAX_KEYS:
-                continue
-            self.last[key] = value
-            self.low[key] = min(value, self.low.get(key, value))
-            self.high[key] = max(value, self.high.get(key, value))
-
-    def saved(self) -> dict:
-        return {"events": self.events, "step": self.step, "total_steps": self.total_steps, "last": self.last,
-                "min": self.low, "max": self.high}
 
 
 class Series:
@@ -145,30 +111,26 @@ class Series:
             cut = len(data)
         elif not cut and len(data) >= READ_MAX:
             cut = len(data)  # one line longer than a read
-        records = []
-        shapes, dumps = self.shapes, json.JSONEncoder(separators=(",", ":")).encode
         raws = data[:cut].splitlines(keepends=True)
         ends = list(accumulate(map(len, raws), initial=self.offset))[1:]  # each line's end in the log
-        texts = [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in raws]
-        for i, event in self.reader.placed(texts):  # (the lines read together: metric_lines.Reader.lines)
-            at = ends[i]
-            compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
-            self.summary.add(compact)
-            if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
-                self.skip_n -= at == self.skip_to
+        texts = list(map(str.rstrip, map(bytes.decode, raws, repeat("utf-8"), repeat("replace")), repeat("\r\n")))
+        rows = Rows(ends, self.shapes, self.summary)
+        for table in self.reader.tables(texts):  # (a chunk's events as columns: metric_lines.Reader.tables)
+            if (self.skip_to < ends[table.first] or not table.singles and not table.groups) and rows.columns(table):
                 continue
-            names = tuple(compact)
-            shape = shapes.get(names)
-            if shape is None:
-                shape = shapes[names] = len(shapes)
-                records.append(dumps({"id": shape, "names": names}))
-            records.append(dumps([at, shape, *compact.values()]))
+            for i, event in table.placed():
+                at = ends[i]
+                if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
+                    self.skip_n -= at == self.skip_to
+                    rows.summed(event)  # already in the file: read again from the log, not appended again
+                else:
+                    rows.one(i, event)
+        text = rows.text()
         self.offset += cut
-        if records:
-            records.insert(0, dumps({"t": round(time.time(), 2)}))
+        if text:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, ("\n".join(records) + "\n").encode())
+                os.write(fd, f'{{"t":{round(time.time(), 2)!r}}}\n{text}\n'.encode())
             finally:
                 os.close(fd)
         self.dirty = self.dirty or cut > 0
