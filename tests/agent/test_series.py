@@ -260,3 +260,22 @@ def test_a_chunk_written_as_columns_is_written_as_event_by_event(tmp_path, monke
     monkeypatch.setattr(series_rows.Rows, "columns", lambda self, table: False)
     assert together == kept(tmp_path / "events")
     assert len(together[1]["summary"]["last"]) == series_rows.MAX_KEYS
+
+
+def test_the_series_read_from_a_log_offset_gives_the_records_of_the_lines_after_it(tmp_path):
+    # what a read of the log's last lines asks of the series (log_read with tail_lines and series_offset): its
+    # records past that offset in the log, after the shapes and the time they need from before them
+    lines = [f"step={i} loss={1 / i:.4f}" if i % 5 else f'{{"step": {i}, "acc": 0.5}}' for i in range(1, 3000)]
+    data = ("\n".join(lines) + "\n").encode()
+    (tmp_path / series.LOG).write_bytes(data)
+    keeper = series.Series(str(tmp_path))
+    for cut in (len(data) // 3, len(data)):
+        (tmp_path / series.LOG).write_bytes(data[:cut])
+        keeper.tick(final=True)
+    whole = (tmp_path / series.FILE).read_bytes()
+    kept = series.records(whole)
+    for offset in [0, 5, 17, len(data) // 3, len(data) // 2, len(data) - 3, len(data)] + \
+            random.Random(3).sample(range(len(data)), 20):
+        start, before = series.after(str(tmp_path), offset)
+        got = series.records(before + whole[start:])
+        assert got == [r for r in kept if r[0] > offset], offset

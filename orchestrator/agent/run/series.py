@@ -26,8 +26,11 @@ state's offset, and appends only the events after the last record there: none is
 from __future__ import annotations
 
 import base64
+import bisect
 import json
+import math
 import os
+import re
 import time
 from itertools import accumulate, repeat
 
@@ -200,19 +203,52 @@ def _lines(run_dir: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
     return data[:cut], offset + cut
 
 
-def answer(run_dir: str, offset: int, max_bytes: int) -> dict | None:
+def after(run_dir: str, log_offset: int) -> tuple[int, bytes]:
+    """Where the series' records of the log's lines past ``log_offset`` start (its records are in the log's order:
+    found by halves), and what a reader from there needs of the file before it: every shape's names and the last
+    time, as the file's own lines."""
+    with open(os.path.join(run_dir, FILE), "rb") as fh:
+        data = fh.read()
+    end = data.rfind(b"\n") + 1  # (whole lines only)
+
+    def record(at: int) -> tuple[int, float]:
+        """The start and log offset of the first record from the line at or after ``at``."""
+        if at and data[at - 1:at] != b"\n":
+            at = data.find(b"\n", at, end) + 1 or end
+        while at < end:
+            if data[at:at + 1] == b"[":
+                return at, int(data[at + 1:data.index(b",", at)])
+            at = data.index(b"\n", at) + 1
+        return end, math.inf
+
+    start = record(bisect.bisect_right(range(end + 1), log_offset, key=lambda at: record(at)[1]))[0]
+    before = data[:start]
+    shapes = b"".join(m.group() + b"\n" for m in _SHAPE.finditer(before))
+    t = before.rfind(b'{"t":')  # (only a time's line holds that)
+    return start, shapes + (before[t:before.index(b"\n", t) + 1] if t >= 0 else b"")
+
+
+_SHAPE = re.compile(rb'^\{"id":[^\n]*', re.M)
+
+
+def answer(run_dir: str, offset: int, max_bytes: int, log_offset: int | None = None) -> dict | None:
     """What a ``log_read`` with ``series_offset`` answers: the file's whole lines from ``offset`` as they are
     (``data``, base64: the controller reads them, ``records``), the offset after them, the file's size, and whether
     the series covers the whole log (the supervisor's last save reached its end), and the series' summary at that
     save (``Summary``; absent from an older supervisor's); None while the run has no record kept (an older
-    supervisor, no metric line yet): the log is read then."""
+    supervisor, no metric line yet): the log is read then. ``log_offset`` (a read of the log's last lines): from
+    the first record past that offset in the log, after the lines a reader needs from before it (``after``)."""
     try:
         size = os.path.getsize(os.path.join(run_dir, FILE))
     except OSError:
         return None
     if not size:
         return None
+    before = b""
+    if log_offset is not None:
+        offset, before = after(run_dir, log_offset)
     data, end = _lines(run_dir, min(offset, size), max_bytes)
+    data = before + data
     state = read_json(os.path.join(run_dir, STATE))
     state = state if isinstance(state, dict) else {}
     read_to = state.get("log", 0)
