@@ -279,3 +279,15 @@ def test_the_series_read_from_a_log_offset_gives_the_records_of_the_lines_after_
         start, before = series.after(str(tmp_path), offset)
         got = series.records(before + whole[start:])
         assert got == [r for r in kept if r[0] > offset], offset
+
+
+def test_an_agent_call_that_reads_no_log_loads_no_metric_reader():
+    # every agent call is a process of its own (a status's too): only the supervisor, its watchers and the guard
+    # read metrics, and they import the reader when they start
+    import subprocess
+    import sys
+
+    code = ("import sys, orchestrator.agent.__main__\n"
+            "print(sorted(m for m in sys.modules if m.startswith('orchestrator.agent.metrics.')))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "[]"

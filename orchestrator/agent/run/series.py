@@ -35,7 +35,6 @@ import time
 from itertools import accumulate, repeat
 
 from ..layout import read_json, write_json
-from ..metrics import metric_lines
 from .series_rows import Rows, Summary
 
 __all__ = ["FILE", "LOG", "STATE", "Series", "Summary", "answer", "read", "records"]
@@ -59,6 +58,8 @@ class Series:
         if not isinstance(state, dict) or not os.path.exists(self.path):
             state = {}  # no records yet (or none kept): the log from its start
         self.offset = int(state.get("log", 0))
+        from ..metrics import metric_lines  # (the supervisor's alone: a log_read of the series needs no reader)
+
         self.reader = metric_lines.Reader(state.get("reader"))
         self.summary = Summary(state.get("summary"))
         self.saved = time.monotonic()
