@@ -106,6 +106,9 @@ class Follower:
             self.error = {"error": f"following the log failed: {exc}", "hint": None}
             ended = dict(self.error)
         self.done = True
+        from .recent import RECENT
+
+        RECENT.forget(self.exp_id)  # (what a page asks of the target as the run ends is asked anew)
         self._send({"type": "end", **ended})
 
     def _feed(self, data: bytes, end: bool = False) -> None:
