@@ -200,12 +200,13 @@ class Batch:
     its values cut out where its first line has them (``strict``: as JSON reads them, so a number with a leading 0 is
     no JSON number: such lines are read one at a time)."""
 
-    __slots__ = ("names", "cuts", "factors", "whole", "ints", "epoch", "steps", "kind", "check", "want", "repeats",
-                 "strict")
+    __slots__ = ("names", "spans", "cuts", "factors", "whole", "ints", "epoch", "steps", "kind", "check", "want",
+                 "repeats", "strict")
 
     def __init__(self, names: tuple, text: str, at: list[tuple[int, int]], factors: tuple, steps: bool, kind: str,
                  strict: bool = False) -> None:
         self.names, self.factors, self.epoch, self.steps = names, factors, "epoch" in names, steps
+        self.spans = tuple(at)
         self.cuts = tuple(itemgetter(slice(a, b)) for a, b in at)
         # a number printed as digits alone (every line of the template has ASCII digits where its first line has
         # them) is made an int: twice as fast as a float, and whole as the series keeps it
@@ -247,16 +248,28 @@ class Batch:
         n = len(lines)
         if not n:
             return [[] for _ in self.names]
+        joined, width = None, len(lines[0])
         for j, (cut, factor, whole) in enumerate(zip(self.cuts, self.factors, self.whole)):  # (no tuple per line)
+            make = int if whole else float
+            if repeats[j]:
+                # a column of one number, found without cutting it out of each line: the lines of a template are of
+                # one length, so its every character's place, taken from all the lines at once, holds one character
+                if joined is None:
+                    joined = "".join(lines)
+                    joined = joined if len(joined) == width * n else ""
+                a, b = self.spans[j]
+                if joined and all(map(_alike, (joined[i::width] for i in range(a, b)))):
+                    text = lines[0][a:b]
+                    if strict is not None and strict[j] is not None and text[strict[j]] == "0":
+                        return None
+                    values = [make(text)] * n
+                    columns.append(values if factor == 1.0 else [values[0] * factor] * n)
+                    continue
             texts = list(map(cut, lines))
             if strict is not None and strict[j] is not None and min(texts)[strict[j]] == "0":
                 return None
-            make = int if whole else float
-            first = texts[0]
             if not repeats[j]:
                 values = list(map(make, texts))
-            elif texts.count(first) == n:
-                values = [make(first)] * n
             else:
                 distinct = set(texts)
                 if len(distinct) * 5 < n * 4:
@@ -281,6 +294,10 @@ class Batch:
             if not found["total_steps"]:
                 del found["total_steps"]
         return events
+
+
+def _alike(chars: str) -> bool:
+    return chars.count(chars[0]) == len(chars)
 
 
 def _lead(number: str) -> int | None:
