@@ -34,12 +34,14 @@ VMIDS = (200, 201)
 # two take the other files as they get free, longest first; without, they split them beforehand.
 NEEDS_NETWORK = frozenset({"test_wheel_ct.py"})
 # the longest files, longest first (CI's durations): taken first, so that what is left at the end is short
-LONGEST = ("test_slurm_ct.py", "test_multinode_ct.py", "test_job_faults_ct.py", "test_queue_ct.py",
-           "test_ddp_example_ct.py", "test_chaos_ct.py", "test_frozen_ct.py", "test_keeper_ct.py",
-           "test_doctor_ct.py", "test_recover_ct.py", "test_gpus_ct.py", "test_pull_ct.py", "test_mlflow_ct.py",
-           "test_command_ct.py", "test_trust_ct.py", "test_push_big.py", "test_env_ct.py", "test_into_ct.py",
-           "test_sweep_search_ct.py", "test_launch_env_ct.py", "test_playbook_ct.py", "test_beside_ct.py",
-           "test_notify_ct.py", "test_gc_ct.py", "test_checkpoint_mounts_ct.py", "test_first_deploy_ct.py")
+LONGEST = ("test_slurm_ct.py", "test_multinode_ct.py", "test_job_faults_ct.py", "test_notify_ct.py",
+           "test_queue_ct.py", "test_ddp_example_ct.py", "test_pull_ct.py", "test_sweep_search_ct.py",
+           "test_doctor_ct.py", "test_keeper_ct.py", "test_workflow_ct.py", "test_env_ct.py", "test_mlflow_ct.py",
+           "test_ct_identity.py", "test_command_ct.py", "test_frozen_ct.py", "test_launch_env_ct.py",
+           "test_chaos_ct.py", "test_guard_ct.py", "test_into_ct.py", "test_remote.py", "test_push_big.py",
+           "test_trust_ct.py", "test_model_ct.py", "test_gc_ct.py", "test_gpus_ct.py",
+           "test_checkpoint_mounts_ct.py", "test_beside_ct.py", "test_checkpoint_lineage_ct.py",
+           "test_first_deploy_ct.py", "test_playbook_ct.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
