@@ -46,6 +46,7 @@ _PAIR = re.compile(
     rf"(?P<num>{_VALUE})(?:\s*/\s*(?P<total>\d+)(?![\d/]))?(?P<unit>%|/[A-Za-z]+|[A-Za-z]+(?:/[A-Za-z]+)?)?"
     r"(?P<close>\s*\])?(?![\w.])(?!:\d)")
 _DIGIT = re.compile(r"\d")
+_RUN = re.compile(r"\d+")
 # a number as the items read one (never inside a name: acc1, bf16): lines alike but for these read alike
 _TOKEN = re.compile(rf"(?<![A-Za-z_@\d.,])(?:{_VALUE})")
 _TOKEN_SPLIT = re.compile(f"({_TOKEN.pattern})")
@@ -149,8 +150,10 @@ def scan(text: str) -> Found:
     if len(parts) == 1:
         return Found()
     tokens = parts[1::2]
-    # the text between the numbers, and each number's kind: the patterns read 12, 1.5 and 1,234 differently
-    shape = "\0".join(parts[::2]) + "\1" + "".join("0" if t.isdigit() else "2" if "," in t else "1" for t in tokens)
+    # the text between the numbers, and each number's form (its runs of digits made one 0): the patterns read 12,
+    # -1.5, 1,234, 7e+02 and nan differently ("Epoch 3/7.5E+02" is epoch 3, "Epoch 3/7e+02" nothing: its "7e" is a
+    # total with a unit that fits no epoch)
+    shape = "\0".join(parts[::2]) + "\1" + "\2".join("0" if t.isdigit() else _RUN.sub("0", t) for t in tokens)
     plan = _PLANS.get(shape, False)
     if plan is not False:
         return _replay(plan, tokens) if plan is not None else _scan(text, None)
