@@ -62,3 +62,10 @@ def test_a_number_of_another_form_in_a_known_shape_reads_as_its_own_line() -> No
     _agree(["Test set: Average loss: 5.28e+02, Accuracy: -6e+02/4.868E+02 (0.4675%)",
             "Test set: Average loss: 4.15e+02, Accuracy: -4.35e+02/1e+02 (7.6784%)"])
     _agree(["step 1/+inf | loss 0.5 | 339 ms", "step 8/INF | loss 0.4 | 577 ms"])
+
+
+def test_a_nan_printed_as_a_spaced_value_is_read() -> None:
+    # llm.c's printf0("val loss %f\n", val_loss) of a run that diverged: a nan is the loss, as "loss: nan" is
+    assert Parser(fast=False).parse_line("val loss nan")["val_loss"] != 0.0
+    assert math.isnan(Parser().parse_line("val loss NaN")["val_loss"])
+    _agree(["val loss 0.0", "val loss NaN", "val loss -inf", "val loss 3.5"])

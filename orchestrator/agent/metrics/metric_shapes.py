@@ -45,7 +45,8 @@ _PAIR = re.compile(
     rf"(?<![\w@.\-])(?P<key>(?:[A-Za-z]+[ _])?{_KEY})['\"]?(?P<sep>\s*[=:]\s*)(?P<open>\[\s*)?"
     rf"(?P<num>{_VALUE})(?:\s*/\s*(?P<total>\d+)(?![\d/]))?(?P<unit>%|/[A-Za-z]+|[A-Za-z]+(?:/[A-Za-z]+)?)?"
     r"(?P<close>\s*\])?(?![\w.])(?!:\d)")
-_DIGIT = re.compile(r"\d")
+# a number's digits or a nan/inf: what a line needs before the slower patterns look for items in it
+_NUMERAL = re.compile(r"\d|(?i:nan|inf)")
 _RUN = re.compile(r"\d+")
 # a number as the items read one (never inside a name: acc1, bf16): lines alike but for these read alike
 _TOKEN = re.compile(rf"(?<![A-Za-z_@\d.,])(?:{_VALUE})")
@@ -222,10 +223,11 @@ def _scan(text: str, rec: Recorder | None) -> Found:
     blank: list[tuple[int, int]] = []
     _items(_PAIR, text, found, blank, rec)
     rest = _without(text, blank)
-    if _DIGIT.search(rest):
+    # (a nan is a value too: llm.c's "val loss nan" is a diverged run's, as "val loss 3.5" is a loss)
+    if _NUMERAL.search(rest):
         _items(_ITEM, rest, found, blank, rec)
         rest = _without(text, blank)
-        if ("/" in rest or "ms" in rest or "%" in rest) and _DIGIT.search(rest):
+        if ("/" in rest or "ms" in rest or "%" in rest) and _NUMERAL.search(rest):
             _value_first(rest, found, rec)
     if rec is not None:
         found.recorded = rec.ops
