@@ -69,3 +69,12 @@ def test_a_nan_printed_as_a_spaced_value_is_read() -> None:
     assert Parser(fast=False).parse_line("val loss nan")["val_loss"] != 0.0
     assert math.isnan(Parser().parse_line("val loss NaN")["val_loss"])
     _agree(["val loss 0.0", "val loss NaN", "val loss -inf", "val loss 3.5"])
+
+
+def test_a_line_that_holds_nothing_closes_a_metrics_section_in_a_chunk() -> None:
+    # Hugging Face's "***** eval metrics *****" opens a section; a line that is none of its fields (here one with
+    # no metric, read before) closes it, so the train_loss after it is the training's, not an evaluation's
+    lines = ["validation started", "***** eval metrics *****", "  eval_loss          = 0.3", "validation started",
+             "  train_loss         = 0.5171"]
+    assert Parser().parse_lines(lines)[-1] == {"loss": 0.5171}
+    _agree(lines)

@@ -212,6 +212,8 @@ class Reader:
         batches: dict[metric_templates.Batch, tuple[list[int], list[str]]] = {}
         for i, (line, key) in enumerate(zip(lines, metric_templates.keys(lines)), first):
             plan = kept(key)  # (None for a line with colour codes, \r or \b: its pieces' templates are kept)
+            if self.section is not None:
+                plan = None  # read in full: a line that is no field of the section closes it, even one that holds nothing
             if plan is nothing:
                 continue
             cls = plan.__class__
