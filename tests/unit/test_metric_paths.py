@@ -78,3 +78,14 @@ def test_a_line_that_holds_nothing_closes_a_metrics_section_in_a_chunk() -> None
              "  train_loss         = 0.5171"]
     assert Parser().parse_lines(lines)[-1] == {"loss": 0.5171}
     _agree(lines)
+
+
+def test_an_imagenet_summary_read_in_a_later_read_stays_the_evaluations() -> None:
+    # pytorch/examples imagenet: " * Acc@1 ... Acc@5 ..." closes the evaluation the line before it printed; a status
+    # that reads the log in two reads (or a supervisor started again) keeps which kind the last metric line was
+    lines = ["Test: [190/196]\tTime  0.100 ( 0.200)\tLoss 1.0234e+00 (1.1000e+00)\tAcc@1  75.00 ( 76.00)",
+             " * Acc@1 76.130 Acc@5 92.862"]
+    first = Parser()
+    first.parse_lines(lines[:1])
+    assert Parser(state=first.state()).parse_lines(lines[1:]) == [{"test_acc1": 76.13, "test_acc5": 92.862}]
+    _agree(lines)

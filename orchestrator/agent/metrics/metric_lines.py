@@ -61,12 +61,15 @@ class Reader:
         self.base: float | None = state.get("base")  # the first epoch's number: 0 or 1
         self.epoch: float | None = state.get("epoch")  # the epoch a header line opened
         self.epochs: float | None = state.get("epochs")  # how many epochs, when a line said
-        self.section: str | None = None
-        self.last: str = ""
+        # a Hugging Face section still open, and the kind of the last metric line (ImageNet's " * Acc@1" is the
+        # evaluation's that printed before it): carried, so a log read in several reads reads as in one
+        self.section: str | None = state.get("section")
+        self.last: str = state.get("last", "")
         self.bar: dict | None = state.get("bar")  # a tqdm bar's last event and update (``_bar``)
 
     def state(self) -> dict:
-        return {"base": self.base, "epoch": self.epoch, "epochs": self.epochs, "bar": self.bar}
+        return {"base": self.base, "epoch": self.epoch, "epochs": self.epochs, "bar": self.bar, "section": self.section,
+                "last": self.last}
 
     def events(self, line: str):
         """One event per update of ``line`` (``\\r``, Keras's backspaces) that holds a metric, in order."""
