@@ -89,3 +89,95 @@ def test_an_imagenet_summary_read_in_a_later_read_stays_the_evaluations() -> Non
     first.parse_lines(lines[:1])
     assert Parser(state=first.state()).parse_lines(lines[1:]) == [{"test_acc1": 76.13, "test_acc5": 92.862}]
     _agree(lines)
+
+
+
+def test_a_number_inside_a_name_is_the_names() -> None:
+    # "top-0" and "top-1" share a template (digits made 0) and a shape, but "top-1" is acc1 and "top-0" no metric:
+    # a line of either is read with the digits of its name
+    assert Parser().parse_lines(["top-0=5", "top-1=5", "top-0=0 loss=0", "top-1=1 loss=1"]) == \
+        [{"acc1": 5.0}, {"loss": 0.0}, {"acc1": 1.0, "loss": 1.0}]
+    _agree(["top-0=5", "top-1=5", "top-0=0 loss=0", "top-1=1 loss=1", "top-0=2 loss=2"])
+
+# -- the property: every path gives the reference's events ---------------------------------------------------------
+
+# the shapes of the public excerpts (tests/unit/test_metric_shapes.py) and of the frameworks' formats, a {} per number
+_FORMS = [
+    "| epoch {} | {}/ {} batches | lr {} | ms/batch {} | loss {} | ppl {}",
+    "| end of epoch {} | time: {}s | valid loss {} | valid ppl {}",
+    "| End of training | test loss {} | test ppl {}",
+    "Train Epoch: {} [{}/{} ({}%)]\tLoss: {}",
+    "Test set: Average loss: {}, Accuracy: {}/{} ({}%)",
+    "Epoch: [{}][{}/5005]\tTime {} ({})\tData {} ({})\tLoss {} ({})\tAcc@1 {} ({})\tAcc@5 {} ({})",
+    "Test: [{}/196]\tTime {} ({})\tLoss {} ({})\tAcc@1 {} ({})\tAcc@5 {} ({})",
+    " * Acc@1 {} Acc@5 {}",
+    "Epoch: [{}]  [{}/5005]  eta: 1 day, 2:03:04  lr: {}  img/s: {}  loss: {} ({})  acc1: {} ({})  time: {}  data: {}",
+    "Test:  Acc@1 {} Acc@5 {}",
+    "Train: {} [{}/5004 ({}%)]  Loss: {} ({})  Time: {}s, {}/s  ({}s, {}/s)  LR: {}  Data: {} ({})",
+    "2021-03-01 12:00:00 | INFO | train_inner | epoch 001:  {} / 1101 loss={}, nll_loss={}, ppl={}, wps={}, ups={}, "
+    "num_updates={}, lr={}, gnorm={}",
+    "2021-03-01 12:00:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss {} | ppl {} | num_updates {}",
+    '2021-03-01 12:00:00 | INFO | train_inner | {{"epoch": {}, "update": {}, "loss": "{}", "num_updates": "{}"}}',
+    "[2023-06-01 10:00:00,123] [INFO] [logging.py:96:log_dist] [Rank 0] step={}, skipped={}, lr=[{}], "
+    "mom=[(0.9, 0.999)]",
+    "[{}, {}] loss: {}",
+    "step {}/{} | loss {} ({}z)| norm {} ({}z)| lr {} | {} ms | {} tok/s",
+    "val loss {}",
+    "Epoch {}/{}",
+    "{}/469 ━━━━━━━━━━ 5s 10ms/step - accuracy: {} - loss: {} - val_accuracy: {} - val_loss: {}",
+    "{{'loss': {}, 'grad_norm': {}, 'learning_rate': {}, 'epoch': {}}}",
+    "{{'eval_loss': {}, 'eval_accuracy': {}, 'eval_runtime': {}, 'epoch': {}}}",
+    "***** eval metrics *****",
+    "***** train metrics *****",
+    "  eval_loss          = {}",
+    "  train_loss         = {}",
+    "Epoch [{}/{}], Step [{}/{}], Loss: {}",
+    " eta: 0:10:00  iter: {}  total_loss: {}  loss_cls: {}    time: {}  data_time: {}  lr: {}  max_mem: {}M",
+    "2023/01/01 00:00:00 - mmengine - INFO - Epoch(val) [{}][{}/500]    accuracy/top1: {}  data_time: {}  time: {}",
+    "iter {}: loss {}, time {}ms, mfu {}%",
+    "step {}: train loss {}, val loss {}",
+    "step: {}  loss: {}  grad_norm: {}  memory: 12.34GiB(15.60%)  tps: {}  tflops: {}  mfu: {}%",
+    " [2025-08-01 07:19:50] iteration {}/ 1000000 | consumed samples: {} | elapsed time per iteration (ms): {} | "
+    "learning rate: {} | lm loss: {} | grad norm: {} |",
+    "Epoch {}:  10%|█  | {}/20 [00:00<00:00, {}it/s, train_loss={}]",
+    "\x1b[31mstep: {}  \x1b[32mloss: {}\x1b[39m",
+    "step={} loss={} tok/s={} lr={} epoch={}",
+    "[2026-11-29 09:32:22] step: {}/{} | loss: {} | grad_norm: {} | Ktok/s: {}",
+    '{{"step": {}, "loss": {}, "lr": {}, "time": {}}}',
+    "top{}={} loss={}",
+    "train loss {} | val loss {} | test acc {}",
+    "Saving checkpoint to checkpoints/ckpt-{}.npz",
+    "validation started",
+    "",
+]
+_VALUE = st.one_of(
+    st.integers(-10**4, 10**7).map(str),
+    st.tuples(st.floats(-1e4, 1e4), st.integers(0, 6)).map(lambda p: f"{p[0]:.{p[1]}f}"),
+    st.tuples(st.floats(-1e4, 1e4), st.integers(0, 4), st.sampled_from("eE")).map(lambda p: f"{p[0]:.{p[1]}{p[2]}}"),
+    st.sampled_from(["nan", "-nan", "NaN", "inf", "-inf", "+inf", "Inf", "INF"]),
+    st.sampled_from(["abc", "N/A", "None", "-", "--", "1e", "1.2.3", "x1"]),  # a word where a number was
+    st.integers(1000, 10**8).map("{:,}".format),
+    st.sampled_from(["+0.5", ".5", "5.", "0", "00", "007", "-0", "0.0", "1", "9"]),
+)
+
+
+def _turned(text: str, by: int) -> str:
+    """``text`` with each digit moved on by ``by``: the same template (digits made 0), other numbers."""
+    return text.translate(str.maketrans("0123456789", "".join(str((d + by) % 10) for d in range(10))))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, len(_FORMS) - 1), min_size=1, max_size=4),
+       st.lists(st.tuples(st.integers(0, 3), st.lists(_VALUE, min_size=12, max_size=12), st.booleans()),
+                min_size=1, max_size=40),
+       st.integers(1, 2200))
+def test_every_path_reads_what_each_line_read_in_full_reads(forms: list, picks: list, lines_wanted: int) -> None:
+    # a few shapes, each repeated with other numbers (its template read in batch) and with another kind of value (a
+    # nan, a word, an exponent where it had digits: read in full), a bar's \r updates, past a chunk's end
+    lines: list[str] = []
+    while len(lines) < lines_wanted:
+        for at, values, joined in picks:
+            form = _FORMS[forms[at % len(forms)]]
+            line = form.format(*[_turned(v, len(lines) // len(picks)) for v in values])
+            lines.append(line + "\r" + _FORMS[forms[0]].format(*values) if joined and at == 3 else line)
+    _agree(lines[:lines_wanted])

@@ -48,6 +48,9 @@ _PAIR = re.compile(
 # a number's digits or a nan/inf: what a line needs before the slower patterns look for items in it
 _NUMERAL = re.compile(r"\d|(?i:nan|inf)")
 _RUN = re.compile(r"\d+")
+# a name with a number in it after a '-' or '/' ("top-1", "loss/0"): the number is the name's, not a value, and which
+# digits it has makes the name ("top-1" is acc1, "top-0" no metric), so lines alike but for them are not alike
+NAMED = re.compile(r"(?<![\w@.\-/])[A-Za-z][\w@.\-/]*[-/]\d[\w@.\-/]*")
 # a number as the items read one (never inside a name: acc1, bf16): lines alike but for these read alike
 _TOKEN = re.compile(rf"(?<![A-Za-z_@\d.,])(?:{_VALUE})")
 _TOKEN_SPLIT = re.compile(f"({_TOKEN.pattern})")
@@ -155,6 +158,8 @@ def scan(text: str) -> Found:
     # -1.5, 1,234, 7e+02 and nan differently ("Epoch 3/7.5E+02" is epoch 3, "Epoch 3/7e+02" nothing: its "7e" is a
     # total with a unit that fits no epoch)
     shape = "\0".join(parts[::2]) + "\1" + "\2".join("0" if t.isdigit() else _RUN.sub("0", t) for t in tokens)
+    if ("-" in text or "/" in text) and (named := NAMED.findall(text)):
+        shape += "\3" + "\3".join(named)
     plan = _PLANS.get(shape, False)
     if plan is not False:
         return _replay(plan, tokens) if plan is not None else _scan(text, None)

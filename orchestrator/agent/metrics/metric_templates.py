@@ -23,7 +23,7 @@ from itertools import repeat
 from operator import itemgetter, mul
 
 from .metric_names import RATES, STRUCTURAL, name_of
-from .metric_shapes import JSON_TIME_KEYS, Event
+from .metric_shapes import JSON_TIME_KEYS, NAMED, Event
 from .metric_table import Group
 
 MASK = bytes.maketrans(b"123456789", b"000000000")
@@ -183,8 +183,10 @@ class Template:
 def _checks(text: str, spans) -> tuple[tuple, itemgetter | None, tuple]:
     """The digits of ``text`` outside ``spans`` (a name's: a line of its template has the very same ones), and the
     same check in one C call: a getter of those characters and what it must give (a single index twice, as
-    itemgetter of one index gives the item, not a tuple)."""
+    itemgetter of one index gives the item, not a tuple). A number inside a name (``top-1``) is the name's."""
     covered = {i for a, b in spans for i in range(a, b)}
+    for m in NAMED.finditer(text):
+        covered.difference_update(range(*m.span()))
     checks = tuple((i, c) for i, c in enumerate(text) if "0" <= c <= "9" and i not in covered)
     at = [i for i, _ in checks] or [0]
     at = at * 2 if len(at) == 1 else at
