@@ -3,4 +3,4 @@ live run holds, so runs share a machine on disjoint GPUs (``gpu_share``).
 """
 
 # the modules the rest of the agent may import (tests/unit/test_layers.py)
-__all__ = ["gpu_share", "runqueue"]
+__all__ = ["gpu_share", "runqueue", "search", "search_loop"]
