@@ -289,6 +289,7 @@ def stopped(settings, sweep: str) -> None:
         if t["state"] in ("running", "waiting"):
             found.trial_attr(t["number"], "error", "stopped by orch sweep stop")
             found.tell(t["number"], state="failed")
+    found.set_attr("stopped", True)
 
 
 def _on_target(settings, sweep: str):

@@ -103,9 +103,11 @@ def fetch(settings, target, sweep: str, registry) -> dict:
     try:
         read = client.call([Op("sweep_read", {"project": settings.project.name, "sweep": sweep})],
                            what="read the sweep's study")[0]
-        tmp = where["db"].with_name(where["db"].name + ".fetched")
-        tmp.write_bytes(base64.b64decode(read["study"]))
-        tmp.replace(where["db"])
+        # a sweep stopped from here keeps its own copy: the trials the stop ended are told there, not on the target
+        if not (read.get("ended") == "stopped" and studies.Study.read(where["db"], sweep).attrs.get("stopped")):
+            tmp = where["db"].with_name(where["db"].name + ".fetched")
+            tmp.write_bytes(base64.b64decode(read["study"]))
+            tmp.replace(where["db"])
         found = studies.Study.read(where["db"], sweep)
         trials = found.trials()
         first = next((t for t in trials if t["number"] == 0), None)

@@ -76,3 +76,21 @@ def test_a_search_on_its_target_refuses_what_a_queue_entry_cannot_vary(quad):
                     "--steps", "20")
     assert done.returncode == 2 and "project.env" in done.stderr and "hint:" in done.stderr, done.stderr
     assert not (quad.path / ".orch" / "sweeps").exists() or not list((quad.path / ".orch" / "sweeps").glob("*.db"))
+
+
+def test_a_search_on_its_target_stops_with_its_conductor_there_first(quad):
+    started = quad.run("sweep", "--on-target", "--set", "project.env.LR=loguniform(1e-5,1.0)", "--set",
+                       "project.env.PAUSE=0.2", "--trials", "20", "--steps", "200", "--prune", "none", "--json")
+    assert started.returncode == 0, started.stderr
+    sweep, pid = json.loads(started.stdout)["sweep"], json.loads(started.stdout)["conductor"]
+    wait_for(lambda: any(r["state"] == "running" and r["experiment"] for r in _show(quad, sweep)["rows"]),
+             timeout=60, what="the first trial", every=1)
+    stopped = quad.run("sweep", "stop", sweep, "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout)["conductor"] == pid and not os.path.exists(f"/proc/{pid}")
+    assert [r["state"] for r in json.loads(stopped.stdout)["stopped"]] == ["stopped"]
+    table = _show(quad, sweep)
+    assert table["conductor"] is None and table["trials_asked"] == 1, table
+    assert [r["state"] for r in table["rows"]] == ["failed"], table["rows"]  # told so here, kept so
+    resumed = quad.run("sweep", "resume", sweep, "--json")  # a stopped sweep's conductor does not start again
+    assert resumed.returncode == 0 and json.loads(resumed.stdout)["conductor"] is None, resumed.stdout
