@@ -196,6 +196,12 @@ def resume_trial(ctx: typer.Context, sweep: str, number: int, as_json: bool) -> 
     if not where["db"].exists():
         raise InputError(f"no search {sweep!r} in this project",
                          hint="orch experiments list shows each sweep; only a search's trials can be resumed")
+    target = _on_target(settings, sweep)
+    if target is not None:  # the trial as the target's study has it, its experiment recorded here
+        from ..launch import sweep_target
+
+        with common.registry(settings) as reg:
+            sweep_target.fetch(settings, target, sweep, reg)
     found = study.Study.read(where["db"], sweep)
     trials = {t["number"]: t for t in found.trials()}
     if number not in trials:

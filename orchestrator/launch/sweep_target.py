@@ -104,11 +104,14 @@ def fetch(settings, target, sweep: str, registry) -> dict:
         read = client.call([Op("sweep_read", {"project": settings.project.name, "sweep": sweep})],
                            what="read the sweep's study")[0]
         # a sweep stopped from here keeps its own copy: the trials the stop ended are told there, not on the target
-        if not (read.get("ended") == "stopped" and studies.Study.read(where["db"], sweep).attrs.get("stopped")):
+        here = studies.Study.read(where["db"], sweep).attrs
+        if not (read.get("ended") == "stopped" and here.get("stopped")):
             tmp = where["db"].with_name(where["db"].name + ".fetched")
             tmp.write_bytes(base64.b64decode(read["study"]))
             tmp.replace(where["db"])
         found = studies.Study.read(where["db"], sweep)
+        if here.get("resumed") and found.attrs.get("resumed") != here["resumed"]:
+            found.set_attr("resumed", here["resumed"])  # pruned trials run on from here (sweep resume --trial)
         trials = found.trials()
         first = next((t for t in trials if t["number"] == 0), None)
         template = registry.get(int(first["attrs"]["experiment"])) if first and first["attrs"].get("experiment") \
