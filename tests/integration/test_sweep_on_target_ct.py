@@ -76,3 +76,18 @@ def test_a_search_conducted_in_the_ct_goes_on_through_a_reboot_with_no_trial_twi
     assert sum(r["state"] == "pruned" for r in rows) >= 2 and sum(r["state"] == "complete" for r in rows) >= 3, rows
     assert sum(r["state"] == "failed" for r in rows) <= 1, rows  # the one the CT went down under, lost
     assert 10 ** -3.6 <= float(rows[0]["params"]["project.env.LR"]) <= 10 ** -2.4, rows[0]
+
+
+def test_a_ct_with_no_python_that_imports_optuna_refuses_the_sweep_before_any_trial_runs(remote, testbed):  # noqa: F811
+    remote.write()
+    (remote.path / "train.py").write_text(SCRIPT)
+    done = remote.run("sweep", "--on-target", "--ct", "200", "--set", "project.env.LR=loguniform(1e-5,1.0)",
+                      "--trials", "4", "--steps", "20", timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "no Python on the target imports optuna" in done.stderr and "hint: add optuna to the project's [env]" \
+        in done.stderr, done.stderr
+    with remote.registry() as reg:
+        (exp,) = reg.list()
+    assert exp.status == "stopped" and exp.started is None, exp  # its first trial, taken out of the queue unstarted
+    runs = _on_host(testbed, 200, f"{ROOT}/runs")
+    assert not runs.exists() or not any(runs.iterdir())
