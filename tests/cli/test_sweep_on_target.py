@@ -59,7 +59,7 @@ def test_a_search_conducted_on_its_target_outlives_a_killed_conductor_with_no_tr
     assert not any(r["state"] == "failed" for r in rows), rows
     assert 10 ** -4 <= float(rows[0]["params"]["project.env.LR"]) <= 10 ** -2, rows[0]
     log = next((quad.root / "sweeps").glob(f"*/{sweep}/conductor.log")).read_text()
-    assert log.count("conductor starts on the target") == 2, log  # the next trial's end started it again
+    assert log.count("conductor starts on the target") == 2, log  # started again there, by nobody here
     with quad.registry() as reg:
         exps = reg.list(sweep=sweep)
     assert sorted(e.id for e in exps) == sorted(r["experiment"] for r in rows)  # each trial once, recorded here

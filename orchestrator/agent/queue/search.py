@@ -8,8 +8,9 @@ The conductor (``search_loop``) then runs on the target, in a Python that import
 or the agent's own), asks each trial, queues it in the project's queue, reads its log with the agent's metric
 reader and stops a pruned one as ``orch stop`` does. No controller is needed to go on:
 
+- a conductor killed or crashed: the process that started it (``search_loop.conduct``) starts it again, and
+  should that one be gone too, the end of the sweep's next trial does (``revive``, from the supervisor);
 - a reboot: a systemd unit (``reboot_unit``, keyed by the sweep's folder) starts it again (``sweep-boot``);
-- a conductor killed: the end of the sweep's next trial starts it again (``revive``, from the supervisor);
 - the controller reads the study back (``read``: a copy the conductor writes between rounds) and records the
   trials the target started as experiments of the sweep (``launch/sweep_target.py``).
 
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from ..layout import Layout, read_json, run_key, write_atomic, write_json
+from ..layout import Layout, read_json, write_atomic, write_json
 from ..protocol import AgentFailure
 from ..run import reboot_unit
 from . import runqueue
@@ -135,7 +136,7 @@ def start(layout: Layout, project: str, sweep: str, spec: dict | None = None, st
     conductor again; the first trial's queue entry is kept as every trial's template."""
     where = folder(layout, project, sweep)
     if spec is not None:
-        template = _entry(layout, project, int(spec["template"]), spec.get("registry"))
+        template = runqueue.entry(layout, project, int(spec["template"]), spec.get("registry"))
         if template is None and not os.path.exists(os.path.join(where, "template.json")):
             raise AgentFailure("notfound", f"the first trial of sweep {sweep} (experiment {spec['template']}) is "
                                            "not in the queue", "start the sweep again")
@@ -163,14 +164,6 @@ def start(layout: Layout, project: str, sweep: str, spec: dict | None = None, st
                               command=["sweep-boot", layout.root, project, sweep])
     pid = spawn(layout, project, sweep)
     return {"pid": pid, "boot": why or "started again after a reboot by the sweep's systemd unit"}
-
-
-def _entry(layout: Layout, project: str, exp_id: int, registry: str | None) -> dict | None:
-    tail = f"-{run_key(exp_id, registry)}.json"
-    for path in runqueue._files(layout, project):
-        if path.endswith(tail):
-            return read_json(path, None)
-    return None
 
 
 def spawn(layout: Layout, project: str, sweep: str) -> int | None:

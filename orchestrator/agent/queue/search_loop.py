@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 
 from .. import journal
-from ..layout import Layout, read_json, run_key, write_atomic, write_json
+from ..layout import Layout, read_json, write_atomic, write_json
 from ..lock import TargetLock
 from ..metrics import metric_lines
 from ..protocol import AgentFailure
@@ -91,7 +92,7 @@ class Conductor:
     def run(self) -> int:
         fd = search.locked(os.path.join(self.where, ".lock"))
         if fd is None:
-            return 0  # another conductor runs it
+            return ELSEWHERE
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         try:
             trials = self.study.get_trials(deepcopy=False)
@@ -158,8 +159,7 @@ class Conductor:
         return self.layout.run_dir(exp_id, self.spec.get("registry"))
 
     def _queued(self, exp_id: int) -> bool:
-        tail = f"-{run_key(exp_id, self.spec.get('registry'))}.json"
-        return any(p.endswith(tail) for p in runqueue._files(self.layout, self.project))
+        return runqueue.entry(self.layout, self.project, exp_id, self.spec.get("registry")) is not None
 
     # -- queueing ----------------------------------------------------------------------------------------------
     def _queue(self, number: int, params: dict, exp_id: int) -> None:
@@ -178,8 +178,7 @@ class Conductor:
         said = ", ".join(f"{k}={_short(v)}" for k, v in params.items() if k in self.spec.get("shown", params))
         message = f"sweep {self.sweep}: trial {number}: {said}" + \
             (f" ({self.spec['message']})" if self.spec.get("message") else "")
-        experiment = dict(entry.get("experiment") or {}, id=exp_id, message=message, created=time.time(),
-                          started=None, status="queued")
+        experiment = dict(entry.get("experiment") or {}, id=exp_id, message=message, created=time.time())
         self._attr(number, "message", message)
         self._attr(number, "checkpoints", new or None)
         self._attr(number, "budget_steps", self.spec["steps"])
@@ -310,9 +309,42 @@ def _short(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+ELSEWHERE = 3  # the exit of a conductor that found another holding the sweep's lock
+QUICK_S = 10.0  # s: a conductor that ends sooner than this, on an error, five times running, is not started again
+
+
 def conduct(root: str, project: str, sweep: str) -> int:
-    """``agent sweep-conduct ROOT PROJECT SWEEP``."""
+    """``agent sweep-conduct ROOT PROJECT SWEEP``: the conductor in a child process, started again when it dies
+    (killed, crashed) while the sweep goes on: the end of a trial starts a missing conductor too, but one killed
+    after the last trial in flight ended would have none to wait for."""
     os.environ["LC_ALL"] = "C.UTF-8"
+    child = 0
+    signal.signal(signal.SIGTERM, lambda *_: child and os.kill(child, signal.SIGTERM))
+    quick = 0
+    while True:
+        began = time.monotonic()
+        child = os.fork()
+        if child == 0:
+            code = 1
+            try:
+                code = _once(root, project, sweep)
+            finally:
+                sys.stdout.flush()
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(status)
+        spec = read_json(os.path.join(search.folder(Layout(root), project, sweep), "spec.json"), {}) or {}
+        if code in (0, ELSEWHERE) or spec.get("ended"):
+            return 0
+        quick = quick + 1 if time.monotonic() - began < QUICK_S else 0
+        print(f"{time.strftime('%H:%M:%S')} sweep {sweep}: the conductor ended ({code}): "
+              + ("started again" if quick < 5 else "five times within seconds: not started again"), flush=True)
+        if quick >= 5:
+            return 1
+        time.sleep(1.0)
+
+
+def _once(root: str, project: str, sweep: str) -> int:
     try:
         conductor = Conductor(root, project, sweep)
     except ImportError as exc:
@@ -324,4 +356,3 @@ def conduct(root: str, project: str, sweep: str) -> int:
     except AgentFailure as exc:
         conductor.say(f"queue not started: {exc.message}")
     return conductor.run()
-
