@@ -1,10 +1,11 @@
 """GPU time a sweep spends to find a setting within 5% of the best: TPE with pruning against a grid and against
 random search without pruning, on the same response surface; a held-out surface repeats it.
 
-    python benchmarks/bench_search.py [--trials 24] [--steps 100] [--seeds 30] [--overshoot 5] [--min-steps N]
+    python benchmarks/bench_search.py [--trials 24] [--steps 100] [--seeds 30] [--first-seed 0] [--overshoot 5]
+                                      [--min-steps N]
 
 What it measures, and what it does not. The trials are simulated: each is a loss curve over steps, a known function
-of its settings (below), with a little noise, read at the same rungs the conductor reads a log at (every tenth of
+of its settings (below), with a little noise, read at the same rungs the conductor reads a log at (every twelfth of
 the budget). What decides is orch's own: the searching modes ask ``launch/study.py``'s Study (Optuna's TPE or
 random sampler, its median or successive-halving pruner, set up as the conductor sets them up) for each trial, and
 report the curve at each rung as the conductor does. GPU time is counted in steps, summed over the trials in the
@@ -39,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestrator.launch.space import Range  # noqa: E402
+from orchestrator.launch.space import Range, default_min_steps  # noqa: E402
 from orchestrator.launch.study import Study  # noqa: E402
 
 
@@ -141,16 +142,18 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--seeds", type=int, default=30)
+    ap.add_argument("--first-seed", type=int, default=0, help="the seeds run are --first-seed onwards (another set "
+                    "of seeds checks that a difference is not theirs)")
     ap.add_argument("--overshoot", type=int, default=5, help="steps a pruned trial runs past its rung")
     ap.add_argument("--min-steps", type=int, default=None, help="the first rung and the distance between rungs "
-                    "(orch sweep's --min-steps; default, as there, a tenth of --steps)")
+                    "(orch sweep's --min-steps; default, as there, a twelfth of --steps)")
     args = ap.parse_args()
-    rung = args.min_steps or max(1, args.steps // 10)
+    rung = args.min_steps or default_min_steps(args.steps)
     for name, (f, space) in SURFACES.items():
         best = _optimum(f, space, args.steps)
         target = best * 1.05
         results: dict[str, list[tuple]] = {m: [] for m in ("grid", "random", "tpe+median", "tpe+asha")}
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             rng = random.Random(seed)
             grid = _grid(space, args.trials)
             rng.shuffle(grid)

@@ -44,7 +44,7 @@ def sweep(ctx: typer.Context, set_: SweepSetOpt = None, steps: StepsOpt = None, 
           rung_by: Annotated[Optional[str], typer.Option("--rung-by", help="steps (default) or tokens: trials "
                                                          "meet at the same data seen")] = None,
           min_steps: Annotated[Optional[int], typer.Option("--min-steps", min=1, help="Grace before pruning, "
-                                                           "and the distance between rungs (default: a tenth "
+                                                           "and the distance between rungs (default: a twelfth "
                                                            "of --steps)")] = None,
           parallel: Annotated[Optional[int], typer.Option("--parallel", min=1, help="Trials in flight at once "
                                                           "(default 1; with --gpus G, side by side)")] = None,

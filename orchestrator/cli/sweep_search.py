@@ -39,10 +39,10 @@ def start(ctx: typer.Context, chosen, sets: list[str], *, steps, minutes, target
     if steps is None:
         raise InputError("a search needs each trial's budget: --steps N",
                          hint="e.g. orch sweep --set run.lr=loguniform(1e-5,1e-2) --trials 12 --steps 200")
-    grace = min_steps if min_steps is not None else max(1, steps // 10)
+    grace = min_steps if min_steps is not None else space.default_min_steps(steps)
     if grace >= steps:
         raise InputError(f"--min-steps {grace} leaves no step to prune at: it must be below --steps {steps}",
-                         hint=f"e.g. --min-steps {max(1, steps // 10)}")
+                         hint=f"e.g. --min-steps {space.default_min_steps(steps)}")
     if metric is not None and not metric.strip():
         raise InputError("--metric is empty", hint="name a metric the log prints, e.g. --metric val_loss")
     per_trial = sweeping.check_beside(gpus, beside)
