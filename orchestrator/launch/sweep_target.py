@@ -130,6 +130,17 @@ def fetch(settings, target, sweep: str, registry) -> dict:
                                      message=attrs.get("message"), checkpoints=attrs.get("checkpoints"),
                                      created=float(attrs["queued"]))
         reconcile(settings, target, registry, client)
+        for t in trials:  # told while still queued: the conductor took it out of the queue (the sweep ended)
+            exp_id = t["attrs"].get("experiment")
+            if t["state"] in ("complete", "pruned", "failed") and exp_id is not None:
+                try:
+                    exp = registry.get(int(exp_id))
+                except NotFoundError:
+                    continue
+                if exp.status == "queued":
+                    registry.update(exp.id, status="stopped", ended=time.time(),
+                                    end_reason="removed from the queue before it started: "
+                                               + (found.attrs.get("error") or "the sweep ended"))
     finally:
         client.transport.close()
     return {"conductor": read.get("conductor"), "ended": read.get("ended")}

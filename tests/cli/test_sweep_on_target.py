@@ -94,3 +94,22 @@ def test_a_search_on_its_target_stops_with_its_conductor_there_first(quad):
     assert [r["state"] for r in table["rows"]] == ["failed"], table["rows"]  # told so here, kept so
     resumed = quad.run("sweep", "resume", sweep, "--json")  # a stopped sweep's conductor does not start again
     assert resumed.returncode == 0 and json.loads(resumed.stdout)["conductor"] is None, resumed.stdout
+
+
+def test_a_metric_the_log_never_prints_ends_a_search_on_its_target_with_a_reason(quad):
+    started = quad.run("sweep", "--on-target", "--set", "project.env.LR=loguniform(1e-5,1.0)", "--trials", "6",
+                       "--steps", "40", "--min-steps", "3", "--metric", "val_acc", "--parallel", "2", "--json")
+    assert started.returncode == 0, started.stderr
+    sweep = json.loads(started.stdout)["sweep"]
+
+    def ended():
+        table = _show(quad, sweep)
+        return table["conductor"] is None and table["error"] and table
+    table = wait_for(ended, timeout=120, what="the sweep's end", every=1)
+    assert "printed no 'val_acc'" in table["error"] and "loss" in table["error"], table["error"]
+    assert table["trials_asked"] == 2 and all(r["state"] == "failed" for r in table["rows"]), table["rows"]
+    assert "the sweep ended: the log printed no 'val_acc'" in quad.run("sweep", "show", sweep).stdout
+    with quad.registry() as reg:
+        exps = reg.list(sweep=sweep)
+    assert [e.status for e in exps if e.started] == ["stopped"], exps  # the one that ran, stopped at once
+    assert [e.status for e in exps if not e.started] == ["stopped"], exps  # the other, taken out of the queue

@@ -137,6 +137,11 @@ class Conductor:
             self._follow(t, int(exp_id))
         asked = len(trials)
         in_flight = sum(1 for t in self.study.get_trials(deepcopy=False) if t.state.name == "RUNNING")
+        if self.study.user_attrs.get("error"):  # the sweep ended early: the trials still in flight are told
+            for t in self.study.get_trials(deepcopy=False):
+                if t.state.name == "RUNNING" and not self._started(int(t.user_attrs.get("experiment", -1))):
+                    self._tell(t.number, None, self.optuna.trial.TrialState.FAIL)  # taken out of the queue
+            return not any(t.state.name == "RUNNING" for t in self.study.get_trials(deepcopy=False))
         while not self.stopping and in_flight < self.spec["parallel"] and asked < self.spec["trials"]:
             trial = self.study.ask(self.space)
             exp_id = self._number_for(trial.number)
@@ -200,6 +205,8 @@ class Conductor:
     # -- following -----------------------------------------------------------------------------------------------
     def _follow(self, trial, exp_id: int) -> None:
         number, attrs = trial.number, trial.user_attrs
+        if self.study.user_attrs.get("error") and not self._started(exp_id):
+            return  # the sweep ended: taken out of the queue, never queued again (round tells it)
         if not self._queued(exp_id) and not self._started(exp_id):
             return self._queue(number, trial.params, exp_id)  # asked, and the conductor ended before its entry
         if not self._started(exp_id):
@@ -213,11 +220,20 @@ class Conductor:
         log.read()
         metric = self._metric(log)
         points = log.series.get(metric, []) if metric else []
-        if metric and not points and log.step >= self.spec["min_steps"] and status in FINAL:
-            self._attr(number, "error", f"the log printed no {metric!r} by step {log.step:g} (it prints: "
-                       f"{', '.join(sorted(log.series)) or 'nothing orch reads'})")
+        if metric and not points and log.step >= self.spec["min_steps"]:
+            # every trial would say the same: the sweep ends, its queued trials taken out, this one stopped
+            why = f"the log printed no {metric!r} by step {log.step:g} (it prints: " \
+                  f"{', '.join(sorted(log.series)) or 'nothing orch reads'})"
+            self.say(f"trial {number}: {why}; the sweep ends")
+            self.study.set_user_attr("error", why)
+            self._attr(number, "error", why)
+            with TargetLock(self.layout.lock, LOCK_WAIT, f"end sweep {self.sweep}"):
+                runqueue.remove(self.layout, self.project, registry=self.spec.get("registry"), sweep=self.sweep)
+                if status not in FINAL:
+                    runs.stop(self.layout, self.project, [exp_id], float(self.spec.get("stop_timeout", 30)),
+                              float(self.spec.get("term_timeout", 10)), by={"sweep": self.sweep},
+                              registry=self.spec.get("registry"))
             self._tell(number, None, self.optuna.trial.TrialState.FAIL)
-            self.changed = True
             return
         rung = int(self.spec["min_steps"])
         reported = int(attrs.get("rungs", 0))
@@ -262,6 +278,7 @@ class Conductor:
         self.changed = True
 
     def _tell(self, number: int, value: float | None, state) -> None:
+        self.changed = True
         try:
             self.study.tell(number, value, state=state, skip_if_finished=True)
         except RuntimeError as exc:
