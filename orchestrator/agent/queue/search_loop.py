@@ -191,12 +191,13 @@ class Conductor:
         if entry.get("beside"):
             args["beside"] = entry["beside"]
         with TargetLock(self.layout.lock, LOCK_WAIT, f"queue trial {number} of sweep {self.sweep}"):
-            if self._queued(exp_id) or self._started(exp_id):
-                return  # queued before a kill cut this conductor short
-            done = runqueue.add(self.layout, exp_id=exp_id, env=env, experiment=experiment, **args)
-        self._attr(number, "queued", time.time())
-        where = "started" if done.get("status") == "running" else f"queued at position {done.get('position')}"
-        self.say(f"trial {number} ({number + 1}/{self.spec['trials']}): {said}: experiment {exp_id} {where}")
+            # queued already when a kill cut this conductor short between the entry and its note
+            done = None if self._queued(exp_id) or self._started(exp_id) else \
+                runqueue.add(self.layout, exp_id=exp_id, env=env, experiment=experiment, **args)
+        self._attr(number, "queued", time.time())  # the controller records the trial's experiment from here on
+        if done is not None:
+            where = "started" if done.get("status") == "running" else f"queued at position {done.get('position')}"
+            self.say(f"trial {number} ({number + 1}/{self.spec['trials']}): {said}: experiment {exp_id} {where}")
 
     def _started(self, exp_id: int) -> bool:
         run_dir = self._run_dir(exp_id)
@@ -209,6 +210,8 @@ class Conductor:
             return  # the sweep ended: taken out of the queue, never queued again (round tells it)
         if not self._queued(exp_id) and not self._started(exp_id):
             return self._queue(number, trial.params, exp_id)  # asked, and the conductor ended before its entry
+        if "queued" not in attrs:  # queued, and the conductor ended before its note: the controller records it
+            self._attr(number, "queued", time.time())
         if not self._started(exp_id):
             return  # waiting in the queue
         run_dir = self._run_dir(exp_id)
