@@ -72,6 +72,7 @@ def start(ctx: typer.Context, chosen, sets: list[str], *, steps, minutes, target
         with common.registry(settings) as reg:
             pid = sweep_target.start(settings, targets[0], spec, chosen.space, reg, lambda o: common.settings(ctx, o),
                                      study.Study.open)
+        sweep_target.mark(where["db"], names[0])  # orch status records its trials until it has ended
     else:
         conductor.start(settings.state_dir, spec, chosen.space, study.Study.open)
         pid = None if foreground else _detach(settings, spec.sweep, where["log"])[0]
@@ -296,6 +297,24 @@ def stopped(settings, sweep: str) -> None:
             found.trial_attr(t["number"], "error", "stopped by orch sweep stop")
             found.tell(t["number"], state="failed")
     found.set_attr("stopped", True)
+
+
+def learn(settings, notice) -> None:
+    """``orch status``: the trials each search conducted on a target has started since the last look, recorded as
+    experiments of their sweep (only while such a search goes on: a marker beside its study says so)."""
+    from ..launch import sweep_target
+
+    for marker, (name, ct) in sweep_target.marked(settings.state_dir):
+        sweep = marker.name.split(".")[0]
+        try:
+            target = common.target(settings, name, ct)
+            with common.registry(settings) as reg:
+                read = sweep_target.fetch(settings, target, sweep, reg)
+        except OrchError as exc:
+            notice(f"orch: sweep {sweep} not read on its target: {exc.message}")
+            continue
+        if read.get("ended"):
+            marker.unlink(missing_ok=True)
 
 
 def _on_target(settings, sweep: str):

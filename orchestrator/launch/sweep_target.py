@@ -146,6 +146,26 @@ def fetch(settings, target, sweep: str, registry) -> dict:
     return {"conductor": read.get("conductor"), "ended": read.get("ended")}
 
 
+def mark(db, names: list) -> None:
+    """A marker beside a search's study while it goes on on its target (``<sweep>.target``: its --target, --ct)."""
+    import json
+
+    db.with_suffix(".target").write_text(json.dumps(names))
+
+
+def marked(state_dir) -> list:
+    """Each marker of a search going on on its target, with the target's (--target, --ct)."""
+    import json
+
+    out = []
+    for path in sorted((state_dir / "sweeps").glob("*.target")):
+        try:
+            out.append((path, tuple(json.loads(path.read_text()))))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def resume(settings, target, sweep: str) -> int | None:
     """The target's conductor started again (none runs); its pid."""
     return _one(settings, target, "sweep_start", sweep, "start the sweep's conductor again").get("pid")

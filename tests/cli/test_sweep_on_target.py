@@ -113,3 +113,22 @@ def test_a_metric_the_log_never_prints_ends_a_search_on_its_target_with_a_reason
         exps = reg.list(sweep=sweep)
     assert [e.status for e in exps if e.started] == ["stopped"], exps  # the one that ran, stopped at once
     assert [e.status for e in exps if not e.started] == ["stopped"], exps  # the other, taken out of the queue
+
+
+def test_orch_status_records_the_trials_a_search_on_its_target_started(quad):
+    started = quad.run("sweep", "--on-target", "--set", "project.env.LR=loguniform(1e-5,1.0)", "--trials", "3",
+                       "--steps", "10", "--prune", "none", "--json")
+    assert started.returncode == 0, started.stderr
+    sweep = json.loads(started.stdout)["sweep"]
+    spec = quad.root / "sweeps" / "quad" / sweep / "spec.json"
+    wait_for(lambda: json.loads(spec.read_text()).get("ended"), timeout=120, what="the sweep's end", every=1)
+    with quad.registry() as reg:
+        assert [e.id for e in reg.list(sweep=sweep)] == [1]  # the first trial only: nobody has looked since
+    shown = quad.run("status", "-e", "3", "--json")  # no sweep show: status alone records them
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["state"] == "finished", shown.stdout
+    with quad.registry() as reg:
+        exps = sorted(reg.list(sweep=sweep), key=lambda e: e.id)
+    assert [(e.id, e.status) for e in exps] == [(1, "finished"), (2, "finished"), (3, "finished")], exps
+    assert exps[2].message.startswith(f"sweep {sweep}: trial 2: project.env.LR=")
+    assert not list((quad.path / ".orch" / "sweeps").glob("*.target"))  # ended: status asks no more
