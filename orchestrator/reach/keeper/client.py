@@ -25,7 +25,7 @@ from typing import Any, Callable
 from ... import after_answer, errors, sockets
 from ...errors import OrchError, TransportError
 from ..transport.base import Input, Output, Result, Transport, pieces
-from . import place, wire
+from . import memo, place, wire
 from .resident import Residents, on_resident
 
 
@@ -170,7 +170,7 @@ def ready(spec: dict, agent: list[str] | None) -> None:
         _tell(path, {"spec": spec, "agent": agent or None})
 
 
-def early(transport: Transport, agent: Callable[[], list[str]]) -> None:
+def early(transport: Transport, agent: Callable[[], list[str]], files: list[str] = ()) -> None:
     """In an ``orch`` process that loaded orch for this command (not one holding upkeep for after its answer), when
     no keeper listens: start one now, told at once to open ``transport``'s connection (a ``KeptTransport``) and
     start the agent ``agent()`` there, and have this command's requests wait for it. The first command of the day
@@ -179,20 +179,24 @@ def early(transport: Transport, agent: Callable[[], list[str]]) -> None:
     next commands find both up. Its connection is checked as any keeper's (strict host keys, the trust files'
     signature), and the command's own requests, with a CT's identity, go as before. A process that holds its upkeep
     (``after_answer.holding``) had orch loaded before the command: its own connection is sooner up than a new
-    process's, and it becomes the keeper after its answer (``keeper``)."""
+    process's, and it becomes the keeper after its answer (``keeper``). What the keeper is told is noted for the
+    next time these words are typed here (``memo``), valid while ``files`` (the settings' sources) are unchanged."""
     if not isinstance(transport, KeptTransport) or after_answer.holding():
         return
     try:
         path = place.socket_path()
     except OrchError:
         return
+    told = {"spec": transport.spec, "agent": agent(), "idle": transport.persist}
+    if _ARGV:
+        memo.remember(_ARGV[0], place.code_digest(), [str(f) for f in files], told)
     if path in _PRESPAWNED:  # started as this command began (``prespawn``): told now
         _PRESPAWNED.discard(path)
         _EARLY.add(path)
-        _tell(path, {"spec": transport.spec, "agent": agent(), "idle": transport.persist})
+        _tell(path, told)
         return
     if path in _STARTED or path in _ADOPTING or path in _EARLY:
-        return
+        return  # told already (the connection recalled as this command began, this one or another), or coming up
     sock = sockets.connect(path)
     if sock is not None:  # a keeper holds (or opens) the connection
         sock.close()
@@ -200,16 +204,19 @@ def early(transport: Transport, agent: Callable[[], list[str]]) -> None:
     if sockets.starting(path) or not _start(path, transport.persist):
         return  # another command's keeper is coming up: the requests wait for it (``keeper``)
     _EARLY.add(path)
-    _tell(path, {"spec": transport.spec, "agent": agent()})
+    _tell(path, {"spec": told["spec"], "agent": told["agent"]})
 
 
-def prespawn() -> None:
+def prespawn(argv: list[str] = ()) -> None:
     """As a command that reaches a target begins, in an ``orch`` process of its own (``early``'s case), with no
     keeper up: start one before the command's own imports, so that its start (Python's and paramiko's, which it
-    loads while it waits) goes on beside them; ``early`` tells it the connection to ready, once the command knows
-    it. Told nothing (a local target, ``[ssh] persist = 0``, a command that failed before), it exits."""
+    loads while it waits) goes on beside them. When the same words were typed here before and what they depend on
+    is unchanged (``memo.recall``), it is told that command's connection at once, and logs in while this command
+    still loads; otherwise ``early`` tells it once the command knows its target. Told nothing (a local target,
+    ``[ssh] persist = 0``, a command that failed before), it exits."""
     if after_answer.holding():
         return
+    _ARGV[:] = [list(argv)]
     try:
         path = place.socket_path()
     except OrchError:
@@ -218,14 +225,23 @@ def prespawn() -> None:
     if sock is not None:
         sock.close()
         return
-    if not sockets.starting(path) and _start(path, PRESPAWN_IDLE, early=True):
+    if sockets.starting(path):
+        return
+    told = memo.recall(list(argv), place.code_digest())
+    if not _start(path, float(told.get("idle") or PRESPAWN_IDLE) if told else PRESPAWN_IDLE, early=True):
+        return
+    if told is None:
         _PRESPAWNED.add(path)
+        return
+    _EARLY.add(path)
+    _tell(path, told)
 
 
 EARLY_WAIT = 10.0  # s a command waits for the keeper it started early to listen (its start is ~0.3 s of CPU)
 PRESPAWN_IDLE = 600.0  # s a keeper started before the settings were read idles: [ssh] persist's default, until told
 _EARLY: set = set()  # socket paths of the keepers this command started early, told what to ready at once
 _PRESPAWNED: set = set()  # socket paths of the keepers this command started as it began, not told anything yet
+_ARGV: list = []  # this command's words, once ``prespawn`` saw them: what ``early`` notes its connection under
 
 
 SMALL_INPUT = 1 << 16  # bytes of input sent behind the request itself; a larger one is streamed by a thread
