@@ -21,7 +21,7 @@ from tests.loopback_sshd import SSHD
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None or not SSHD.exists(), reason="needs OpenSSH (ssh, sshd)")
 
 WORDS = ["status", "-t", "box"]
-BEGIN = "from orchestrator.reach.keeper import client; client.prespawn({words!r}); print('begun')"
+BEGIN = "from orchestrator.reach.keeper import begin; begin.prespawn({words!r}); print('begun')"
 
 
 def _env() -> dict:

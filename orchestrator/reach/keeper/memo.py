@@ -1,7 +1,7 @@
 """Where a command went the last time it was typed here, so that the next one's keeper can log in before the
 command has loaded its settings.
 
-A first command of the day (no keeper up) starts a keeper as it begins (``client.prespawn``), but learns its
+A first command of the day (no keeper up) starts a keeper as it begins (``begin.prespawn``), but learns its
 target only once typer, pydantic and orch.toml are loaded and the target resolved: ~0.3 s of CPU in which the keeper
 waits. The same words typed in the same folder, with the same ``ORCH_*`` environment, an unchanged orch.toml and
 the same current target, name the same connection as before; so each command that tells its keeper a connection

@@ -65,7 +65,7 @@ class Keeper:
     def __init__(self, path: Path, idle: float, early: bool = False) -> None:
         self.path = path
         self.idle = idle
-        self.early = early  # started as a command began (``client.prespawn``): told nothing, it exits
+        self.early = early  # started as a command began (``begin.prespawn``): told nothing, it exits
         self.held: dict[str, Held] = {}
         self.lock = threading.Lock()
         self.active = 0
