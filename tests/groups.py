@@ -2,7 +2,7 @@
 the local ones, each in a pytest process of its own. The local tests are two groups, ``local`` and ``local-b``
 (half of the files each: ``ORCH_LOCAL_SHARD`` in ``tests/conftest.py``), as are the testbed's, ``testbed`` and
 ``testbed-b``, each with a testbed of its own (the second in namespaces of its own: ``tests/testbed/instance.py``;
-which files the second may run: ``SECOND_SHARD`` in ``tests/integration/conftest.py``), unless LXC cannot run here
+which files the second may not run: ``NEEDS_NETWORK`` in ``tests/integration/conftest.py``), unless LXC cannot run here
 or ``ORCH_TESTBED_SPLIT=0``. The two groups of a pair deal their files out as they run (``tests/claims.py``): each
 takes the next file, heaviest first, when it is free, so both end together. Each group's output is printed whole
 once it ends, then the slowest tests of each group (setup, call and teardown together), each failed test with the
@@ -100,13 +100,14 @@ def split_testbed() -> bool:
 
 
 def ready_base() -> None:
-    """The base images (the testbed's, the Slurm cluster's), built here if missing: the second testbed has no
-    network to build them."""
-    from tests.testbed import lxc, slurm
+    """The base images (the testbed's, the Slurm cluster's) and the torch site the CTs mount, built here if
+    missing: the second testbed has no network to build them."""
+    from tests.testbed import lxc, slurm, torchsite
 
     try:
         lxc.ensure_base()
         slurm.ensure_base()
+        torchsite.ensure_site()
     except (lxc.TestbedError, OSError, subprocess.SubprocessError):
         pass  # each testbed group reports it
 

@@ -1,5 +1,7 @@
 """`orch experiments export --mlflow` and `[mlflow] mirror`, through the real CLI, into real MLflow stores
-(SQLite files, as `mlflow ui --backend-store-uri` reads them), read back with MLflow's own client."""
+(SQLite files, as `mlflow ui --backend-store-uri` reads them), read back with MLflow's own client. Most tests'
+stores begin empty, as copies of one MLflow made (``tests/mlflow_stores.py``); the metric points' test lets the
+export make its store."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import socket
 from pathlib import Path
 
 from tests.conftest import snapshot, wait_for
+from tests.mlflow_stores import empty_store
 
 import mlflow  # the real library: make setup installs the mlflow extra
 from mlflow import MlflowClient
@@ -52,6 +55,7 @@ def free_port() -> int:
 
 
 def test_export_writes_each_experiment_as_one_run_and_again_duplicates_nothing(project, tmp_path):
+    empty_store(project.path / ".orch" / "mlflow.db")
     assert project.run("deploy", "--wait", "-m", "first").returncode == 0
     res = project.run("restart", "--wait", "--clean-checkpoints", "--yes", "-m", "second")
     assert res.returncode == 0, res.stderr
@@ -123,6 +127,7 @@ def test_each_metric_point_has_the_time_its_line_was_read(project):
 
 
 def test_a_running_experiment_then_stopped_and_exported_again(project):
+    empty_store(project.path / ".orch" / "mlflow.db")
     project.configure(steps=100000, sleep=0.02)
     assert project.run("deploy", "-m", "long").returncode == 0
     wait_for(lambda: "step=20 " in (project.run_dir(1) / "train.log").read_text(), timeout=60, what="step 20")
@@ -151,7 +156,7 @@ def test_a_running_experiment_then_stopped_and_exported_again(project):
 
 def test_the_uri_comes_from_the_argument_then_orch_toml_then_the_environment(project, tmp_path):
     assert project.run("deploy", "--wait").returncode == 0
-    env_store, toml_store, arg_store = (f"sqlite:///{tmp_path / n}.db" for n in ("env", "toml", "arg"))
+    env_store, toml_store, arg_store = (empty_store(tmp_path / f"{n}.db") for n in ("env", "toml", "arg"))
     env = {"MLFLOW_TRACKING_URI": env_store}
     assert project.run("experiments", "export", "--mlflow", "--no-log", env=env).returncode == 0
     assert list(runs(env_store)) == [1]
@@ -168,6 +173,7 @@ def test_the_uri_comes_from_the_argument_then_orch_toml_then_the_environment(pro
 
 
 def test_mirror_follows_deploy_stop_and_status_with_one_run_each(project):
+    empty_store(project.path / ".orch" / "mlflow.db")
     project.configure(steps=100000, sleep=0.02, extra="\n[mlflow]\nmirror = true\n")
     res = project.run("deploy", "-m", "mirrored")
     assert res.returncode == 0, res.stderr
@@ -205,6 +211,7 @@ def test_a_mirror_that_fails_is_a_warning_and_the_command_stands(project):
 
 
 def test_a_log_whose_target_is_gone_is_said_and_the_rest_exported(project, tmp_path):
+    empty_store(project.path / ".orch" / "mlflow.db")
     other = tmp_path / "other-root"
     two = f'\n[targets.other]\nkind = "local"\nroot = "{other}"\ncheckpoints = "{other}/ckpt"\n'
     project.configure(extra=two)

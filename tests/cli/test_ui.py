@@ -24,9 +24,6 @@ from tests.cli.test_lifecycle import wait_status
 from tests.cli.test_secrets import configure as configure_secrets
 from tests.conftest import wait_for
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's (.ci/system-packages): Playwright cannot fetch its own build here
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 class Server:
@@ -75,18 +72,14 @@ def server(project):
 
 
 @pytest.fixture
-def page():
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "orch's tests need Debian's chromium: make setup installs it"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_context(viewport={"width": 1360, "height": 900}).new_page()
-        errors: list[str] = []
-        pg.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield pg
-        browser.close()
-        assert not errors, errors
+def page(browser):
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    context.close()
+    assert not errors, errors
 
 
 def shot(page, name: str) -> None:

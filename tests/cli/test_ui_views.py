@@ -10,26 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-from tests.cli.test_ui import ARGS, CHROMIUM, Server
+from tests.cli.test_ui import Server
 from tests.conftest import wait_for
 
 # a loss from 0.33 down to 0.000558 and up to 0.000636 at its end: a flat line after step 50 without a log scale
 LOSS = [0.33 * math.exp(-i / 12) + 0.00055 for i in range(120)] + [0.000558, 0.000601, 0.000636]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "orch's tests need Debian's chromium: make setup installs it"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

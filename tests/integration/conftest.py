@@ -28,27 +28,20 @@ from tests.testbed.proxy import TcpProxy
 VMIDS = (200, 201)
 
 # `make test` runs the testbed's tests in two processes at once, each with a testbed of its own
-# (``tests/testbed/instance.py``): ORCH_TESTBED_SHARD=b runs these files, =a all the others and, with ORCH_CLAIMS
-# (``tests/claims.py``), whichever of these the second has not begun once its own are done. The second testbed has
-# no network, so the files that install torch or orch's dependencies are the first's alone.
-SECOND_SHARD = frozenset({
-    "test_beside_ct.py", "test_chaos_ct.py", "test_checkpoint_mounts_ct.py", "test_ct_cache_ct.py",
-    "test_env_ct.py", "test_first_deploy_ct.py", "test_follow_remote.py", "test_frozen_ct.py", "test_gc_ct.py",
-    "test_gpus_ct.py", "test_guard_ct.py", "test_into_ct.py", "test_jump_hosts.py", "test_keeper_ct.py",
-    "test_mlflow_ct.py", "test_notify_ct.py", "test_playbook_ct.py", "test_pull_ct.py", "test_push_big.py",
-    "test_queue_ct.py", "test_recover_ct.py", "test_remote.py", "test_roots_remote.py", "test_runfolder_ct.py",
-    "test_sources_ct.py", "test_ssh_auth_ct.py", "test_transports.py", "test_trust_ct.py", "test_workflow_ct.py",
-})
-# the longest of them, longest first: the second group begins with these, so that what the first takes at the
-# end is short
-SECOND_LONGEST = ("test_queue_ct.py", "test_chaos_ct.py", "test_frozen_ct.py", "test_keeper_ct.py",
-                  "test_recover_ct.py", "test_gpus_ct.py", "test_pull_ct.py", "test_mlflow_ct.py", "test_trust_ct.py",
-                  "test_push_big.py", "test_env_ct.py", "test_into_ct.py", "test_playbook_ct.py",
-                  "test_beside_ct.py", "test_notify_ct.py", "test_gc_ct.py", "test_checkpoint_mounts_ct.py",
-                  "test_first_deploy_ct.py")
-# the first group's own, longest first
-FIRST_LONGEST = ("test_multinode_ct.py", "test_job_faults_ct.py", "test_ddp_example_ct.py", "test_doctor_ct.py",
-                 "test_wheel_ct.py", "test_command_ct.py")
+# (``tests/testbed/instance.py``), ORCH_TESTBED_SHARD=a and =b. The second testbed has no network: the files that
+# install orch's dependencies from the package index are the first's alone (torch comes from the testbed's site
+# folder, which ``tests/groups.py`` has ready before the second starts). With ORCH_CLAIMS (``tests/claims.py``) the
+# two take the other files as they get free, longest first; without, they split them beforehand.
+NEEDS_NETWORK = frozenset({"test_wheel_ct.py"})
+# the longest files, longest first (CI's durations): taken first, so that what is left at the end is short
+LONGEST = ("test_slurm_ct.py", "test_multinode_ct.py", "test_job_faults_ct.py", "test_notify_ct.py",
+           "test_queue_ct.py", "test_ddp_example_ct.py", "test_pull_ct.py", "test_sweep_search_ct.py",
+           "test_doctor_ct.py", "test_keeper_ct.py", "test_workflow_ct.py", "test_env_ct.py", "test_mlflow_ct.py",
+           "test_ct_identity.py", "test_command_ct.py", "test_frozen_ct.py", "test_launch_env_ct.py",
+           "test_chaos_ct.py", "test_guard_ct.py", "test_into_ct.py", "test_remote.py", "test_push_big.py",
+           "test_trust_ct.py", "test_model_ct.py", "test_gc_ct.py", "test_gpus_ct.py",
+           "test_checkpoint_mounts_ct.py", "test_beside_ct.py", "test_checkpoint_lineage_ct.py",
+           "test_first_deploy_ct.py", "test_playbook_ct.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -57,15 +50,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     shard = os.environ.get("ORCH_TESTBED_SHARD")
     if shard not in ("a", "b"):
         return
-    keep, drop = [], []
-    for item in items:
-        sharing = claims.folder() is not None and shard == "a"  # the first group may take the second's files
-        (keep if sharing or (item.path.name in SECOND_SHARD) == (shard == "b") else drop).append(item)
+    rank = {name: i for i, name in enumerate(LONGEST)}
+    files = sorted(dict.fromkeys(item.path for item in items),
+                   key=lambda p: (p.name not in NEEDS_NETWORK, rank.get(p.name, len(rank)), p.name))
+    shared = [path for path in files if path.name not in NEEDS_NETWORK]
+    if claims.folder() is not None:  # the first may take any file, the second any the network is not needed for
+        mine = set(files if shard == "a" else shared)
+    elif shard == "b":  # dealt out in turn beforehand, longest first
+        mine = set(shared[0::2])
+    else:
+        mine = set(shared[1::2]) | {path for path in files if path.name in NEEDS_NETWORK}
+    keep = [item for item in items if item.path in mine]
+    drop = [item for item in items if item.path not in mine]
     if claims.folder() is not None:
-        files = list(dict.fromkeys(item.path for item in keep))
-        rank = {name: i for i, name in enumerate(FIRST_LONGEST + SECOND_LONGEST)}
-        files.sort(key=lambda p: (p.name in SECOND_SHARD, rank.get(p.name, len(rank))))  # its own files first
-        claims.share(config, "testbed", keep, files)
+        claims.share(config, "testbed", keep, [path for path in files if path in mine])  # the network's first
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep

@@ -34,6 +34,8 @@ signal.signal(signal.SIGINT, lambda *_: stop.append(1))
 resume = os.environ.get("ORCH_RESUME_FROM")
 first = int(pathlib.Path(resume).stem.split("-")[1]) if resume else 0
 steps, pause = int(os.environ.get("STEPS", "5")), float(os.environ.get("PAUSE", "0.2"))
+if os.environ.get("SLURM_RESTART_COUNT", "0") != "0":  # a requeued attempt: RESUMED_PAUSE between its steps
+    pause = float(os.environ.get("RESUMED_PAUSE", pause))
 for step in range(first + 1, steps + 1):
     time.sleep(pause)
     print(f"step={step} loss={1.0 / step:.4f}", flush=True)
@@ -52,8 +54,10 @@ class SlurmProject(Project):
         super().__init__(path, Path(cluster.shared) / "orch")
         self.cluster = cluster
 
-    def write(self, *, steps: int = 5, pause: float = 0.2, target: str = "", name: str = "slurmy") -> None:
+    def write(self, *, steps: int = 5, pause: float = 0.2, target: str = "", name: str = "slurmy",
+              resumed_pause: float | None = None) -> None:
         login = self.cluster.login
+        resumed = "" if resumed_pause is None else f', RESUMED_PAUSE = "{resumed_pause}"'
         (self.path / "train.py").write_text(TRAIN)
         (self.path / "orch.toml").write_text(f"""\
 default_target = "lab"
@@ -62,7 +66,7 @@ default_target = "lab"
 name = "{name}"
 sources = ["train.py"]
 command = "python3 train.py"
-env = {{ STEPS = "{steps}", PAUSE = "{pause}" }}
+env = {{ STEPS = "{steps}", PAUSE = "{pause}"{resumed} }}
 
 [run]
 stop_timeout = 15
@@ -312,7 +316,8 @@ def test_a_job_over_two_nodes_runs_a_supervisor_on_each(lab: SlurmProject) -> No
 
 
 def test_a_requeued_job_over_two_nodes_runs_again_on_both(lab: SlurmProject) -> None:
-    lab.write(steps=60, pause=0.2)
+    # slow until the requeue (which must come before the first attempt ends), quick once it runs again
+    lab.write(steps=100, pause=0.2, resumed_pause=0.02)
     assert lab.run("deploy", "--nodes", "2").returncode == 0
     lab.until(lambda s: s["state"] == "running" and _step(s) > 10, "past step 10")
     lab.cluster.run("scontrol", "requeue", _job_of(lab, 1))

@@ -39,13 +39,19 @@ def slurm_conf(nodes: list[Container], *, accounting: bool = False) -> str:
     lines = [
         "ClusterName=testbed",
         f"SlurmctldHost=ct{controller.vmid}({controller.address})",
-        "SlurmUser=slurm", "SlurmdUser=root", "AuthType=auth/munge", "AuthInfo=cred_expire=30",
+        "SlurmUser=slurm", "SlurmdUser=root", "AuthType=auth/munge",
+        # a requeued job waits cred_expire + 1 s before it may run again (the default, 120, made it 123 s);
+        # Slurm refuses less than 5, and a credential must outlive a step's launch on a loaded machine
+        "AuthInfo=cred_expire=10",
         "CryptoType=crypto/munge", "MpiDefault=none",
         # no cgroup delegation in these containers: no containment, only bookkeeping
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
         "SlurmdParameters=config_overrides",  # each container sees every host CPU: not a reason to drain
-        "SchedulerType=sched/backfill", "SchedulerParameters=bf_interval=5", "ReturnToService=2",
+        "SchedulerType=sched/backfill",
+        # the main scheduling loop every 2 s, not 60: a requeued job is started soon after its begin time (no
+        # event wakes the scheduler then), where it waited up to a minute more
+        "SchedulerParameters=bf_interval=5,sched_interval=2", "ReturnToService=2",
         "MinJobAge=300", "KillWait=5", "GresTypes=gpu",
         "StateSaveLocation=/var/lib/slurm/slurmctld", "SlurmdSpoolDir=/var/lib/slurm/slurmd",
         "SlurmctldPidFile=/run/slurmctld.pid", "SlurmdPidFile=/run/slurmd.pid",

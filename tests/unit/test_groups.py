@@ -85,3 +85,25 @@ def test_the_two_local_groups_deal_the_files_out_as_they_get_free(tmp_path):
     ran = [passed(o) for o in outs]
     assert sorted(ran[0] + ran[1]) == sorted(tests)
     assert not {t.split("::")[0] for t in ran[0]} & {t.split("::")[0] for t in ran[1]}
+
+
+def _collected_files(shard: str, claims: Path) -> list[str]:
+    env = dict(os.environ, ORCH_TESTBED_SHARD=shard, ORCH_CLAIMS=str(claims))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "testbed", "tests/integration",
+                           "-p", "no:cacheprovider"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return list(dict.fromkeys(line.split("::")[0] for line in proc.stdout.splitlines() if "::" in line))
+
+
+def test_the_second_testbed_group_may_take_every_file_but_those_that_need_the_network(tmp_path):
+    from tests.integration.conftest import LONGEST, NEEDS_NETWORK
+
+    first, second = _collected_files("a", tmp_path), _collected_files("b", tmp_path)
+    every = sorted(p.name for p in (REPO / "tests" / "integration").glob("test_*.py"))
+    assert sorted(Path(f).name for f in first) == every  # collected only: nothing claimed, nothing ran
+    assert sorted(Path(f).name for f in second) == sorted(set(every) - NEEDS_NETWORK)
+    assert "tests/integration/test_slurm_ct.py" in second
+    # longest first, so that what is left at the end is short; the first begins with what only it can run
+    assert [Path(f).name for f in second[:len(LONGEST)]] == list(LONGEST)
+    assert {Path(f).name for f in first[:len(NEEDS_NETWORK)]} == NEEDS_NETWORK
+    assert set(LONGEST) <= set(every) and not set(LONGEST) & NEEDS_NETWORK
