@@ -87,6 +87,9 @@ def start(ctx: typer.Context, chosen, sets: list[str], *, steps, minutes, target
                        "goes on with this controller gone")
         elif pid:
             render.out(f"  conducted by process {pid} (its log: {where['log']}); it goes on with this terminal closed")
+            if all(t.spec.kind != "local" for t in targets):
+                render.out("  with this machine off, the trials handed out finish and no new one starts (orch sweep "
+                           f"resume {spec.sweep} goes on); --on-target conducts a search on its target instead")
         render.out(f"orch sweep show {spec.sweep} ranks the trials; orch sweep stop {spec.sweep} stops it")
     if foreground:
         conduct(ctx, spec.sweep)
