@@ -32,7 +32,7 @@ from typing import Any
 from . import metric_templates
 from .metric_table import Group, Table
 from .metric_formats import framework
-from .metric_shapes import NAMED, STRUCTURAL, Event, dict_found, dict_items, event, kind_of, planned, scan, section
+from .metric_shapes import NAMED_KEY, STRUCTURAL, Event, dict_found, dict_items, event, kind_of, planned, scan, section
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _FIELD = re.compile(r"^\s+\S+\s*[=:]")  # "  eval_loss = 0.35", a line of a Hugging Face metrics section
@@ -313,7 +313,7 @@ class Reader:
                 if ops is None:
                     keep(key, metric_templates.FULL)
                 elif not ops:  # (a name's number may make a metric's name on the next line: "top-0", "top-1")
-                    keep(key, metric_templates.FULL if NAMED.search(text) else metric_templates.NOTHING)
+                    keep(key, metric_templates.FULL if NAMED_KEY.search(text) else metric_templates.NOTHING)
                 else:  # a kind that depends on the line before (ImageNet's " * Acc@1") is found per line
                     kind = kind_of(text)
                     keep(key, metric_templates.Template(text, ops, spans, kind, kind != kind_of(text, "val")))

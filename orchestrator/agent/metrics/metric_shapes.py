@@ -51,6 +51,9 @@ _RUN = re.compile(r"\d+")
 # a name with a number in it after a '-' or '/' ("top-1", "loss/0"): the number is the name's, not a value, and which
 # digits it has makes the name ("top-1" is acc1, "top-0" no metric), so lines alike but for them are not alike
 NAMED = re.compile(r"(?<![\w@.\-/])[A-Za-z][\w@.\-/]*[-/]\d[\w@.\-/]*")
+# such a name as (a word of) a key, a value after it: "top-1=5", "top-1 loss 5" ("ckpt-000120.npz" is none)
+NAMED_KEY = re.compile(NAMED.pattern + r"(?: [A-Za-z][\w@.\-/]*){0,2}['\"]?(?:\s*[=:]\s*|\s+)"
+                       r"\[?\s*[-+]?(?:\.?\d|(?i:nan|inf))")
 # a number as the items read one (never inside a name: acc1, bf16): lines alike but for these read alike
 _TOKEN = re.compile(rf"(?<![A-Za-z_@\d.,])(?:{_VALUE})")
 _TOKEN_SPLIT = re.compile(f"({_TOKEN.pattern})")
