@@ -160,8 +160,10 @@ def scan(text: str) -> Found:
     # the text between the numbers, and each number's form (its runs of digits made one 0): the patterns read 12,
     # -1.5, 1,234, 7e+02 and nan differently ("Epoch 3/7.5E+02" is epoch 3, "Epoch 3/7e+02" nothing: its "7e" is a
     # total with a unit that fits no epoch)
-    shape = "\0".join(parts[::2]) + "\1" + "\2".join("0" if t.isdigit() else _RUN.sub("0", t) for t in tokens)
-    if ("-" in text or "/" in text) and (named := NAMED.findall(text)):
+    shape = "\0".join(parts[::2]) + "\1" + "\2".join(
+        "0" if t.isdigit() else "1" if t[0] != "." != t[-1] and t.replace(".", "", 1).isdigit() else _RUN.sub("0", t)
+        for t in tokens)  # ("1": 0.0, digits on both sides of a point, the common case made cheap)
+    if ("-\0" in shape or "/\0" in shape) and (named := NAMED.findall(text)):  # (a number just after a - or /)
         shape += "\3" + "\3".join(named)
     plan = _PLANS.get(shape, False)
     if plan is not False:
