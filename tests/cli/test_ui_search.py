@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from tests.cli.test_ui_views import browser, page, record, server  # noqa: F401 (fixtures)
+from tests.cli.test_ui_views import page, record, server  # noqa: F401 (fixtures; browser: tests/cli/conftest.py)
 from tests.conftest import wait_for
 
 pytest.importorskip("optuna")
