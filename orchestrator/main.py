@@ -50,9 +50,9 @@ def main() -> None:
             os._exit(code & 0xFF)
     if REACHING & set(argv) and "--help" not in argv and "-h" not in argv:
         # the connection keeper, started before the CLI's imports: its own start goes on beside them
-        from .reach.keeper.client import prespawn
+        from .reach.keeper.begin import prespawn
 
-        prespawn()
+        prespawn(argv)  # told at once the connection these words reached the last time here, if it still holds
     from .cli.main import run_as_main
 
     # once this command is done: the warm process's start (~0.4 s of CPU) never slows it down; then the process

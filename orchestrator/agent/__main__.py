@@ -11,7 +11,7 @@ import traceback
 from . import diskspace, journal
 from .ckpt import checkpoints, ckpt_move
 from .machine import doctor, identity, system
-from .queue import gpu_share, runqueue
+from .queue import gpu_share, runqueue, search
 from .run import launch_env, rollback, runs, slurm, start_check, workdir
 from .serving import logs, run_files, validate
 from .store import envs, gc, revisions
@@ -86,6 +86,9 @@ OPS = {
     "queue_add": (runqueue.add, False),
     "queue_list": (runqueue.listing, False),
     "queue_remove": (runqueue.remove, False),
+    "sweep_start": (search.start, False),
+    "sweep_read": (search.read, False),
+    "sweep_stop": (search.stop, False),
     "run_records": (runs.records, False),
     "log_read": (logs.read, False),
     "log_stream": (lambda layout, **a: logs.stream(layout, **a), False),

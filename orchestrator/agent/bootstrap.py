@@ -67,6 +67,9 @@ if len(sys.argv) >= 3 and sys.argv[1] == "supervise":  # the run's supervisor: i
     from orchestrator.agent.queue.runqueue import after_supervisor  # noqa: E402
 
     after_supervisor(sys.argv[2])  # the run has ended: the project's next queued experiment starts
+    from orchestrator.agent.queue.search import revive  # noqa: E402
+
+    revive(sys.argv[2])  # a trial of a sweep conducted here: its conductor, if it was killed, starts again
     sys.exit(_code)
 
 if len(sys.argv) >= 3 and sys.argv[1] == "standby":  # the next run's supervisor, imported before its start (standby)
@@ -81,6 +84,9 @@ if len(sys.argv) >= 3 and sys.argv[1] == "standby":  # the next run's supervisor
     from orchestrator.agent.queue.runqueue import after_supervisor  # noqa: E402
 
     after_supervisor(_run)
+    from orchestrator.agent.queue.search import revive  # noqa: E402
+
+    revive(_run)
     sys.exit(_code)
 
 if len(sys.argv) >= 3 and sys.argv[1] == "resume":  # after a reboot, from the run's systemd unit (reboot_unit)
@@ -99,6 +105,14 @@ if len(sys.argv) >= 4 and sys.argv[1] == "queue-retry":  # a queued run waiting 
 
     os.environ["LC_ALL"] = "C.UTF-8"
     sys.exit(retry(sys.argv[2], sys.argv[3]))
+if len(sys.argv) >= 5 and sys.argv[1] == "sweep-boot":  # after a reboot, from a sweep's systemd unit (search)
+    from orchestrator.agent.queue.search import boot  # noqa: E402
+
+    sys.exit(boot(sys.argv[2], sys.argv[3], sys.argv[4]))
+if len(sys.argv) >= 5 and sys.argv[1] == "sweep-conduct":  # a sweep's conductor on its target (search_loop)
+    from orchestrator.agent.queue.search_loop import conduct  # noqa: E402
+
+    sys.exit(conduct(sys.argv[2], sys.argv[3], sys.argv[4]))
 if len(sys.argv) >= 3 and sys.argv[1] == "rollback":  # a failed guard's way back (guard.spawn_rollback)
     from orchestrator.agent.run.rollback import rollback  # noqa: E402
 

@@ -87,7 +87,8 @@ def target(settings, name: str | None, ct: int | None, *, start: bool = False, t
     confirm = render.confirm if render.interactive() else None
     tgt = resolve_target(settings, name, ct, trust_new_host=trust, start=start, confirm=confirm, notice=render.say,
                          prefer=prefer)
-    connect_early(tgt)  # the login and the agent's start go on while the command prepares its first request
+    # the login and the agent's start go on while the command prepares its first request
+    connect_early(tgt, [p for p in (settings.config_path, settings.state_dir / current.FILE) if p is not None])
     return tgt
 
 

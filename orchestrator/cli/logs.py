@@ -64,9 +64,17 @@ def logs(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, exper
                          hint="drop --node (or name the job's nodes: orch logs --ct A --ct B --node 1)")
     if follow:
         render.say(f"orch: following experiment {exp.id} on {tgt.label} (Ctrl-C stops following, not the run)")
-    write = metric_writer(as_recorded(settings, exp)) if metrics else _raw_writer()
+    recorded = as_recorded(settings, exp)
+    write = metric_writer(recorded) if metrics else _raw_writer()
     try:
-        if nodes > 1:
+        state = None
+        if metrics and nodes == 1 and not recorded.metrics.patterns:  # the supervisor's series, where it keeps one
+            state = log_view.read_series(settings, tgt, exp.id, run_registry,
+                                         functools.partial(common.registry, settings), emit=write.event,
+                                         follow=follow, tail_lines=lines)
+        if state is not None:
+            pass
+        elif nodes > 1:
             state = log_view.read_nodes(settings, tgt, exp, run_registry, functools.partial(common.registry, settings),
                                         write=write, notice=lambda m: render.say(f"orch: {m}"), follow=follow,
                                         tail_lines=lines, node=0 if metrics and node is None else node)

@@ -33,6 +33,9 @@ def status(ctx: typer.Context, target: TargetsOpt = None, ct: CtsOpt = None, as_
                                    functools.partial(_read_job, settings, trust=trust_new_host),
                                    metrics=metrics)
         return _show_all(settings, results, as_json)
+    from . import sweep_search
+
+    sweep_search.learn(settings, render.say)  # the trials a search conducted on its target started meanwhile
     grp = common.group(settings, target, ct, trust=trust_new_host)
     if grp is not None:
         from . import job

@@ -44,13 +44,16 @@ def sweep(ctx: typer.Context, set_: SweepSetOpt = None, steps: StepsOpt = None, 
           rung_by: Annotated[Optional[str], typer.Option("--rung-by", help="steps (default) or tokens: trials "
                                                          "meet at the same data seen")] = None,
           min_steps: Annotated[Optional[int], typer.Option("--min-steps", min=1, help="Grace before pruning, "
-                                                           "and the distance between rungs (default: a tenth "
+                                                           "and the distance between rungs (default: a twelfth "
                                                            "of --steps)")] = None,
           parallel: Annotated[Optional[int], typer.Option("--parallel", min=1, help="Trials in flight at once "
                                                           "(default 1; with --gpus G, side by side)")] = None,
           seed: Annotated[Optional[int], typer.Option("--seed", help="The sampler's seed")] = None,
           foreground: Annotated[bool, typer.Option("--foreground", help="Conduct the search in this process "
                                                    "rather than a detached one")] = False,
+          on_target: Annotated[bool, typer.Option("--on-target", help="Conduct the search on its one target, kept "
+                                                  "alive there as its queue is (searches project.env values)")]
+          = False,
           ) -> None:
     """Launch every combination of the --set values as one sweep, spread over the targets (each --target or
     --ct in turn) and queued behind each other on each (--gpus K: side by side on free GPUs, the rest waiting).
@@ -62,13 +65,13 @@ def sweep(ctx: typer.Context, set_: SweepSetOpt = None, steps: StepsOpt = None, 
     from ..launch import sweep as sweeping
 
     flags = {"--prune": prune, "--metric": metric, "--mode": mode, "--rung-by": rung_by, "--min-steps": min_steps,
-             "--parallel": parallel, "--seed": seed}
+             "--parallel": parallel, "--seed": seed, "--on-target": on_target or None}
     chosen = space.plan(set_ or [], trials, sampler, searching=any(v is not None for v in flags.values()))
     if chosen.search:
         return sweep_search.start(ctx, chosen, set_ or [], steps=steps, minutes=minutes, target=target, ct=ct,
                                   message=message, trust=trust_new_host, as_json=as_json, gpus=gpus, beside=beside,
                                   prune=prune, metric=metric, mode=mode, rung_by=rung_by, min_steps=min_steps,
-                                  parallel=parallel, seed=seed, foreground=foreground)
+                                  parallel=parallel, seed=seed, foreground=foreground, on_target=on_target)
     settings = common.settings(ctx)
     sweeping.variants(set_ or [])  # bad --set values are refused before any target is asked
     sweeping.budget_env(steps, minutes)

@@ -26,7 +26,7 @@ def _check(choice: str | None, allowed: tuple[str, ...], flag: str, default: str
 
 
 def start(ctx: typer.Context, chosen, sets: list[str], *, steps, minutes, target, ct, message, trust, as_json, gpus,
-          beside, prune, metric, mode, rung_by, min_steps, parallel, seed, foreground) -> None:
+          beside, prune, metric, mode, rung_by, min_steps, parallel, seed, foreground, on_target=False) -> None:
     from ..launch import conductor, space, study
     from ..launch import sweep as sweeping
 
@@ -39,10 +39,10 @@ def start(ctx: typer.Context, chosen, sets: list[str], *, steps, minutes, target
     if steps is None:
         raise InputError("a search needs each trial's budget: --steps N",
                          hint="e.g. orch sweep --set run.lr=loguniform(1e-5,1e-2) --trials 12 --steps 200")
-    grace = min_steps if min_steps is not None else max(1, steps // 10)
+    grace = min_steps if min_steps is not None else space.default_min_steps(steps)
     if grace >= steps:
         raise InputError(f"--min-steps {grace} leaves no step to prune at: it must be below --steps {steps}",
-                         hint=f"e.g. --min-steps {max(1, steps // 10)}")
+                         hint=f"e.g. --min-steps {space.default_min_steps(steps)}")
     if metric is not None and not metric.strip():
         raise InputError("--metric is empty", hint="name a metric the log prints, e.g. --metric val_loss")
     per_trial = sweeping.check_beside(gpus, beside)
@@ -59,18 +59,37 @@ def start(ctx: typer.Context, chosen, sets: list[str], *, steps, minutes, target
     spec = conductor.Spec(sweep=sweeping.new_id(), sets=list(sets), trials=chosen.trials, sampler=chosen.sampler,
                           prune=prune, metric=metric or conductor.AUTO, mode=mode, rung_by=rung_by, steps=steps,
                           min_steps=grace, parallel=parallel or 1, gpus=per_trial, targets=names, message=message,
-                          seed=seed, base_tokens=settings.batching.token_budget if rung_by == "tokens" else None)
-    conductor.start(settings.state_dir, spec, chosen.space, study.Study.open)
+                          seed=seed, base_tokens=settings.batching.token_budget if rung_by == "tokens" else None,
+                          on_target=on_target)
     where = conductor.paths(settings.state_dir, spec.sweep)
-    pid = None if foreground else _detach(settings, spec.sweep, where["log"])[0]
+    if on_target:
+        from ..launch import sweep_target
+
+        if foreground:
+            raise InputError("--foreground conducts the sweep here, and --on-target on its target",
+                             hint="give one of them")
+        sweep_target.check(chosen.space, spec, targets)
+        with common.registry(settings) as reg:
+            pid = sweep_target.start(settings, targets[0], spec, chosen.space, reg, lambda o: common.settings(ctx, o),
+                                     study.Study.open)
+        sweep_target.mark(where["db"], names[0])  # orch status records its trials until it has ended
+    else:
+        conductor.start(settings.state_dir, spec, chosen.space, study.Study.open)
+        pid = None if foreground else _detach(settings, spec.sweep, where["log"])[0]
     if as_json:
         render.print_json({"sweep": spec.sweep, "trials": spec.trials, "sampler": spec.sampler, "prune": prune,
-                           "conductor": pid, "log": str(where["log"]), "targets": [t.label for t in targets]})
+                           "conductor": pid, "on_target": targets[0].label if on_target else None, "log": str(where["log"]), "targets": [t.label for t in targets]})
     else:
         render.out(f"sweep {spec.sweep}: {spec.trials} trial(s), {spec.sampler} sampler, pruning {prune}, "
                    f"{spec.parallel} at a time on {', '.join(t.label for t in targets)}")
-        if pid:
+        if pid and on_target:
+            render.out(f"  conducted on {targets[0].label} by process {pid}, kept alive there as its queue is: it "
+                       "goes on with this controller gone")
+        elif pid:
             render.out(f"  conducted by process {pid} (its log: {where['log']}); it goes on with this terminal closed")
+            if all(t.spec.kind != "local" for t in targets):
+                render.out("  with this machine off, the trials handed out finish and no new one starts (orch sweep "
+                           f"resume {spec.sweep} goes on); --on-target conducts a search on its target instead")
         render.out(f"orch sweep show {spec.sweep} ranks the trials; orch sweep stop {spec.sweep} stops it")
     if foreground:
         conduct(ctx, spec.sweep)
@@ -112,6 +131,8 @@ def conduct(ctx: typer.Context, sweep: str) -> None:
     where = conductor.paths(settings.state_dir, sweep)
     if not where["db"].exists():
         raise InputError(f"no search {sweep!r} in this project", hint="orch experiments list shows each sweep")
+    if _on_target(settings, sweep):
+        raise InputError(f"sweep {sweep} is conducted on its target", hint=f"orch sweep resume {sweep} starts it there")
     lock = conductor.locked(where["lock"])
     if lock is None:
         render.out(f"sweep {sweep}: already conducted by process {conductor.holder(where['lock'])}")
@@ -133,12 +154,26 @@ def resume(ctx: typer.Context, sweep: str, as_json: bool) -> None:
     if not where["db"].exists():
         raise InputError(f"no search {sweep!r} in this project",
                          hint="only a searching sweep has a conductor to resume (orch sweep --set K=RANGE --trials N)")
-    pid = conductor.holder(where["lock"])
-    started = False
-    if pid is None:
-        pid, started = _detach(settings, sweep, where["log"])
+    target = _on_target(settings, sweep)
+    if target is not None:
+        from ..launch import sweep_target
+
+        with common.registry(settings) as reg:
+            had = sweep_target.fetch(settings, target, sweep, reg)["conductor"]
+        pid = had or sweep_target.resume(settings, target, sweep)
+        started = had is None and pid is not None
+    else:
+        pid = conductor.holder(where["lock"])
+        started = False
+        if pid is None:
+            pid, started = _detach(settings, sweep, where["log"])
     if as_json:
         render.print_json({"sweep": sweep, "conductor": pid, "started": started})
+    elif target is not None and pid is None:
+        render.out(f"sweep {sweep}: its conductor on {target.label} has nothing left to do")
+    elif target is not None:
+        render.out(f"sweep {sweep}: conducted on {target.label} by process {pid}"
+                   + (" (started again)" if started else ""))
     elif started:
         render.out(f"sweep {sweep}: conducted again by process {pid} (its log: {where['log']})")
     else:
@@ -165,6 +200,12 @@ def resume_trial(ctx: typer.Context, sweep: str, number: int, as_json: bool) -> 
     if not where["db"].exists():
         raise InputError(f"no search {sweep!r} in this project",
                          hint="orch experiments list shows each sweep; only a search's trials can be resumed")
+    target = _on_target(settings, sweep)
+    if target is not None:  # the trial as the target's study has it, its experiment recorded here
+        from ..launch import sweep_target
+
+        with common.registry(settings) as reg:
+            sweep_target.fetch(settings, target, sweep, reg)
     found = study.Study.read(where["db"], sweep)
     trials = {t["number"]: t for t in found.trials()}
     if number not in trials:
@@ -227,6 +268,14 @@ def halt(settings, sweep: str) -> int | None:
 
     from ..launch import conductor
 
+    target = _on_target(settings, sweep)
+    if target is not None:
+        from ..launch import sweep_target
+
+        pid = sweep_target.stop(settings, target, sweep)
+        with common.registry(settings) as reg:  # the trials it queued, recorded here to be dequeued and stopped
+            sweep_target.fetch(settings, target, sweep, reg)
+        return pid
     where = conductor.paths(settings.state_dir, sweep)
     pid = conductor.holder(where["lock"])
     if pid is None:
@@ -250,6 +299,39 @@ def stopped(settings, sweep: str) -> None:
         if t["state"] in ("running", "waiting"):
             found.trial_attr(t["number"], "error", "stopped by orch sweep stop")
             found.tell(t["number"], state="failed")
+    found.set_attr("stopped", True)
+
+
+def learn(settings, notice) -> None:
+    """``orch status``: the trials each search conducted on a target has started since the last look, recorded as
+    experiments of their sweep (only while such a search goes on: a marker beside its study says so)."""
+    from ..launch import sweep_target
+
+    for marker, (name, ct) in sweep_target.marked(settings.state_dir):
+        sweep = marker.name.split(".")[0]
+        try:
+            target = common.target(settings, name, ct)
+            with common.registry(settings) as reg:
+                read = sweep_target.fetch(settings, target, sweep, reg)
+        except OrchError as exc:
+            notice(f"orch: sweep {sweep} not read on its target: {exc.message}")
+            continue
+        if read.get("ended"):
+            marker.unlink(missing_ok=True)
+
+
+def _on_target(settings, sweep: str):
+    """The target a sweep is conducted on (``--on-target``), or None: the controller conducts it."""
+    from ..launch import conductor, study
+
+    where = conductor.paths(settings.state_dir, sweep)
+    if not where["db"].exists():
+        return None
+    spec = study.Study.read(where["db"], sweep).attrs.get("spec") or {}
+    if not spec.get("on_target"):
+        return None
+    name, ct = spec["targets"][0]
+    return common.target(settings, name, ct)
 
 
 def is_search(settings, sweep: str) -> bool:
@@ -263,11 +345,19 @@ def show(settings, sweep: str, as_json: bool) -> None:
     from ..launch import conductor, search_view, study
 
     where = conductor.paths(settings.state_dir, sweep)
+    target = _on_target(settings, sweep)
+    there = None
+    if target is not None:  # the target's study, and the trials it started recorded here
+        from ..launch import sweep_target
+
+        with common.registry(settings) as reg:
+            there = sweep_target.fetch(settings, target, sweep, reg)["conductor"]
     found = study.Study.read(where["db"], sweep)
     attrs = found.attrs
     table = search_view.table(attrs["spec"], found.trials(), attrs.get("metric"), attrs.get("error"),
                               attrs.get("resumed"))
-    table["conductor"] = conductor.holder(where["lock"])
+    table["conductor"] = there if target is not None else conductor.holder(where["lock"])
+    table["on_target"] = target.label if target is not None else None
     if as_json:
         from ..launch import space
 

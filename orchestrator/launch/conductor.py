@@ -20,7 +20,6 @@ import math
 import os
 import re
 import signal
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ class Spec:
     message: str | None = None
     seed: int | None = None
     base_tokens: int | None = None  # tokens per step of the project's own batching: a token rung's unit
+    on_target: bool = False  # conducted on its one target (launch/sweep_target.py), never from here
 
     @property
     def rung(self) -> int:
@@ -311,13 +311,10 @@ class Conductor:
     def _threshold(self, number: int, at: int) -> float | None:
         """The value the trial had to beat at that rung, as each pruner reckons it: the median of the complete
         trials' values there (median), or the cut-off of the best third of every trial that reached it (asha)."""
+        from ..agent.queue.search import threshold
+
         states = ("complete", "pruned", "running") if self.spec.prune == "asha" else ("complete",)
-        values = sorted(self.study.values_at(at, number, states), reverse=self.spec.mode == "max")
-        if not values:
-            return None
-        if self.spec.prune == "asha":
-            return values[max(0, math.ceil(len(values) / 3) - 1)]
-        return statistics.median(values)
+        return threshold(self.spec.prune, self.spec.mode, self.study.values_at(at, number, states))
 
     def _stop(self, reg, exp) -> None:
         from . import prepare
@@ -395,34 +392,13 @@ def _fmt(value: float | None) -> str:
 
 def locked(lock_path: Path):
     """The sweep's conductor lock, or None when another conductor holds it (it goes on; this one ends)."""
-    import fcntl
+    from ..agent.queue.search import locked as take  # one lock, wherever a sweep's conductor runs
 
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
-    return fd
+    return take(str(lock_path))
 
 
 def holder(lock_path: Path) -> int | None:
     """The pid of the live conductor of a sweep, or None."""
-    import fcntl
+    from ..agent.queue.search import holder as held
 
-    if not lock_path.exists():
-        return None
-    fd = os.open(lock_path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        try:
-            return int(os.read(fd, 32) or b"0") or None
-        except ValueError:
-            return None
-    finally:
-        os.close(fd)
-    return None
+    return held(str(lock_path))

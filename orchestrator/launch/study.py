@@ -41,21 +41,21 @@ def _distribution(optuna, dist: Dist):
 
 
 def _sampler(optuna, name: str, space: dict[str, Dist], trials: int, seed: int | None):
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "grid":
-        return optuna.samplers.GridSampler({k: list(d.values) for k, d in space.items() if isinstance(d, Choice)},
-                                           seed=seed)
-    # Optuna's default of 10 random trials first would leave a dozen-trial sweep nearly all random
-    return optuna.samplers.TPESampler(n_startup_trials=max(3, min(10, trials // 3)), seed=seed)
+    from ..agent.queue.search import sampler  # the same sampler a conductor on the target sets up
+
+    return sampler(optuna, name, {k: list(d.values) for k, d in space.items() if isinstance(d, Choice)}, trials, seed)
 
 
 def _pruner(optuna, name: str, first_rung: int):
-    if name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0)
-    if name == "asha":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung, reduction_factor=3)
-    return optuna.pruners.NopPruner()
+    from ..agent.queue.search import pruner
+
+    return pruner(optuna, name, first_rung)
+
+
+def distributions(space: dict[str, Dist]) -> dict[str, str]:
+    """Each axis as Optuna's JSON of its distribution: what a conductor on the target asks with."""
+    optuna = _optuna()
+    return {k: optuna.distributions.distribution_to_json(_distribution(optuna, d)) for k, d in space.items()}
 
 
 class Study:

@@ -146,14 +146,15 @@ class Op:
 TIMEOUT_SETTING = "[ssh] command_timeout (read-only commands: [ssh] read_timeout)"
 
 
-def connect_early(target) -> None:
+def connect_early(target, files: list = ()) -> None:
     """Have ``target``'s connection and its resident agent readied in the background while the command goes on
-    (``keeper.client.early``): an SSH target with no keeper up, as after a break; nothing otherwise."""
+    (``keeper.client.early``): an SSH target with no keeper up, as after a break; nothing otherwise. ``files``: what
+    the target was resolved from (orch.toml, the current target's file), for the next command's recall."""
     if target.connect is None or target.spec.kind not in ("ssh", "proxmox"):
         return
     from .keeper.client import early
 
-    early(target.connect(), lambda: [target.python, agent_file(target.root)])
+    early(target.connect(), lambda: [target.python, agent_file(target.root)], files)
 
 
 def agent_file(root: str) -> str:

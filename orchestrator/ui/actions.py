@@ -11,6 +11,7 @@ folder, so a slow target never holds up the server, and its answer is the comman
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,8 +19,10 @@ from dataclasses import dataclass
 from ..config import Settings
 from ..errors import InputError
 from ..records.experiments import Experiment
+from .recent import RECENT
 
 TIMEOUT_S = 600.0  # a stop waits for its run's grace periods; a restart pushes a revision
+NICE = 10  # how far behind a user's commands the reads a page repeats run (a status, the checkpoints, the GPUs)
 
 
 @dataclass
@@ -29,12 +32,12 @@ class Answer:
     exit_code: int
 
 
-def orch(settings: Settings, *args: str, timeout: float = TIMEOUT_S) -> Answer:
-    """``orch ARGS`` run in the project folder with this project's orch.toml; stdin closed (never a prompt)."""
+def orch(settings: Settings, *args: str, timeout: float = TIMEOUT_S, behind: bool = False) -> Answer:
+    """``orch ARGS`` run in the project folder with this project's orch.toml; stdin closed (never a prompt).
+    ``behind``: a read a page asks again and again, run behind the user's own commands (``run``)."""
     argv = [sys.executable, "-m", "orchestrator.main", "--config", str(settings.config_path), *args]
     try:
-        done = subprocess.run(argv, cwd=settings.project_dir, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=timeout)
+        done = run(argv, settings.project_dir, timeout, NICE if behind else 0)
     except subprocess.TimeoutExpired:
         return Answer(False, {"error": f"orch {' '.join(args)} took more than {timeout:g} s",
                               "hint": "see orch status; the command may still be running"}, 124)
@@ -44,6 +47,25 @@ def orch(settings: Settings, *args: str, timeout: float = TIMEOUT_S) -> Answer:
         except json.JSONDecodeError:
             return Answer(True, {"output": done.stdout}, 0)
     return Answer(False, _error(done.stderr), done.returncode)
+
+
+def run(argv: list[str], cwd, timeout: float, nice: int = 0) -> subprocess.CompletedProcess:
+    """``argv``'s process, its output and exit code; ``nice``: its CPU priority lowered by that much (and so the
+    agents it starts), so that on a busy machine a user's own ``orch status`` is not the one that waits."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    if nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+        except OSError:
+            pass  # (it runs ahead of a user's commands then: slower for them, no less right)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _error(stderr: str) -> dict:
@@ -67,7 +89,7 @@ def target_args(settings: Settings, exp: Experiment) -> list[str]:
 
 
 def stop(settings: Settings, exp: Experiment) -> Answer:
-    return orch(settings, "stop", "-e", str(exp.id), "--json")
+    return _changes(exp, orch(settings, "stop", "-e", str(exp.id), "--json"))
 
 
 def restart(settings: Settings, exp: Experiment, *, dry_run: bool) -> Answer:
@@ -76,11 +98,17 @@ def restart(settings: Settings, exp: Experiment, *, dry_run: bool) -> Answer:
         raise InputError(f"experiment {exp.id} is a job over several nodes",
                          hint=f"orch restart -e {exp.id} restarts a job on every node")
     extra = ["--dry-run"] if dry_run else ["--yes"]
-    return orch(settings, "restart", "-e", str(exp.id), "--clean-checkpoints", *extra, "--json")
+    return _changes(exp, orch(settings, "restart", "-e", str(exp.id), "--clean-checkpoints", *extra, "--json"))
 
 
 def queue_remove(settings: Settings, exp: Experiment) -> Answer:
-    return orch(settings, "queue", "remove", str(exp.id), *target_args(settings, exp), "--json")
+    return _changes(exp, orch(settings, "queue", "remove", str(exp.id), *target_args(settings, exp), "--json"))
+
+
+def _changes(exp: Experiment, answer: Answer) -> Answer:
+    """``answer`` of a command that changed ``exp``: what was kept of its target's answers is asked anew."""
+    RECENT.forget(exp.id)
+    return answer
 
 
 def sweep_stop(settings: Settings, sweep_id: str) -> Answer:
@@ -97,14 +125,20 @@ def sweep(settings: Settings, sweep_id: str) -> Answer:
 
 
 def gpus(settings: Settings) -> Answer:
-    return orch(settings, "gpus", "--json", timeout=60)
+    return orch(settings, "gpus", "--json", timeout=60, behind=True)
 
 
 def checkpoints(settings: Settings, exp: Experiment) -> Answer:
-    """``orch checkpoints list -e ID --json``: the folder the experiment ran with, and its trash."""
-    return orch(settings, "checkpoints", "list", "-e", str(exp.id), *target_args(settings, exp), "--json", timeout=60)
+    """``orch checkpoints list -e ID --json``: the folder the experiment ran with, and its trash (a recent answer
+    again: ``recent``)."""
+    return RECENT.get(("checkpoints", str(settings.config_path), exp.id),
+                      lambda: orch(settings, "checkpoints", "list", "-e", str(exp.id), *target_args(settings, exp),
+                                   "--json", timeout=60, behind=True))
 
 
 def status(settings: Settings, exp: Experiment) -> Answer:
-    """``orch status --json`` of the experiment's target: its run's attempts, guard progress and verdict."""
-    return orch(settings, "status", *target_args(settings, exp), "--json", timeout=60)
+    """``orch status --json`` of the experiment's target: its run's attempts, guard progress and verdict (a recent
+    answer again: ``recent``)."""
+    return RECENT.get(("status", str(settings.config_path), exp.id),
+                      lambda: orch(settings, "status", *target_args(settings, exp), "--json", timeout=60,
+                                   behind=True))

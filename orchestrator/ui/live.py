@@ -106,6 +106,9 @@ class Follower:
             self.error = {"error": f"following the log failed: {exc}", "hint": None}
             ended = dict(self.error)
         self.done = True
+        from .recent import RECENT
+
+        RECENT.forget(self.exp_id)  # (what a page asks of the target as the run ends is asked anew)
         self._send({"type": "end", **ended})
 
     def _feed(self, data: bytes, end: bool = False) -> None:
@@ -131,22 +134,21 @@ class Follower:
         points: dict[str, list] = {}
         now = time.time()
         with self.lock:
-            for line in lines:
-                for ev in self._parser.events(line):
-                    if "step" in ev:
-                        self._step = ev["step"]
-                    x = float(self._step if self._step is not None else self._events)
-                    self._events += 1
-                    tokens = ev.get("tokens", ev.get("total_tokens"))
-                    if tokens is not None and math.isfinite(tokens):
-                        self._axis("tokens", x, float(tokens))
-                    if self.started is not None and now - self.opened > CATCH_UP_S:  # printed now, not replayed
-                        self._axis("time", x, max(0.0, now - self.started))
-                    for key, value in ev.items():
-                        if key in X_KEYS or not math.isfinite(value):
-                            continue
-                        self._point(key, x, float(value))
-                        points.setdefault(key, []).append([x, float(value)])
+            for ev in self._parser.parse_lines(lines):  # (a read's lines together: the reader's chunked path)
+                if "step" in ev:
+                    self._step = ev["step"]
+                x = float(self._step if self._step is not None else self._events)
+                self._events += 1
+                tokens = ev.get("tokens", ev.get("total_tokens"))
+                if tokens is not None and math.isfinite(tokens):
+                    self._axis("tokens", x, float(tokens))
+                if self.started is not None and now - self.opened > CATCH_UP_S:  # printed now, not replayed
+                    self._axis("time", x, max(0.0, now - self.started))
+                for key, value in ev.items():
+                    if key in X_KEYS or not math.isfinite(value):
+                        continue
+                    self._point(key, x, float(value))
+                    points.setdefault(key, []).append([x, float(value)])
             self.lines.extend(shown)
             self._current = current
             self._seq += 1

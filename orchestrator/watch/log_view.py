@@ -46,6 +46,21 @@ def read(settings: Settings, target: Target, exp_id: int, run_registry: str | No
     return result.state
 
 
+def read_series(settings: Settings, target: Target, exp_id: int, run_registry: str | None,
+                open_registry: Callable[[], ContextManager[Registry]], *, emit: Callable[[dict], None], follow: bool,
+                tail_lines: int) -> dict | None:
+    """``read`` with ``--metrics`` of a run whose supervisor keeps its series: its events from there
+    (``series_logs``); None, having read nothing, where the run keeps none."""
+    from ..records.reconcile import sync
+    from .series_logs import read as read_kept
+
+    state = read_kept(settings, target, exp_id, run_registry, emit=emit, follow=follow, tail_lines=tail_lines)
+    if follow and state is not None and state.get("id") == exp_id:
+        with open_registry() as reg:
+            sync(reg, [state], target, settings.project.name)
+    return state
+
+
 def job_nodes(target: Target, exp: Experiment) -> int:
     """How many nodes the run's Slurm job has (each with its own log); 1 for any other run."""
     if target.spec.kind != "slurm":
@@ -118,8 +133,13 @@ class MetricLines:
             if not self.events and len(self.sample) < 50:
                 self.sample.append(line[:300])
             for ev in self.parser.events(line):
-                self.events += 1
-                self.emit(_json_line(ev) if self.as_json else "  ".join(f"{k}={v:g}" for k, v in ev.items()))
+                self.event(ev)
+
+    def event(self, ev: dict) -> None:
+        """Print one event (the run's series gives them read already: ``series_logs``)."""
+        self.events += 1
+        ev = {k: float(v) for k, v in ev.items()}  # (the series keeps a whole number as an int: printed alike)
+        self.emit(_json_line(ev) if self.as_json else "  ".join(f"{k}={v:g}" for k, v in ev.items()))
 
     def finish(self) -> str | None:
         """The rest of the log (its unterminated last line); then the note to give when no line held a metric

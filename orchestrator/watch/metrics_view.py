@@ -360,8 +360,11 @@ def refresh(settings: Settings, target: Target, registry: Registry, client: Agen
         out = summary(settings, exp, series, state, run, previous, time.time() if now is None else now)
         if kept is not None and state["behind"] and isinstance(kept.get("summary"), dict):
             summed_up(out, kept["summary"])
-        registry.save_metrics(exp.id, offset, series, {**{k: v for k, v in out.items() if k != "notes"},
-                                                       "_state": state})
+        kept_summary = {**{k: v for k, v in out.items() if k != "notes"}, "_state": state}
+        # (what is stored already is not written again: a status of a run with nothing new takes no write, its
+        # sync of the file nor the registry's lock from a command beside it; anything read moves the offsets)
+        if stored is None or offset != stored["log_offset"] or kept_summary != stored["summary"]:
+            registry.save_metrics(exp.id, offset, series, kept_summary)
     return out
 
 

@@ -215,3 +215,79 @@ def test_the_series_gives_the_events_the_controllers_log_reader_gives(tmp_path):
         keeper.tick()
     keeper.tick(final=True)
     assert [r[2] for r in records(tmp_path)] == Parser().parse_lines(lines)
+
+
+def test_a_chunk_written_as_columns_is_written_as_event_by_event(tmp_path, monkeypatch):
+    # the writer takes the reader's columns (series_rows.Rows.columns) where it can: the file and the summary are
+    # those of writing each event on its own, through every case that goes an event at a time (a value not finite,
+    # a number past 1e15, a progress bar's counters, a step total of 0, more names than the summary keeps, a line
+    # of several updates, a JSON number no JSON reader takes)
+    from orchestrator.agent.run import series_rows
+
+    rng = random.Random(2)
+    lines = list(LINES)
+    for i in range(1, 9000):
+        loss = 3.0 * 0.999 ** (i % 3000) + rng.gauss(0, 0.01)
+        lines.append(rng.choice([
+            f"step={i} loss={loss:.4f} tok/s={rng.randint(900, 1100)} lr=3.0e-04",
+            f"step={i} loss={loss:.4f} tok/s={rng.randint(900, 1100)} lr=3.0e-04",
+            f"{{\"step\": {i}, \"loss\": {loss:.4f}, \"time\": {1.7e9 + i}}}",
+            f"{{\"step\": 0{i % 9}, \"loss\": {loss:.4f}, \"time\": {1.7e9 + i}}}",
+            f"step={i} m{i % 90}_loss={loss:.3f}",
+            f"step={i} loss={loss:.4f}\rstep={i} loss={loss / 2:.4f} val_loss={loss:.2f}",
+            f"[{i % 50:2d}/{50 if i % 11 else 0}] loss: {loss:.3f}",
+            "Epoch 3/10",
+            "saving checkpoint to out",
+            # (what goes an event at a time: in the first chunks only, so that the later ones go as columns)
+            *([f"step={i} loss={'nan' if i % 7 else 'inf'} lr=3.0e-04", f"step={i} tokens={10 ** 15 + i} loss=1.5",
+               f"[{i % 50:2d}/50] steps/s: 2.5"] if i < 3000 else []),
+        ]))
+    data = ("\n".join(lines) + "\n").encode()
+
+    def kept(run: Path) -> tuple[list[bytes], dict]:
+        run.mkdir()
+        (run / series.LOG).write_bytes(data)
+        keeper = series.Series(str(run))
+        keeper.tick(final=True)
+        written = [line for line in (run / series.FILE).read_bytes().splitlines() if not line.startswith(b'{"t"')]
+        return written, json.loads((run / series.STATE).read_text())
+
+    columns, tables = series_rows.Rows.columns, []
+    monkeypatch.setattr(series_rows.Rows, "columns", lambda self, table: tables.append(columns(self, table)) or
+                        tables[-1])
+    together = kept(tmp_path / "columns")
+    assert True in tables and False in tables
+    monkeypatch.setattr(series_rows.Rows, "columns", lambda self, table: False)
+    assert together == kept(tmp_path / "events")
+    assert len(together[1]["summary"]["last"]) == series_rows.MAX_KEYS
+
+
+def test_the_series_read_from_a_log_offset_gives_the_records_of_the_lines_after_it(tmp_path):
+    # what a read of the log's last lines asks of the series (log_read with tail_lines and series_offset): its
+    # records past that offset in the log, after the shapes and the time they need from before them
+    lines = [f"step={i} loss={1 / i:.4f}" if i % 5 else f'{{"step": {i}, "acc": 0.5}}' for i in range(1, 3000)]
+    data = ("\n".join(lines) + "\n").encode()
+    (tmp_path / series.LOG).write_bytes(data)
+    keeper = series.Series(str(tmp_path))
+    for cut in (len(data) // 3, len(data)):
+        (tmp_path / series.LOG).write_bytes(data[:cut])
+        keeper.tick(final=True)
+    whole = (tmp_path / series.FILE).read_bytes()
+    kept = series.records(whole)
+    for offset in [0, 5, 17, len(data) // 3, len(data) // 2, len(data) - 3, len(data)] + \
+            random.Random(3).sample(range(len(data)), 20):
+        start, before = series.after(str(tmp_path), offset)
+        got = series.records(before + whole[start:])
+        assert got == [r for r in kept if r[0] > offset], offset
+
+
+def test_an_agent_call_that_reads_no_log_loads_no_metric_reader():
+    # every agent call is a process of its own (a status's too): only the supervisor, its watchers and the guard
+    # read metrics, and they import the reader when they start
+    import subprocess
+    import sys
+
+    code = ("import sys, orchestrator.agent.__main__\n"
+            "print(sorted(m for m in sys.modules if m.startswith('orchestrator.agent.metrics.')))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "[]"

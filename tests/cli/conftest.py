@@ -1,4 +1,5 @@
-"""What the CLI tests share beyond ``tests/conftest.py``: one browser per test process for the ``orch ui`` tests."""
+"""What the CLI tests share beyond ``tests/conftest.py``: one browser per test process for the ``orch ui`` tests,
+and a page of its own for each test."""
 
 from __future__ import annotations
 
@@ -23,3 +24,17 @@ def browser() -> Iterator[Any]:
         started = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield started
         started.close()
+
+
+@pytest.fixture
+def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A page in a context of its own, its viewport the test module's ``VIEWPORT`` (default 1360 x 900); a
+    JavaScript error on the page fails the test."""
+    size = getattr(request.module, "VIEWPORT", {"width": 1360, "height": 900})
+    context = browser.new_context(viewport=size)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    context.close()
+    assert not errors, errors

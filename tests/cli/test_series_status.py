@@ -88,3 +88,19 @@ def test_the_first_status_of_a_long_series_shows_its_last_step_exact_and_reads_t
     assert json.loads(res.stdout)["summary"]["step"] == 20000
     with project.registry() as reg:
         assert reg.metrics(1)["summary"]["_state"]["complete"]
+
+
+def test_a_status_with_nothing_new_writes_nothing(project):
+    # a status of an ended run read to its end stores the same again: it writes nothing (no sync of the file, no
+    # write lock a command beside it waits for), and shows the same
+    (project.path / "train.py").write_text(TRAIN)
+    assert project.run("deploy", "--wait").returncode == 0
+    ended(project)
+    shown = [project.run("status", "--json") for _ in range(2)]
+    with project.registry() as reg:
+        updated = reg.metrics(1)["updated"]
+    again = project.run("status", "--json")
+    with project.registry() as reg:
+        assert reg.metrics(1)["updated"] == updated
+    assert json.loads(again.stdout)["summary"] == json.loads(shown[-1].stdout)["summary"]
+    assert json.loads(again.stdout)["summary"]["step"] == 3000

@@ -207,6 +207,8 @@ BAD = [
     (["--set", "project.env.LR=uniform(0,1)", "--trials", "4", "--minutes", "2"], "not --minutes", "--steps"),
     (["--set", "project.env.LR=uniform(0,1)", "--trials", "4", "--steps", "10", "--min-steps", "10"],
      "leaves no step", "--min-steps 1"),
+    (["--set", "project.env.LR=uniform(0,1)", "--trials", "4", "--steps", "60", "--min-steps", "60"],
+     "leaves no step", "--min-steps 5"),  # the default: a twelfth of the budget
     (["--set", "batching.token_budget=int(100,9000)", "--trials", "4"], "token_budget", "fix the value"),
 ]
 

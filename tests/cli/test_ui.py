@@ -71,15 +71,6 @@ def server(project):
         assert srv.close() == 0
 
 
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield pg
-    context.close()
-    assert not errors, errors
 
 
 def shot(page, name: str) -> None:

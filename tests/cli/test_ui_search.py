@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from tests.cli.test_ui_views import page, record, server  # noqa: F401 (fixtures; browser: tests/cli/conftest.py)
+from tests.cli.test_ui_views import VIEWPORT, record, server  # noqa: F401 (fixtures; the browser and page are tests/cli/conftest.py's)
 from tests.conftest import wait_for
 
 pytest.importorskip("optuna")

@@ -20,15 +20,7 @@ from tests.conftest import wait_for
 LOSS = [0.33 * math.exp(-i / 12) + 0.00055 for i in range(120)] + [0.000558, 0.000601, 0.000636]
 
 
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1360, "height": 1000})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield pg
-    context.close()
-    assert not errors, errors
+VIEWPORT = {"width": 1360, "height": 1000}
 
 
 @pytest.fixture

@@ -418,3 +418,23 @@ def test_a_chunk_read_at_once_reads_as_each_line_read_in_full(picks: list, repea
                      _MIXED_FORMS[form].format(int(numbers[0]) * 1000 + i, numbers[1]))
     fast, full = Parser().parse_lines(lines), Parser(fast=False).parse_lines(lines)
     assert [list(e.items()) for e in fast] == [list(e.items()) for e in full]
+
+
+def test_a_chunks_columns_read_as_each_line_read_in_full() -> None:
+    # a template's column of one number is found so from all its lines at once, a JSON line's values are cut where
+    # its first line had them (a number with a leading 0 is no JSON: such lines are read in full), a whole number
+    # is an int in the columns (Reader.tables) and a float in the events
+    from orchestrator.agent.metrics.metric_lines import Reader
+
+    lines = []
+    for i in range(1, 5000):
+        lines += [f"step={i} loss={1 / i:.5f} lr=3.0e-04 epoch=2 total=1000",
+                  f'{{"step": {i}, "loss": {2 / i:.4f}, "lr": 0.0003, "n": 05}}',
+                  f'{{"step": {i}, "loss": {2 / i:.4f}, "lr": 0.0003, "n": 15}}',
+                  f'{{"step": 0{i % 10}, "val_loss": {1 / i:.4f}}}']
+    fast, full = Parser().parse_lines(lines), Parser(fast=False).parse_lines(lines)
+    assert [list(e.items()) for e in fast] == [list(e.items()) for e in full]
+    tables = list(Reader().tables(lines))
+    assert [e for t in tables for e in t.events()] == full
+    steps = [column for t in tables for g in t.groups for name, column in zip(g.names, g.columns) if name == "step"]
+    assert steps and all(type(v) is int for column in steps for v in column)

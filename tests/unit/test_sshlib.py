@@ -37,3 +37,25 @@ def test_threads_loading_paramiko_at_once_all_get_the_whole_module_without_invok
         assert proc.returncode == 0, proc.stderr
         got = json.loads(proc.stdout)
         assert got == {"errors": [], "invoke": False, "same": True}
+
+
+VERSION = """\
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from orchestrator.reach.transport import sshlib
+mod = sshlib.paramiko()
+loaded = "importlib.metadata" in sys.modules
+import importlib.metadata
+print(json.dumps({"loaded": loaded, "version": mod.__version__, "real": importlib.metadata.version("paramiko"),
+                  "files": bool(importlib.metadata.files("paramiko"))}))
+"""
+
+
+def test_paramiko_loads_without_importlib_metadata_and_still_knows_its_version():
+    """paramiko asks importlib.metadata for its own version as it loads; the loader answers that from its
+    dist-info folder, so a keeper's start does not load the real module (email, a walk of sys.path). Whoever asks
+    importlib.metadata afterwards gets the real one, whole."""
+    proc = subprocess.run([sys.executable, "-c", VERSION, str(REPO)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["loaded"] is False and got["version"] == got["real"] and got["files"] is True

@@ -24,8 +24,13 @@ import bisect
 import math
 import re
 from collections import deque
+from collections.abc import Iterator
+from itertools import compress, repeat
+from operator import eq, itemgetter, not_
+from typing import Any
 
 from . import metric_templates
+from .metric_table import Group, Table
 from .metric_formats import framework
 from .metric_shapes import STRUCTURAL, Event, dict_found, dict_items, event, kind_of, planned, scan, section
 
@@ -74,29 +79,126 @@ class Reader:
                 yield found
 
     def lines(self, lines) -> list[Event]:
-        """``events`` of each of ``lines``, in order. Read a chunk at a time: every line's template in one call
-        (``metric_templates.keys``); a line of a template known to hold nothing is passed over, and the lines of a
-        template read in batch (``metric_templates.Batch``) are only noted in their place as the rest are read in
-        order, then read a template at a time and put back in their places. The rest go to ``events``."""
+        """``events`` of each of ``lines``, in order, read a chunk at a time (``tables``)."""
         lines = lines if isinstance(lines, list) else list(lines)
-        out: list[Event] = []
         if not self.fast:
+            out: list[Event] = []
             for line in lines:
                 out.extend(self.events(line))
             return out
-        for at in range(0, len(lines), CHUNK):
-            out.extend(filter(None, self._chunk(lines[at:at + CHUNK], at)[0]))
-        return out
+        if len(lines) <= CHUNK:
+            return self._table(lines, 0).events()
+        return [found for table in self.tables(lines) for found in table.events()]
 
     def placed(self, lines: list[str]) -> list[tuple[int, Event]]:
         """``lines``'s events as ``lines`` reads them, each with the index of the line it came from."""
         if not self.fast:
             return [(i, event) for i, line in enumerate(lines) for event in self.events(line)]
-        out: list[tuple[int, Event]] = []
+        return [placed for table in self.tables(lines) for placed in table.placed()]
+
+    def tables(self, lines: list[str]) -> Iterator[Table]:
+        """The events of ``lines`` a chunk at a time, as columns where lines of one template gave them
+        (``metric_table``; the series writer takes them so, with no dict per line)."""
         for at in range(0, len(lines), CHUNK):
-            slots, where = self._chunk(lines[at:at + CHUNK], at)
-            out.extend((i, found) for i, found in zip(where, slots) if found)
-        return out
+            yield self._table(lines[at:at + CHUNK], at)
+
+    def _table(self, lines: list[str], first: int) -> Table:
+        """The events of ``lines`` (``first``: the index of the first). Every line's template in one call
+        (``metric_templates.keys``), then the lines of each template read in batch (``Batch``) found in C, and
+        read a template at a time; a line that holds nothing is passed over; the rest (``odd``) are read one at a
+        time in order, the kind of the batch line before each made the reader's ``last`` as reading each line in
+        turn would. Where an odd line leaves the reader where a batch would read otherwise (an epoch header, an
+        evaluation section), the lines after it are read as ``_chunk`` reads them."""
+        n = len(lines)
+        keys = metric_templates.keys(lines)
+        plans = list(map(metric_templates.FAST.get, keys))
+        nothing = metric_templates.NOTHING
+        placed: dict[Any, list[int]] = {plan: [] for plan in set(plans)}  # each plan's lines, one C pass
+        deque(map(list.append, map(placed.__getitem__, plans), range(n)), 0)
+        found: list[tuple[Any, list[int], list]] = []
+        odd = placed.get(None, [])
+        for batch, at in placed.items():
+            if batch is None or batch is nothing:
+                continue
+            if batch.check is not None:  # a name's digits differ from the template's: read in full
+                good = list(map(eq, map(batch.check, map(lines.__getitem__, at)), repeat(batch.want)))
+                if not all(good):
+                    odd = odd + list(compress(at, map(not_, good)))
+                    at = list(compress(at, good))
+            columns = batch.columns(list(map(lines.__getitem__, at)), zero_totals=True) if at else None
+            if columns is None:  # a JSON line not of its plan after all: each read on its own
+                odd = odd + at
+                continue
+            found.append((batch, at, columns))
+        if odd is not placed.get(None):
+            odd.sort()
+            for i in odd:
+                plans[i] = None
+        base = any(batch.epoch for batch, _, _ in found)
+        flat = any(batch.steps for batch, _, _ in found)
+        singles: list[tuple[int, Event]] = []
+        end = n if self._batch_reads(base, flat) else 0
+        if end:
+            before = -1
+            for i in odd:
+                self._last_of(plans, before, i)
+                self._one(lines[i], keys[i], first + i, singles)
+                before = i
+                if not self._batch_reads(base, flat):
+                    end = i + 1
+                    break
+            else:
+                self._last_of(plans, before, n)
+        groups, mixed = [], False
+        for batch, at, columns in found:
+            if end < n:
+                cut = bisect.bisect_left(at, end)
+                at, columns = at[:cut], [column[:cut] for column in columns]
+            if not at:
+                continue
+            group = Group(batch.names, [first + i for i in at], columns, batch.ints)
+            if batch.steps and 0 in columns[-1]:
+                for i, one in zip(group.lines, group.events()):  # a total of 0 is no total (``_counters``)
+                    if not one["total_steps"]:
+                        del one["total_steps"]
+                    singles.append((i, one))
+                mixed = True
+            else:
+                groups.append(group)
+        if end < n:
+            slots, where = self._chunk(lines[end:], first + end)
+            singles.extend((i, one) for i, one in zip(where, slots) if one)
+        if mixed:
+            singles.sort(key=itemgetter(0))  # (stable: a line's updates stay in their order)
+        return Table(first, first + n, groups, singles)
+
+    def _batch_reads(self, base: bool, flat: bool) -> bool:
+        """Whether a batch line reads now as it would read on its own (``_chunk``'s test, for the chunk's batches)."""
+        return self.section is None and (self.base is not None or not base) and (self.epoch is None or not flat)
+
+    def _last_of(self, plans: list, before: int, at: int) -> None:
+        """The reader's ``last`` as the batch lines between ``before`` and ``at`` leave it: the last one's kind."""
+        nothing = metric_templates.NOTHING
+        for i in range(at - 1, before, -1):
+            plan = plans[i]
+            if plan is not None and plan is not nothing:
+                self.last = plan.kind
+                return
+
+    def _one(self, line: str, key: bytes, i: int, out: list[tuple[int, Event]]) -> None:
+        """The events of one line read on its own, as ``_chunk`` reads a line that is no batch's, put in ``out``."""
+        plan = metric_templates.KEPT.get(key)
+        if plan is metric_templates.NOTHING:
+            return
+        if plan.__class__ is metric_templates.JsonPlan:
+            found = plan.read(line)
+            found = self.read(line) if found is metric_templates.MISS else self._event(found, "", None, None, None)
+            if found:
+                out.append((i, found))
+        elif "\x1b" in line or "\r" in line or "\b" in line:
+            out.extend((i, found) for found in self.events(line))
+        elif (found := self.read(line)):
+            out.append((i, found))
 
     def _chunk(self, lines: list[str], first: int) -> tuple[list[Event | None], list[int]]:
         """The events of ``lines`` in order (None where a line read with others gave none) and the index of the line

@@ -18,11 +18,13 @@ that needs nothing from the lines before it together (``Batch``): a column of nu
 from __future__ import annotations
 
 import json
+import re
 from itertools import repeat
 from operator import itemgetter, mul
 
 from .metric_names import RATES, STRUCTURAL, name_of
 from .metric_shapes import JSON_TIME_KEYS, Event
+from .metric_table import Group
 
 MASK = bytes.maketrans(b"123456789", b"000000000")
 FULL = "full"  # read in full each time
@@ -37,18 +39,11 @@ class Template:
     """The plan of one template: which character spans hold which metric, as the first line's full read found."""
 
     __slots__ = ("checks", "puts", "times", "epoch_total", "step_total", "progress", "kind", "star", "named",
-                 "check", "want", "quick", "sliced", "batch")
+                 "check", "want", "quick", "sliced", "batch", "text")
 
     def __init__(self, text: str, ops: list, spans: list[tuple[int, int]], kind: str, star: bool) -> None:
-        covered = {i for a, b in spans for i in range(a, b)}
-        # the digits of names: a line of this template has the very same ones
-        self.checks = tuple((i, c) for i, c in enumerate(text) if "0" <= c <= "9" and i not in covered)
-        # the same check in one C call: a getter of those characters and what it must give (a single index twice,
-        # as itemgetter of one index gives the item, not a tuple)
-        at = [i for i, _ in self.checks] or [0]
-        at = at * 2 if len(at) == 1 else at
-        self.check = itemgetter(*at) if self.checks else None
-        self.want = tuple(text[i] for i in at)
+        self.text = text
+        self.checks, self.check, self.want = _checks(text, spans)
         self.kind, self.star = kind, star
         self.times: list[tuple[int, int, float, bool]] = []
         self.epoch_total: tuple[int, int] | None = None
@@ -185,19 +180,42 @@ class Template:
         return out, kind, epoch_total, step_total, progress
 
 
+def _checks(text: str, spans) -> tuple[tuple, itemgetter | None, tuple]:
+    """The digits of ``text`` outside ``spans`` (a name's: a line of its template has the very same ones), and the
+    same check in one C call: a getter of those characters and what it must give (a single index twice, as
+    itemgetter of one index gives the item, not a tuple)."""
+    covered = {i for a, b in spans for i in range(a, b)}
+    checks = tuple((i, c) for i, c in enumerate(text) if "0" <= c <= "9" and i not in covered)
+    at = [i for i, _ in checks] or [0]
+    at = at * 2 if len(at) == 1 else at
+    return checks, (itemgetter(*at) if checks else None), tuple(text[i] for i in at)
+
+
 class Batch:
-    """How ``Reader.lines`` reads a chunk's lines of one quick template together, with no Python step per line:
-    their numbers cut out (``cuts``, one a number), made floats a column at a time and zipped with ``names`` into
-    events, each put back in its line's place. Only for a template whose line needs nothing from the lines before it
-    but what ``Reader.lines`` checks as it goes (``epoch``: the first epoch's number is known; ``steps``: no epoch
-    header is open, and the line's step total becomes ``total_steps``, as ``Reader._counters`` makes it)."""
+    """How ``Reader.lines`` reads a chunk's lines of one template together, with no Python step per line: their
+    numbers cut out (``cuts``, one a number) and made numbers a column at a time (``columns``), in C. Only for a
+    template whose line needs nothing from the lines before it but what ``Reader.lines`` checks as it goes
+    (``epoch``: the first epoch's number is known; ``steps``: no epoch header is open, and the line's step total
+    becomes ``total_steps``, as ``Reader._counters`` makes it). A JSON line's template (``JsonPlan``) is read alike,
+    its values cut out where its first line has them (``strict``: as JSON reads them, so a number with a leading 0 is
+    no JSON number: such lines are read one at a time)."""
 
-    __slots__ = ("names", "cuts", "factors", "epoch", "steps", "kind", "check", "want", "repeats")
+    __slots__ = ("names", "spans", "cuts", "factors", "whole", "ints", "epoch", "steps", "kind", "check", "want",
+                 "repeats", "strict")
 
-    def __init__(self, names: tuple, cuts: tuple, factors: tuple, steps: bool, kind: str,
-                 check: itemgetter | None, want: tuple) -> None:
-        self.names, self.cuts, self.factors, self.epoch, self.steps = names, cuts, factors, "epoch" in names, steps
-        self.kind, self.check, self.want = kind, check, want
+    def __init__(self, names: tuple, text: str, at: list[tuple[int, int]], factors: tuple, steps: bool, kind: str,
+                 strict: bool = False) -> None:
+        self.names, self.factors, self.epoch, self.steps = names, factors, "epoch" in names, steps
+        self.spans = tuple(at)
+        self.cuts = tuple(itemgetter(slice(a, b)) for a, b in at)
+        # a number printed as digits alone (every line of the template has ASCII digits where its first line has
+        # them) is made an int: twice as fast as a float, and whole as the series keeps it
+        self.whole = tuple(text[a:b].isascii() and text[a:b].isdigit() for a, b in at)
+        self.ints = tuple(w and f == 1.0 for w, f in zip(self.whole, factors))  # the columns given as ints
+        # (a JSON number's first digit, where it has more than one before its point: a 0 there is no JSON)
+        self.strict = tuple(_lead(text[a:b]) for a, b in at) if strict else None
+        self.kind = kind
+        self.check, self.want = None, ()
         self.repeats = [True] * len(names)  # whether a column's numbers are worth a look for repeats
 
     @classmethod
@@ -215,33 +233,78 @@ class Batch:
             if kind or "epoch" in names or "step" not in names:
                 return None  # the step total moves the step or goes: ``Reader._counters`` does it
             names, at, factors = (*names, "total_steps"), at + [template.step_total], (*factors, 1.0)
-        cuts = tuple(itemgetter(slice(a, b)) for a, b in at)
-        return cls(names, cuts, factors, steps, kind, template.check, template.want)
+        batch = cls(names, template.text, at, factors, steps, kind)
+        batch.check, batch.want = template.check, template.want
+        return batch
+
+    def columns(self, lines: list[str], zero_totals: bool = False) -> list[list] | None:
+        """The numbers of ``lines`` (all of this template and checked already), a list per name: ints where
+        ``ints`` says, floats elsewhere. A column of one number (a learning rate, an epoch) makes it a number once,
+        and one whose numbers repeat each of its texts. None where a line's step total is 0 (no total: its event
+        has no ``total_steps``, as ``Reader._counters`` makes it), unless ``zero_totals``, and where a strict
+        batch's line is no JSON."""
+        columns: list = []
+        repeats, strict = self.repeats, self.strict
+        n = len(lines)
+        if not n:
+            return [[] for _ in self.names]
+        joined, width = None, len(lines[0])
+        for j, (cut, factor, whole) in enumerate(zip(self.cuts, self.factors, self.whole)):  # (no tuple per line)
+            make = int if whole else float
+            if repeats[j]:
+                # a column of one number, found without cutting it out of each line: the lines of a template are of
+                # one length, so its every character's place, taken from all the lines at once, holds one character
+                if joined is None:
+                    joined = "".join(lines)
+                    joined = joined if len(joined) == width * n else ""
+                a, b = self.spans[j]
+                if joined and all(map(_alike, (joined[i::width] for i in range(a, b)))):
+                    text = lines[0][a:b]
+                    if strict is not None and strict[j] is not None and text[strict[j]] == "0":
+                        return None
+                    values = [make(text)] * n
+                    columns.append(values if factor == 1.0 else [values[0] * factor] * n)
+                    continue
+            texts = list(map(cut, lines))
+            if strict is not None and strict[j] is not None and min(texts)[strict[j]] == "0":
+                return None
+            if not repeats[j]:
+                values = list(map(make, texts))
+            else:
+                distinct = set(texts)
+                if len(distinct) * 5 < n * 4:
+                    made = dict(zip(distinct, map(make, distinct)))
+                    values = list(map(made.__getitem__, texts))
+                else:
+                    if n >= 64:
+                        repeats[j] = False  # a column of new numbers (a step, a loss): not looked at again
+                    values = list(map(make, texts))
+            columns.append(values if factor == 1.0 else list(map(mul, values, repeat(factor))))
+        if self.steps and not zero_totals and 0 in columns[-1]:
+            return None
+        return columns
 
     def events(self, lines: list[str]) -> list[Event]:
-        """The events of ``lines``, all of this template and checked (``check``) already. A column whose numbers
-        repeat (a learning rate, an epoch, a rate to whole tokens) makes each of its texts a float once."""
-        columns: list = []
-        repeats = self.repeats
-        for j, (cut, factor) in enumerate(zip(self.cuts, self.factors)):  # (a column at a time: no tuple per line)
-            column = list(map(cut, lines))
-            distinct = set(column) if repeats[j] else None
-            if distinct is not None and len(distinct) * 5 < len(column) * 4:
-                floats = dict(zip(distinct, map(float, distinct)))
-                values = map(floats.__getitem__, column)
-            else:
-                if distinct is not None and len(column) >= 64:
-                    repeats[j] = False  # a column of new numbers (a step, a time): not looked at again
-                values = map(float, column)
-            columns.append(values if factor == 1.0 else map(mul, values, repeat(factor)))
-        if self.steps:
-            columns[-1] = totals = list(columns[-1])
-        events = list(map(dict, map(zip, repeat(self.names), zip(*columns))))
-        if self.steps and 0.0 in totals:
-            for found in events:  # a total of 0 is no total (``Reader._counters``)
-                if not found["total_steps"]:
-                    del found["total_steps"]
+        """The events of ``lines``, as ``columns`` reads them, each a dict of floats."""
+        columns = self.columns(lines)
+        if columns is not None:
+            return Group(self.names, [], columns, self.ints).events()
+        events = Group(self.names, [], self.columns(lines, True), self.ints).events()  # type: ignore[arg-type]
+        for found in events:  # a total of 0 is no total (``Reader._counters``)
+            if not found["total_steps"]:
+                del found["total_steps"]
         return events
+
+
+def _alike(chars: str) -> bool:
+    return chars.count(chars[0]) == len(chars)
+
+
+def _lead(number: str) -> int | None:
+    """Where a JSON number's first digit is, where it has more than one digit before its point (else None)."""
+    lead = 1 if number.startswith("-") else 0
+    whole = len(number[lead:].split(".")[0].split("e")[0].split("E")[0])
+    return lead if whole > 1 else None
 
 
 class JsonPlan:
@@ -250,15 +313,22 @@ class JsonPlan:
     by ``json`` (in C) and its values picked, with no name read again; a line whose keys differ (``acc1`` and
     ``acc5`` share a template) is a ``MISS``."""
 
-    __slots__ = ("keys", "pick", "names", "scales")
+    __slots__ = ("keys", "pick", "names", "scales", "batch")
 
-    def __init__(self, keys: tuple, picks: list[tuple[int, str, float]]) -> None:
+    def __init__(self, keys: tuple, picks: list[tuple[int, str, float]], text: str = "") -> None:
         self.keys = keys
         self.names = tuple(name for _, name, _ in picks)
         at = [j for j, _, _ in picks]
         self.pick = itemgetter(*(at * 2 if len(at) == 1 else at)) if at else None
         scales = tuple(scale for _, _, scale in picks)
         self.scales = scales if any(scale != 1.0 for scale in scales) else None
+        # (an epoch moves what the reader remembers, and an event of a time alone is none: read a line at a time)
+        plain = "epoch" not in self.names and self.names not in ((), ("t",))
+        spans = _json_spans(text, len(keys)) if plain else None
+        self.batch = None
+        if spans is not None:
+            self.batch = Batch(self.names, text, [spans[j] for j in at], scales, False, "", strict=True)
+            self.batch.check, self.batch.want = _checks(text, spans)[1:]  # (every value's digits may differ)
 
     def read(self, text: str) -> Event | object:
         try:
@@ -273,6 +343,22 @@ class JsonPlan:
         if self.scales is None:
             return dict(zip(self.names, map(float, values)))
         return dict(zip(self.names, [float(v) * scale for v, scale in zip(values, self.scales)]))
+
+
+_JSON_VALUE = re.compile(r'"(?:[^"\\]|\\.)*"\s*:\s*(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\s*[,}]')
+
+
+def _json_spans(text: str, n: int) -> list[tuple[int, int]] | None:
+    """Where the ``n`` values of a flat JSON object of numbers are in ``text``, each as ``json`` reads it; None
+    where that is not plain."""
+    spans = [m.span(1) for m in _JSON_VALUE.finditer(text)]
+    if len(spans) != n:
+        return None
+    values = list(json.loads(text).values())
+    if any(json.loads(text[a:b]) != value or value.__class__ is not json.loads(text[a:b]).__class__
+           for (a, b), value in zip(spans, values)):
+        return None
+    return spans
 
 
 def json_plan(text: str) -> JsonPlan | None:
@@ -303,10 +389,12 @@ def json_plan(text: str) -> JsonPlan | None:
             picks.append((j, name, scale))
         elif name not in RATES:
             picks.append((j, f"{split}_{name}", scale))
-    return JsonPlan(tuple(obj), picks)
+    return JsonPlan(tuple(obj), picks, text)
 
 
 KEPT: dict[bytes, Template | JsonPlan | str] = {}
+# the templates of KEPT whose lines a chunk reads together (their ``batch``), and those that hold nothing
+FAST: dict[bytes, Batch | JsonBatch | str] = {}
 
 
 def key_of(text: str) -> bytes:
@@ -324,4 +412,10 @@ def keys(lines: list[str]) -> list[bytes]:
 def keep(key: bytes, template: Template | JsonPlan | str) -> None:
     if len(KEPT) >= KEPT_MAX:
         KEPT.clear()
+        FAST.clear()
     KEPT[key] = template
+    fast = template if template is NOTHING else getattr(template, "batch", None)
+    if fast is not None:
+        FAST[key] = fast
+    else:
+        FAST.pop(key, None)

@@ -68,6 +68,14 @@ def _files(layout: Layout, project: str) -> list[str]:
             if n.endswith(".json") and not n.startswith(".")]
 
 
+def entry(layout: Layout, project: str, exp_id: int, registry: str | None) -> dict | None:
+    """The queued launch of experiment ``exp_id`` of ``registry``, as it was queued; None once it started (or
+    was never queued)."""
+    tail = f"-{run_key(exp_id, registry)}.json"
+    path = next((p for p in _files(layout, project) if p.endswith(tail)), None)
+    return read_json(path, None) if path else None
+
+
 def entries(layout: Layout, project: str) -> list[dict]:
     """What is queued, in order: id, registry, revision, when, and the budget a sweep gave it."""
     out = []

@@ -26,13 +26,18 @@ state's offset, and appends only the events after the last record there: none is
 from __future__ import annotations
 
 import base64
+import bisect
 import json
+import math
 import os
+import re
 import time
-from itertools import accumulate
+from itertools import accumulate, repeat
 
-from ..metrics import metric_lines
 from ..layout import read_json, write_json
+from .series_rows import Rows, Summary
+
+__all__ = ["FILE", "LOG", "STATE", "Series", "Summary", "answer", "read", "records"]
 
 FILE = "metrics.jsonl"
 STATE = "metrics.state.json"
@@ -40,43 +45,6 @@ LOG = "train.log"
 READ_MAX = 4 << 20  # bytes of log per tick: a runaway writer cannot hold the supervisor up
 SAVE_EVERY_S = 2.0  # how often the state is saved (and the records fsynced) while the log grows
 TAIL = 1 << 16  # bytes read back from the file's end to find its last record
-MAX_KEYS = 64  # metric names the summary keeps (a log printing more keeps the first ones, as the controller does)
-BAR_KEYS = {"step", "total_steps", "steps_s"}  # all a progress bar's event holds
-
-
-class Summary:
-    """What the series holds to the log offset of the state it is saved in: its events, the last step (a Hugging
-    Face evaluation bar, over fewer items than the training bar and behind it, is no training step), and each
-    metric's last, lowest and highest value; updated by every event read from the log, appended or not, so a
-    supervisor started again from its state's offset counts each event once."""
-
-    def __init__(self, saved: dict | None) -> None:
-        saved = saved if isinstance(saved, dict) else {}
-        self.events = int(saved.get("events", 0))
-        self.step = saved.get("step")
-        self.total_steps = saved.get("total_steps")
-        self.last, self.low, self.high = (dict(saved.get(k) or {}) for k in ("last", "min", "max"))
-
-    def add(self, event: dict) -> None:
-        total = event.get("total_steps")
-        if (total is not None and self.total_steps is not None and total < self.total_steps
-                and set(event) <= BAR_KEYS and event.get("step", -1.0) <= (self.step or 0)):
-            return
-        self.events += 1
-        if "step" in event:
-            self.step = event["step"]
-        if total is not None:
-            self.total_steps = total
-        for key, value in event.items():
-            if key not in self.last and len(self.last) >= MAX_KEYS:
-                continue
-            self.last[key] = value
-            self.low[key] = min(value, self.low.get(key, value))
-            self.high[key] = max(value, self.high.get(key, value))
-
-    def saved(self) -> dict:
-        return {"events": self.events, "step": self.step, "total_steps": self.total_steps, "last": self.last,
-                "min": self.low, "max": self.high}
 
 
 class Series:
@@ -90,6 +58,8 @@ class Series:
         if not isinstance(state, dict) or not os.path.exists(self.path):
             state = {}  # no records yet (or none kept): the log from its start
         self.offset = int(state.get("log", 0))
+        from ..metrics import metric_lines  # (the supervisor's alone: a log_read of the series needs no reader)
+
         self.reader = metric_lines.Reader(state.get("reader"))
         self.summary = Summary(state.get("summary"))
         self.saved = time.monotonic()
@@ -145,30 +115,26 @@ class Series:
             cut = len(data)
         elif not cut and len(data) >= READ_MAX:
             cut = len(data)  # one line longer than a read
-        records = []
-        shapes, dumps = self.shapes, json.JSONEncoder(separators=(",", ":")).encode
         raws = data[:cut].splitlines(keepends=True)
         ends = list(accumulate(map(len, raws), initial=self.offset))[1:]  # each line's end in the log
-        texts = [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in raws]
-        for i, event in self.reader.placed(texts):  # (the lines read together: metric_lines.Reader.lines)
-            at = ends[i]
-            compact = {k: int(v) if v.is_integer() and abs(v) < 1e15 else v for k, v in event.items()}
-            self.summary.add(compact)
-            if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
-                self.skip_n -= at == self.skip_to
+        texts = list(map(str.rstrip, map(bytes.decode, raws, repeat("utf-8"), repeat("replace")), repeat("\r\n")))
+        rows = Rows(ends, self.shapes, self.summary)
+        for table in self.reader.tables(texts):  # (a chunk's events as columns: metric_lines.Reader.tables)
+            if (self.skip_to < ends[table.first] or not table.singles and not table.groups) and rows.columns(table):
                 continue
-            names = tuple(compact)
-            shape = shapes.get(names)
-            if shape is None:
-                shape = shapes[names] = len(shapes)
-                records.append(dumps({"id": shape, "names": names}))
-            records.append(dumps([at, shape, *compact.values()]))
+            for i, event in table.placed():
+                at = ends[i]
+                if at < self.skip_to or (at == self.skip_to and self.skip_n > 0):
+                    self.skip_n -= at == self.skip_to
+                    rows.summed(event)  # already in the file: read again from the log, not appended again
+                else:
+                    rows.one(i, event)
+        text = rows.text()
         self.offset += cut
-        if records:
-            records.insert(0, dumps({"t": round(time.time(), 2)}))
+        if text:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, ("\n".join(records) + "\n").encode())
+                os.write(fd, f'{{"t":{round(time.time(), 2)!r}}}\n{text}\n'.encode())
             finally:
                 os.close(fd)
         self.dirty = self.dirty or cut > 0
@@ -238,19 +204,52 @@ def _lines(run_dir: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
     return data[:cut], offset + cut
 
 
-def answer(run_dir: str, offset: int, max_bytes: int) -> dict | None:
+def after(run_dir: str, log_offset: int) -> tuple[int, bytes]:
+    """Where the series' records of the log's lines past ``log_offset`` start (its records are in the log's order:
+    found by halves), and what a reader from there needs of the file before it: every shape's names and the last
+    time, as the file's own lines."""
+    with open(os.path.join(run_dir, FILE), "rb") as fh:
+        data = fh.read()
+    end = data.rfind(b"\n") + 1  # (whole lines only)
+
+    def record(at: int) -> tuple[int, float]:
+        """The start and log offset of the first record from the line at or after ``at``."""
+        if at and data[at - 1:at] != b"\n":
+            at = data.find(b"\n", at, end) + 1 or end
+        while at < end:
+            if data[at:at + 1] == b"[":
+                return at, int(data[at + 1:data.index(b",", at)])
+            at = data.index(b"\n", at) + 1
+        return end, math.inf
+
+    start = record(bisect.bisect_right(range(end + 1), log_offset, key=lambda at: record(at)[1]))[0]
+    before = data[:start]
+    shapes = b"".join(m.group() + b"\n" for m in _SHAPE.finditer(before))
+    t = before.rfind(b'{"t":')  # (only a time's line holds that)
+    return start, shapes + (before[t:before.index(b"\n", t) + 1] if t >= 0 else b"")
+
+
+_SHAPE = re.compile(rb'^\{"id":[^\n]*', re.M)
+
+
+def answer(run_dir: str, offset: int, max_bytes: int, log_offset: int | None = None) -> dict | None:
     """What a ``log_read`` with ``series_offset`` answers: the file's whole lines from ``offset`` as they are
     (``data``, base64: the controller reads them, ``records``), the offset after them, the file's size, and whether
     the series covers the whole log (the supervisor's last save reached its end), and the series' summary at that
     save (``Summary``; absent from an older supervisor's); None while the run has no record kept (an older
-    supervisor, no metric line yet): the log is read then."""
+    supervisor, no metric line yet): the log is read then. ``log_offset`` (a read of the log's last lines): from
+    the first record past that offset in the log, after the lines a reader needs from before it (``after``)."""
     try:
         size = os.path.getsize(os.path.join(run_dir, FILE))
     except OSError:
         return None
     if not size:
         return None
+    before = b""
+    if log_offset is not None:
+        offset, before = after(run_dir, log_offset)
     data, end = _lines(run_dir, min(offset, size), max_bytes)
+    data = before + data
     state = read_json(os.path.join(run_dir, STATE))
     state = state if isinstance(state, dict) else {}
     read_to = state.get("log", 0)

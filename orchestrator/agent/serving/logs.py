@@ -97,7 +97,9 @@ def read(layout: Layout, exp_id: int, offset: int | None = None, tail_lines: int
             offset = 0
         elif (identity and identity != ident) or offset > size:
             offset, reset = 0, True
-        kept = series.answer(run_dir, series_offset, max_bytes) if series_offset is not None else None
+        # (with tail_lines: the series' records of those last lines, a reader's context before them)
+        kept = (series.answer(run_dir, series_offset, max_bytes, offset if tail_lines is not None else None)
+                if series_offset is not None else None)
         if kept is not None:
             return {"data": "", "offset": offset, "size": size, "identity": ident, "reset": reset, "state": state,
                     "series": kept}

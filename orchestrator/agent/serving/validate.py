@@ -25,6 +25,7 @@ MAX_ID = 1 << 62
 MAX_ARGS = 1 << 16
 ARG_CHARS = 4096  # one string on the wire: an argv word, a path, an env name
 ENV_VALUE_CHARS = 1 << 20
+STUDY_CHARS = 64 << 20  # a sweep's study file, base64: a few hundred KB for a few hundred trials
 # what Linux's execve takes: one argv or NAME=value string (MAX_ARG_STRLEN, with its NUL), and all of them
 # together, pointers included; the budget leaves half of the usual 2 MiB ARG_MAX to the target's own environment
 EXEC_STRING_BYTES = 32 * 4096
@@ -373,6 +374,10 @@ ARGS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
                   "experiment": _ANY_DICT, "batching": _ANY_DICT, "recovery": _optional(_dict), "start_idle": _bool,
                   "launch": _optional(_launch), "use_standby": _bool},
     "queue_list": {"project": project, "start_stale": _bool},
+    "sweep_start": {"project": project, "sweep": name_part, "spec": _optional(_dict),
+                    "study": _optional(lambda v, n: _str(v, n, STUDY_CHARS))},
+    "sweep_read": {"project": project, "sweep": name_part},
+    "sweep_stop": {"project": project, "sweep": name_part},
     "queue_remove": {"project": project, "ids": _EXP_IDS, "registry": registry_id, "sweep": _optional(_str)},
     "run_check": {"exp_id": exp_id, "registry": registry_id, "project": project, "revision": revision,
                   "secrets": _optional(_STRINGS), "checkpoints": _optional(_str), "stops_runs": _bool,

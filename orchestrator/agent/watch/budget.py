@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import time
 
-from ..metrics import metric_lines
 from ..layout import read_json, write_json
 
 FILE = "budget.json"
@@ -39,7 +38,9 @@ class Budget:
         self.offset = 0
         self.partial = b""
         self.step = 0
-        self.reader = metric_lines.Reader()
+        from ..metrics import metric_lines  # (a run's watcher alone: the agent's other calls need no reader)
+
+        self.reader, self.parse = metric_lines.Reader(), metric_lines.parse
 
     @classmethod
     def from_env(cls, env: dict, run_dir: str) -> "Budget | None":
@@ -60,7 +61,7 @@ class Budget:
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()[-4096:]
         for line in lines:
-            step = metric_lines.parse(line.decode("utf-8", "replace"), self.reader).get("step")  # orch's own lines give none
+            step = self.parse(line.decode("utf-8", "replace"), self.reader).get("step")  # orch's own lines give none
             if step is not None:
                 self.step = max(self.step, int(step))
 

@@ -26,10 +26,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .. import journal
-from ..metrics import metric_lines
+
+if TYPE_CHECKING:
+    from ..metrics import metric_lines
 from ..layout import read_json, write_json
 
 STATE = "guard.json"
@@ -43,6 +45,8 @@ def parse_line(line: str, reader: "metric_lines.Reader | None" = None, step: int
     """A log line's ``step``, losses (``loss``, ``val_loss``, ``test_loss``) and rate (``tok_s``, or ``steps_s``),
     read as the notifications read it (``metric_lines``; ``reader``: the one reading this log); an evaluation's
     line without a step of its own is at ``step``, the last one logged. None when it has no step."""
+    from ..metrics import metric_lines  # (the guard's alone: the agent's other calls need no reader)
+
     found = metric_lines.parse(line, reader)
     if "step" not in found and (step is None or not any(k in found for k in EVAL_LOSSES)):
         return None
@@ -73,6 +77,8 @@ def read_points(path: str) -> list[dict]:
             data = fh.read()
     except OSError:
         return []
+    from ..metrics import metric_lines
+
     return _points(data.decode("utf-8", "replace").replace("\r", "\n").splitlines(), metric_lines.Reader(), None)[0]
 
 
@@ -155,6 +161,8 @@ class Watch:
         self.points: list[dict] = []
         self.offset = 0
         self.partial = b""
+        from ..metrics import metric_lines
+
         self.reader = metric_lines.Reader()
         self.first: int | None = None
         self.written = 0.0

@@ -25,7 +25,8 @@ from typing import Any, Callable
 from ... import after_answer, errors, sockets
 from ...errors import OrchError, TransportError
 from ..transport.base import Input, Output, Result, Transport, pieces
-from . import place, wire
+from . import memo, place, wire
+from .begin import _ARGV, _EARLY, _PRESPAWNED, _STARTED, _start, _tell, prespawn  # noqa: F401
 from .resident import Residents, on_resident
 
 
@@ -59,22 +60,6 @@ def keeper(persist: float) -> socket.socket | None:
     return None
 
 
-def _start(path, persist: float, early: bool = False) -> bool:
-    """Start a keeper process at ``path`` in the background, its pipe kept to tell it what to ready (``ready``);
-    False when another one is starting there. An ``early`` one exits when the pipe closes with nothing told."""
-    told, tell = os.pipe()
-    try:
-        started = sockets.spawn(path, place.MODULE, str(persist), *(["early"] if early else []), stdin=told)
-    finally:
-        os.close(told)
-    if started is None:
-        os.close(tell)
-        return False
-    _tell(path, None)  # the pipe to one this process started before, gone since
-    _STARTED[path] = (started, tell)
-    return True
-
-
 def _start_instead(path, persist: float) -> None:
     """This command goes on until its user ends it (a followed log, a terminal), so it becomes no keeper: start one
     now as its own process, readied at once with the connection and agent this command reached (or, not reached
@@ -85,7 +70,6 @@ def _start_instead(path, persist: float) -> None:
         _tell(path, _REACHED[0])
 
 
-_STARTED: dict = {}  # socket path -> (pid, the pipe to it: -1 once told) of the keeper this process started
 _REACHED: list = []  # what this command's first agent call reached on its own connection: {"spec", "agent"}
 _ADOPTING: dict = {}  # socket path -> the connections this process hands to the keeper it becomes (``_become``)
 _BECOMING: dict = {}  # socket path -> that keeper, listening from just before the answer (``_listen``)
@@ -144,21 +128,6 @@ def _become(path) -> None:
         keeper.close(None)
 
 
-def _tell(path, asked: dict | None) -> None:
-    """Send ``asked`` (None: nothing) down the pipe to the keeper this process started for ``path``, and close it."""
-    pid, tell = _STARTED.get(path, (0, -1))
-    if tell < 0:
-        return
-    _STARTED[path] = (pid, -1)
-    try:
-        if asked is not None:
-            os.write(tell, json.dumps(asked).encode() + b"\n")
-    except OSError:
-        pass
-    finally:
-        os.close(tell)
-
-
 def ready(spec: dict, agent: list[str] | None) -> None:
     """Tell the keeper this process started (if it did) to open ``spec``'s connection and start the agent ``agent``
     there now: this command has reached the target on its own connection, so the keeper's login is one that works,
@@ -170,7 +139,7 @@ def ready(spec: dict, agent: list[str] | None) -> None:
         _tell(path, {"spec": spec, "agent": agent or None})
 
 
-def early(transport: Transport, agent: Callable[[], list[str]]) -> None:
+def early(transport: Transport, agent: Callable[[], list[str]], files: list[str] = ()) -> None:
     """In an ``orch`` process that loaded orch for this command (not one holding upkeep for after its answer), when
     no keeper listens: start one now, told at once to open ``transport``'s connection (a ``KeptTransport``) and
     start the agent ``agent()`` there, and have this command's requests wait for it. The first command of the day
@@ -179,20 +148,24 @@ def early(transport: Transport, agent: Callable[[], list[str]]) -> None:
     next commands find both up. Its connection is checked as any keeper's (strict host keys, the trust files'
     signature), and the command's own requests, with a CT's identity, go as before. A process that holds its upkeep
     (``after_answer.holding``) had orch loaded before the command: its own connection is sooner up than a new
-    process's, and it becomes the keeper after its answer (``keeper``)."""
+    process's, and it becomes the keeper after its answer (``keeper``). What the keeper is told is noted for the
+    next time these words are typed here (``memo``), valid while ``files`` (the settings' sources) are unchanged."""
     if not isinstance(transport, KeptTransport) or after_answer.holding():
         return
     try:
         path = place.socket_path()
     except OrchError:
         return
+    told = {"spec": transport.spec, "agent": agent(), "idle": transport.persist}
+    if _ARGV:
+        memo.remember(_ARGV[0], place.code_digest(), [str(f) for f in files], told)
     if path in _PRESPAWNED:  # started as this command began (``prespawn``): told now
         _PRESPAWNED.discard(path)
         _EARLY.add(path)
-        _tell(path, {"spec": transport.spec, "agent": agent(), "idle": transport.persist})
+        _tell(path, told)
         return
     if path in _STARTED or path in _ADOPTING or path in _EARLY:
-        return
+        return  # told already (the connection recalled as this command began, this one or another), or coming up
     sock = sockets.connect(path)
     if sock is not None:  # a keeper holds (or opens) the connection
         sock.close()
@@ -200,32 +173,10 @@ def early(transport: Transport, agent: Callable[[], list[str]]) -> None:
     if sockets.starting(path) or not _start(path, transport.persist):
         return  # another command's keeper is coming up: the requests wait for it (``keeper``)
     _EARLY.add(path)
-    _tell(path, {"spec": transport.spec, "agent": agent()})
-
-
-def prespawn() -> None:
-    """As a command that reaches a target begins, in an ``orch`` process of its own (``early``'s case), with no
-    keeper up: start one before the command's own imports, so that its start (Python's and paramiko's, which it
-    loads while it waits) goes on beside them; ``early`` tells it the connection to ready, once the command knows
-    it. Told nothing (a local target, ``[ssh] persist = 0``, a command that failed before), it exits."""
-    if after_answer.holding():
-        return
-    try:
-        path = place.socket_path()
-    except OrchError:
-        return
-    sock = sockets.connect(path)
-    if sock is not None:
-        sock.close()
-        return
-    if not sockets.starting(path) and _start(path, PRESPAWN_IDLE, early=True):
-        _PRESPAWNED.add(path)
+    _tell(path, {"spec": told["spec"], "agent": told["agent"]})
 
 
 EARLY_WAIT = 10.0  # s a command waits for the keeper it started early to listen (its start is ~0.3 s of CPU)
-PRESPAWN_IDLE = 600.0  # s a keeper started before the settings were read idles: [ssh] persist's default, until told
-_EARLY: set = set()  # socket paths of the keepers this command started early, told what to ready at once
-_PRESPAWNED: set = set()  # socket paths of the keepers this command started as it began, not told anything yet
 
 
 SMALL_INPUT = 1 << 16  # bytes of input sent behind the request itself; a larger one is streamed by a thread

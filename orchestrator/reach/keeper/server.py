@@ -65,7 +65,7 @@ class Keeper:
     def __init__(self, path: Path, idle: float, early: bool = False) -> None:
         self.path = path
         self.idle = idle
-        self.early = early  # started as a command began (``client.prespawn``): told nothing, it exits
+        self.early = early  # started as a command began (``begin.prespawn``): told nothing, it exits
         self.held: dict[str, Held] = {}
         self.lock = threading.Lock()
         self.active = 0
@@ -262,7 +262,9 @@ class Keeper:
         Readying counts as use: the keeper does not exit idle meanwhile, and its idle clock starts from its end
         (not from the keeper's start, which a slow first command may outlast)."""
         if self.early:  # the connection it is about to be told: paramiko loads while the command still starts
-            from ..transport import ssh  # noqa: F401
+            from ..transport import ssh, sshlib  # noqa: F401
+
+            sshlib.paramiko()  # ssh.py loads it only as it connects: after the tell, on the login's path
         try:
             line = stdin.readline()
             asked = json.loads(line) if line.strip() else None

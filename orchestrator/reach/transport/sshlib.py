@@ -4,7 +4,8 @@ paramiko's ``config`` module imports invoke as it loads (``try: import invoke``)
 ``Match exec`` line of an SSH config; invoke pulls in ``unittest.mock``, ``asyncio`` and its own YAML: about a third
 of paramiko's import time, paid by every process that connects (the first command after a quiet spell, each
 connection keeper). Every paramiko import in orch goes through ``paramiko()`` first, so paramiko loads with invoke
-held back; ``with_invoke()`` gives paramiko invoke when an SSH config really has a ``Match exec``.
+held back; ``with_invoke()`` gives paramiko invoke when an SSH config really has a ``Match exec``. Its version, which
+paramiko asks of ``importlib.metadata`` as it loads, is read from its dist-info folder's name (``_versions_only``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ def _load() -> Any:
     held = "paramiko" not in sys.modules and "invoke" not in sys.modules
     if held:
         sys.modules["invoke"] = None  # type: ignore[assignment]  # an ImportError for ``import invoke``
+    versions = "paramiko" not in sys.modules and "importlib.metadata" not in sys.modules
+    if versions:
+        sys.modules["importlib.metadata"] = _versions_only()
     try:
         import paramiko as module
     except ImportError:
@@ -44,7 +48,41 @@ def _load() -> Any:
     finally:
         if held and sys.modules.get("invoke", False) is None:
             del sys.modules["invoke"]
+        if versions and getattr(sys.modules.get("importlib.metadata"), "versions_only", False):
+            del sys.modules["importlib.metadata"]  # whoever asks next loads the real one
     return module
+
+
+def _versions_only() -> Any:
+    """What paramiko's ``__init__`` asks of ``importlib.metadata`` (its own ``version``), read from its
+    ``*.dist-info`` folder's name: the real module loads ``email`` and walks every folder on sys.path (~30 ms of a
+    keeper's start, before its login). Anything else it is asked, or no such folder, goes to the real one."""
+    import types
+
+    stub = types.ModuleType("importlib.metadata")
+    stub.versions_only = True  # type: ignore[attr-defined]
+
+    def real() -> Any:
+        if sys.modules.get("importlib.metadata") is stub:
+            del sys.modules["importlib.metadata"]
+        import importlib.metadata
+
+        return importlib.metadata
+
+    def version(name: str) -> str:
+        import glob
+        import os
+
+        home = getattr(sys.modules.get(name), "__file__", None)
+        if home:
+            found = glob.glob(os.path.join(os.path.dirname(os.path.dirname(home)), f"{name}-*.dist-info"))
+            if len(found) == 1:
+                return os.path.basename(found[0])[len(name) + 1:-len(".dist-info")]
+        return real().version(name)
+
+    stub.version = version  # type: ignore[attr-defined]
+    stub.__getattr__ = lambda attr: getattr(real(), attr)  # type: ignore[attr-defined]
+    return stub
 
 
 def with_invoke() -> bool:
