@@ -21,6 +21,7 @@ import pytest
 from orchestrator.errors import HostKeyError
 from orchestrator.launch.push import BULK
 from orchestrator.reach.transport.ssh import SshTransport
+from tests.conftest import tmux_socket
 from tests.loopback_sshd import SSHD, LoopbackSshd
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None or not SSHD.exists(),
@@ -31,8 +32,12 @@ SIZE = BULK + (4 << 20)
 
 @pytest.fixture
 def sshd(tmp_path: Path):
+    tmux = shutil.which("tmux") or "tmux"  # now: a test may leave PATH without it until after this ends
     with LoopbackSshd(tmp_path / "sshd") as server:
         yield server
+        # the runs deployed to ``box`` live in the tmux server of its root, which the project fixture does not
+        # know: left alone, each test's server and its standby agent would outlive the suite
+        subprocess.run([tmux, "-L", tmux_socket(str(server.state / "root")), "kill-server"], capture_output=True)
 
 
 def big_project(project, sshd, ssh_config: str = "") -> Path:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 from pathlib import Path
 
-from tests.conftest import snapshot, wait_for
+from tests.conftest import snapshot, tmux_socket, wait_for
 from tests.mlflow_stores import empty_store
 
 import mlflow  # the real library: make setup installs the mlflow extra
@@ -210,9 +211,12 @@ def test_a_mirror_that_fails_is_a_warning_and_the_command_stands(project):
     assert "error: cannot reach the MLflow tracking server" in res.stderr and "hint: start it" in res.stderr
 
 
-def test_a_log_whose_target_is_gone_is_said_and_the_rest_exported(project, tmp_path):
+def test_a_log_whose_target_is_gone_is_said_and_the_rest_exported(project, tmp_path, request):
     empty_store(project.path / ".orch" / "mlflow.db")
     other = tmp_path / "other-root"
+    # the project fixture ends only its own root's tmux server: this one, with its standby agent, would stay
+    request.addfinalizer(lambda: subprocess.run(["tmux", "-L", tmux_socket(str(other)), "kill-server"],
+                                                capture_output=True))
     two = f'\n[targets.other]\nkind = "local"\nroot = "{other}"\ncheckpoints = "{other}/ckpt"\n'
     project.configure(extra=two)
     assert project.run("deploy", "--wait", "--target", "other").returncode == 0
