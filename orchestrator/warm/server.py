@@ -36,6 +36,7 @@ PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.st
            "orchestrator.watch.metrics", "orchestrator.agent.run.handover", "orchestrator.agent.serving.validate",
            "orchestrator.agent.layout", "orchestrator.agent.strict", "orchestrator.agent.run.launch_env", "resource",
            "orchestrator.launch.queueing", "orchestrator.launch.slurm", "yaml",
+           "orchestrator.launch.sweep_target",  # status looks for searches conducted on their targets
            "pydantic.type_adapter", "rich.console", "rich.table", "sqlite3", "tomllib",
            # what every status reads with, and status --all's threads
            "orchestrator.watch.gpu_use", "orchestrator.watch.logparse", "orchestrator.records.side_by_side",

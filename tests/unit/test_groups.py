@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.groups import SHARDS
+
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
@@ -88,7 +90,8 @@ def test_the_two_local_groups_deal_the_files_out_as_they_get_free(tmp_path):
 
 
 def _collected_files(shard: str, claims: Path) -> list[str]:
-    env = dict(os.environ, ORCH_TESTBED_SHARD=shard, ORCH_CLAIMS=str(claims))
+    inherited = {k: v for k, v in os.environ.items() if k not in SHARDS}  # the group running this test's own
+    env = dict(inherited, ORCH_TESTBED_SHARD=shard, ORCH_CLAIMS=str(claims))
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "testbed", "tests/integration",
                            "-p", "no:cacheprovider"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
