@@ -27,13 +27,16 @@ def signal_name(sig: object) -> str | None:
 
 
 def stopped_by(by: dict | None, registry_id: str | None = None, why: str = "") -> str | None:
-    """``stopped by experiment 7``; ``… of another clone of this project (host, path)``; ``by orch stop``.
+    """``stopped by experiment 7``; ``… of another clone of this project (host, path)``; ``by orch stop``;
+    ``by the conductor of sweep s4be1f0`` (a search conducted on its target).
 
     ``by`` is what the target recorded (``{"experiment": 7, "registry": "ab12…", "clone": {…}}``), or what
     this clone knows itself (``{"experiment": 7}``); ``why`` is added after the experiment.
     """
     if not isinstance(by, dict):
         return None
+    if by.get("sweep"):  # a search's conductor on the target: a pruned trial, or the sweep's end
+        return f"stopped by the conductor of sweep {by['sweep']}"
     exp = by.get("experiment")
     mine = by.get("registry") == registry_id
     clone = by.get("clone") or {}

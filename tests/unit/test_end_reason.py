@@ -24,6 +24,9 @@ def test_who_stopped_a_run():
         "stopped by experiment 7 of another clone of this project (h, /p)"
     assert describe({"state": "stopped", "stopped_by": {**mine, "experiment": None}}, ME) == "stopped by orch stop"
     assert describe({"state": "stopped"}, ME) is None  # a marker from an older agent: nobody named
+    # a trial a search's conductor on the target pruned: its registry is none of a clone's
+    assert describe({"state": "stopped", "stopped_by": {"sweep": "s4be1f0"}}, ME) == \
+        "stopped by the conductor of sweep s4be1f0"
 
 
 def test_a_lost_run_has_no_end_time_only_when_it_was_noticed():
