@@ -40,7 +40,7 @@ def _printed(project, exp_id: int) -> dict:
     log = project.run_dir(exp_id) / "train.log"
     line = wait_for(lambda: next((ln for ln in log.read_text(errors="replace").splitlines()
                                   if ln.startswith("visible=")), None) if log.exists() else None,
-                    what=f"experiment {exp_id}'s first line")
+                    what=f"experiment {exp_id}'s first line", timeout=90)  # a queued start under load
     return dict(part.split("=", 1) for part in line.split())
 
 
