@@ -268,3 +268,15 @@ def run_on_pty(argv: list[str], cwd: Path, answers: dict[str, str], timeout: flo
     return os.waitstatus_to_exitcode(status), seen.decode("utf-8", "replace").replace("\r\n", "\n")
 
 
+
+
+def end_conductors(locks: Iterator[Path], word: bytes) -> None:
+    """SIGKILL each sweep conductor a failed test left running: the pid in each lock file, if that process's
+    command line holds ``word`` (``b"conduct"`` on the controller, ``b"sweep-conduct"`` on the target)."""
+    for lock in locks:
+        try:
+            pid = int(lock.read_text() or 0)
+            if pid and word in open(f"/proc/{pid}/cmdline", "rb").read():
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass

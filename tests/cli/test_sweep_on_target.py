@@ -10,7 +10,8 @@ import signal
 
 import pytest
 
-from tests.cli.test_sweep_search import SCRIPT, CONFIG
+from tests.cli.test_sweep_search import CONFIG, SCRIPT, _show
+from tests.conftest import end_conductors
 from tests.waits import wait_for
 
 pytest.importorskip("optuna")
@@ -21,19 +22,7 @@ def quad(project):
     (project.path / "train.py").write_text(SCRIPT)
     (project.path / "orch.toml").write_text(CONFIG.format(root=project.root, pause=0.05))
     yield project
-    for lock in (project.root / "sweeps").glob("*/*/.lock"):  # a conductor a failed test left running
-        try:
-            pid = int(lock.read_text() or 0)
-            if pid and b"sweep-conduct" in open(f"/proc/{pid}/cmdline", "rb").read():
-                os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-
-
-def _show(project, sweep: str) -> dict:
-    shown = project.run("sweep", "show", sweep, "--json")
-    assert shown.returncode == 0, shown.stderr
-    return json.loads(shown.stdout)
+    end_conductors((project.root / "sweeps").glob("*/*/.lock"), b"sweep-conduct")
 
 
 def test_a_search_conducted_on_its_target_outlives_a_killed_conductor_with_no_trial_twice_or_lost(quad):

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.conftest import end_conductors
 from tests.waits import wait_for
 
 pytest.importorskip("optuna")
@@ -68,13 +69,7 @@ def quad(project):
     (project.path / "train.py").write_text(SCRIPT)
     (project.path / "orch.toml").write_text(CONFIG.format(root=project.root, pause=0.1))
     yield project
-    for lock in (project.path / ".orch" / "sweeps").glob("*.lock"):  # a conductor a failed test left running
-        try:
-            pid = int(lock.read_text() or 0)
-            if pid and b"conduct" in open(f"/proc/{pid}/cmdline", "rb").read():
-                os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
+    end_conductors((project.path / ".orch" / "sweeps").glob("*.lock"), b"conduct")  # a failed test's
 
 
 def _show(project, sweep: str) -> dict:

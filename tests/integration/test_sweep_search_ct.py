@@ -13,6 +13,7 @@ import pytest
 
 from tests.cli.test_sweep_search import SCRIPT
 from tests.integration.test_remote import remote  # noqa: F401 (fixture)
+from tests.conftest import end_conductors
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.testbed
@@ -48,13 +49,7 @@ def test_a_search_on_a_ct_goes_on_after_its_conductor_and_the_ct_went_down(remot
                 all(r["state"] in ("complete", "pruned", "failed") for r in table["rows"]) and table
         table = wait_for(ended, timeout=600, what="the sweep's end", every=2)
     finally:
-        for lock in (remote.path / ".orch" / "sweeps").glob("*.lock"):
-            try:
-                live = int(lock.read_text() or 0)
-                if live and b"conduct" in open(f"/proc/{live}/cmdline", "rb").read():
-                    os.kill(live, signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+        end_conductors((remote.path / ".orch" / "sweeps").glob("*.lock"), b"conduct")
     rows = table["rows"]
     assert sorted(r["trial"] for r in rows) == list(range(12))
     with remote.registry() as reg:
