@@ -34,7 +34,7 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     context = browser.new_context(viewport=size)
     pg = context.new_page()
     errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("pageerror", lambda exc: errors.append(f"{exc}\n{exc.stack}"))
     yield pg
     context.close()
     assert not errors, errors

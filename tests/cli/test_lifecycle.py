@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import snapshot
+from tests.waits import wait_for
 
 
 def wait_status(project, exp_id: int, states: tuple[str, ...], timeout: float = 60.0) -> dict:
@@ -138,11 +139,20 @@ def test_purge_deletes_only_the_named_trash_entry(project):
 
 def test_stop_is_graceful_and_recorded(project):
     project.configure(steps=100000, sleep=0.01)
+    # the SIGINT's grace is long enough for tinylm's save (an fsync) on a busy disk: a stop returns when the
+    # run exits, so only a run that ignored the SIGINT would make it wait the whole grace
+    config = project.path / "orch.toml"
+    config.write_text(config.read_text().replace("stop_timeout = 5", "stop_timeout = 120"))
     assert project.cli("deploy").exit_code == 0
+    # from its first step on, tinylm has its handler: the SIGINT is the one it saves on, not Python's default
+    wait_for(lambda: "step=10 " in project.run_dir(1).joinpath("train.log").read_text(), timeout=90,
+             what="the run's first logged step")
     res = project.cli("stop", "--json")
     assert res.exit_code == 0, res.output
     stopped = json.loads(res.stdout)["stopped"]
     assert stopped[0]["signals"] == ["SIGINT"]  # tinylm saves and exits on SIGINT: no escalation
+    log = project.run_dir(1).joinpath("train.log").read_text()
+    assert "stopped by signal 2 at step=" in log, log[-2000:]
     exp = project.registry().get(1)
     assert exp.status == "stopped" and exp.ended is not None
     assert project.cli("stop").stdout.strip() == "nothing was running on local"
