@@ -78,6 +78,7 @@ def test_export_reads_back_in_tensorboard_train_and_eval_apart_and_again_adds_no
     assert snapshot(board) == files  # nothing new: no event file written
 
     assert project.run("restart", "--wait", "--clean-checkpoints", "--yes", "-m", "second").returncode == 0
+    series_saved(project.run_dir(2))  # --wait answers at the first metric line: the run's 40 steps are read by now
     both = export(project, "--tensorboard", str(board))
     assert [(r["experiment"], r["points"] > 0) for r in both["runs"]] == [(1, False), (2, True)]
     assert [e.step for e in scalars(board / "exp-2")["train/loss"]] == list(range(1, 41))
