@@ -24,9 +24,16 @@ def _deploy(project, *args: str) -> str:
     return done.stdout
 
 
-def test_two_queued_experiments_start_in_order_when_the_one_before_ends(project):
+# the first run ends once the test has seen the queue behind it (the file GO appears)
+GATE = "import os, time\nwhile not os.path.exists(GO):\n    time.sleep(0.05)\nprint('step=1 loss=1.0', flush=True)\n"
+
+
+def test_two_queued_experiments_start_in_order_when_the_one_before_ends(project, tmp_path):
     project.configure(steps=200, sleep=0.03, ckpt_every=100)
-    _deploy(project, "-m", "first")
+    go = tmp_path / "go"
+    (project.path / "gate.py").write_text(f"GO = {str(go)!r}\n" + GATE)
+    _deploy(project, "-m", "first", "--set", "project.sources=['train.py','gate.py']",
+            "--set", "project.command=python3 gate.py")
     said = _deploy(project, "--queue", "-m", "second")
     assert "experiment 2: queued on local at position 1 behind experiment 1" in said
     said = _deploy(project, "--queue", "-m", "third")
@@ -36,6 +43,7 @@ def test_two_queued_experiments_start_in_order_when_the_one_before_ends(project)
     assert not project.run_dir(3).exists()  # its folder is made when it starts
     listed = json.loads(project.run("queue", "--json").stdout)
     assert [(e["id"], e["position"], e["message"]) for e in listed["queue"]] == [(2, 1, "second"), (3, 2, "third")]
+    go.touch()
     # no orch command from here: the target's supervisor starts each one when the one before it ends
     wait_for(lambda: (project.run_dir(3) / "exit.json").exists(), timeout=90, what="the third run's end")
     assert _ended(project, 1) <= _started(project, 2) <= _ended(project, 2) <= _started(project, 3)
