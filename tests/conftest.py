@@ -28,6 +28,26 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 EXAMPLE = REPO / "examples" / "tinylm"
 
 
+def _interpreters_before_shims() -> None:
+    """Where ``python3`` on PATH is pyenv's shim (a bash script running ``pyenv exec``), the interpreter it
+    resolves to has its folder put first on PATH, as ``pyenv exec`` does for the program it starts: the same
+    ``python3``, reached without two shells and pyenv's lookup (~65 ms of CPU and ~170 ms for every training script
+    and helper the tests start with ``python3``)."""
+    found = shutil.which("python3")
+    if not found or os.sep + "shims" + os.sep not in found:
+        return
+    try:
+        real = subprocess.run(["pyenv", "which", "python3"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return
+    real = real.strip()
+    if real and os.path.isfile(real) and os.access(real, os.X_OK):
+        os.environ["PATH"] = os.path.dirname(real) + os.pathsep + os.environ.get("PATH", "")
+
+
+_interpreters_before_shims()
+
+
 WEIGHT = {"cli": 8, "packaging": 8, "agent": 2}  # a test's rough cost by its folder (CLI tests run orch as a process)
 HEAVY = {"test_mlflow_export.py": 3, "test_guard.py": 3, "test_env.py": 3, "test_queue.py": 3,
          "test_gpus.py": 2, "test_registry_faults.py": 2,
