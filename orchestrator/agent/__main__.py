@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 import time
-import traceback
+from collections.abc import Callable, Iterator, Mapping
 
 from . import diskspace, journal
-from .ckpt import checkpoints, ckpt_move
-from .machine import doctor, identity, system
-from .queue import gpu_share, runqueue, search
-from .run import launch_env, rollback, runs, slurm, start_check, workdir
-from .serving import logs, run_files, validate
-from .store import envs, gc, revisions
-from .watch import notify
+from .machine import identity
+from .run import launch_env
+from .serving import validate
 from .store.blob_stream import Payload
 from .layout import Layout
 from .lock import TargetLock
@@ -26,6 +23,8 @@ def _shell(layout: Layout, argv: list, cwd: str | None = None, timeout: float = 
            run: dict | None = None) -> dict:
     """A playbook's shell step; with ``run``, in that new run's work folder (made now, kept for its start)."""
     import subprocess
+
+    from .run import workdir
 
     if not argv or not all(isinstance(a, str) for a in argv):
         raise AgentFailure("input", "a shell step needs argv: a list of strings")
@@ -56,61 +55,98 @@ def _hello(layout: Layout) -> dict:
             "agent": os.path.abspath(sys.argv[0])}
 
 
-def _status(layout: Layout, **args: object) -> dict:
-    """``status``, once any rollback that was cut short is on its way again (``rollback.resume_pending``)."""
+def _status(layout: Layout, gpus: bool = True, **args: object) -> dict:
+    """``status``, once any rollback that was cut short is on its way again (``rollback.resume_pending``), with the
+    target's GPUs and the project's queue."""
+    from .machine import system
+    from .queue import runqueue
+    from .run import rollback, runs
+
     rollback.resume_pending(layout)
-    return runs.status(layout, **args)  # type: ignore[arg-type]
+    return {**runs.status(layout, **args), "gpus": system.gpus() if gpus else [],  # type: ignore[arg-type]
+            "queue": runqueue.entries(layout, args["project"]) if args.get("project") else []}
 
 
-# op name -> (function, whether it takes the payload); every function takes the layout first
-OPS = {
+def _run_start(layout: Layout, **args: object) -> dict:
+    from .run import runs
+
+    return runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **args)  # type: ignore[arg-type]
+
+
+def _slurm_check(layout: Layout, exp_id: int, registry: str | None, **args: object) -> dict:
+    from .run import slurm
+
+    return slurm.check(layout, layout.run_dir(exp_id, registry), args)
+
+
+# op name -> (its function: one of this module's, or "<module>.<function>" under the agent; whether it takes the
+# payload); every function takes the layout first. A call is a process of its own and runs an op or two: it imports
+# only their modules (``OPS``). The layer test reads the names here as the imports they stand for.
+OP_TABLE: dict[str, tuple[Callable[..., object] | str, bool]] = {
     "hello": (_hello, False),
-    "preflight": (system.preflight, False),
-    "net_route": (system.net_route, False),
-    "blobs_missing": (revisions.blobs_missing, False),
-    "blobs_store": (revisions.blobs_store, True),
-    "revision_assemble": (revisions.revision_assemble, False),
-    "run_start": (lambda layout, **a: runs.start(layout, agent_path=os.path.abspath(sys.argv[0]), **a), False),
-    "run_check": (start_check.check, False),
-    "slurm_check": (lambda layout, exp_id, registry, **a: slurm.check(layout, layout.run_dir(exp_id, registry), a),
-                    False),
-    "run_stop": (runs.stop, False),
-    "slurm_nodes": (slurm.nodes, False),
-    "slurm_doctor": (slurm.doctor, False),
-    "run_verify": (runs.verify_started, False),
-    "status": (lambda layout, gpus=True, **a: {**_status(layout, **a), "gpus": system.gpus() if gpus else [],
-                                               "queue": runqueue.entries(layout, a["project"]) if a.get("project")
-                                               else []}, False),
-    "gpus": (system.gpu_report, False),
-    "gpu_share": (gpu_share.share, False),
-    "queue_add": (runqueue.add, False),
-    "queue_list": (runqueue.listing, False),
-    "queue_remove": (runqueue.remove, False),
-    "sweep_start": (search.start, False),
-    "sweep_read": (search.read, False),
-    "sweep_stop": (search.stop, False),
-    "run_records": (runs.records, False),
-    "log_read": (logs.read, False),
-    "log_stream": (lambda layout, **a: logs.stream(layout, **a), False),
-    "ckpt_check": (checkpoints.check, False),
-    "ckpt_inventory": (checkpoints.inventory, False),
-    "ckpt_trash": (checkpoints.move_to_trash, False),
-    "ckpt_restore": (checkpoints.restore, False),
-    "ckpt_purge": (checkpoints.purge, False),
-    "ckpt_move": (ckpt_move.move, False),  # in a locked call only
+    "preflight": ("machine.system.preflight", False),
+    "net_route": ("machine.system.net_route", False),
+    "blobs_missing": ("store.revisions.blobs_missing", False),
+    "blobs_store": ("store.revisions.blobs_store", True),
+    "revision_assemble": ("store.revisions.revision_assemble", False),
+    "run_start": (_run_start, False),
+    "run_check": ("run.start_check.check", False),
+    "slurm_check": (_slurm_check, False),
+    "run_stop": ("run.runs.stop", False),
+    "slurm_nodes": ("run.slurm.nodes", False),
+    "slurm_doctor": ("run.slurm.doctor", False),
+    "run_verify": ("run.runs.verify_started", False),
+    "status": (_status, False),
+    "gpus": ("machine.system.gpu_report", False),
+    "gpu_share": ("queue.gpu_share.share", False),
+    "queue_add": ("queue.runqueue.add", False),
+    "queue_list": ("queue.runqueue.listing", False),
+    "queue_remove": ("queue.runqueue.remove", False),
+    "sweep_start": ("queue.search.start", False),
+    "sweep_read": ("queue.search.read", False),
+    "sweep_stop": ("queue.search.stop", False),
+    "run_records": ("run.runs.records", False),
+    "log_read": ("serving.logs.read", False),
+    "log_stream": ("serving.logs.stream", False),
+    "ckpt_check": ("ckpt.checkpoints.check", False),
+    "ckpt_inventory": ("ckpt.checkpoints.inventory", False),
+    "ckpt_trash": ("ckpt.checkpoints.move_to_trash", False),
+    "ckpt_restore": ("ckpt.checkpoints.restore", False),
+    "ckpt_purge": ("ckpt.checkpoints.purge", False),
+    "ckpt_move": ("ckpt.ckpt_move.move", False),  # in a locked call only
     "shell": (_shell, False),
-    "gc": (gc.gc, False),
-    "journal_read": (journal.read_many, False),
-    "notify_test": (notify.test, False),
-    "env_probe": (envs.probe, False),
-    "env_index": (envs.index_reachable, False),
-    "env_build": (envs.build, False),
-    "env_use": (envs.use, False),
-    "env_list": (envs.listing, False),
-    "files_manifest": (run_files.manifest, False),
-    "files_send": (run_files.send, False),
-    "doctor": (doctor.facts, False),
+    "gc": ("store.gc.gc", False),
+    "journal_read": ("journal.read_many", False),
+    "notify_test": ("watch.notify.test", False),
+    "env_probe": ("store.envs.probe", False),
+    "env_index": ("store.envs.index_reachable", False),
+    "env_build": ("store.envs.build", False),
+    "env_use": ("store.envs.use", False),
+    "env_list": ("store.envs.listing", False),
+    "files_manifest": ("serving.run_files.manifest", False),
+    "files_send": ("serving.run_files.send", False),
+    "doctor": ("machine.doctor.facts", False),
 }
+
+
+class _Ops(Mapping):
+    """``OP_TABLE`` with each function imported as it is looked up: ``OPS[op]`` -> (function, takes the payload)."""
+
+    def __getitem__(self, op: str) -> tuple[Callable[..., object], bool]:
+        where, wants_payload = OP_TABLE[op]
+        if isinstance(where, str):
+            module, name = where.rsplit(".", 1)
+            where = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+        return where, wants_payload
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(OP_TABLE)
+
+    def __len__(self) -> int:
+        return len(OP_TABLE)
+
+
+OPS = _Ops()
 
 
 def controller_gone() -> bool:
@@ -141,7 +177,7 @@ def committed(op: str | None, result: dict) -> bool:
 
 
 def _dispatch(layout: Layout, op: str, args: dict, payload: Payload) -> object:
-    if op not in OPS:
+    if op not in OP_TABLE:
         raise AgentFailure("input", f"unknown agent operation {op!r}", "the controller and agent versions differ")
     func, wants_payload = OPS[op]
     validate.op_args(op, args)
@@ -150,6 +186,8 @@ def _dispatch(layout: Layout, op: str, args: dict, payload: Payload) -> object:
 
 def _unexpected(op: str, exc: Exception) -> dict:
     """An exception no op expects: one line for the user, the traceback as evidence."""
+    import traceback
+
     line = f"{exc!r}".replace("\n", " ")[:300]
     return {"kind": "agent", "message": f"agent failure in {op}: {line}",
             "hint": "rerun with --verbose to see the agent's traceback, and report it",

@@ -21,7 +21,8 @@ def _refuse(message, hint):
 # Unpack once beside the zip (temp + rename) so Python can cache bytecode: imports from a zip are
 # compiled again on every call, which would cost every agent call a few hundred milliseconds. Before
 # anything is unpacked or imported from there, the root, agent folder and unpacked copy are checked
-# (StrictModes, and the copy against the zip's CRCs): another user must not be able to plant code.
+# (StrictModes, and the copy against the CRCs of the zip's files, from the list it carries: ``strict.FILES``, read
+# through zipimport, as this file was): another user must not be able to plant code.
 _zip = os.path.abspath(sys.argv[0])
 _dir = _zip[:-4] + ".d" if _zip.endswith(".pyz") else None
 if _dir is not None:

@@ -12,11 +12,12 @@ before it unpacks or imports anything. Stdlib only; ``problem()`` reports, the c
 
 from __future__ import annotations
 
+import json
 import os
 import stat
-import zipfile
 import zlib
 
+FILES = "files.json"  # in the agent's zip: its other files' names and CRC-32s (``reach.agent_client`` writes it)
 HINT = ("make it yours and not writable by others (chown, chmod go-w), or set the target's root to a "
         "folder of your own")
 
@@ -100,11 +101,28 @@ def make_dirs(path: str) -> None:
         os.chmod(folder, 0o755)
 
 
+def packed_files(zip_path: str) -> dict[str, int] | None:
+    """The files of the agent's zip and their CRC-32s, from the list it carries (``FILES``, itself included), or None
+    if it has none. Read through ``zipimport``, which the zip's bootstrap already runs from: the ``zipfile`` module
+    would cost every agent call its imports (~5 ms); the list comes from the same zip, as trusted as its directory."""
+    import zipimport
+
+    try:
+        data = zipimport.zipimporter(zip_path).get_data(FILES)
+        listed = json.loads(data)
+    except (OSError, ValueError, zipimport.ZipImportError):
+        return None
+    if not isinstance(listed, dict) or not all(isinstance(v, int) for v in listed.values()):
+        return None
+    return {**listed, FILES: zlib.crc32(data)}
+
+
 def unpacked_problem(zip_path: str, folder: str, uid: int | None = None) -> str | None:
     """Why the unpacked copy ``folder`` differs from the zip it came from (files, owners, modes, CRCs)."""
     uid = os.getuid() if uid is None else uid
-    with zipfile.ZipFile(zip_path) as zf:
-        expected = {i.filename: i.CRC for i in zf.infolist() if not i.is_dir()}
+    expected = packed_files(zip_path)
+    if expected is None:
+        return f"{os.path.basename(zip_path)} lists no files ({FILES}): it is not an agent this orch made"
     found = set()
     for dirpath, dirs, files in os.walk(folder):
         cache = os.path.basename(dirpath) == "__pycache__"  # Python's own bytecode, written while others run

@@ -16,6 +16,7 @@ import itertools
 import json
 import threading
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -81,8 +82,12 @@ def _agent_digest() -> str:
 @functools.cache
 def _agent_files() -> tuple[tuple[str, bytes], ...]:
     """(name in zip, bytes) of the agent, read once per process."""
+    from ..agent.strict import FILES
+
     boot = Path(__file__).resolve().parents[1] / "agent" / "bootstrap.py"
-    return tuple((name, path.read_bytes()) for name, path in [("__main__.py", boot), *_package_files()])
+    files = [(name, path.read_bytes()) for name, path in [("__main__.py", boot), *_package_files()]]
+    listing = json.dumps({name: zlib.crc32(data) for name, data in files}, sort_keys=True).encode()
+    return (*files, (FILES, listing))  # what the bootstrap checks its unpacked copy against
 
 
 @dataclass

@@ -126,6 +126,40 @@ def test_a_tampered_agent_file_is_replaced_and_a_tampered_unpacked_copy_refused(
     assert "remove" in info.value.hint
 
 
+def test_the_unpacked_copy_is_checked_against_the_list_its_zip_carries(tmp_path):
+    """The bootstrap reads the zip's files and CRCs from the list in it (no zipfile import per call): a file added to
+    the unpacked copy is refused as one changed is, and so is a zip without the list, before anything is imported."""
+    import io
+    import zipfile
+
+    from orchestrator.agent import strict
+
+    client = AgentClient(LocalTransport(), str(tmp_path / "root"), sys.executable)
+    client.one("hello")
+    unpacked = Path(client.agent_path[:-4] + ".d")
+    listed = json.loads((unpacked / strict.FILES).read_text())
+    assert set(listed) == set(zipfile.ZipFile(io.BytesIO(agent_zip()[1])).namelist()) - {strict.FILES}
+    planted = unpacked / "orchestrator" / "agent" / "run" / "planted.py"
+    planted.write_text("import os\n")
+    os.chmod(planted, 0o644)
+    with pytest.raises(SafetyError, match="planted.py differs"):
+        client.one("hello")
+    planted.unlink()
+    assert client.one("hello")["protocol"] == 1
+    unlisted = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(agent_zip()[1])) as whole, zipfile.ZipFile(unlisted, "w") as zf:
+        for info in whole.infolist():
+            if info.filename != strict.FILES:
+                zf.writestr(info, whole.read(info))
+    other = tmp_path / "other" / "agent" / "agent-0000000000000000.pyz"
+    other.parent.mkdir(parents=True, mode=0o755)
+    other.write_bytes(unlisted.getvalue())
+    proc = subprocess.run([sys.executable, str(other)], input=json.dumps({"v": 1, "root": str(tmp_path / "other")})
+                          .encode(), capture_output=True, timeout=60)
+    fatal = unframe(proc.stdout)["fatal"]
+    assert proc.returncode == 6 and fatal["kind"] == "safety" and "lists no files" in fatal["message"], proc
+
+
 def test_the_bootstrap_refuses_a_root_made_writable_after_the_push(tmp_path):
     """What a remote target does: the agent's own bootstrap checks before it imports anything unpacked."""
     root = tmp_path / "root"

@@ -28,7 +28,7 @@ LAYERS = [
 ]
 SHIPPED = {"agent": {"agent", "batching"}, "batching": {"batching"}}
 PURE = [*(p.relative_to(PKG).as_posix() for p in (PKG / "batching").glob("*.py") if p.name != "lengths.py"),
-        "watch/logparse.py", "watch/metrics.py", "agent/metrics", "watch/doctor_checks.py", "watch/job_progress.py",
+        "watch/logparse.py", "watch/reading_key.py", "watch/metrics.py", "agent/metrics", "watch/doctor_checks.py", "watch/job_progress.py",
         "launch/command.py",
         "launch/distributed.py", "launch/limits.py", "launch/space.py", "launch/search_view.py", "launch/pull_plan.py", "records/end_reason.py",
         "records/job_settle.py", "records/launch_journal.py"]
@@ -60,7 +60,20 @@ def imported(path: Path) -> set[str]:
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 found.add(full if full in MODULES else base)
-    return found
+    return found | table_imports(path)
+
+
+def table_imports(path: Path) -> set[str]:
+    """The modules the agent's op table names (``"<module>.<function>"``, imported as a call looks its op up): imports
+    as much as its import statements are."""
+    if path != PKG / "agent" / "__main__.py":
+        return set()
+    for node in ast.parse(path.read_text()).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if getattr(target, "id", None) == "OP_TABLE":
+            return {f"orchestrator.agent.{entry.elts[0].value.rsplit('.', 1)[0]}" for entry in node.value.values
+                    if isinstance(entry.elts[0], ast.Constant)}
+    raise AssertionError("agent/__main__.py has no OP_TABLE")
 
 
 def part(module: str) -> str:
@@ -199,6 +212,17 @@ def test_agent_rooms_import_only_each_others_public_modules():
             elif target.split(".")[3] not in public(theirs):
                 wrong.append(f"{name} -> {target} (not in agent/{theirs}/__init__.py's __all__)")
     assert not wrong, "imports into another agent room's own modules:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_agents_op_table_names_modules_and_functions_that_exist():
+    from orchestrator.agent.__main__ import OPS
+
+    named = table_imports(PKG / "agent" / "__main__.py")
+    assert "orchestrator.agent.run.runs" in named and "orchestrator.agent.ckpt.checkpoints" in named
+    assert named <= set(MODULES), sorted(named - set(MODULES))
+    for op in OPS:
+        function, wants_payload = OPS[op]
+        assert callable(function) and isinstance(wants_payload, bool), op
 
 
 def test_the_architecture_names_every_agent_room():

@@ -21,11 +21,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import socket
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..layout import write_json
+
+if TYPE_CHECKING:
+    import socket
 
 MAGIC = "orch-hb1"
 SEND_EVERY = 1.0  # seconds between two heartbeats of a node
@@ -152,6 +155,8 @@ class Beacon:
 
     def open(self) -> "Beacon":
         """Bind the job's port and resolve the peers once; on failure ``error`` says why (nothing raises)."""
+        import socket  # here, not at the top: every status reads a node's state from this module, once a call
+
         for rank, addr in enumerate(self.spec.addrs):
             if rank == self.spec.rank:
                 continue

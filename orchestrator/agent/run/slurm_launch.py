@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 
 from ..layout import read_json
@@ -31,6 +30,8 @@ ADDRESS = re.compile(r"^[A-Za-z0-9.:_-]+$")  # what may stand in a launcher word
 
 def address(name: str) -> str:
     """A node's address as its peers reach it (Slurm's name resolved here), else its name."""
+    import socket  # here, not at the top: every status imports this module, only a job's launch resolves
+
     try:
         found = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
     except OSError:

@@ -99,7 +99,7 @@ def own_files() -> list[str]:
     return [agent, agent[:-4] + ".d"] if agent.endswith(".pyz") else [agent]
 
 
-PRELOAD = ("subprocess", "shutil", "socket")  # what launches, stops and status import late
+PRELOAD = ("subprocess", "shutil", "socket")  # what launches, stops and status import late (and every op's module)
 
 
 def _preload() -> None:
@@ -112,6 +112,13 @@ def _preload() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 (the request that needs it says why)
             pass
+    try:
+        from ..__main__ import OPS
+
+        for op in OPS:  # each op's module: a one-shot call imports only its own, a resident serves them all
+            OPS[op]
+    except Exception:  # noqa: BLE001
+        pass
     try:
         import shutil
 
