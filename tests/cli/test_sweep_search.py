@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -141,11 +143,18 @@ def test_a_conductor_killed_mid_sweep_resumes_with_no_trial_run_twice_or_lost(qu
     asked = table["trials_asked"]
     assert asked < 6 and any(r["state"] == "running" for r in table["rows"])  # nobody told it yet
     assert "orch sweep resume" in quad.run("sweep", "show", sweep).stdout
-    resumed = quad.run("sweep", "resume", sweep, "--json")
-    assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout)["started"] is True
-    again = quad.run("sweep", "resume", sweep, "--json")  # a second resume finds the first conducting
-    assert json.loads(again.stdout)["started"] is False
+    # two resumes at once (a second resume typed while the first conducts): one conductor starts, and both name it;
+    # run one after the other, the first's conductor could end the last trials before the second asked
+    argv = [sys.executable, "-m", "orchestrator.cli.main", "sweep", "resume", sweep, "--json"]
+    both = [subprocess.Popen(argv, cwd=quad.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    answers = []
+    for proc in both:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        answers.append(json.loads(out))
+    assert sorted(a["started"] for a in answers) == [False, True], answers
+    assert answers[0]["conductor"] == answers[1]["conductor"] is not None, answers
     table = _ended(quad, sweep)
     assert sorted(r["trial"] for r in table["rows"]) == list(range(6))
     assert all(r["state"] == "complete" for r in table["rows"]), table["rows"]
