@@ -135,10 +135,23 @@ def serve() -> int:
     import threading
 
     from ..run import launch_env
-    from ..__main__ import respond
 
     launch_env.remember()  # as sshd gave it: the runs this resident starts begin from it, as a one-shot's would
-    threading.Thread(target=_preload, daemon=True).start()
+    preload = threading.Thread(target=_preload, daemon=True)
+    preload.start()
+    try:
+        return _answer_requests()
+    finally:
+        # the interpreter's shutdown with the preload still importing can crash it (SIGSEGV): a resident told to go
+        # at once (stale, or hung up) waits for its imports, which take well under a second
+        preload.join(timeout=30)
+
+
+def _answer_requests() -> int:
+    """Each request on stdin, answered in chunks, until stdin ends, the channel is hung up, or what this agent was
+    started from changed (``stale``)."""
+    from ..run import launch_env
+    from ..__main__ import respond
 
     os.environ["LC_ALL"] = "C.UTF-8"  # tmux, and the text the agent reads back from it, in a UTF-8 locale
     os.environ.pop("LANGUAGE", None)
