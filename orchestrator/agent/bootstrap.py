@@ -64,10 +64,12 @@ if len(sys.argv) >= 3 and sys.argv[1] == "supervise":  # the run's supervisor: i
     from orchestrator.agent.run.runs import supervise  # noqa: E402
 
     os.environ["LC_ALL"] = "C.UTF-8"
-    _code = supervise(sys.argv[2])
-    from orchestrator.agent.queue.runqueue import after_supervisor  # noqa: E402
+    try:
+        _code = supervise(sys.argv[2])
+    finally:  # the run has ended (its exit recorded), even if the supervisor failed after: the next queued one starts
+        from orchestrator.agent.queue.runqueue import after_supervisor  # noqa: E402
 
-    after_supervisor(sys.argv[2])  # the run has ended: the project's next queued experiment starts
+        after_supervisor(sys.argv[2])
     from orchestrator.agent.queue.search import revive  # noqa: E402
 
     revive(sys.argv[2])  # a trial of a sweep conducted here: its conductor, if it was killed, starts again
@@ -81,10 +83,12 @@ if len(sys.argv) >= 3 and sys.argv[1] == "standby":  # the next run's supervisor
     _run = standby.wait(sys.argv[2])
     if _run is None:
         sys.exit(0)
-    _code = supervise(_run)
-    from orchestrator.agent.queue.runqueue import after_supervisor  # noqa: E402
+    try:
+        _code = supervise(_run)
+    finally:
+        from orchestrator.agent.queue.runqueue import after_supervisor  # noqa: E402
 
-    after_supervisor(_run)
+        after_supervisor(_run)
     from orchestrator.agent.queue.search import revive  # noqa: E402
 
     revive(_run)

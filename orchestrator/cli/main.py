@@ -386,6 +386,9 @@ def _ctrl_c_where_python_ignores_it(unraisable: Any, _default: Callable[[Any], N
 
 
 def main(argv: list[str] | None = None) -> None:
+    from . import pydantic_plugins
+
+    pydantic_plugins.install()  # before typer's parameters or orch's settings build pydantic's first validator
     command = root_command()
     _MAIN[0] = True
     sys.unraisablehook = _ctrl_c_where_python_ignores_it

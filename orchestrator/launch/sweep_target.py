@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 from ..errors import InputError, OrchError
 from ..reach.agent_client import Op
-from . import space as spaces
 
 ENV = "project.env."
 COPIED = ("project", "target", "target_info", "machine", "revision", "revision_files", "git_commit", "git_dirty",
@@ -32,6 +31,8 @@ COPIED = ("project", "target", "target_info", "machine", "revision", "revision_f
 
 def check(space: dict, spec, targets: list) -> None:
     """A trial on the target is its first trial's queue entry with other values: only ``project.env`` can vary."""
+    from . import space as spaces
+
     hint = "drop --on-target: the controller conducts the sweep, launching each trial as a deploy"
     if len(targets) != 1:
         raise InputError("--on-target conducts a sweep on its one target, and this one names "
@@ -53,6 +54,7 @@ def start(settings, target, spec, space: dict, registry, settings_for: Callable[
     returns the pid of the conductor there."""
     from ..records.reconcile import client_for
     from . import conductor, queueing
+    from . import space as spaces
     from . import study as studies
     from .sweep import queue_one
 

@@ -53,6 +53,9 @@ PREPARED = ("deploy", "restart", "stop", "status", "logs", "checkpoints", "exper
 def _preload() -> None:
     import importlib
 
+    from ..cli import pydantic_plugins
+
+    pydantic_plugins.install()  # as a command in a process of its own loads pydantic
     for name in PRELOAD:
         try:
             importlib.import_module(name)

@@ -19,8 +19,6 @@ per iteration).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -28,12 +26,9 @@ from orchestrator.agent.metrics.metric_lines import Reader, plain
 from orchestrator.agent.metrics.metric_names import name_of
 from orchestrator.agent.metrics.metric_shapes import Event
 from orchestrator.errors import ConfigError
+from orchestrator.watch.reading_key import PARSER_VERSION, parser_key
 
 __all__ = ["PARSER_VERSION", "Event", "Parser", "parser_key", "plain"]
-
-# Bumped whenever a line may now read differently: stored summaries made by another version are re-read.
-PARSER_VERSION = 4
-
 
 class Parser:
     """Turns one log line into ``{metric: value}`` or ``None`` when the line holds no metric.
@@ -124,13 +119,6 @@ def _user_name(name: str) -> tuple[str, float]:
         return name, 1.0
     split, canon, scale = named
     return (f"{split}_{canon}" if split else canon), scale
-
-
-def parser_key(patterns: Mapping[str, str] | None) -> str:
-    """Names the way logs are read: the parser's version and the user's patterns. Stored metrics made
-    under another key are stale."""
-    digest = hashlib.sha256(json.dumps(dict(patterns or {}), sort_keys=True).encode()).hexdigest()[:16]
-    return f"{PARSER_VERSION}:{digest}"
 
 
 def _compile_pattern(name: str, source: object) -> re.Pattern[str]:

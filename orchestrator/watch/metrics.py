@@ -21,7 +21,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from orchestrator.errors import InputError
-from orchestrator.watch.logparse import Event, Parser  # noqa: F401 (part of this module's API)
+
+
+def __getattr__(name: str) -> Any:
+    """``Parser`` and ``Event``, part of this module's API, loaded from ``logparse`` when first asked for: a status
+    that reads the series its run's supervisor kept never loads the log reader."""
+    if name in ("Parser", "Event"):
+        from orchestrator.watch.logparse import Event, Parser
+
+        return Parser if name == "Parser" else Event
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 class Series:
     """At most ``max_points`` (x, y) points of one metric, however long the run.

@@ -62,7 +62,7 @@ def _state(stored: dict | None) -> tuple[int, dict, dict]:
 
 def is_complete(stored: dict | None, key: str | None = None) -> bool:
     """True when the stored metrics cover a run that has ended, to its last byte, read the way ``key``
-    (``logparse.parser_key``) names: a changed pattern set or parser makes them stale."""
+    (``reading_key.parser_key``) names: a changed pattern set or parser makes them stale."""
     state = (stored or {}).get("summary", {}).get("_state") or {}
     return bool(state.get("complete")) and (key is None or state.get("no_run_folder") or state.get("parser") == key)
 
@@ -74,7 +74,7 @@ def reading_key(settings: Settings, exp: Experiment) -> str:
 
 def _key_of(recorded: Settings) -> str:
     """``reading_key`` from the settings ``as_recorded`` made already."""
-    from .logparse import parser_key
+    from .reading_key import parser_key
 
     return parser_key(recorded.metrics.patterns)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from tests.conftest import snapshot, wait_for
+from tests.conftest import snapshot, tmux_socket, wait_for
 
 
 def _started(project, exp_id: int) -> float:
@@ -46,6 +46,35 @@ def test_two_queued_experiments_start_in_order_when_the_one_before_ends(project)
     listed = project.run("experiments", "list", "--json")
     assert [(e["id"], e["status"]) for e in json.loads(listed.stdout)] == \
         [(3, "finished"), (2, "finished"), (1, "finished")]
+
+
+# the first run kills its own tmux session once told to (the file TOLD appears): its supervisor's terminal is gone as
+# the run ends, as when orch stop's kill-session comes the moment the run's exit is recorded
+HANGS_UP = """\
+import os, subprocess, time
+print("step=1 loss=1.0", flush=True)
+if os.environ["ORCH_EXPERIMENT_ID"] == "1":
+    while not os.path.exists(TOLD):
+        time.sleep(0.05)
+    subprocess.run(["tmux", "-L", SOCKET, "kill-session", "-t", "=orch-tinylm"])
+    time.sleep(60)  # the session's hang-up, passed on by the supervisor, ends it
+"""
+
+
+def test_the_next_queued_experiment_starts_when_the_runs_terminal_is_gone_as_it_ends(project, tmp_path):
+    told = tmp_path / "told"
+    (project.path / "train.py").write_text(f"TOLD = {str(told)!r}\nSOCKET = {tmux_socket(str(project.root))!r}\n"
+                                           + HANGS_UP)
+    project.configure()
+    _deploy(project, "-m", "first")
+    said = _deploy(project, "--queue", "-m", "second")
+    assert "experiment 2: queued on local at position 1 behind experiment 1" in said
+    told.touch()
+    wait_for(lambda: (project.run_dir(2) / "exit.json").exists(), timeout=90, what="the queued run's end")
+    assert json.loads((project.run_dir(1) / "exit.json").read_text())["signal"] == 1  # SIGHUP: its session went
+    assert json.loads((project.run_dir(2) / "exit.json").read_text())["exit_code"] == 0
+    assert "step=1 loss=1.0" in (project.run_dir(2) / "train.log").read_text()
+    assert not list((project.root / "queue" / "tinylm").glob("*.json"))
 
 
 def test_queue_remove_and_stop_leave_or_empty_the_queue(project):

@@ -141,6 +141,34 @@ def test_the_table_sorts_and_pages_with_the_best_and_last_loss_to_three_digits(p
     wait_for(lambda: page.locator("tr[data-experiment-id] td.msg").first.inner_text() == "run 1", what="run 1 first")
 
 
+def test_a_table_request_refused_while_the_scripts_load_is_said_and_asked_again(project, server, page):
+    """The page asks for the table before its scripts load: a refused connection then is handled (the page fixture
+    fails the test on an unhandled rejection), said, and the table asked for again."""
+    with project.registry() as reg:
+        record(reg, 1, "megabatch", loss_run())
+    refused: list[str] = []
+    held: list = []
+
+    def table(route):
+        if len(refused) < 2:  # the page's own early request, and the first one app.js makes
+            refused.append(route.request.url)
+            route.abort("connectionrefused")
+            for waiting in held:  # the scripts come once the early request has failed
+                waiting.continue_()
+            held.clear()
+        else:
+            route.continue_()
+
+    page.route("**/api/table*", table)
+    page.route("**/static/app.js", lambda route: route.continue_() if refused else held.append(route))
+    page.goto(server.url)
+    toast = page.locator("#toast.error")
+    toast.wait_for()
+    assert "no answer from orch ui" in toast.inner_text(), toast.inner_text()
+    page.wait_for_selector("#view[data-ready='1'] tr[data-experiment-id='1']", timeout=30000)  # asked again
+    assert len(refused) == 2
+
+
 def test_a_compare_chart_groups_runs_by_a_setting_zooms_and_shows_every_runs_value(project, server, page):
     with project.registry() as reg:
         for i, (strategy, scale) in enumerate([("megabatch", 1.0), ("megabatch", 1.4), ("shuffle", 2.0),

@@ -28,7 +28,7 @@ LAYERS = [
 ]
 SHIPPED = {"agent": {"agent", "batching"}, "batching": {"batching"}}
 PURE = [*(p.relative_to(PKG).as_posix() for p in (PKG / "batching").glob("*.py") if p.name != "lengths.py"),
-        "watch/logparse.py", "watch/metrics.py", "agent/metrics", "watch/doctor_checks.py", "watch/job_progress.py",
+        "watch/logparse.py", "watch/reading_key.py", "watch/metrics.py", "agent/metrics", "watch/doctor_checks.py", "watch/job_progress.py",
         "launch/command.py",
         "launch/distributed.py", "launch/limits.py", "launch/space.py", "launch/search_view.py", "launch/pull_plan.py", "records/end_reason.py",
         "records/job_settle.py", "records/launch_journal.py"]

@@ -46,15 +46,20 @@ NEVER = {
 KEY_TABLES = {"orchestrator.batching", "orchestrator.batching.config"}
 NO_CONFIG = "help text needs no loaded configuration, registry or playbook"
 READ_ONLY = "reading a run's state needs none of the launch machinery"
+METADATA = "pydantic's plugin loader loads without importlib.metadata (cli/pydantic_plugins.py)"
+SERIES = ("a status reads the series the run's supervisor kept; the log reader loads only for [metrics] patterns "
+          "or a run without a series")
 FORBIDDEN = {
     "help": {**NEVER, "pydantic": NO_CONFIG, "sqlite3": NO_CONFIG, "yaml": NO_CONFIG,
              "orchestrator.config": NO_CONFIG, "orchestrator.records.experiments": NO_CONFIG,
              "orchestrator.reach.agent_client": NO_CONFIG, "orchestrator.launch.playbooks": NO_CONFIG},
     "status": {**NEVER, "yaml": READ_ONLY, "orchestrator.launch.playbooks": READ_ONLY,
                "orchestrator.launch.operations": READ_ONLY, "orchestrator.launch.multinode": READ_ONLY,
-               "orchestrator.launch.push": READ_ONLY, "orchestrator.launch.revisions": READ_ONLY},
-    "deploy": dict(NEVER),
-    "dry-run": dict(NEVER),
+               "orchestrator.launch.push": READ_ONLY, "orchestrator.launch.revisions": READ_ONLY,
+               "orchestrator.watch.logparse": SERIES, "orchestrator.agent.metrics": SERIES,
+               "importlib.metadata": METADATA},
+    "deploy": {**NEVER, "importlib.metadata": METADATA},
+    "dry-run": {**NEVER, "importlib.metadata": METADATA},
 }
 
 

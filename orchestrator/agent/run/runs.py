@@ -362,6 +362,19 @@ def not_started(run_dir: str, why: str) -> None:
                                                         "error": why, "not_started": True})
 
 
+def _say(text: str) -> None:
+    """A line for whoever watches the run's pane (orch attach). Its terminal may be gone (the session killed as the
+    run ended: a stop's kill-session, which comes once the exit is recorded): the line is dropped, and the supervisor
+    goes on to what follows the exit (the next queued run), where the write's error used to end it first."""
+    try:
+        print(text, flush=True)
+    except OSError:
+        try:
+            sys.stdout = open(os.devnull, "w")  # nothing left in a buffer for the exit to write to the dead terminal
+        except OSError:
+            pass
+
+
 def supervise(run_dir: str) -> int:
     """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
     import shlex
@@ -400,7 +413,7 @@ def supervise(run_dir: str) -> int:
     history = attempts.History(run_dir, policy)
     spec = guard.Spec.from_dict(policy.extra.get("guard"))
     guarded = guard.Watch(spec, run_dir) if spec is not None else None
-    print(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}", flush=True)
+    _say(f"orch: experiment run in {run_dir}\norch: {shlex.join(launch['argv'])}")
     with open(log_path, "ab", buffering=0) as raw:
         log = diskspace.SparedLog(raw)
         if secrets is None:
@@ -476,7 +489,7 @@ def supervise(run_dir: str) -> int:
     if not stopping and not attempts.stop_requested(run_dir):
         told.send("finished" if code == 0 else "crashed", exit_code=code, signal=sig, reason=reason, cause=cause,
                   attempts=len(history.items), last_lines=[] if code == 0 else notices.last_lines(log_path))
-    print(f"orch: exited with code {code}", flush=True)
+    _say(f"orch: exited with code {code}")
     if guarded is not None:
         guarded.after_exit(os.path.abspath(sys.argv[0]))
     return code

@@ -21,19 +21,30 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
+// A request that got no answer (the server ended or was too busy to take the connection, the page was left) throws
+// an error that says so, as an answer with an error status does: the caller shows it, and asks again later.
+async function request(path, options) {
+  try {
+    return await fetch(path, { credentials: "same-origin", ...options });
+  } catch (e) {
+    throw Object.assign(new Error(`no answer from orch ui (${e.message})`), { hint: "is orch ui still running?" });
+  }
+}
+
 async function get(path) {
-  let r;
+  let r = null;
   if (path === "/api/table" && window.firstTable) {  // asked by the page itself, before this script loaded
-    r = await window.firstTable;
+    r = await window.firstTable;  // null: it got no answer, so it is asked again
     window.firstTable = null;
-  } else r = await fetch(path, { credentials: "same-origin" });
+  }
+  if (!r) r = await request(path);
   const body = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
   if (!r.ok) throw Object.assign(new Error(body.error || `HTTP ${r.status}`), { hint: body.hint });
   return body;
 }
 
 async function post(path) {
-  const r = await fetch(path, { method: "POST", credentials: "same-origin", headers: { "content-type": "application/json" }, body: "{}" });
+  const r = await request(path, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
   const body = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
   if (!r.ok) throw Object.assign(new Error(body.error || `HTTP ${r.status}`), { hint: body.hint });
   return body;
@@ -184,17 +195,20 @@ async function experimentsView() {
     const plain = tableState.offset === 0 && tableState.sort === "id" && tableState.desc && !Object.values(filters).some(Boolean);
     try {
       const got = await get(plain ? "/api/table" : `/api/table?${q}`);
+      if (gone) return;  // the address changed meanwhile: another view is on the page
       const same = JSON.stringify([got.rows, got.total, q.toString()]);
       if (same === last && !got.rows.some(r => LIVE.includes(r.state))) return;  // nothing to paint again
       last = same;
       data = got; now = got.now;
       document.getElementById("project").textContent = `project ${got.project}`;
       paint();
-    } catch (e) { toast(`${e.message}`, true); }
+    } catch (e) { if (!gone) toast(`${e.message}${e.hint ? ` (${e.hint})` : ""}; asked again every 5 s`, true); }
   }
-  await load();
+  // stopped by the next address, even one given while the first rows are still being asked for
+  let gone = false;
   const timer = setInterval(() => { if (!document.hidden) load(); }, 5000);
-  cleanup.push(() => { clearInterval(timer); clearTimeout(typing); });
+  cleanup.push(() => { gone = true; clearInterval(timer); clearTimeout(typing); });
+  await load();
 }
 
 // ---- one experiment -------------------------------------------------------------------------------------------
