@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 
 
 class Layout:
@@ -55,6 +54,8 @@ def parse_run_key(name: str) -> tuple[str | None, int] | None:
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     """Write beside the target, fsync, rename: readers see the old or the new file, never half."""
+    import tempfile
+
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-")

@@ -12,7 +12,6 @@ results.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 PROTOCOL = 1
@@ -67,5 +66,7 @@ def manifest_id(entries: list) -> str:
 
     Only content and mode count, never times, so the same tree always gets the same id.
     """
+    import hashlib
+
     canon = sorted((e["path"], e["sha256"], int(e["mode"]) & 0o777) for e in entries)
     return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()[:16]

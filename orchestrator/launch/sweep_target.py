@@ -16,6 +16,7 @@ row for its revision and settings), then brings the rows up to date as any comma
 from __future__ import annotations
 
 import base64
+import os
 import time
 from dataclasses import asdict
 from typing import Any, Callable
@@ -159,8 +160,13 @@ def marked(state_dir) -> list:
     """Each marker of a search going on on its target, with the target's (--target, --ct)."""
     import json
 
+    folder = state_dir / "sweeps"
+    try:  # (read on every status: a listing, where a glob would compile its pattern each time)
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".target"))
+    except OSError:
+        return []
     out = []
-    for path in sorted((state_dir / "sweeps").glob("*.target")):
+    for path in (folder / n for n in names):
         try:
             out.append((path, tuple(json.loads(path.read_text()))))
         except (OSError, ValueError):

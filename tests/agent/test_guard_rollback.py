@@ -8,6 +8,7 @@ import os
 import time
 
 from orchestrator.agent.run import rollback, runs
+from orchestrator.agent.watch import guard
 from orchestrator.agent.layout import Layout, write_json
 
 
@@ -36,7 +37,7 @@ def test_a_run_whose_guard_failed_is_not_resumed_after_a_reboot(tmp_path, capsys
 
 def test_a_rollback_whose_process_is_gone_is_started_again_once(tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr(rollback.guard, "spawn_rollback", lambda run_dir, agent: started.append(run_dir))
+    monkeypatch.setattr(guard, "spawn_rollback", lambda run_dir, agent: started.append(run_dir))
     run_dir = lost_run(tmp_path / "root", "failed")
     layout = Layout(str(tmp_path / "root"))
     rollback.resume_pending(layout)
@@ -54,7 +55,7 @@ def test_a_rollback_whose_process_is_gone_is_started_again_once(tmp_path, monkey
 def test_at_boot_a_run_lost_inside_its_guard_window_fails_its_guard_and_is_rolled_back_not_resumed(tmp_path,
                                                                                                   monkeypatch):
     started = []
-    monkeypatch.setattr(rollback.guard, "spawn_rollback", lambda run_dir, agent: started.append(run_dir))
+    monkeypatch.setattr(guard, "spawn_rollback", lambda run_dir, agent: started.append(run_dir))
     run_dir = lost_run(tmp_path / "root", "watching")
     with open(os.path.join(run_dir, "train.log"), "w") as fh:
         fh.write("step=13 loss=2.1 tok_s=500\nstep=14 loss=2.0 tok_s=500\n")

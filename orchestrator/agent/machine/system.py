@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 
 from .. import procstat
@@ -33,6 +32,8 @@ def parse_csv(text: str, keys: tuple[str, ...]) -> list[dict]:
 
 
 def _smi(smi: str, *argv: str) -> tuple[int | None, str]:
+    import subprocess  # (here: a status on a machine without nvidia-smi imports none of it)
+
     try:
         proc = subprocess.run([smi, *argv], capture_output=True, text=True, timeout=10)
     except subprocess.TimeoutExpired:
@@ -162,6 +163,8 @@ def tmux_version(tmux: str) -> str:
         return "?"
     key = (tmux, st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _TMUX_VERSIONS:
+        import subprocess
+
         try:
             _TMUX_VERSIONS[key] = subprocess.run([tmux, "-V"], capture_output=True, text=True,
                                                  timeout=10).stdout.strip()

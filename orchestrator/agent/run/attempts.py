@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from .causes import SHUTDOWN
 from ..diskspace import FULL
 from ..layout import read_json, write_json
+from .recorded import ATTEMPTS as FILE, attempts as summary  # (status reads them without this module)
 
-FILE = "attempts.json"
 STOP_FILE = "stop_requested"
 
 
@@ -177,16 +177,3 @@ class History:
         if self.items and self.items[-1].get("ended") is None:
             self.items[-1].update(ended=time.time(), reason="lost")
             self._save()
-
-
-def summary(run_dir: str) -> dict:
-    """What ``status`` reports about a run's attempts (empty for a run that never restarted and has no policy)."""
-    data = read_json(os.path.join(run_dir, FILE), {}) or {}
-    items = data.get("attempts") or []
-    if not items:
-        return {}
-    failed = [a for a in items if a.get("reason") not in (None, "exit code 0")]
-    return {"attempt": len(items), "max_attempts": data.get("max"), "attempts": items,
-            "waiting_until": data.get("waiting_until"),
-            "last_reason": failed[-1]["reason"] if failed else None,
-            "resumed_from": items[-1].get("resumed_from")}

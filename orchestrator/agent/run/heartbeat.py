@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..layout import write_json
+from .recorded import JOB_STATE as STATE_FILE, job_state as read_state  # (status reads them without this module)
 
 if TYPE_CHECKING:
     import socket
@@ -36,7 +37,6 @@ SAVE_EVERY = 2.0  # seconds between two writes of job.json (only when something 
 MAX_PACKET = 96
 MAX_DRAIN = 256  # packets read per tick at most: a flood cannot keep the supervisor in the loop
 MAX_NODES = 4096
-STATE_FILE = "job.json"
 _PACKET = re.compile(rb"orch-hb1 ([0-9a-f]{16}) ([0-9]{1,4}) ([0-9]{1,18}) ([0-9]{1,18})\n?")
 
 
@@ -222,10 +222,3 @@ class Beacon:
         except OSError:
             return  # a full disk: the watchdog goes on, the report waits
         self.last_save, self.dirty = now, False
-
-
-def read_state(run_dir: str) -> dict | None:
-    from ..layout import read_json
-
-    got = read_json(os.path.join(run_dir, STATE_FILE))
-    return got if isinstance(got, dict) else None

@@ -13,7 +13,6 @@ A project's queue (``runqueue``) has a unit too, keyed by its folder, whose comm
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 
@@ -25,6 +24,8 @@ UNITS = "/etc/systemd/system"
 
 def unit_name(run_dir: str) -> str:
     """``orch-resume-<8 hex of the run folder>.service``: one per run, per orch root."""
+    import hashlib
+
     return "orch-resume-" + hashlib.sha256(os.path.normpath(run_dir).encode()).hexdigest()[:8] + ".service"
 
 

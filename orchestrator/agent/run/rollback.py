@@ -25,14 +25,14 @@ import sys
 import time
 
 from .. import journal
-from ..ckpt import checkpoints
-from ..watch import guard
+from ..watch import guard_state
 from . import launch_env, reboot_unit, runs
 from ..layout import Layout, parse_run_key, read_json, remove_tree, write_json
 from ..lock import TargetLock
 
 PID = "guard.pid"
 LOCK_WAIT_S = 600.0
+# (a status asks ``resume_pending`` first: the guard's and the checkpoints' modules load only for a rollback)
 
 
 def _restored_message(parent: object, failed: object) -> str:
@@ -40,6 +40,8 @@ def _restored_message(parent: object, failed: object) -> str:
 
 
 def rollback(run_dir: str) -> int:
+    from ..watch import guard
+
     run_dir = os.path.normpath(run_dir)
     layout = Layout(os.path.dirname(os.path.dirname(run_dir)))
     launch = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
@@ -79,7 +81,7 @@ def rollback(run_dir: str) -> int:
 
 
 def _state(run_dir: str, fields: dict) -> None:
-    path = os.path.join(run_dir, guard.STATE)
+    path = os.path.join(run_dir, guard_state.STATE)
     write_json(path, (read_json(path, {}) or {}) | fields)
 
 
@@ -99,12 +101,16 @@ def _trash_new(layout: Layout, launch: dict, failed_id: int) -> dict:
     folder = str((launch.get("env") or {}).get("ORCH_CHECKPOINT_DIR") or "")
     if not folder:
         return {"action": "none"}
+    from ..ckpt import checkpoints
+
     moved = checkpoints.move_to_trash(layout, folder, folder, label=f"exp{failed_id}", moved_by=failed_id)
     return {k: moved.get(k) for k in ("action", "moved", "entry", "entry_path")}
 
 
 def _put_back(layout: Layout, run_dir: str, launch: dict) -> dict:
     """The entry the failed run's launch moved the parent's checkpoints into (its journal's ``ckpt_trash``)."""
+    from ..ckpt import checkpoints
+
     folder = str((launch.get("env") or {}).get("ORCH_CHECKPOINT_DIR") or "")
     moved = next((e.get("value") for e in journal.read(run_dir)
                   if e.get("event") == "done" and e.get("op") == "ckpt_trash"), None) or {}
@@ -161,8 +167,12 @@ def at_boot(run_dir: str) -> int:
 def resume_one(run_dir: str) -> bool:
     """This run's rollback, started unless it is on its way or not wanted; a run lost while its guard watched
     fails its guard first (``guard.fail_lost``) and is never resumed. Whether one was started."""
-    state = guard.summary(run_dir)
-    if state and state.get("state") == "watching":
+    state = guard_state.summary(run_dir)
+    if not state or state.get("state") not in ("watching", "failed"):
+        return False
+    from ..watch import guard
+
+    if state.get("state") == "watching":
         run = runs.run_state(run_dir)
         if run["state"] != "lost":
             return False

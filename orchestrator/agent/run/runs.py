@@ -21,23 +21,21 @@ by the shutdown (``pid.json``'s ``interrupted``), until the attempt after boot r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shlex
-import signal
-import subprocess
 import sys
 import time
 
-from .. import diskspace, journal, procstat
-from ..ckpt import ckpt_layout
-from ..watch import budget, guard
-from . import (attempts, causes, grace, handover, heartbeat, launch_env, reboot_unit, sacct, series, slurm,
-               slurm_launch, standby, tmux, watchdog, workdir)
+from .. import procstat
+from ..watch import budget, guard_state
+from . import recorded, sacct, slurm
 from ..watch import notify as notices
 from ..layout import Layout, parse_run_key, read_json, write_atomic, write_json
 from ..protocol import AgentFailure
+
+# A status (``run_state``, ``status``) imports only the modules above: what starts, supervises and stops a run
+# (subprocess and the supervisor's modules: their dataclasses pull in inspect and ast) is imported by the function
+# that needs it, so an agent call that only reads costs none of them.
 
 LOG = "train.log"
 POLL_S = 0.01  # how often a wait for a run's files looks again: stat calls, cheap
@@ -46,6 +44,8 @@ JOB_NODE_KEYS = ("rank", "ct", "target", "label", "machine")  # what a run of a 
 
 def socket_name(layout: Layout) -> str:
     """A private tmux server per orch root, so targets (and tests) never share sessions."""
+    import hashlib
+
     return "orch-" + hashlib.sha256(layout.root.encode()).hexdigest()[:8]
 
 
@@ -74,7 +74,7 @@ def run_state(run_dir: str) -> dict:
            "exit_code": None, "started": pid.get("started"),
            "ended": None, "log_size": log_size, "log_mtime": log_mtime, "checkpoints": exp.get("checkpoints"),
            "gpus": exp.get("gpus")}
-    tried = attempts.summary(run_dir)
+    tried = recorded.attempts(run_dir)
     out.update(tried)
     nodes = exp.get("nodes")
     if isinstance(nodes, list) and len(nodes) > 1:  # a node of a job: a launch that would stop it alone refuses
@@ -82,10 +82,10 @@ def run_state(run_dir: str) -> dict:
     told = notices.summary(run_dir)  # the webhook's failures are shown, never its URL
     if told is not None:
         out["notify"] = told
-    watched = guard.summary(run_dir)  # a guarded run: where its guard stands
+    watched = guard_state.summary(run_dir)  # a guarded run: where its guard stands
     if watched is not None:
         out["guard"] = watched
-    heard = heartbeat.read_state(run_dir)  # a node of a job: what its stall watchdog heard from its peers
+    heard = recorded.job_state(run_dir)  # a node of a job: what its stall watchdog heard from its peers
     if heard is not None:
         out["heartbeat"] = heard
     if stop_req:
@@ -115,13 +115,19 @@ def run_state(run_dir: str) -> dict:
         out["state"] = "stopped" if stop_req else "lost"
         out["lost"] = True
         gone = pid.get("interrupted") or {}  # the supervisor saw the shutdown: cause and end time are known
-        out["cause"] = gone.get("cause") or causes.lost_cause(pid)
+        out["cause"] = gone.get("cause") or _lost_cause(pid)
         out["ended"] = gone.get("time")
     else:
         launched = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
         young = time.time() - float(launched.get("created", 0)) < 30
         out["state"] = "launching" if young else "crashed"
     return out
+
+
+def _lost_cause(pid: dict) -> str:
+    from . import causes
+
+    return causes.lost_cause(pid)
 
 
 def _runs(layout: Layout, project: str | None = None, ids: list | None = None,
@@ -214,6 +220,11 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     the command that launched it had (``launch_env``: the local target's ``orch`` command sends its own); without
     it, this agent's own, as the target gave it. ``use_standby``
     False (``[run] standby``): tmux starts the supervisor afresh, and no standby is left for the next start."""
+    import shlex
+
+    from .. import journal
+    from . import handover, heartbeat, launch_env, reboot_unit, standby, tmux, workdir
+
     secrets = handover.check(secrets or {})
     inherited = launch_env.check(launch) if launch is not None else launch_env.own()
     base = inherited["env"]
@@ -322,6 +333,8 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
 def _window_command(server, name: str, agent_path: str, run_dir: str) -> None:
     """A window the user opens in the run's session (orch attach, then new-window) is a shell with the run's
     environment (``launch_env.window``), not the tmux server's; asked of tmux without waiting for it."""
+    import shlex
+
     server.later("set-option", "-t", f"={name}:", "default-command",
                  shlex.join([sys.executable, agent_path, "window", run_dir]))
 
@@ -331,6 +344,8 @@ GONE = ("can't find session", "no server running", "error connecting to")  # wha
 
 def _kill_session(server, name: str) -> None:
     """Kill a session if it exists (one tmux call); it may end by itself meanwhile (its pane's command exited)."""
+    from . import tmux
+
     said = " ".join(server.cmd("kill-session", "-t", f"={name}").stderr)
     if said and not any(words in said for words in GONE) and server.has_session(name):
         raise tmux.TmuxError(said)
@@ -362,6 +377,13 @@ def _say(text: str) -> None:
 
 def supervise(run_dir: str) -> int:
     """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
+    import shlex
+    import signal
+
+    from .. import diskspace
+    from ..watch import guard
+    from . import attempts, causes, handover, launch_env, reboot_unit, slurm_launch
+
     top, run_dir = run_dir, slurm.node_folder(run_dir, os.environ)  # a Slurm job's later nodes: a folder each
     if os.path.exists(os.path.join(run_dir, "exit.json")) and not slurm.resumes(run_dir, os.environ, top):
         return 0  # too late: its start was already given up (``not_started``)
@@ -477,6 +499,13 @@ def _attempt(run_dir: str, launch: dict, env: dict, log, policy: attempts.Policy
              stopping: list, children: list, told: notices.Notifier,
              guarded: guard.Watch | None = None) -> tuple[int, int | None, str] | int:
     """One attempt: mark it in the log, start the command, watch it; (code, signal, reason), or 127 if not started."""
+    import signal
+    import subprocess
+
+    from ..ckpt import ckpt_layout
+    from ..watch import guard
+    from . import attempts, causes, watchdog
+
     attempt = len(history.items)
     folder = launch["env"].get("ORCH_CHECKPOINT_DIR", "")
     others = ckpt_layout.legacy_names(Layout(os.path.dirname(os.path.dirname(run_dir))), os.path.normpath(folder)) \
@@ -530,6 +559,8 @@ class _Kept:
     disk) ends the keeping, never the run."""
 
     def __init__(self, run_dir: str) -> None:
+        from . import series
+
         self.series: series.Series | None = None
         try:
             self.series = series.Series(run_dir)
@@ -548,6 +579,8 @@ class _Kept:
 def _going_down(run_dir: str, stopping: list, code: int) -> bool:
     """Whether the attempt (or the backoff) ended because the system is going down: a signal to the
     supervisor, or the command's own failure (it may have got the SIGTERM first), with no ``orch stop``."""
+    from . import attempts, causes
+
     if attempts.stop_requested(run_dir) or not (stopping or code != 0):
         return False
     return causes.shutting_down()
@@ -557,6 +590,8 @@ def _interrupted(run_dir: str, cause: str, log, resumes: bool, code: int, guarde
     """The system is going down under the run: no exit is recorded and the reboot unit stays, so the run
     reads as lost (``cause``, at this time) until the attempt after boot, which resumes from the newest
     checkpoint (inside a guard's window: its guard fails then, and the rollback puts the parent back)."""
+    from ..watch import guard
+
     path = os.path.join(run_dir, "pid.json")
     write_json(path, (read_json(path, {}) or {}) | {"interrupted": {"cause": cause, "time": time.time()}})
     after = "it resumes at the next boot" if resumes else "orch restart resumes it from its newest checkpoint"
@@ -570,6 +605,10 @@ def _interrupted(run_dir: str, cause: str, log, resumes: bool, code: int, guarde
 
 def _write_pid(run_dir: str, child: subprocess.Popen) -> None:
     """The supervisor and the current attempt's process; ``started`` stays the first attempt's start."""
+    import subprocess
+
+    from . import causes
+
     path = os.path.join(run_dir, "pid.json")
     first = (read_json(path, {}) or {}).get("started")
     write_json(path, {"supervisor": os.getpid(), "supervisor_start": _proc_start(os.getpid()), "child": child.pid,
@@ -594,6 +633,9 @@ def _reserve_exit(run_dir: str) -> None:
 
 def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = None,
                  cause: str | None = None) -> int:
+    from .. import diskspace
+    from . import reboot_unit
+
     reboot_unit.remove(run_dir)  # the run is over: nothing to resume at the next boot
     record = {"exit_code": code, "signal": sig, "ended": time.time()} | ({"cause": cause} if cause else {})
     data = (json.dumps(record | ({"error": error} if error else {}), indent=2, sort_keys=True) + "\n").encode()
@@ -619,6 +661,11 @@ def _record_exit(run_dir: str, code: int, sig: int | None, error: str | None = N
 
 def resume(run_dir: str) -> int:
     """After a reboot (the run's systemd unit): start the supervisor of a ``lost`` run again, as a new attempt."""
+    import shlex
+
+    from ..watch import guard
+    from . import reboot_unit, tmux
+
     run_dir = os.path.normpath(run_dir)
     state = run_state(run_dir)
     launch = read_json(os.path.join(run_dir, "launch.json"), {}) or {}
@@ -665,6 +712,8 @@ def _mark_stopping(run_dir: str, by: dict | None = None) -> None:
 
 def _wait(run_dir: str, seconds: float, pid: int | None = None) -> bool:
     """Wait for the run to end; with ``pid`` (the signalled process) only its own time counts (``grace``)."""
+    from . import grace
+
     clock = grace.Grace(seconds, pid) if pid else None
     begin = time.monotonic()
     deadline = begin + seconds
@@ -704,6 +753,10 @@ def stop(layout: Layout, project: str | None, ids: list | None, stop_timeout: fl
     ``keep_session``: the project's tmux session is left to the start that comes next in the same call, which
     replaces it (a session whose runs all ended is otherwise killed here).
     """
+    import signal
+
+    from . import reboot_unit, tmux
+
     targets = [run_state(d) | {"dir": d} for *_, d in _runs(layout, project, ids, registry, live=True)]
     stopped = []
     for state in targets:

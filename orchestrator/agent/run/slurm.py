@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import subprocess
 import time
 
 from ..layout import read_json, write_atomic, write_json
@@ -38,6 +36,8 @@ TIMEOUT_S = 60.0  # a slurmctld that does not answer a command within this is re
 
 def call(argv: list[str], what: str) -> subprocess.CompletedProcess:
     """One Slurm command; its absence is the login node's fault, said once here."""
+    import subprocess  # (here: a status that reads no Slurm job imports none of it)
+
     try:
         return subprocess.run(argv, capture_output=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
@@ -72,6 +72,8 @@ def sbatch_argv(run_dir: str, spec: dict, *, test_only: bool = False) -> list[st
 def script(python: str, agent_path: str, run_dir: str) -> str:
     """``job.sh``: the run's supervisor on every node of the allocation, under ``srun`` so that a ``scancel
     --signal`` (which reaches a job's steps, not its batch shell) reaches it."""
+    import shlex
+
     srun = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", python, agent_path, "supervise", run_dir]
     return f"#!/bin/sh\n# orch: the run's supervisor, one per node of this allocation\nexec {shlex.join(srun)}\n"
 

@@ -16,7 +16,6 @@ The push's journal counts such blobs, since it cannot name them before they arri
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import io
 import os
 from typing import BinaryIO
@@ -133,6 +132,8 @@ def _open_part(path: str, name: str, offset: int) -> tuple[BinaryIO, "hashlib._H
     Locked so that two deploys pushing the same blob never write into one file; the identity check
     after locking catches a part that the other one finished and renamed while we waited.
     """
+    import hashlib
+
     while True:
         fh = open(path, "a+b")
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)

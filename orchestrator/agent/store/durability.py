@@ -18,10 +18,8 @@ written (its ctime) is hashed again and removed, with its revisions, where it no
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 import time
 
 from ..layout import Layout, fsync_dir, remove_tree
@@ -73,6 +71,8 @@ def boot_id() -> str:
 def open_journal(layout: Layout, hashes: list[str], keyed: int = 0) -> str:
     """Durably record that ``hashes`` (and ``keyed`` blobs whose hashes are not known yet) are about to be
     published unsynced; the journal's path."""
+    import tempfile
+
     fd, path = tempfile.mkstemp(dir=layout.blobs, prefix=".pending-", suffix=".json")
     with os.fdopen(fd, "w") as fh:
         extra = {"keyed": keyed} if keyed else {}
@@ -140,6 +140,8 @@ def recover(layout: Layout) -> list[str]:
 def _damaged_since(layout: Layout, since: float) -> set[str]:
     """The blobs named since ``since`` (ctime) whose content, or their executable twin's, no longer hashes to
     their name."""
+    import hashlib
+
     damaged = set()
     with os.scandir(layout.blobs) as entries:
         for entry in entries:

@@ -5,4 +5,4 @@ Each reads the run's log through the one metric reader (``agent.metrics.metric_l
 """
 
 # the modules the rest of the agent may import (tests/unit/test_layers.py)
-__all__ = ["budget", "guard", "notify"]
+__all__ = ["budget", "guard", "guard_state", "notify"]

@@ -33,8 +33,8 @@ from .. import journal
 if TYPE_CHECKING:
     from ..metrics import metric_lines
 from ..layout import read_json, write_json
+from .guard_state import STATE, summary  # (status reads them without this module)
 
-STATE = "guard.json"
 JOURNAL = "guard.jsonl"
 LOG = "train.log"
 WRITE_EVERY_S = 0.5  # how often the progress is written while it changes
@@ -320,9 +320,3 @@ def spawn_rollback(run_dir: str, agent_path: str) -> None:
     with open(os.path.join(run_dir, "guard.log"), "ab") as out:
         subprocess.Popen([sys.executable, agent_path, "rollback", run_dir], stdin=subprocess.DEVNULL, stdout=out,
                          stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-
-
-def summary(run_dir: str) -> dict | None:
-    """What ``status`` reports of a guarded run: its ``guard.json``."""
-    state = read_json(os.path.join(run_dir, STATE))
-    return state if isinstance(state, dict) else None

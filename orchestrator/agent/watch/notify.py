@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import time
 
 from ..protocol import AgentFailure
@@ -258,6 +257,8 @@ class Notifier:
         return bool(self.url) and event in self.on
 
     def send(self, event: str, **details: object) -> None:
+        import signal
+
         if not self.wants(event):
             return
         assert self.url is not None
