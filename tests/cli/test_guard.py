@@ -149,6 +149,11 @@ def test_status_shows_the_guard_while_it_watches(parent):
     status = parent.run("status")
     assert "  guard: step " in status.stdout and "/100000, throughput " in status.stdout and "× parent" in \
         status.stdout, status.stdout
+    # stopped by hand, the watched run ends its watch: no rollback starts the parent again (nor outlives the test)
+    assert parent.run("stop").returncode == 0
+    time.sleep(2)
+    assert sorted(e.id for e in parent.registry().list()) == [1, 2]
+    assert parent.registry().get(2).status == "stopped"
 
 
 def test_the_target_finishes_the_rollback_with_the_controller_killed_and_its_own_process_cut(parent, tmp_path):
