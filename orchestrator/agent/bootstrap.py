@@ -77,7 +77,9 @@ if len(sys.argv) >= 3 and sys.argv[1] == "supervise":  # the run's supervisor: i
 
 if len(sys.argv) >= 3 and sys.argv[1] == "standby":  # the next run's supervisor, imported before its start (standby)
     from orchestrator.agent.run import standby  # noqa: E402
-    from orchestrator.agent.run.runs import supervise  # noqa: E402
+    from orchestrator.agent.run.runs import import_supervisor, supervise  # noqa: E402
+
+    import_supervisor()
 
     os.environ["LC_ALL"] = "C.UTF-8"
     _run = standby.wait(sys.argv[2])

@@ -70,3 +70,53 @@ def test_a_node_that_hears_no_peer_says_so_as_it_stalls(tmp_path):
     stalled, _ = _watch(tmp_path, policy, beats=1)  # the "peer" sends as node 1, itself: nothing is taken
     assert stalled
     assert f"no heartbeat came from the job's other nodes (UDP port {port})" in (tmp_path / "train.log").read_text()
+
+
+def _exits_after(seconds: float, code: int) -> subprocess.Popen:
+    return subprocess.Popen(["python3", "-c", f"import time, sys; time.sleep({seconds}); sys.exit({code})"])
+
+
+def test_wait_child_is_woken_by_the_exit_and_answers_as_popens_wait(monkeypatch):
+    """The supervisor's wait for its command: the same codes and timeouts as ``Popen.wait``, but woken by the exit
+    (a pidfd), never napping between looks as Popen's wait with a timeout does (up to 50 ms between them: a stop's
+    exit record came that much after the command's end)."""
+    naps: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (naps.append(s), real_sleep(s)))
+
+    child = _exits_after(0.3, 7)
+    try:
+        try:
+            watchdog.wait_child(child, 0.01)
+            raise AssertionError("a running child did not time out")
+        except subprocess.TimeoutExpired:
+            pass
+        assert watchdog.wait_child(child, 30) == 7
+    finally:
+        child.kill()
+        child.wait()
+    assert naps == []  # the waits slept in select on the pidfd, not in Popen's poll loop
+    assert watchdog.wait_child(child, 1) == 7  # already reaped: its code again
+
+    killed = subprocess.Popen(SILENT)
+    killed.send_signal(9)
+    assert watchdog.wait_child(killed, 30) == -9
+
+
+def test_wait_child_without_pidfds_is_popens_wait(monkeypatch):
+    """An older kernel or Python (no pidfd): Popen's own wait, with the same answers."""
+    def refused(_pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(watchdog.os, "pidfd_open", refused)
+    child = _exits_after(0.2, 5)
+    try:
+        try:
+            watchdog.wait_child(child, 0.01)
+            raise AssertionError("a running child did not time out")
+        except subprocess.TimeoutExpired:
+            pass
+        assert watchdog.wait_child(child, 30) == 5
+    finally:
+        child.kill()
+        child.wait()

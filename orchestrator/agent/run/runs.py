@@ -375,6 +375,23 @@ def _say(text: str) -> None:
             pass
 
 
+def import_supervisor() -> None:
+    """Import now what ``supervise`` imports as it goes, to the attempt's exit record (what a run's start and a stop
+    wait for): a standby (``standby.py``) does, before it waits, so the start it takes and the stop that ends it wait
+    for no import (~20 ms of a start on a loaded target). ``tests/agent/test_standby_imports.py`` keeps it whole."""
+    import encodings.ascii  # noqa: F401  (procstat reads /proc in ascii)
+    import shlex  # noqa: F401
+    import signal  # noqa: F401
+    import subprocess  # noqa: F401
+    import tempfile  # noqa: F401  (write_atomic's, for the pid file)
+
+    from .. import diskspace  # noqa: F401
+    from ..ckpt import ckpt_layout  # noqa: F401
+    from ..metrics import metric_lines  # noqa: F401  (the series' reader, at the first tick)
+    from ..watch import guard  # noqa: F401
+    from . import attempts, causes, handover, launch_env, reboot_unit, series, slurm_launch, watchdog  # noqa: F401
+
+
 def supervise(run_dir: str) -> int:
     """The pane's process: run the command (again, as its restart policy says), log its output, record the end."""
     import shlex

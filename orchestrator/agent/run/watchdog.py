@@ -27,7 +27,7 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
     if policy.stall_timeout is None and budget is None and (guarded is None or not guarded.open):
         while tick is not None:
             try:
-                return child.wait(timeout=0.2), False
+                return wait_child(child, 0.2), False
             except subprocess.TimeoutExpired:
                 tick()
         return child.wait(), False
@@ -42,7 +42,7 @@ def watch(child: subprocess.Popen, run_dir: str, policy: attempts.Policy, stoppi
     try:
         while True:
             try:
-                return child.wait(timeout=0.2 if budget is None else 0.02), False
+                return wait_child(child, 0.2 if budget is None else 0.02), False
             except subprocess.TimeoutExpired:
                 pass
             if tick is not None and time.monotonic() - ticked >= 0.2:
@@ -103,7 +103,28 @@ def end_stalled(child: subprocess.Popen, term_timeout: float) -> int:
         except ProcessLookupError:
             pass
         try:
-            return child.wait(timeout=wait)
+            return wait_child(child, wait)
         except subprocess.TimeoutExpired:
             continue
+    return child.wait()
+
+
+def wait_child(child: subprocess.Popen, timeout: float | None) -> int:
+    """``child.wait(timeout)`` that returns the moment the child exits. Popen's own wait with a timeout polls, its
+    naps doubling up to 50 ms, so a stopped command's exit was seen (and recorded, and the stop answered) up to 50 ms
+    after it came; a pidfd (Linux 5.3+) is readable as the process exits. Where there is none, Popen's wait."""
+    if timeout is None or child.returncode is not None:
+        return child.wait(timeout=timeout)
+    try:
+        fd = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):  # an older Python or kernel, or a sandbox that refuses the call
+        return child.wait(timeout=timeout)
+    try:
+        import select
+
+        ready = select.select([fd], [], [], timeout)[0]
+    finally:
+        os.close(fd)
+    if not ready:
+        raise subprocess.TimeoutExpired(child.args, timeout)
     return child.wait()
