@@ -29,18 +29,83 @@ PARALLEL_BYTES = 64 << 20
 PENDING = "pending"  # what a plan names a pending revision by until its push has hashed it
 
 
+class GitLookup:
+    """The commit the sources are at and whether they differ from it: one ``git status`` started now and read when
+    asked (a deploy asks once the target has answered its probe, so git runs meanwhile), then ``git diff`` if they
+    differ. A folder with no ``.git`` in it or above it (and no ``GIT_DIR``) is in no repository: git is not run."""
+
+    def __init__(self, root: Path, sources: list[str]) -> None:
+        self.root, self.sources = root, sources
+        self.facts: tuple[str | None, bool | None, str | None] | None = None
+        self.proc: subprocess.Popen | None = None
+        if not in_repository(root):
+            self.facts = (None, None, None)
+            return
+        try:
+            self.proc = subprocess.Popen(["git", "-C", str(root), "status", "--porcelain=v2", "--branch", "--",
+                                          *sources], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL)
+        except OSError:
+            self.facts = (None, None, None)
+
+    def get(self) -> tuple[str | None, bool | None, str | None]:
+        """(commit, dirty, diff): Nones outside a repository, or where git is missing or fails."""
+        if self.facts is None:
+            assert self.proc is not None
+            try:
+                out, _ = self.proc.communicate(timeout=30)
+                status = out.decode("utf-8", "replace") if self.proc.returncode == 0 else ""
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+                status = ""
+            # "# branch.oid <sha>", then a line per change
+            oid = next((line.split()[2] for line in status.splitlines() if line.startswith("# branch.oid ")), None)
+            if not oid or oid == "(initial)":
+                self.facts = (None, None, None)
+            else:
+                dirty = any(line and not line.startswith("#") for line in status.splitlines())
+                diff = (_git(self.root, "diff", "HEAD", "--", *self.sources) or "")[:MAX_DIFF] if dirty else None
+                self.facts = (oid, dirty, diff)
+        return self.facts
+
+
+def in_repository(folder: Path) -> bool:
+    """Whether git could find a repository for ``folder``: a ``.git`` (folder or file) in it or above, or GIT_DIR."""
+    if os.environ.get("GIT_DIR"):
+        return True
+    here = os.path.abspath(folder)
+    while True:
+        if os.path.lexists(os.path.join(here, ".git")):
+            return True
+        up = os.path.dirname(here)
+        if up == here:
+            return False
+        here = up
+
+
 @dataclass
 class Revision:
     id: str | None
     files: list[dict]  # {"path", "sha256", "mode", "size"}
     root: Path
-    git_commit: str | None = None
-    git_dirty: bool | None = None
-    git_diff: str | None = None
     local_paths: dict[str, Path] = field(default_factory=dict)
     left_out: list[LeftOut] = field(default_factory=list)  # under named folders, with the rule that dropped each
     cache_file: Path | None = None
     cache_keys: dict[str, str] = field(default_factory=dict)  # path -> "size:mtime_ns", as the hash cache keys it
+    git: GitLookup | None = None  # the commit, whether the sources differ from it, and how: ``git_*`` below
+
+    @property
+    def git_commit(self) -> str | None:
+        return self.git.get()[0] if self.git is not None else None
+
+    @property
+    def git_dirty(self) -> bool | None:
+        return self.git.get()[1] if self.git is not None else None
+
+    @property
+    def git_diff(self) -> str | None:
+        return self.git.get()[2] if self.git is not None else None
 
     @property
     def size(self) -> int:
@@ -129,6 +194,7 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
     (see the module docstring) and the revision's id is None until ``settle``.
     """
     cache_file = cache_dir / "hashes.json" if cache_dir else None
+    git = GitLookup(project_dir, sources)  # runs while the sources are hashed and the target is asked
     try:
         cache = json.loads(cache_file.read_text()) if cache_file and cache_file.is_file() else {}
     except (OSError, ValueError):
@@ -151,16 +217,7 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
                      | ({} if sha else {"key": file_key(rel, st.st_size, st.st_mtime_ns)}))
         local_paths[rel] = path
     rev = Revision(None if later else manifest_id(files), files, project_dir, local_paths=local_paths,
-                   left_out=chosen.left_out, cache_file=cache_file, cache_keys=keys)
+                   left_out=chosen.left_out, cache_file=cache_file, cache_keys=keys, git=git)
     if not later:
         _save_cache(rev, cache)
-    # one git call for the commit and whether the sources differ from it: "# branch.oid <sha>", then a line per change
-    status = _git(project_dir, "status", "--porcelain=v2", "--branch", "--", *sources) or ""
-    oid = next((line.split()[2] for line in status.splitlines() if line.startswith("# branch.oid ")), None)
-    if oid and oid != "(initial)":
-        rev.git_commit = oid
-        rev.git_dirty = any(line and not line.startswith("#") for line in status.splitlines())
-        if rev.git_dirty:
-            diff = _git(project_dir, "diff", "HEAD", "--", *sources) or ""
-            rev.git_diff = diff[:MAX_DIFF]
     return rev

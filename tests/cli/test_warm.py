@@ -296,3 +296,17 @@ def test_a_command_run_here_ends_with_its_code_and_output_without_pythons_finali
         assert "finalized" not in here.stderr
         assert (here.returncode, here.stdout, here.stderr) == (module.returncode, module.stdout, module.stderr)
         assert (here.returncode == 0) == worked, here.stderr
+
+
+def test_the_warm_process_reads_an_orch_toml_with_a_target_of_each_kind_before_any_command(tmp_path):
+    """Its rehearsal (what pydantic builds at a model's first validation, built once before the forks) is an
+    orch.toml orch reads without a word, with a target of every kind a project names."""
+    from orchestrator.config import load_settings
+    from orchestrator.warm import server
+
+    (tmp_path / "orch.toml").write_text(server.REHEARSAL)
+    said: list[str] = []
+    settings = load_settings(tmp_path / "orch.toml", env={}, notice=said.append)
+    assert said == []
+    assert sorted(t.kind for t in settings.targets.values()) == ["local", "proxmox", "slurm", "ssh"]
+    server._rehearse()  # and it leaves nothing behind: a folder of its own, removed

@@ -264,3 +264,32 @@ def test_the_commit_and_a_dirty_tree_come_from_one_git_call(tmp_path, monkeypatc
     (repo / "train.py").write_text("print(2)\n")
     dirty = revisions.build(repo, ["train.py"])
     assert dirty.git_commit == head and dirty.git_dirty is True and "+print(2)" in dirty.git_diff
+
+
+def test_git_is_asked_only_where_a_repository_can_be_found(tmp_path, monkeypatch):
+    """No ``.git`` in the project's folder or above it (and no GIT_DIR): no git call, the commit None; a worktree's
+    ``.git`` file, or GIT_DIR, and git is asked as before."""
+    calls = tmp_path / "calls"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    real = shutil.which("git")
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "train.py").write_text("print(1)\n")
+    assert not revisions.in_repository(plain)  # pytest's folders are in no repository
+    rev = revisions.build(plain, ["train.py"])
+    assert (rev.git_commit, rev.git_dirty, rev.git_diff) == (None, None, None)
+    assert not calls.exists()
+
+    (plain / ".git").write_text("gitdir: /nowhere\n")  # a linked worktree's .git is a file
+    assert revisions.in_repository(plain)
+    rev = revisions.build(plain, ["train.py"])
+    assert rev.git_commit is None  # git was asked, and found no repository there
+    assert len(calls.read_text().splitlines()) == 1
+    (plain / ".git").unlink()
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere.git"))
+    assert revisions.in_repository(plain)
