@@ -10,6 +10,10 @@ fsyncs it before the next step starts, and any later command, from any clone, re
     {"event": "failed", "op": "run_start", "error": {"kind": "agent", "message": "..."}, "t": ...}
     {"event": "end", "t": ...}
 
+A step that changes nothing its reader acts on (``UNCHANGING``: a check, the blobs stored, a revision assembled, the
+start verified) is appended without an fsync of its own: the next line that is fsynced (a stop, a checkpoint move,
+a start, a failure, the end) makes it durable too, and a crash that loses it loses no change.
+
 Writing is best effort (a full disk must not fail the launch it records): after the first failed write
 the journal stays silent. ``read`` takes what is whole: a last line cut by a crash is left out.
 """
@@ -25,6 +29,9 @@ from .layout import Layout, fsync_dir
 FILE = "journal.jsonl"
 WORK = "work"  # a run's work folder (workdir.py)
 MAX_LINE = 64 << 10  # a step's value beyond this is recorded as truncated: the journal stays small
+# the ops whose done-line needs no fsync of its own: nothing they did is read back from the journal
+# (``records/launch_journal.facts`` reads the stops, the checkpoints' moves, the start, a failure and the end)
+UNCHANGING = frozenset({"blobs_store", "revision_assemble", "run_check", "slurm_check", "run_verify"})
 
 
 def path_in(run_dir: str) -> str:
@@ -65,7 +72,7 @@ class Journal:
 
     def step(self, op: str, result: dict) -> None:
         if result.get("ok"):
-            self._append({"event": "done", "op": op, "value": result.get("value")})
+            self._append({"event": "done", "op": op, "value": result.get("value")}, sync=op not in UNCHANGING)
         else:
             error = {k: v for k, v in (result.get("error") or {}).items() if k != "traceback"}
             self._append({"event": "failed", "op": op, "error": error})
@@ -73,7 +80,7 @@ class Journal:
     def end(self) -> None:
         self._append({"event": "end"})
 
-    def _append(self, entry: dict) -> None:
+    def _append(self, entry: dict, sync: bool = True) -> None:
         if not self.ok:
             return
         line = json.dumps({**entry, "t": time.time()}, separators=(",", ":"), default=str)
@@ -81,17 +88,18 @@ class Journal:
             line = json.dumps({**{k: v for k, v in entry.items() if k != "value"}, "value": {"truncated": True},
                                "t": time.time()}, separators=(",", ":"))
         try:
-            append_line(self.path, line)
+            append_line(self.path, line, sync)
         except OSError:
             self.ok = False
 
 
-def append_line(path: str, line: str) -> None:
-    """One JSON line appended and fsynced before the caller's next step (this journal's, and a guard's)."""
+def append_line(path: str, line: str, sync: bool = True) -> None:
+    """One JSON line appended and (``sync``) fsynced before the caller's next step (this journal's, and a guard's)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
