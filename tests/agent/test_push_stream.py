@@ -258,3 +258,45 @@ def test_a_bad_key_is_refused_before_anything_is_stored(agent, tmp_path):
         agent.call([Op("blobs_store", {"blobs": [{"key": "../../etc", "size": 3}]})], payload=b"abc")
     blobs = tmp_path / "root" / "blobs"
     assert not blobs.exists() or not [p for p in blobs.iterdir() if p.name.startswith(".part")]
+
+
+def test_a_push_of_a_few_small_blobs_syncs_each_before_it_takes_its_name_and_a_bigger_one_keeps_the_journal(
+        tmp_path, monkeypatch):
+    """A one-line change's blob is on disk before it has its name (then its folder): no pending journal, no child
+    syncing the whole filesystem while the run starts. A push of more blobs takes the journal's way as before."""
+    from orchestrator.agent.store import blob_stream
+
+    layout = Layout(str(tmp_path / "root"))
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace, real_fork = os.fsync, os.replace, os.fork
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:
+        events.append(("name", os.path.basename(str(dst))))
+        real_replace(src, dst)
+
+    def fork() -> int:
+        events.append(("fork", ""))
+        return real_fork()
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "fork", fork)
+    small = [os.urandom(300), os.urandom(700)]
+    got = blob_stream.store(layout, b"".join(small), [{"sha256": sha(d), "size": len(d)} for d in small])
+    assert got == {"stored": 2, "bytes": 1000}
+    names = [sha(d) for d in small]
+    assert events == [("fsync", f".part-{names[0]}"), ("name", names[0]), ("fsync", f".part-{names[1]}"),
+                      ("name", names[1]), ("fsync", "blobs")]
+    assert not list((tmp_path / "root" / "blobs").glob(".pending-*"))
+    assert all((tmp_path / "root" / "blobs" / n).read_bytes() == d for n, d in zip(names, small))
+
+    events.clear()
+    many = [os.urandom(100 + i) for i in range(blob_stream.SYNCED_COUNT + 1)]
+    blob_stream.store(layout, b"".join(many), [{"sha256": sha(d), "size": len(d)} for d in many])
+    assert [e for e in events if e[0] == "fsync"][0][1].startswith(".pending-")  # the journal, first
+    assert ("fork", "") in events  # its sync in a child
+    assert not any(e == ("fsync", f".part-{sha(many[0])}") for e in events)
