@@ -304,9 +304,11 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
         # beside a live run: a window in its session; else the standby supervisor, if one waits, which takes the
         # project's session name in the tmux call that kills a session left under it (only ended runs can be left
         # in it: alive_runs() was empty); else tmux starts one
+        window = window_command(agent_path, run_dir)
         started = (server.new_window(name, f"exp{exp_id}", work, command, shown) if busy else
                    use_standby and standby.hand_over(server, layout, agent_path, run_dir, name, f"exp{exp_id}", shown,
-                                                  _alive, replace=True))
+                                                  _alive, replace=True, window_command=window))
+        told = started and not busy  # the standby's tmux call set the session's window command too
         if not started and not busy:
             _kill_session(server, name)  # no standby took the run: a session left under its name goes first
         if not started:
@@ -319,7 +321,8 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     finally:
         if sender is not None:
             sender.close()
-    _window_command(server, name, agent_path, run_dir)
+    if not told:
+        _window_command(server, name, window)
     try:
         if use_standby:
             standby.leave(server, layout, agent_path, _alive)  # the next start's supervisor, imported meanwhile
@@ -330,13 +333,17 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
     return {"run_dir": run_dir, "session": name, "socket": socket_name(layout)}
 
 
-def _window_command(server, name: str, agent_path: str, run_dir: str) -> None:
-    """A window the user opens in the run's session (orch attach, then new-window) is a shell with the run's
-    environment (``launch_env.window``), not the tmux server's; asked of tmux without waiting for it."""
+def window_command(agent_path: str, run_dir: str) -> str:
+    """What a window the user opens in the run's session (orch attach, then new-window) runs: a shell with the run's
+    environment (``launch_env.window``), not the tmux server's; the session's ``default-command``."""
     import shlex
 
-    server.later("set-option", "-t", f"={name}:", "default-command",
-                 shlex.join([sys.executable, agent_path, "window", run_dir]))
+    return shlex.join([sys.executable, agent_path, "window", run_dir])
+
+
+def _window_command(server, name: str, command: str) -> None:
+    """The session's ``default-command`` (``window_command``), asked of tmux without waiting for it."""
+    server.later("set-option", "-t", f"={name}:", "default-command", command)
 
 
 GONE = ("can't find session", "no server running", "error connecting to")  # what tmux says of no such session
@@ -713,7 +720,7 @@ def resume(run_dir: str) -> int:
         return 0  # runs side by side: another resumed first, in this session
     _kill_session(server, name)
     server.new_session(name, f"exp{state['id']}", cwd, command)
-    _window_command(server, name, os.path.abspath(sys.argv[0]), run_dir)
+    _window_command(server, name, window_command(os.path.abspath(sys.argv[0]), run_dir))
     return 0
 
 

@@ -61,10 +61,11 @@ def _tmux_ok(server, *args: str) -> bool:
 
 
 def hand_over(server, layout: Layout, agent_path: str, run_dir: str, session: str, window: str, shown: dict,
-              alive: Alive, replace: bool = False) -> bool:
+              alive: Alive, replace: bool = False, window_command: str | None = None) -> bool:
     """Start the run in ``run_dir`` with the standby as its supervisor; False (nothing started) if none takes it.
     ``replace``: a session already named ``session`` (only ended runs are left in it) is killed in the same tmux
-    call; where that call fails, it may still be there."""
+    call; where that call fails, it may still be there. ``window_command``: the session's ``default-command``
+    (what a window opened in it later runs), set in that call too."""
     _folder, fifo, record_path = _paths(layout.root)
     record = read_json(record_path)
     if not _usable(record, agent_path, alive):
@@ -78,6 +79,8 @@ def hand_over(server, layout: Layout, agent_path: str, run_dir: str, session: st
                     f"kill-session -t ={session}", ";", *commands]
     for key, value in shown.items():
         commands += [";", "set-environment", "-t", f"={session}", key, value]
+    if window_command is not None:
+        commands += [";", "set-option", "-t", f"={session}:", "default-command", window_command]
     if not _tmux_ok(server, *commands):
         if server.has_session(session):  # renamed, then something else failed: not a session for this run
             _tmux_ok(server, "kill-session", "-t", f"={session}")
