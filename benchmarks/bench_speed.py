@@ -11,6 +11,8 @@ pair) and prints one table (case, orch, baseline, ratio, bar, met or not, peak R
   pxbreak  the deploy after a break as users meet it on a Proxmox target: `kind = "proxmox"`, `ct = 200`, the CT
            found through the API stand-in; no connection held, the warm process up, and the CT lookup cache as a
            pause leaves it (remembered longer ago than [proxmox] cache_ttl), vs the same hand-typed pair;
+  pxcold   the first deploy of the day on that Proxmox target: no keeper, no warm process (as the cold case), the
+           CT's lookup remembered 12 hours ago (the API is asked), vs the same hand-typed pair;
   second   the second deploy after a reconnect (the first after `orch connections close` is untimed) vs the
            third, on the same SSH target: whatever starts lazily after a reconnect must not be waited for;
   warm     the same deploy with the keeper, its resident agent and the warm orch process up
@@ -72,7 +74,7 @@ from _speed import (Case, PeakWatch, busy_ms, check, cpu_ms, pairs, print_table,
                     wheel_install)
 from tests.testbed.procs import pids_running  # noqa: E402
 
-CASES = ("cold", "coldconn", "pxbreak", "second", "warm", "wstatus", "close", "pct", "push", "job", "jobidle",
+CASES = ("cold", "coldconn", "pxbreak", "pxcold", "second", "warm", "wstatus", "close", "pct", "push", "job", "jobidle",
          "status", "charlm")
 TORCH_CASES = {"job", "charlm"}
 TRAIN = "import time\n# revision {n}\nwhile True:\n    time.sleep(1)\n"
@@ -299,6 +301,24 @@ def case_pxbreak(b: Bench) -> Case:
     b.ssh("tmux kill-server")
     b.orch(proj, "stop")
     return Case("deploy after a break, Proxmox target", mine, hand, "scp + ssh tmux", 0.8)
+
+
+def case_pxcold(b: Bench) -> Case:
+    """The first deploy of the day as a Proxmox user meets it: `kind = "proxmox"`, `ct = 200`, over SSH, with no
+    keeper and no warm orch process up (``orch connections close``, a reboot of the laptop) and the CT's lookup
+    remembered a night ago (beyond [proxmox] cache_ttl: the API is asked again)."""
+    proj = px_project(b, "pxcold", "ssh")
+    b.hold_tmux()
+
+    def first_of_the_day(i: int) -> float:
+        b.close_keepers()
+        age_lookups(proj, 12 * 3600)
+        return b.changed_deploy(proj)
+
+    mine, hand = pairs(first_of_the_day, wall(lambda i: b.hand_pair(proj, i)), b.runs)
+    b.ssh("tmux kill-server")
+    b.orch(proj, "stop")
+    return Case("first deploy of the day, Proxmox target", mine, hand, "scp + ssh tmux", 1.0)
 
 
 def case_second(b: Bench) -> Case:
@@ -639,7 +659,8 @@ def case_charlm(b: Bench) -> Case:
     return Case("deploy -> GPT-style script iter 0 (CPU config)", mine, hand, "scp -r + ssh tmux", 1.1)
 
 
-RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "pxbreak": case_pxbreak, "second": case_second,
+RUNNERS = {"cold": case_cold, "coldconn": case_coldconn, "pxbreak": case_pxbreak, "pxcold": case_pxcold,
+           "second": case_second,
            "close": case_close, "wstatus": case_wstatus, "pct": case_pct, "warm": case_warm, "push": case_push,
            "job": case_job, "jobidle": case_jobidle, "status": case_status, "charlm": case_charlm}
 
