@@ -198,7 +198,11 @@ def _probe_node(node: Node, master: str | None) -> None:
     launch = node.launch
     assert launch is not None
     client = _connect(node)
-    node.probe = _probe(launch, client, launch.settings.project.name, also=_route(master))
+    from . import push
+
+    ahead = push.changed_ahead(launch.revision) \
+        if launch.revision is not None and launch.has(PushRevision) and launch.revision.files else None
+    node.probe = _probe(launch, client, launch.settings.project.name, also=_route(master), store=ahead)
     from ..watch import doctor
 
     doctor.refuse(node.probe.get("findings"), node.target.label, launch.echo)

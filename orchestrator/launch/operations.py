@@ -231,8 +231,9 @@ def _notice_checkpoints(launch: Launch, inv: dict | None, writer: checkpoints.Wr
 
 
 def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry | None = None,
-           also: tuple[tuple[str, Op], ...] = ()) -> dict:
-    """What the launch needs to know of the target, in one call; ``also``: more ops of that call, by key."""
+           also: tuple[tuple[str, Op], ...] = (), store: tuple[Op, bytes] | None = None) -> dict:
+    """What the launch needs to know of the target, in one call; ``also``: more ops of that call, by key;
+    ``store``: blobs stored first (``push.changed_ahead``), so that what the call finds missing is what is left."""
     target = launch.target
     ops: list[Op] = []
     keys: list[str] = []
@@ -248,6 +249,9 @@ def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry
     if launch.has(PushRevision) and launch.revision is not None and launch.revision.files:
         from .push import missing_op
 
+        if store is not None:
+            ops.append(store[0])
+            keys.append("stored")
         ops.append(missing_op(launch.revision))
         keys.append("missing")
     if launch.has(Doctor):
@@ -271,7 +275,8 @@ def _probe(launch: Launch, client: AgentClient, project: str, registry: Registry
     if registry is not None:
         values = reconcile(launch.settings, target, registry, client, also=ops)
     else:
-        values = client.call(ops, what=f"{launch.book.name} (probe)")
+        values = client.call(ops, what=f"{launch.book.name} (probe)",
+                             payload=store[1] if store is not None and "stored" in keys else b"")
     probe = dict(zip(keys, values))
     if "doctor" in probe:
         least = next((a.min_free_mb for a in launch.actions if isinstance(a, Preflight)), 0)

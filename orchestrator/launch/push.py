@@ -166,6 +166,17 @@ def inline(rev: Revision, probe_missing: dict) -> tuple[Op, bytes, dict] | None:
     return Op("blobs_store", {"blobs": entries}), data, sent
 
 
+def changed_ahead(rev: Revision) -> tuple[Op, bytes] | None:
+    """The ``blobs_store`` op and payload of the files this build hashed (changed since the last one: the blobs a
+    target most likely lacks), for a probe to store before it asks what is missing; None when there are none or
+    they are more than ``INLINE`` bytes. Storing blobs changes nothing a run or a record sees, so a job's nodes take
+    them before its gang check: a one-line change then needs no push call of its own on any node."""
+    if not rev.fresh or rev.pending:
+        return None
+    found = inline(rev, {"missing": sorted({f["sha256"] for f in rev.files if f["path"] in rev.fresh})})
+    return (found[0], found[1]) if found is not None else None
+
+
 def bind(launch: Launch) -> None:
     """Name a pending revision by its id, once its push has hashed it, in the inputs and the plan."""
     rev = launch.revision

@@ -94,6 +94,7 @@ class Revision:
     cache_file: Path | None = None
     cache_keys: dict[str, str] = field(default_factory=dict)  # path -> "size:mtime_ns", as the hash cache keys it
     git: GitLookup | None = None  # the commit, whether the sources differ from it, and how: ``git_*`` below
+    fresh: frozenset[str] = frozenset()  # the paths hashed by this build (not in the hash cache: changed since)
 
     @property
     def git_commit(self) -> str | None:
@@ -217,7 +218,8 @@ def build(project_dir: Path, sources: list[str], cache_dir: Path | None = None, 
                      | ({} if sha else {"key": file_key(rel, st.st_size, st.st_mtime_ns)}))
         local_paths[rel] = path
     rev = Revision(None if later else manifest_id(files), files, project_dir, local_paths=local_paths,
-                   left_out=chosen.left_out, cache_file=cache_file, cache_keys=keys, git=git)
+                   left_out=chosen.left_out, cache_file=cache_file, cache_keys=keys, git=git,
+                   fresh=frozenset(rel for rel, path, _st in found if path in hashed))
     if not later:
         _save_cache(rev, cache)
     return rev
