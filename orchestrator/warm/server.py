@@ -44,7 +44,10 @@ PRELOAD = ("orchestrator.cli.main", "orchestrator.cli.run", "orchestrator.cli.st
            # a job's commands (deploy, status, stop over several nodes), and a CT named by its id (not the Proxmox
            # client's libraries: those load only when the API is really asked)
            "orchestrator.launch.multinode", "orchestrator.launch.distributed", "orchestrator.records.job_settle",
-           "orchestrator.watch.job_progress", "orchestrator.reach.ct_cache", "orchestrator.reach.proxmox")
+           "orchestrator.watch.job_progress", "orchestrator.reach.ct_cache", "orchestrator.reach.proxmox",
+           # a CT's remembered address, checked before it is used (its name through IDNA, as the socket module
+           # encodes any host name), and the machine a CT's agent must be
+           "encodings.idna", "orchestrator.reach.identity")
 
 # their command lines read ("group sub": a group's sub-command)
 PREPARED = ("deploy", "restart", "stop", "status", "logs", "checkpoints", "experiments", "experiments list")

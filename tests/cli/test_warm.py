@@ -310,3 +310,16 @@ def test_the_warm_process_reads_an_orch_toml_with_a_target_of_each_kind_before_a
     assert said == []
     assert sorted(t.kind for t in settings.targets.values()) == ["local", "proxmox", "slurm", "ssh"]
     server._rehearse()  # and it leaves nothing behind: a folder of its own, removed
+
+
+def test_a_ct_named_by_its_id_is_looked_up_with_nothing_imported_afresh():
+    """A CT's remembered address is checked (a TCP connect by host name, which the socket module encodes with IDNA)
+    and the machine named checked by the agent: their modules are the warm process's already."""
+    code = ("import sys; from orchestrator.warm import server; server._preload(); before = set(sys.modules)\n"
+            "from orchestrator.reach import targets\n"
+            "from orchestrator.reach.identity import Expected\n"
+            "targets._answers('localhost', 9, 0.5)\n"
+            "print(sorted(set(sys.modules) - before))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
