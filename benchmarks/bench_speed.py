@@ -12,7 +12,8 @@ pair) and prints one table (case, orch, baseline, ratio, bar, met or not, peak R
            found through the API stand-in; no connection held, the warm process up, and the CT lookup cache as a
            pause leaves it (remembered longer ago than [proxmox] cache_ttl), vs the same hand-typed pair;
   pxcold   the first deploy of the day on that Proxmox target: no keeper, no warm process (as the cold case), the
-           CT's lookup remembered 12 hours ago (the API is asked), vs the same hand-typed pair;
+           CT's lookup remembered 12 hours ago (within cache_max_age: the API is asked after the answer), vs the
+           same hand-typed pair;
   second   the second deploy after a reconnect (the first after `orch connections close` is untimed) vs the
            third, on the same SSH target: whatever starts lazily after a reconnect must not be waited for;
   warm     the same deploy with the keeper, its resident agent and the warm orch process up
@@ -306,7 +307,7 @@ def case_pxbreak(b: Bench) -> Case:
 def case_pxcold(b: Bench) -> Case:
     """The first deploy of the day as a Proxmox user meets it: `kind = "proxmox"`, `ct = 200`, over SSH, with no
     keeper and no warm orch process up (``orch connections close``, a reboot of the laptop) and the CT's lookup
-    remembered a night ago (beyond [proxmox] cache_ttl: the API is asked again)."""
+    remembered a night ago (past [proxmox] cache_ttl: used while the CT's port answers, the API asked after)."""
     proj = px_project(b, "pxcold", "ssh")
     b.hold_tmux()
 

@@ -278,9 +278,9 @@ class ProxmoxSection(_Section):
     start_timeout: float = Field(120.0, gt=0)
     cache_ttl: float = Field(30.0, ge=0, description="seconds a running CT's lookup (node, address) is reused by "
                                                       "the next commands; 0 asks the API every time")
-    cache_max_age: float = Field(3600.0, ge=0, description="seconds an older lookup is still used to reach a CT "
-                                 "whose port answers (the host key decides it is the same CT), asked again once the "
-                                 "command has answered")
+    cache_max_age: float = Field(604800.0, ge=0, description="seconds an older lookup is still used to reach a "
+                                 "CT whose port answers (every agent call checks that the machine there is that CT), "
+                                 "asked again once the command has answered")
     node_ssh: NodeSsh = Field(default_factory=NodeSsh)
 
     @model_validator(mode="before")
