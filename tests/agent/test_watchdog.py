@@ -9,6 +9,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from orchestrator.agent.run import watchdog
 from orchestrator.agent.run.attempts import Policy
 from orchestrator.agent.run.heartbeat import encode, token
@@ -72,8 +74,18 @@ def test_a_node_that_hears_no_peer_says_so_as_it_stalls(tmp_path):
     assert f"no heartbeat came from the job's other nodes (UDP port {port})" in (tmp_path / "train.log").read_text()
 
 
-def _exits_after(seconds: float, code: int) -> subprocess.Popen:
-    return subprocess.Popen(["python3", "-c", f"import time, sys; time.sleep({seconds}); sys.exit({code})"])
+def _times_out_then_exits(seconds: float, code: int) -> subprocess.Popen:
+    """A command that exits with ``code`` after ``seconds``: ``wait_child`` times out on it first, then gives its
+    code; it is reaped when this returns."""
+    child = subprocess.Popen(["python3", "-c", f"import time, sys; time.sleep({seconds}); sys.exit({code})"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            watchdog.wait_child(child, 0.01)
+        assert watchdog.wait_child(child, 30) == code
+    finally:
+        child.kill()
+        child.wait()
+    return child
 
 
 def test_wait_child_is_woken_by_the_exit_and_answers_as_popens_wait(monkeypatch):
@@ -84,17 +96,7 @@ def test_wait_child_is_woken_by_the_exit_and_answers_as_popens_wait(monkeypatch)
     real_sleep = time.sleep
     monkeypatch.setattr(time, "sleep", lambda s: (naps.append(s), real_sleep(s)))
 
-    child = _exits_after(0.3, 7)
-    try:
-        try:
-            watchdog.wait_child(child, 0.01)
-            raise AssertionError("a running child did not time out")
-        except subprocess.TimeoutExpired:
-            pass
-        assert watchdog.wait_child(child, 30) == 7
-    finally:
-        child.kill()
-        child.wait()
+    child = _times_out_then_exits(0.3, 7)
     assert naps == []  # the waits slept in select on the pidfd, not in Popen's poll loop
     assert watchdog.wait_child(child, 1) == 7  # already reaped: its code again
 
@@ -109,14 +111,4 @@ def test_wait_child_without_pidfds_is_popens_wait(monkeypatch):
         raise OSError(38, "Function not implemented")
 
     monkeypatch.setattr(watchdog.os, "pidfd_open", refused)
-    child = _exits_after(0.2, 5)
-    try:
-        try:
-            watchdog.wait_child(child, 0.01)
-            raise AssertionError("a running child did not time out")
-        except subprocess.TimeoutExpired:
-            pass
-        assert watchdog.wait_child(child, 30) == 5
-    finally:
-        child.kill()
-        child.wait()
+    assert _times_out_then_exits(0.2, 5).returncode == 5

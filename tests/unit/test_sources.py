@@ -239,12 +239,8 @@ def test_a_fifo_in_a_named_folder_is_left_out_by_name_never_read(tmp_path):
     assert "  data/pipe (not a regular file: fifo, socket or device)" in left_out_warning(sel.left_out)
 
 
-def test_the_commit_and_a_dirty_tree_come_from_one_git_call(tmp_path, monkeypatch):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "train.py").write_text("print(1)\n")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "init", "-q"], check=True)
+def counted_git(tmp_path: Path, monkeypatch) -> Path:
+    """git first on PATH through a shim that adds a line per call to the file returned."""
     calls = tmp_path / "calls"
     shim = tmp_path / "bin"
     shim.mkdir()
@@ -252,6 +248,16 @@ def test_the_commit_and_a_dirty_tree_come_from_one_git_call(tmp_path, monkeypatc
     (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
     (shim / "git").chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+def test_the_commit_and_a_dirty_tree_come_from_one_git_call(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "train.py").write_text("print(1)\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    calls = counted_git(tmp_path, monkeypatch)
     fresh = revisions.build(repo, ["train.py"])  # no commit yet
     assert fresh.git_commit is None and fresh.git_dirty is None
     subprocess.run([*git, "add", "-A"], check=True)
@@ -269,13 +275,7 @@ def test_the_commit_and_a_dirty_tree_come_from_one_git_call(tmp_path, monkeypatc
 def test_git_is_asked_only_where_a_repository_can_be_found(tmp_path, monkeypatch):
     """No ``.git`` in the project's folder or above it (and no GIT_DIR): no git call, the commit None; a worktree's
     ``.git`` file, or GIT_DIR, and git is asked as before."""
-    calls = tmp_path / "calls"
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    real = shutil.which("git")
-    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
-    (shim / "git").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    calls = counted_git(tmp_path, monkeypatch)
     monkeypatch.delenv("GIT_DIR", raising=False)
     plain = tmp_path / "plain"
     plain.mkdir()
