@@ -143,7 +143,7 @@ class Conductor:
             for t in live:
                 exp = linked.get(t["number"])
                 if exp is None:  # asked, but the conductor ended before its launch: launch it now
-                    self._launch(reg, t["number"], t["params"], len(trials))
+                    self._launch(reg, t["number"], self.study.drawn(t["number"], self.space), len(trials))
                 else:
                     self._follow(reg, t, reg.get(exp.id))
                 if self.study.attrs.get("error"):

@@ -57,8 +57,12 @@ def coordinates(table: dict, space: dict) -> dict[str, Any]:
 
     from .space import Choice
 
-    rows = [r for r in table["rows"] if r["state"] in ("complete", "pruned") and r["objective"] is not None]
-    names = [k for k in table["keys"] if not (isinstance(space.get(k), Choice) and len(space[k].values) == 1)]
+    names = [k for k in table["keys"]
+             if k in space and not (isinstance(space[k], Choice) and len(space[k].values) == 1)]
+    # a trial that lacks a value of an axis (one an older orch ran after its conductor ended inside the ask) has no
+    # place on the plot: left out of it, never a failed ``sweep show``
+    rows = [r for r in table["rows"] if r["state"] in ("complete", "pruned") and r["objective"] is not None
+            and all(k in r["params"] for k in names)]
     values = [r["objective"] for r in rows]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
 

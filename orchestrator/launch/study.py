@@ -107,6 +107,15 @@ class Study:
         trial = self.study.ask({k: _distribution(self.optuna, d) for k, d in space.items()})
         return trial.number, trial.params
 
+    def drawn(self, number: int, space: dict[str, Dist]) -> dict[str, Any]:
+        """Trial ``number``'s parameters, every one of ``space``: an ask draws them one by one (Optuna stores each as
+        it suggests it), so a conductor that ended inside one left a trial with some of them; the rest are drawn now,
+        as that ask would have."""
+        trial = self._trial(number)
+        for key, dist in space.items():
+            trial._suggest(key, _distribution(self.optuna, dist))  # one drawn already is given back as it was
+        return trial.params
+
     def _trial(self, number: int):
         frozen = self.study._storage.get_trial(self._id(number))
         return self.optuna.trial.Trial(self.study, frozen._trial_id)

@@ -150,6 +150,18 @@ class Conductor:
             asked, in_flight = asked + 1, in_flight + 1
         return asked >= self.spec["trials"] and in_flight == 0
 
+    def _drawn(self, trial) -> dict:
+        """The trial's parameters, every one of the space: an ask draws them one by one (Optuna's ``ask`` stores each as
+        it suggests it), so a conductor that ended inside one left a trial with some of them; the rest are drawn now,
+        as that ask would have, never run with the command's defaults in their place."""
+        if all(k in trial.params for k in self.space):
+            return trial.params
+        live = self.optuna.Trial(self.study, trial._trial_id)
+        for key, dist in self.space.items():
+            live._suggest(key, dist)  # a parameter drawn already is given back as it was
+        self.changed = True
+        return live.params
+
     def _number_for(self, number: int) -> int:
         """The experiment number the controller reserved for trial ``number`` (trial 0's is the template's)."""
         return int(self.spec["template"]) if number == 0 else int(self.spec["reserved"][number - 1])
@@ -209,7 +221,7 @@ class Conductor:
         if self.study.user_attrs.get("error") and not self._started(exp_id):
             return  # the sweep ended: taken out of the queue, never queued again (round tells it)
         if not self._queued(exp_id) and not self._started(exp_id):
-            return self._queue(number, trial.params, exp_id)  # asked, and the conductor ended before its entry
+            return self._queue(number, self._drawn(trial), exp_id)  # asked, and the conductor ended before its entry
         if "queued" not in attrs:  # queued, and the conductor ended before its note: the controller records it
             self._attr(number, "queued", time.time())
         if not self._started(exp_id):
