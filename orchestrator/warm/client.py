@@ -47,11 +47,18 @@ def _sha256():
 
 
 def socket_path() -> str:
-    """The warm orch process's socket: its name covers every file of the installed orch (names, sizes and
-    times), so a changed orch never runs a command in a process that loaded the old one."""
+    """The warm orch process's socket: its name covers every file of the installed orch, so a changed orch never
+    runs a command in a process that loaded the old one. Installed (a wheel, by pip, uv or pipx), the installer's
+    RECORD names each of its files with its sha256 and is written again by every install: its text is read (one
+    file, where stating all ~250 of orch's takes 1.5-3 ms of every command). Anywhere else (a checkout, an editable
+    install) every file is stated: its names, sizes and times."""
     pkg = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     h = _sha256()
     h.update(f"{os.path.expanduser('~')}\0{sys.prefix}".encode())
+    record = _record(pkg)
+    if record is not None:
+        h.update(b"RECORD\0" + pkg.encode() + b"\0" + record)
+        return os.path.join(sockets.folder_name(), f"warm-{h.hexdigest()[:12]}{sockets.SUFFIX}")
     for where, dirs, files in os.walk(pkg):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
@@ -59,6 +66,21 @@ def socket_path() -> str:
                 st = os.stat(os.path.join(where, name))
                 h.update(f"{where}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return os.path.join(sockets.folder_name(), f"warm-{h.hexdigest()[:12]}{sockets.SUFFIX}")
+
+
+def _record(pkg: str) -> bytes | None:
+    """The RECORD an installer wrote for the orch installed at ``pkg`` (beside it, in ``orch-VERSION.dist-info``),
+    when it lists this very file; None for a checkout or an editable install (no RECORD there lists orch's files)."""
+    from .. import __version__
+
+    path = os.path.join(os.path.dirname(pkg), f"orch-{__version__}.dist-info", "RECORD")
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    mine = os.path.relpath(os.path.realpath(__file__), os.path.dirname(pkg)).replace(os.sep, "/")
+    return text if f"\n{mine},".encode() in text else None
 
 
 def _recv_exact(sock, size: int) -> bytes | None:

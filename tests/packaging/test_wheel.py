@@ -131,3 +131,34 @@ def _wait_for_step(orch) -> dict:
             return status
         assert time.monotonic() < deadline, f"the run printed no step: {status}"
         time.sleep(0.3)
+
+
+def test_an_installed_orch_names_its_warm_process_by_the_installers_record(installed, tmp_path):
+    """Installed, the warm socket's name comes from the RECORD the installer wrote (each file's sha256), not from
+    stating every file: an install that changed a file (a new RECORD) gets a warm process of its own, the same
+    files again the same one. A checkout states its files (test_warm.py changes one)."""
+    code = ("import json, os; from orchestrator.warm import client; "
+            "pkg = os.path.dirname(os.path.dirname(os.path.realpath(client.__file__))); "
+            "print(json.dumps([client.socket_path(), client._record(pkg) is not None]))")
+
+    def name() -> tuple[str, bool]:
+        out = _run([str(installed / "python"), "-c", code], 60, cwd=tmp_path, env=_env(installed)).stdout
+        path, from_record = json.loads(out)
+        return path, from_record
+
+    first, from_record = name()
+    assert from_record
+    record = next(installed.parent.glob("lib/python*/site-packages/orch-*.dist-info/RECORD"))
+    text = record.read_bytes()
+    line = next(x for x in text.splitlines() if x.startswith(b"orchestrator/warm/server.py,"))
+    try:
+        record.write_bytes(text.replace(line, line.replace(b"sha256=", b"sha256=0")))  # a changed file's install
+        changed, _ = name()
+        assert changed != first
+    finally:
+        record.write_bytes(text)
+    assert name() == (first, True)
+    # a checkout's name is made from its files: the checkout's orch has no RECORD beside it
+    from orchestrator.warm import client
+
+    assert client._record(str(REPO / "orchestrator")) is None
