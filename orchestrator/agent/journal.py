@@ -12,7 +12,8 @@ fsyncs it before the next step starts, and any later command, from any clone, re
 
 A step that changes nothing its reader acts on (``UNCHANGING``: a check, the blobs stored, a revision assembled, the
 start verified) is appended without an fsync of its own: the next line that is fsynced (a stop, a checkpoint move,
-a start, a failure, the end) makes it durable too, and a crash that loses it loses no change.
+a start, a failure) makes it durable too, and a crash that loses it loses no change. Nor is the end fsynced: no
+reader decides anything by it (a launch whose start line is there started, whatever follows).
 
 Writing is best effort (a full disk must not fail the launch it records): after the first failed write
 the journal stays silent. ``read`` takes what is whole: a last line cut by a crash is left out.
@@ -78,7 +79,7 @@ class Journal:
             self._append({"event": "failed", "op": op, "error": error})
 
     def end(self) -> None:
-        self._append({"event": "end"})
+        self._append({"event": "end"}, sync=False)  # read by no decision: the answer does not wait for the disk
 
     def _append(self, entry: dict, sync: bool = True) -> None:
         if not self.ok:

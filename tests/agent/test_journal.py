@@ -136,9 +136,9 @@ def test_steps_left_undone_because_orch_went_away_are_not_a_failed_start():
 
 
 def test_every_line_its_reader_acts_on_is_fsynced_as_written_and_the_checks_ride_on_the_next(tmp_path, monkeypatch):
-    """A stop, a checkpoint move, a start, a failure and the end are on disk before the next step starts; a check, the
-    blobs stored, the revision assembled and the start verified (nothing the reader acts on) are appended without an
-    fsync of their own, and the next fsynced line takes them to disk with it."""
+    """A stop, a checkpoint move, a start and a failure are on disk before the next step starts; a check, the blobs
+    stored, the revision assembled, the start verified and the end (nothing the reader acts on) are appended without
+    an fsync of their own, and the next fsynced line takes them to disk with it."""
     run_dir = str(tmp_path / "runs" / "0123456789ab-4")
     synced: list[list[str]] = []  # at each fsync of the journal: the ops of its lines so far
     real = os.fsync
@@ -156,6 +156,6 @@ def test_every_line_its_reader_acts_on_is_fsynced_as_written_and_the_checks_ride
         steps.step(op, {"ok": True, "value": {}})
     steps.step("run_check", {"ok": False, "error": {"kind": "conflict", "message": "no"}})
     steps.end()
-    assert [s[-1] for s in synced] == ["begin", "run_stop", "ckpt_trash", "run_start", "run_check", "end"]
+    assert [s[-1] for s in synced] == ["begin", "run_stop", "ckpt_trash", "run_start", "run_check"]
     assert synced[1] == ["begin", "blobs_store", "revision_assemble", "run_check", "run_stop"]  # taken along
     assert [e.get("event") for e in journal.read(run_dir)][-2:] == ["failed", "end"]

@@ -102,9 +102,13 @@ def check(value: object, name: str = "launch_env") -> dict:
 
 def write(run_dir: str, ctx: dict, secrets: object = ()) -> None:
     """The run's record, 0600: its variables without the secrets' names (their values come through the pipe)."""
+    write_atomic(*record(run_dir, ctx, secrets))
+
+
+def record(run_dir: str, ctx: dict, secrets: object = ()) -> tuple[str, bytes, int]:
+    """What ``write`` writes, as (path, data, mode): for ``layout.write_all`` with the run's other files."""
     env = {k: v for k, v in ctx["env"].items() if k not in secrets and k not in PANE}
-    write_atomic(os.path.join(run_dir, FILE), (json.dumps({**ctx, "env": env}, sort_keys=True) + "\n").encode(),
-                 0o600)
+    return os.path.join(run_dir, FILE), (json.dumps({**ctx, "env": env}, sort_keys=True) + "\n").encode(), 0o600
 
 
 def read(run_dir: str) -> dict | None:

@@ -30,7 +30,7 @@ from .. import procstat
 from ..watch import budget, guard_state
 from . import recorded, sacct, slurm
 from ..watch import notify as notices
-from ..layout import Layout, parse_run_key, read_json, write_atomic, write_json
+from ..layout import Layout, json_bytes, parse_run_key, read_json, write_all, write_atomic, write_json
 from ..protocol import AgentFailure
 
 # A status (``run_state``, ``status``) imports only the modules above: what starts, supervises and stops a run
@@ -262,7 +262,6 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
             pass  # a full disk: the failure itself is what the caller hears
         raise
     batching_file = os.path.join(run_dir, "batching.json")
-    write_json(batching_file, batching)
     run_env = {k: str(v) for k, v in env.items()}
     run_env.update(ORCH_EXPERIMENT_ID=str(exp_id), ORCH_RUN_DIR=run_dir, ORCH_WORK_DIR=work,
                    ORCH_CHECKPOINT_DIR=str(experiment.get("checkpoints", "")),
@@ -277,12 +276,15 @@ def start(layout: Layout, exp_id: int, project: str, revision: str, argv: list, 
                                                        str(env.get("PATH") or base.get("PATH", ""))) if p)
     if experiment.get("checkpoints"):
         os.makedirs(experiment["checkpoints"], exist_ok=True)
-    write_json(os.path.join(run_dir, "experiment.json"), experiment)
-    launch_env.write(run_dir, inherited, secrets)  # 0600, before launch.json: the supervisor reads both
-    write_json(os.path.join(run_dir, "launch.json"),
-               {"argv": list(argv), "cwd": work, "revision": revision, "env": run_env, "secrets": sorted(secrets),
-                "created": time.time(), "recovery": recovery or {},
-                "notify": {k: v for k, v in notify.items() if k != "url"} if notify else None})
+    # on disk together (one wait for the disk), launch.json renamed last: the supervisor reads the others once it is
+    # there; the launch record 0600
+    write_all([(batching_file, json_bytes(batching), 0o644),
+               (os.path.join(run_dir, "experiment.json"), json_bytes(experiment), 0o644),
+               launch_env.record(run_dir, inherited, secrets),
+               (os.path.join(run_dir, "launch.json"),
+                json_bytes({"argv": list(argv), "cwd": work, "revision": revision, "env": run_env,
+                            "secrets": sorted(secrets), "created": time.time(), "recovery": recovery or {},
+                            "notify": {k: v for k, v in notify.items() if k != "url"} if notify else None}), 0o644)])
     piped = {**secrets, notices.URL_KEY: notify["url"]} if notify else secrets
     if slurm_job is not None:
         try:
