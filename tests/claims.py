@@ -1,7 +1,7 @@
 """Test files dealt out while the groups run, so that groups sharing a selection end together.
 
 ``tests/groups.py`` gives its groups one folder (``ORCH_CLAIMS``). A group whose selection another group shares
-(``local``, ``local-b`` and ``local-c``; the three testbed groups) collects the same tests as the other, in the same order
+(``local`` and ``local-b``; ``testbed`` and ``testbed-b``) collects the same tests as the other, in the same order
 (heaviest file first), and runs a file only once it has claimed it: it creates the file's claim in that folder,
 which only one process can do. Whichever group is free takes the next file, so no group waits on a split made
 before anything ran. The next file is claimed before the last test of the current one runs, so the fixtures the

@@ -54,18 +54,15 @@ HEAVY = {"test_mlflow_export.py": 3, "test_guard.py": 3, "test_env.py": 3, "test
          "test_wheel.py": 5, "test_ui.py": 3}  # files whose tests take several times a CLI test's (the wheel's: a build and a venv)
 
 
-SHARDS = ("a", "b", "c")  # tests/groups.py's local groups
-
-
 @pytest.hookimpl(trylast=True)  # after ``-m`` has deselected its part
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``ORCH_LOCAL_SHARD=a``, ``b`` or ``c``: a third of the selected test files (``tests/groups.py`` runs the three
-    at once). Files are dealt out heaviest first (their tests, weighted by folder) to the lightest third so far; with
-    ``ORCH_CLAIMS`` the three take the next file, heaviest first, as they get free (``tests/claims.py``)."""
+    """``ORCH_LOCAL_SHARD=a`` or ``b``: half of the selected test files (``tests/groups.py`` runs both halves at
+    once). Files are dealt out heaviest first (their tests, weighted by folder) to the lighter half so far; with
+    ``ORCH_CLAIMS`` both halves take the next file, heaviest first, as they get free (``tests/claims.py``)."""
     from tests import claims
 
     shard = os.environ.get("ORCH_LOCAL_SHARD")
-    if shard not in SHARDS:
+    if shard not in ("a", "b"):
         return
     sizes: dict[Path, int] = {}
     for item in items:
@@ -74,14 +71,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if claims.folder() is not None:
         claims.share(config, "local", items, sorted(sizes, key=lambda p: (-sizes[p], str(p))))
         return
-    parts: dict[str, set[Path]] = {k: set() for k in SHARDS}
-    load = dict.fromkeys(SHARDS, 0)
+    halves: dict[str, set[Path]] = {"a": set(), "b": set()}
+    load = {"a": 0, "b": 0}
     for path in sorted(sizes, key=lambda p: (-sizes[p], str(p))):
         lighter = min(load, key=lambda k: (load[k], k))
-        parts[lighter].add(path)
+        halves[lighter].add(path)
         load[lighter] += sizes[path]
-    keep = [item for item in items if item.path in parts[shard]]
-    drop = [item for item in items if item.path not in parts[shard]]
+    keep = [item for item in items if item.path in halves[shard]]
+    drop = [item for item in items if item.path not in halves[shard]]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

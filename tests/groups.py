@@ -1,11 +1,10 @@
 """The whole suite as groups run at once: the testbed's tests (real LXC containers, mostly waiting on them) and
-the local ones, each in a pytest process of its own. The local tests are three groups, ``local``, ``local-b`` and
-``local-c`` (``ORCH_LOCAL_SHARD`` in ``tests/conftest.py``), as are the testbed's, ``testbed``, ``testbed-b`` and
-``testbed-c``, each with a testbed of its own (the others in namespaces of their own: ``tests/testbed/instance.py``;
-which files they may not run: ``NEEDS_NETWORK`` in ``tests/integration/conftest.py``), unless LXC cannot run here
-or ``ORCH_TESTBED_SPLIT=0``. The groups of a kind deal their files out as they run (``tests/claims.py``): each
-takes the next file, heaviest first, when it is free, so all end together. Most of the suite waits (on containers,
-runs, timeouts): six groups keep two cores busy where four left half of their time idle. Each group's output is printed whole
+the local ones, each in a pytest process of its own. The local tests are two groups, ``local`` and ``local-b``
+(half of the files each: ``ORCH_LOCAL_SHARD`` in ``tests/conftest.py``), as are the testbed's, ``testbed`` and
+``testbed-b``, each with a testbed of its own (the second in namespaces of its own: ``tests/testbed/instance.py``;
+which files the second may not run: ``NEEDS_NETWORK`` in ``tests/integration/conftest.py``), unless LXC cannot run here
+or ``ORCH_TESTBED_SPLIT=0``. The two groups of a pair deal their files out as they run (``tests/claims.py``): each
+takes the next file, heaviest first, when it is free, so both end together. Each group's output is printed whole
 once it ends, then the slowest tests of each group (setup, call and teardown together), each failed test with the
 first line of why, the time per group and one closing line with the totals.
 
@@ -90,8 +89,7 @@ def groups() -> list[tuple[str, list[str], dict[str, str], str | None]]:
         return [("testbed", testbed, {}, None), ("local", local, {}, None)]
     return [("testbed", testbed, {"ORCH_TESTBED_SHARD": "a"}, None),
             ("local", local, {"ORCH_LOCAL_SHARD": "a"}, None), ("local-b", local, {"ORCH_LOCAL_SHARD": "b"}, None),
-            ("testbed-b", testbed, {"ORCH_TESTBED_SHARD": "b"}, "b"), ("local-c", local, {"ORCH_LOCAL_SHARD": "c"}, None),
-            ("testbed-c", testbed, {"ORCH_TESTBED_SHARD": "c"}, "c")]
+            ("testbed-b", testbed, {"ORCH_TESTBED_SHARD": "b"}, "b")]
 
 
 def split_testbed() -> bool:

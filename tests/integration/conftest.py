@@ -27,11 +27,11 @@ from tests.testbed.proxy import TcpProxy
 
 VMIDS = (200, 201)
 
-# `make test` runs the testbed's tests in three processes at once, each with a testbed of its own
-# (``tests/testbed/instance.py``), ORCH_TESTBED_SHARD=a, =b and =c. The second and third have no network: the files
-# that install orch's dependencies from the package index are the first's alone (torch comes from the testbed's site
-# folder, which ``tests/groups.py`` has ready before the others start). With ORCH_CLAIMS (``tests/claims.py``) the
-# three take the other files as they get free, longest first; without, they split them beforehand.
+# `make test` runs the testbed's tests in two processes at once, each with a testbed of its own
+# (``tests/testbed/instance.py``), ORCH_TESTBED_SHARD=a and =b. The second testbed has no network: the files that
+# install orch's dependencies from the package index are the first's alone (torch comes from the testbed's site
+# folder, which ``tests/groups.py`` has ready before the second starts). With ORCH_CLAIMS (``tests/claims.py``) the
+# two take the other files as they get free, longest first; without, they split them beforehand.
 NEEDS_NETWORK = frozenset({"test_wheel_ct.py"})
 # the longest files, longest first (CI's durations): taken first, so that what is left at the end is short
 LONGEST = ("test_slurm_ct.py", "test_multinode_ct.py", "test_job_faults_ct.py", "test_notify_ct.py",
@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from tests import claims
 
     shard = os.environ.get("ORCH_TESTBED_SHARD")
-    if shard not in ("a", "b", "c"):
+    if shard not in ("a", "b"):
         return
     rank = {name: i for i, name in enumerate(LONGEST)}
     files = sorted(dict.fromkeys(item.path for item in items),
@@ -56,10 +56,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     shared = [path for path in files if path.name not in NEEDS_NETWORK]
     if claims.folder() is not None:  # the first may take any file, the second any the network is not needed for
         mine = set(files if shard == "a" else shared)
-    elif shard in ("b", "c"):  # dealt out in turn beforehand, longest first
-        mine = set(shared[0::3] if shard == "b" else shared[1::3])
+    elif shard == "b":  # dealt out in turn beforehand, longest first
+        mine = set(shared[0::2])
     else:
-        mine = set(shared[2::3]) | {path for path in files if path.name in NEEDS_NETWORK}
+        mine = set(shared[1::2]) | {path for path in files if path.name in NEEDS_NETWORK}
     keep = [item for item in items if item.path in mine]
     drop = [item for item in items if item.path not in mine]
     if claims.folder() is not None:

@@ -98,11 +98,10 @@ def _collected_files(shard: str, claims: Path) -> list[str]:
     return list(dict.fromkeys(line.split("::")[0] for line in proc.stdout.splitlines() if "::" in line))
 
 
-def test_the_second_and_third_testbed_groups_may_take_every_file_but_those_that_need_the_network(tmp_path):
+def test_the_second_testbed_group_may_take_every_file_but_those_that_need_the_network(tmp_path):
     from tests.integration.conftest import LONGEST, NEEDS_NETWORK
 
     first, second = _collected_files("a", tmp_path), _collected_files("b", tmp_path)
-    assert _collected_files("c", tmp_path) == second  # the third, with no network either, may take the same
     every = sorted(p.name for p in (REPO / "tests" / "integration").glob("test_*.py"))
     assert sorted(Path(f).name for f in first) == every  # collected only: nothing claimed, nothing ran
     assert sorted(Path(f).name for f in second) == sorted(set(every) - NEEDS_NETWORK)
