@@ -26,13 +26,17 @@ def quad(project):
 
 
 def test_a_search_conducted_on_its_target_outlives_a_killed_conductor_with_no_trial_twice_or_lost(quad):
-    started = quad.run("sweep", "--on-target", "--set", "project.env.LR=loguniform(1e-5,1.0)", "--trials", "8",
-                       "--steps", "20", "--min-steps", "2", "--seed", "1", "--json")
+    # trials of 20 steps of 0.1 s (the pruned ones end at their second): the search lasts well past the kill below
+    # however late a loaded machine's `sweep show` sees its second trial
+    started = quad.run("sweep", "--on-target", "--set", "project.env.LR=loguniform(1e-5,1.0)", "--set",
+                       "project.env.PAUSE=0.1", "--trials", "8", "--steps", "20", "--min-steps", "2", "--seed", "1",
+                       "--json")
     assert started.returncode == 0, started.stderr
     sweep, pid = json.loads(started.stdout)["sweep"], json.loads(started.stdout)["conductor"]
     assert pid and b"sweep-conduct" in open(f"/proc/{pid}/cmdline", "rb").read()  # on the target, not orch's
     assert not (quad.path / ".orch" / "sweeps" / f"{sweep}.log").exists()  # the controller conducts nothing
-    wait_for(lambda: _show(quad, sweep)["trials_asked"] >= 3, timeout=120, what="the third trial", every=1)
+    wait_for(lambda: _show(quad, sweep)["trials_asked"] >= 2, timeout=120, what="the second trial", every=1)
+    assert _show(quad, sweep)["trials_asked"] < 8, "the search ended before its conductor could be killed mid-way"
     os.kill(pid, signal.SIGKILL)  # mid-trial; only `sweep show` runs from here on, which starts nothing
 
     def ended():
