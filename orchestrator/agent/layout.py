@@ -85,7 +85,7 @@ def write_all(files: list[tuple[str, bytes, int]]) -> None:
     """Each (path, data, mode) written as ``write_atomic`` writes one, their fsyncs at once: a run's start writes
     four files, and on a loaded machine each fsync waited for in turn is a wait for the disk and then for a CPU
     (several ms); these wait together. Each is renamed into place, in the order given, once all of them are on
-    disk; where one fails, none is renamed and no temporary file is left."""
+    disk; where writing or syncing one fails, none is renamed, and no temporary file is left."""
     import tempfile
     import threading
 
