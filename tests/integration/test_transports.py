@@ -77,6 +77,37 @@ def test_one_connection_serves_many_runs_and_puts(testbed, ct200):
         assert t.stats.commands == 21
 
 
+def test_puts_from_many_threads_on_one_connection_all_land_whole(testbed, ct200):
+    # the keeper serves each client's request in a thread of its own, on the one connection it holds: two deploys
+    # racing on one CT push their agent through the same transport at the same time. Unserialized, paramiko's one
+    # SFTP session mixed their requests and replies up (a put waiting out its timeout, or sftp-server hanging up)
+    import hashlib
+
+    def push(i: int, blob: bytes) -> None:
+        try:
+            start.wait()
+            t.put(blob, f"/root/racing/{i}.bin", mode=0o600)
+        except BaseException as exc:  # noqa: BLE001 - handed to the assertion below
+            errors.append(exc)
+
+    with ssh_to(testbed, ct200.address, connect_timeout=5) as t:
+        for round in range(3):
+            blobs = [os.urandom((1 << 20) + i * 4099 + round) for i in range(12)]
+            errors: list[BaseException] = []
+            start = threading.Barrier(len(blobs))
+            threads = [threading.Thread(target=push, args=(i, blob)) for i, blob in enumerate(blobs)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120)
+            assert not errors, errors
+            sums = t.run(["sh", "-c", "cd /root/racing && sha256sum *.bin"]).stdout.decode()
+            landed = dict(reversed(line.split()) for line in sums.splitlines())
+            assert landed == {f"{i}.bin": hashlib.sha256(b).hexdigest() for i, b in enumerate(blobs)}
+        assert t.stats.connections == 1
+        assert t.stats.bytes_sent == sum(3 * ((1 << 20) + i * 4099) + 3 for i in range(12))
+
+
 def test_put_is_atomic_creates_parents_and_sets_mode(testbed, ct200):
     payload = os.urandom(300_000)
     with ssh_to(testbed, ct200.address) as t:

@@ -91,6 +91,9 @@ class SshTransport(Transport):
         self._legs: list[_Leg] = []
         self._sftp: Any = None
         self._lock = threading.Lock()
+        # one SFTP session serves every put, and paramiko's SFTPClient takes one caller at a time: two threads'
+        # pipelined writes interleave their requests and read each other's replies (the keeper's threads did)
+        self._put_lock = threading.Lock()
 
     def retarget(self, host: str) -> None:
         self.close()
@@ -542,6 +545,11 @@ class SshTransport(Transport):
         """Write through SFTP on the same connection: mkdir -p, temp file beside, chmod, posix-rename."""
         paramiko = sshlib.paramiko()
 
+        with self._put_lock:
+            self._put(paramiko, data, path, mode)
+        self.stats.bytes_sent += len(data)
+
+    def _put(self, paramiko: Any, data: bytes, path: str, mode: int) -> None:
         conn = self._connection()
         parent = posixpath.dirname(path) or "."
         tmp = posixpath.join(parent, f".orch-put-{uuid.uuid4().hex[:12]}")
@@ -562,7 +570,6 @@ class SshTransport(Transport):
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise TransportError(f"cannot write {path} on {self.description}: {reason}",
                                  hint="check the permissions and free space on the target") from exc
-        self.stats.bytes_sent += len(data)
 
     def _sftp_client(self, conn: Any) -> Any:
         if self._sftp is None:
