@@ -54,22 +54,7 @@ def parse_run_key(name: str) -> tuple[str | None, int] | None:
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     """Write beside the target, fsync, rename: readers see the old or the new file, never half."""
-    import tempfile
-
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_all([(path, data, mode)])
 
 
 def write_json(path: str, obj: object) -> None:
@@ -82,12 +67,11 @@ def json_bytes(obj: object) -> bytes:
 
 
 def write_all(files: list[tuple[str, bytes, int]]) -> None:
-    """Each (path, data, mode) written as ``write_atomic`` writes one, their fsyncs at once: a run's start writes
+    """Each (path, data, mode) written beside its place, fsynced and renamed into it, their fsyncs at once: a run's start writes
     four files, and on a loaded machine each fsync waited for in turn is a wait for the disk and then for a CPU
     (several ms); these wait together. Each is renamed into place, in the order given, once all of them are on
     disk; where writing or syncing one fails, none is renamed, and no temporary file is left."""
     import tempfile
-    import threading
 
     made: list[tuple[int, str]] = []
     try:
@@ -108,7 +92,11 @@ def write_all(files: list[tuple[str, bytes, int]]) -> None:
             except OSError as exc:
                 failed.append(exc)
 
-        helpers = [threading.Thread(target=sync, args=(fd,), daemon=True) for fd, _tmp in made[1:]]
+        helpers = []
+        if len(made) > 1:  # one file (every ``write_atomic``): synced here, no thread
+            import threading
+
+            helpers = [threading.Thread(target=sync, args=(fd,), daemon=True) for fd, _tmp in made[1:]]
         for helper in helpers:
             helper.start()
         if made:

@@ -63,9 +63,15 @@ def test_a_failed_fsync_renames_none_and_leaves_no_temporary(tmp_path, monkeypat
     assert (run / "experiment.json").read_bytes() == b"old\n"  # the old file, whole
 
 
-def test_write_json_and_write_all_write_the_same_bytes(tmp_path):
-    obj = {"b": [1, 2], "a": {"z": None, "é": "ü"}}
-    layout.write_json(str(tmp_path / "one.json"), obj)
-    write_all([(str(tmp_path / "two.json"), layout.json_bytes(obj), 0o644)])
-    assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
-    assert stat.S_IMODE(os.stat(tmp_path / "one.json").st_mode) == stat.S_IMODE(os.stat(tmp_path / "two.json").st_mode)
+def test_one_file_is_written_in_place_with_no_thread(tmp_path, monkeypatch):
+    # write_atomic is write_all of one file: every record the agent writes goes this way, and starts no thread
+    def no_thread(*_a, **_k):
+        raise AssertionError("a thread for one file")
+
+    monkeypatch.setattr(threading, "Thread", no_thread)
+    path = tmp_path / "deep" / "er" / "exit.json"
+    layout.write_json(str(path), {"b": [1, 2], "a": {"z": None, "é": "ü"}})
+    assert path.read_bytes() == layout.json_bytes({"a": {"z": None, "é": "ü"}, "b": [1, 2]})
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644 and os.listdir(path.parent) == ["exit.json"]
+    layout.write_atomic(str(path), b"second\n", 0o600)
+    assert path.read_bytes() == b"second\n" and stat.S_IMODE(os.stat(path).st_mode) == 0o600

@@ -543,13 +543,12 @@ class SshTransport(Transport):
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         """Write through SFTP on the same connection: mkdir -p, temp file beside, chmod, posix-rename."""
-        paramiko = sshlib.paramiko()
-
         with self._put_lock:
-            self._put(paramiko, data, path, mode)
+            self._put(data, path, mode)
         self.stats.bytes_sent += len(data)
 
-    def _put(self, paramiko: Any, data: bytes, path: str, mode: int) -> None:
+    def _put(self, data: bytes, path: str, mode: int) -> None:
+        paramiko = sshlib.paramiko()
         conn = self._connection()
         parent = posixpath.dirname(path) or "."
         tmp = posixpath.join(parent, f".orch-put-{uuid.uuid4().hex[:12]}")
